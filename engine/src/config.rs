@@ -1,0 +1,743 @@
+//! The TOML configuration file.
+//!
+//! Loading is two steps, as in Vector's sinks: [`Config::load`] parses and validates
+//! without any I/O beyond reading the file itself (no network, no environment), and
+//! [`Config::target_dsn`] resolves secrets from the environment when the runtime needs
+//! them. Every error names the file and the field.
+//!
+//! **Architecture Invariant**: a DSN is held only as a [`Dsn`], whose `Debug` and
+//! `Display` redact it, and no error carries a DSN or the cause of a DSN parse failure.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use crate::partition::Grain;
+use crate::value::ColumnType;
+
+/// Bounds on engine settings. Each bounds a resource a typo could exhaust.
+pub mod limits {
+    /// Partition jobs at once: each holds a target connection and one partition in memory.
+    pub const PARALLELISM_MAX: usize = 64;
+    /// Transactions staged in one synced batch (group commit): bounds batch memory.
+    pub const BATCH_TRANSACTIONS_MAX: usize = 100_000;
+    /// Longest flush interval: one hour. Longer would let dirty partitions age unnoticed.
+    pub const FLUSH_INTERVAL_MS_MAX: u64 = 3_600_000;
+}
+
+/// A configuration error. Displays as `FILE: FIELD: what is wrong and what to do`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: invalid TOML", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("{}: {field}: {message}", path.display())]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+    #[error("{}: {field}: environment variable {var} is not set: export it with the connection string (postgres://user:password@host:port/db)", path.display())]
+    MissingEnv {
+        path: PathBuf,
+        field: String,
+        var: String,
+    },
+    #[error("{}: {field}: environment variable {var} does not hold a valid PostgreSQL connection string (URL or key=value form); its value is not shown because it may hold a password", path.display())]
+    InvalidDsn {
+        path: PathBuf,
+        field: String,
+        var: String,
+    },
+}
+
+/// A PostgreSQL connection string. Never displayed: it may hold a password.
+#[derive(Clone)]
+pub struct Dsn(String);
+
+impl Dsn {
+    /// Wraps a connection string obtained elsewhere (tests, the demo).
+    pub fn new(dsn: impl Into<String>) -> Dsn {
+        Dsn(dsn.into())
+    }
+
+    /// The connection string itself, for the one place that connects.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Dsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Dsn(<redacted>)")
+    }
+}
+
+impl fmt::Display for Dsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// What to do with a source record that cannot be decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnBadRecord {
+    /// Stop; nothing after the record is acknowledged.
+    Fail,
+    /// Keep the record in the target's `weir.dead_letter` with the reason, and go on.
+    DeadLetter,
+}
+
+/// What to do with a row whose partition column is NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnNullPartition {
+    /// Put it in the partition named `__null__`.
+    NullPartition,
+    /// Treat the record as bad (see `on_bad_record`).
+    Reject,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceConfig {
+    /// Debezium-envelope JSON lines from a file, or stdin when `path` is `None`.
+    Jsonl {
+        path: Option<PathBuf>,
+        on_bad_record: OnBadRecord,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    pub dsn_env: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub parallelism: usize,
+    pub flush_interval_ms: u64,
+    pub batch_transactions_max: usize,
+}
+
+/// `schema.name` of a table; both parts are quoted when used in SQL.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableName {
+    pub schema: String,
+    pub name: String,
+}
+
+impl TableName {
+    /// Parses `schema.name`; a bare `name` is in `public`.
+    pub fn parse(text: &str) -> Option<TableName> {
+        let (schema, name) = text.split_once('.').unwrap_or(("public", text));
+        let ok = |s: &str| !s.is_empty() && !s.contains('.') && !s.contains('\0');
+        (ok(schema) && ok(name)).then(|| TableName {
+            schema: schema.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    /// The name quoted for SQL: `"schema"."name"`.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.schema, self.name)
+    }
+}
+
+/// Quotes an SQL identifier.
+pub fn quote_ident(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub name: String,
+    /// The type as the user declared it (e.g. `numeric(12,2)`), used verbatim in DDL.
+    pub declared: String,
+    pub ty: ColumnType,
+}
+
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    pub source: TableName,
+    pub target: TableName,
+    pub key: Vec<String>,
+    pub partition_by: String,
+    pub grain: Grain,
+    pub on_null_partition: OnNullPartition,
+    pub columns: Vec<Column>,
+}
+
+impl TableConfig {
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    pub fn partition_column(&self) -> &Column {
+        // Validated at load: partition_by names a declared column.
+        self.column(&self.partition_by).unwrap_or(&self.columns[0])
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file this config was read from.
+    pub path: PathBuf,
+    pub source: SourceConfig,
+    pub stage_path: PathBuf,
+    pub target: TargetConfig,
+    pub engine: EngineConfig,
+    pub tables: Vec<TableConfig>,
+}
+
+// ---- the file's shape -------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    source: RawSource,
+    stage: RawStage,
+    target: RawTarget,
+    #[serde(default)]
+    engine: RawEngine,
+    #[serde(default, rename = "table")]
+    tables: Vec<RawTable>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    kind: String,
+    path: Option<String>,
+    on_bad_record: Option<OnBadRecord>,
+    dsn_env: Option<String>,
+    slot: Option<String>,
+    publication: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStage {
+    path: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    kind: String,
+    dsn_env: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEngine {
+    parallelism: Option<usize>,
+    flush_interval_ms: Option<u64>,
+    batch_transactions_max: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    source: String,
+    target: String,
+    key: Vec<String>,
+    partition_by: String,
+    grain: Grain,
+    on_null_partition: Option<OnNullPartition>,
+    #[serde(default)]
+    columns: IndexMap<String, String>,
+    plugin: Option<String>,
+    plugin_config: Option<toml::Table>,
+    write: Option<String>,
+}
+
+impl Config {
+    /// Reads and validates a config file. Touches nothing but the file: no network, no
+    /// environment variables, no stage.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Validates config text as if read from `path` (relative paths in it are resolved
+    /// against `path`'s folder).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        Validator { path }.validate(raw)
+    }
+
+    /// Resolves the target DSN from the environment variable the config names.
+    pub fn target_dsn(&self) -> Result<Dsn, ConfigError> {
+        self.dsn_from_env("target.dsn_env", &self.target.dsn_env, |var| {
+            std::env::var(var).ok()
+        })
+    }
+
+    fn dsn_from_env(
+        &self,
+        field: &str,
+        var: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Dsn, ConfigError> {
+        let value = env(var).ok_or_else(|| ConfigError::MissingEnv {
+            path: self.path.clone(),
+            field: field.to_owned(),
+            var: var.to_owned(),
+        })?;
+        if value.parse::<tokio_postgres::Config>().is_err() {
+            return Err(ConfigError::InvalidDsn {
+                path: self.path.clone(),
+                field: field.to_owned(),
+                var: var.to_owned(),
+            });
+        }
+        Ok(Dsn(value))
+    }
+
+    pub fn table_by_source(&self, source: &TableName) -> Option<&TableConfig> {
+        self.tables.iter().find(|t| &t.source == source)
+    }
+
+    pub fn table_by_target(&self, target: &str) -> Option<&TableConfig> {
+        let parsed = TableName::parse(target)?;
+        self.tables.iter().find(|t| t.target == parsed)
+    }
+
+    /// Identifies the feed this config reads, so a stage filled from one feed is never
+    /// resumed from another.
+    pub fn source_id(&self) -> String {
+        match &self.source {
+            SourceConfig::Jsonl { path: Some(p), .. } => format!("jsonl:{}", p.display()),
+            SourceConfig::Jsonl { path: None, .. } => "jsonl:stdin".to_owned(),
+        }
+    }
+}
+
+struct Validator<'a> {
+    path: &'a Path,
+}
+
+impl Validator<'_> {
+    fn invalid(&self, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_owned(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    fn resolve(&self, p: &str) -> PathBuf {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.path.parent().unwrap_or(Path::new(".")).join(p)
+        }
+    }
+
+    fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let source = self.source(raw.source)?;
+        if raw.stage.path.trim().is_empty() {
+            return Err(self.invalid(
+                "stage.path",
+                "must not be empty: name a folder for the stage, e.g. \"./weir-data\"",
+            ));
+        }
+        if raw.target.kind != "postgres" {
+            return Err(self.invalid(
+                "target.kind",
+                format!(
+                    "unknown kind `{}`: the only target is \"postgres\"",
+                    raw.target.kind
+                ),
+            ));
+        }
+        check_env_name(&raw.target.dsn_env).map_err(|m| self.invalid("target.dsn_env", m))?;
+        let engine = self.engine(raw.engine)?;
+        if raw.tables.is_empty() {
+            return Err(self.invalid("table", "no [[table]] is configured: add one with source, target, key, partition_by, grain and columns"));
+        }
+        let mut tables = Vec::with_capacity(raw.tables.len());
+        let (mut sources, mut targets) = (HashSet::new(), HashSet::new());
+        for (i, t) in raw.tables.into_iter().enumerate() {
+            let table = self.table(i, t)?;
+            if !sources.insert(table.source.clone()) {
+                return Err(self.invalid(
+                    format!("table[{i}].source"),
+                    format!("`{}` is configured twice", table.source),
+                ));
+            }
+            if !targets.insert(table.target.clone()) {
+                return Err(self.invalid(
+                    format!("table[{i}].target"),
+                    format!("`{}` is the target of two tables", table.target),
+                ));
+            }
+            tables.push(table);
+        }
+        Ok(Config {
+            path: self.path.to_owned(),
+            source,
+            stage_path: self.resolve(&raw.stage.path),
+            target: TargetConfig {
+                dsn_env: raw.target.dsn_env,
+            },
+            engine,
+            tables,
+        })
+    }
+
+    fn source(&self, raw: RawSource) -> Result<SourceConfig, ConfigError> {
+        match raw.kind.as_str() {
+            "jsonl" => {
+                for (field, set) in [("dsn_env", raw.dsn_env.is_some()), ("slot", raw.slot.is_some()), ("publication", raw.publication.is_some())] {
+                    if set {
+                        return Err(self.invalid(format!("source.{field}"), "only applies to kind = \"postgres\""));
+                    }
+                }
+                let path = match raw.path.as_deref() {
+                    None | Some("") => return Err(self.invalid("source.path", "required for kind = \"jsonl\": a file of JSON lines, or \"-\" for stdin")),
+                    Some("-") => None,
+                    Some(p) => Some(self.resolve(p)),
+                };
+                Ok(SourceConfig::Jsonl { path, on_bad_record: raw.on_bad_record.unwrap_or(OnBadRecord::Fail) })
+            }
+            "postgres" => Err(self.invalid(
+                "source.kind",
+                "the PostgreSQL logical replication source is not in this build yet; use kind = \"jsonl\" with a Debezium JSON feed",
+            )),
+            other => Err(self.invalid("source.kind", format!("unknown kind `{other}`: use \"jsonl\""))),
+        }
+    }
+
+    fn engine(&self, raw: RawEngine) -> Result<EngineConfig, ConfigError> {
+        let parallelism = raw.parallelism.unwrap_or(2);
+        if !(1..=limits::PARALLELISM_MAX).contains(&parallelism) {
+            return Err(self.invalid(
+                "engine.parallelism",
+                format!("must be between 1 and {}", limits::PARALLELISM_MAX),
+            ));
+        }
+        let flush_interval_ms = raw.flush_interval_ms.unwrap_or(1000);
+        if flush_interval_ms > limits::FLUSH_INTERVAL_MS_MAX {
+            return Err(self.invalid(
+                "engine.flush_interval_ms",
+                format!("must be at most {}", limits::FLUSH_INTERVAL_MS_MAX),
+            ));
+        }
+        let batch_transactions_max = raw.batch_transactions_max.unwrap_or(1024);
+        if !(1..=limits::BATCH_TRANSACTIONS_MAX).contains(&batch_transactions_max) {
+            return Err(self.invalid(
+                "engine.batch_transactions_max",
+                format!("must be between 1 and {}", limits::BATCH_TRANSACTIONS_MAX),
+            ));
+        }
+        Ok(EngineConfig {
+            parallelism,
+            flush_interval_ms,
+            batch_transactions_max,
+        })
+    }
+
+    fn table(&self, i: usize, raw: RawTable) -> Result<TableConfig, ConfigError> {
+        let field = |name: &str| format!("table[{i}].{name}");
+        let source = TableName::parse(&raw.source).ok_or_else(|| {
+            self.invalid(
+                field("source"),
+                format!("`{}` is not a table name: use schema.table", raw.source),
+            )
+        })?;
+        let target = TableName::parse(&raw.target).ok_or_else(|| {
+            self.invalid(
+                field("target"),
+                format!("`{}` is not a table name: use schema.table", raw.target),
+            )
+        })?;
+        if raw.plugin.is_some() || raw.plugin_config.is_some() {
+            return Err(self.invalid(
+                field("plugin"),
+                "WASM transform plugins are not in this build yet: remove `plugin` and `plugin_config` to use the identity transform",
+            ));
+        }
+        match raw.write.as_deref() {
+            None | Some("replace") => {}
+            Some("merge") => {
+                return Err(self.invalid(
+                    field("write"),
+                    "merge is not in this build yet: use \"replace\"",
+                ));
+            }
+            Some(other) => {
+                return Err(self.invalid(
+                    field("write"),
+                    format!("unknown write mode `{other}`: use \"replace\""),
+                ));
+            }
+        }
+        if raw.columns.is_empty() {
+            return Err(self.invalid(
+                field("columns"),
+                "a JSON-lines feed has no schema: declare the columns, e.g. columns = { id = \"bigint\", order_date = \"date\" }",
+            ));
+        }
+        let mut columns = Vec::with_capacity(raw.columns.len());
+        for (name, declared) in raw.columns {
+            let ty = declared
+                .parse::<ColumnType>()
+                .map_err(|e| self.invalid(format!("table[{i}].columns.{name}"), e.to_string()))?;
+            if name.is_empty() || name.contains('\0') {
+                return Err(self.invalid(field("columns"), "column names must be non-empty"));
+            }
+            columns.push(Column { name, declared, ty });
+        }
+        let find = |name: &str| columns.iter().find(|c| c.name == name);
+        if raw.key.is_empty() {
+            return Err(self.invalid(
+                field("key"),
+                "must name at least one column (the row's primary key)",
+            ));
+        }
+        for k in &raw.key {
+            let col = find(k).ok_or_else(|| {
+                self.invalid(field("key"), format!("`{k}` is not a declared column"))
+            })?;
+            if matches!(
+                col.ty,
+                ColumnType::Json
+                    | ColumnType::Jsonb
+                    | ColumnType::Bytea
+                    | ColumnType::Real
+                    | ColumnType::Double
+            ) {
+                return Err(self.invalid(
+                    field("key"),
+                    format!("`{k}` has type {}, which cannot be a key", col.declared),
+                ));
+            }
+        }
+        if raw.key.iter().collect::<HashSet<_>>().len() != raw.key.len() {
+            return Err(self.invalid(field("key"), "names a column twice"));
+        }
+        let part = find(&raw.partition_by).ok_or_else(|| {
+            self.invalid(
+                field("partition_by"),
+                format!("`{}` is not a declared column", raw.partition_by),
+            )
+        })?;
+        match raw.grain {
+            Grain::Value if !part.ty.is_value_partitionable() => {
+                return Err(self.invalid(
+                    field("grain"),
+                    format!("grain \"value\" needs an integer, text, boolean, date or uuid column; `{}` is {}", part.name, part.declared),
+                ));
+            }
+            Grain::Hour if part.ty == ColumnType::Date => {
+                return Err(self.invalid(
+                    field("grain"),
+                    format!(
+                        "grain \"hour\" needs a timestamp column; `{}` is a date",
+                        part.name
+                    ),
+                ));
+            }
+            Grain::Day | Grain::Month | Grain::Hour if !part.ty.is_temporal() => {
+                return Err(self.invalid(
+                    field("grain"),
+                    format!(
+                        "grain \"{}\" needs a date or timestamp column; `{}` is {}",
+                        raw.grain, part.name, part.declared
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        Ok(TableConfig {
+            source,
+            target,
+            key: raw.key,
+            partition_by: raw.partition_by,
+            grain: raw.grain,
+            on_null_partition: raw
+                .on_null_partition
+                .unwrap_or(OnNullPartition::NullPartition),
+            columns,
+        })
+    }
+}
+
+fn check_env_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else if name.contains("://") || name.contains('=') {
+        Err("must name an environment variable holding the DSN, not the DSN itself (secrets stay out of config files)".into())
+    } else {
+        Err(format!("`{name}` is not an environment variable name"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[source]
+kind = "jsonl"
+path = "feed.jsonl"
+
+[stage]
+path = "./weir-data"
+
+[target]
+kind = "postgres"
+dsn_env = "WEIR_TEST_TARGET_DSN"
+
+[[table]]
+source = "public.orders"
+target = "analytics.fact_orders"
+key = ["id"]
+partition_by = "order_date"
+grain = "day"
+columns = { id = "bigint", order_date = "date", amount = "numeric(12,2)" }
+"#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/weir/weir.toml"))
+    }
+
+    fn error_of(text: &str) -> String {
+        match parse(text) {
+            Ok(_) => panic!("config should be refused:\n{text}"),
+            Err(e) => {
+                let mut msg = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    msg.push_str(&format!(": {s}"));
+                    src = s.source();
+                }
+                msg
+            }
+        }
+    }
+
+    #[test]
+    fn a_good_config_validates_and_resolves_paths() {
+        let config = parse(GOOD).expect("valid");
+        assert_eq!(config.stage_path, Path::new("/etc/weir/./weir-data"));
+        assert_eq!(
+            config.source,
+            SourceConfig::Jsonl {
+                path: Some("/etc/weir/feed.jsonl".into()),
+                on_bad_record: OnBadRecord::Fail
+            }
+        );
+        let t = &config.tables[0];
+        assert_eq!(t.target.quoted(), "\"analytics\".\"fact_orders\"");
+        assert_eq!(
+            t.columns
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+            ["id", "order_date", "amount"]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        let cases = [
+            (GOOD.replace("grain = \"day\"", "grain = \"week\""), "grain"),
+            (
+                GOOD.replace("key = [\"id\"]", "key = [\"nope\"]"),
+                "table[0].key: `nope` is not a declared column",
+            ),
+            (
+                GOOD.replace("partition_by = \"order_date\"", "partition_by = \"amount\""),
+                "table[0].grain",
+            ),
+            (
+                GOOD.replace("\"numeric(12,2)\"", "\"point\""),
+                "table[0].columns.amount: unknown column type `point`",
+            ),
+            (
+                GOOD.replace(
+                    "dsn_env = \"WEIR_TEST_TARGET_DSN\"",
+                    "dsn_env = \"postgres://u:pw@h/db\"",
+                ),
+                "target.dsn_env: must name an environment variable",
+            ),
+            (
+                GOOD.replace("kind = \"jsonl\"", "kind = \"kafka\""),
+                "source.kind: unknown kind `kafka`",
+            ),
+            (
+                GOOD.replace("[stage]", "[stage]\ncolour = 1"),
+                "unknown field `colour`",
+            ),
+            (
+                GOOD.replace("path = \"feed.jsonl\"", ""),
+                "source.path: required",
+            ),
+        ];
+        for (text, want) in cases {
+            let msg = error_of(&text);
+            assert!(msg.starts_with("/etc/weir/weir.toml"), "{msg}");
+            assert!(msg.contains(want), "want `{want}` in: {msg}");
+        }
+    }
+
+    #[test]
+    fn a_dsn_never_appears_in_errors_or_debug_output() {
+        let secret = "hunter2-very-secret";
+        let config = parse(GOOD).expect("valid");
+        let bad = format!("postgres://user:{secret}@host:notaport/db");
+        let err = config
+            .dsn_from_env("target.dsn_env", "V", |_| Some(bad.clone()))
+            .expect_err("bad port must be refused");
+        assert!(
+            err.to_string()
+                .contains("target.dsn_env: environment variable V does not hold a valid")
+        );
+        assert!(!format!("{err} {err:?}").contains(secret));
+        let good = format!("postgres://user:{secret}@host:5432/db");
+        let dsn = config
+            .dsn_from_env("target.dsn_env", "V", |_| Some(good.clone()))
+            .expect("valid dsn");
+        assert!(!format!("{dsn} {dsn:?} {config:?}").contains(secret));
+        assert_eq!(dsn.expose(), good);
+        let missing = config
+            .dsn_from_env("target.dsn_env", "V", |_| None)
+            .expect_err("unset");
+        assert!(
+            missing
+                .to_string()
+                .contains("environment variable V is not set")
+        );
+    }
+}

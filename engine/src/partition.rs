@@ -1,0 +1,317 @@
+//! Partitions: which slice of a target table a row belongs to.
+//!
+//! A partition is computed from the row's `partition_by` column and the table's grain,
+//! in UTC. It is a pure function of the row: nothing here reads the clock, so a
+//! partition set is always a parameter, never derived from "now" (brief invariant 3).
+//!
+//! Partition names are the stage's and the lineage's: `2026-03-01` (day), `2026-03`
+//! (month), `2026-03-01T13` (hour), the value's text (value), and `__null__` for a NULL
+//! key.
+
+use std::fmt;
+
+use chrono::{DateTime, Datelike, NaiveDate};
+use serde::Deserialize;
+
+use crate::value::{ColumnType, Value, date_from_days, days_from_date};
+
+const MICROS_PER_HOUR: i64 = 3_600_000_000;
+const MICROS_PER_DAY: i64 = 24 * MICROS_PER_HOUR;
+
+/// How rows are grouped into partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Grain {
+    Hour,
+    Day,
+    Month,
+    /// One partition per distinct value of the column.
+    Value,
+}
+
+impl fmt::Display for Grain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Grain::Hour => "hour",
+            Grain::Day => "day",
+            Grain::Month => "month",
+            Grain::Value => "value",
+        })
+    }
+}
+
+/// A partition of one table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Partition {
+    /// Rows whose partition column is NULL.
+    Null,
+    Key(String),
+}
+
+impl Partition {
+    pub const NULL_NAME: &'static str = "__null__";
+
+    /// The partition name as stored in lineage and shown to users.
+    pub fn name(&self) -> &str {
+        match self {
+            Partition::Null => Self::NULL_NAME,
+            Partition::Key(k) => k,
+        }
+    }
+
+    /// Bytes that identify the partition in stage keys; distinguishes the NULL partition
+    /// from a text value that happens to read `__null__`.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            Partition::Null => vec![0],
+            Partition::Key(k) => {
+                let mut out = Vec::with_capacity(k.len() + 1);
+                out.push(1);
+                out.extend_from_slice(k.as_bytes());
+                out
+            }
+        }
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Option<Partition> {
+        match bytes.split_first()? {
+            (0, []) => Some(Partition::Null),
+            (1, rest) => std::str::from_utf8(rest)
+                .ok()
+                .map(|s| Partition::Key(s.to_owned())),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Partition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartitionError {
+    #[error("partition column `{column}` holds {found}, which grain `{grain}` cannot partition")]
+    WrongType {
+        column: String,
+        grain: Grain,
+        found: &'static str,
+    },
+    #[error("partition column `{column}` holds a timestamp outside the supported range")]
+    OutOfRange { column: String },
+}
+
+/// Computes the partition of a partition-column value.
+pub fn partition_of(
+    column: &str,
+    grain: Grain,
+    value: &Value,
+) -> Result<Partition, PartitionError> {
+    let wrong = |found| PartitionError::WrongType {
+        column: column.to_owned(),
+        grain,
+        found,
+    };
+    let range = || PartitionError::OutOfRange {
+        column: column.to_owned(),
+    };
+    match (grain, value) {
+        (_, Value::Null) => Ok(Partition::Null),
+        (Grain::Value, Value::Int(i)) => Ok(Partition::Key(i.to_string())),
+        (Grain::Value, Value::Text(s)) => Ok(Partition::Key(s.clone())),
+        (Grain::Value, Value::Bool(b)) => Ok(Partition::Key(b.to_string())),
+        (Grain::Value, v @ Value::Date(_)) => Ok(Partition::Key(v.to_string())),
+        (Grain::Day | Grain::Month, Value::Date(d)) => {
+            let date = date_from_days(*d).ok_or_else(range)?;
+            Ok(Partition::Key(if grain == Grain::Day {
+                date.format("%Y-%m-%d").to_string()
+            } else {
+                date.format("%Y-%m").to_string()
+            }))
+        }
+        (Grain::Hour | Grain::Day | Grain::Month, Value::Timestamp(us)) => {
+            if *us == i64::MAX || *us == i64::MIN {
+                return Ok(Partition::Key(
+                    if *us > 0 { "infinity" } else { "-infinity" }.to_owned(),
+                ));
+            }
+            let ts = DateTime::from_timestamp_micros(*us)
+                .ok_or_else(range)?
+                .naive_utc();
+            Ok(Partition::Key(match grain {
+                Grain::Hour => ts.format("%Y-%m-%dT%H").to_string(),
+                Grain::Day => ts.format("%Y-%m-%d").to_string(),
+                _ => ts.format("%Y-%m").to_string(),
+            }))
+        }
+        (Grain::Hour, Value::Date(_)) => Err(wrong("a date")),
+        _ => Err(wrong(match value {
+            Value::Bool(_) => "a boolean",
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a float",
+            Value::Text(_) => "text",
+            Value::Bytes(_) => "bytes",
+            Value::Decimal(_) => "a decimal",
+            Value::Json(_) => "json",
+            _ => "an unsupported value",
+        })),
+    }
+}
+
+/// Which target rows belong to a partition, as SQL over the partition column.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartitionPredicate {
+    /// `column IS NULL`
+    IsNull,
+    /// `column = value`
+    Equals(Value),
+    /// `column >= lower AND column < upper` (half-open).
+    Range { lower: Value, upper: Value },
+}
+
+/// The target rows of partition `p`, for a column of type `ty` partitioned by `grain`.
+pub fn predicate(ty: ColumnType, grain: Grain, p: &Partition) -> Option<PartitionPredicate> {
+    let key = match p {
+        Partition::Null => return Some(PartitionPredicate::IsNull),
+        Partition::Key(k) => k,
+    };
+    if grain == Grain::Value {
+        return Value::from_text(ty, key)
+            .ok()
+            .map(PartitionPredicate::Equals);
+    }
+    if key == "infinity" || key == "-infinity" {
+        let v = Value::Timestamp(if key == "infinity" {
+            i64::MAX
+        } else {
+            i64::MIN
+        });
+        return Some(PartitionPredicate::Equals(v));
+    }
+    let (start_us, end_us) = bounds_micros(grain, key)?;
+    let (lower, upper) = if ty == ColumnType::Date {
+        (
+            Value::Date(i32::try_from(start_us / MICROS_PER_DAY).ok()?),
+            Value::Date(i32::try_from(end_us / MICROS_PER_DAY).ok()?),
+        )
+    } else {
+        (Value::Timestamp(start_us), Value::Timestamp(end_us))
+    };
+    Some(PartitionPredicate::Range { lower, upper })
+}
+
+/// The half-open span `[start, end)` of a time partition, in microseconds since the epoch.
+fn bounds_micros(grain: Grain, key: &str) -> Option<(i64, i64)> {
+    let day_us = |d: NaiveDate| days_from_date(d).map(|days| i64::from(days) * MICROS_PER_DAY);
+    match grain {
+        Grain::Day => {
+            let d = NaiveDate::parse_from_str(key, "%Y-%m-%d").ok()?;
+            let start = day_us(d)?;
+            Some((start, start + MICROS_PER_DAY))
+        }
+        Grain::Month => {
+            let d = NaiveDate::parse_from_str(&format!("{key}-01"), "%Y-%m-%d").ok()?;
+            let next = if d.month() == 12 {
+                NaiveDate::from_ymd_opt(d.year() + 1, 1, 1)?
+            } else {
+                NaiveDate::from_ymd_opt(d.year(), d.month() + 1, 1)?
+            };
+            Some((day_us(d)?, day_us(next)?))
+        }
+        Grain::Hour => {
+            let (date, hour) = key.split_once('T')?;
+            let d = NaiveDate::parse_from_str(date, "%Y-%m-%d").ok()?;
+            let h: i64 = hour.parse().ok().filter(|h| (0..24).contains(h))?;
+            let start = day_us(d)? + h * MICROS_PER_HOUR;
+            Some((start, start + MICROS_PER_HOUR))
+        }
+        Grain::Value => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::parse_timestamp;
+
+    fn ts(s: &str) -> Value {
+        Value::Timestamp(parse_timestamp(s, true).expect("timestamp"))
+    }
+
+    #[test]
+    fn partitions_follow_the_grain_in_utc() {
+        let cases = [
+            (Grain::Day, Value::Date(20513), "2026-03-01"),
+            (Grain::Month, Value::Date(20513), "2026-03"),
+            (Grain::Day, ts("2026-03-01T23:30:00-01:00"), "2026-03-02"),
+            (
+                Grain::Hour,
+                ts("2026-03-01T13:59:59.999999Z"),
+                "2026-03-01T13",
+            ),
+            (Grain::Month, ts("2026-12-31T23:59:59Z"), "2026-12"),
+            (Grain::Value, Value::Int(-7), "-7"),
+            (Grain::Value, Value::Text("EU".into()), "EU"),
+        ];
+        for (grain, value, want) in cases {
+            assert_eq!(
+                partition_of("c", grain, &value),
+                Ok(Partition::Key(want.into())),
+                "{grain} {value:?}"
+            );
+        }
+        assert_eq!(
+            partition_of("c", Grain::Day, &Value::Null),
+            Ok(Partition::Null)
+        );
+        assert!(partition_of("c", Grain::Hour, &Value::Date(1)).is_err());
+        assert!(partition_of("c", Grain::Day, &Value::Int(1)).is_err());
+    }
+
+    #[test]
+    fn a_row_lies_inside_its_partition_predicate() {
+        for (ty, grain, value) in [
+            (ColumnType::Date, Grain::Day, Value::Date(20513)),
+            (ColumnType::Date, Grain::Month, Value::Date(20513)),
+            (
+                ColumnType::TimestampTz,
+                Grain::Hour,
+                ts("2026-03-01T13:15:00Z"),
+            ),
+            (
+                ColumnType::Timestamp,
+                Grain::Month,
+                ts("2026-12-31T23:59:59Z"),
+            ),
+        ] {
+            let p = partition_of("c", grain, &value).expect("partition");
+            let Some(PartitionPredicate::Range { lower, upper }) = predicate(ty, grain, &p) else {
+                panic!("range for {p}")
+            };
+            let key = |v: &Value| match v {
+                Value::Date(d) => i64::from(*d) * MICROS_PER_DAY,
+                Value::Timestamp(t) => *t,
+                _ => panic!("temporal"),
+            };
+            assert!(
+                key(&lower) <= key(&value) && key(&value) < key(&upper),
+                "{p}: {lower:?} <= {value:?} < {upper:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn partition_bytes_round_trip_and_null_is_distinct() {
+        let text_null = Partition::Key("__null__".into());
+        assert_ne!(text_null.to_bytes(), Partition::Null.to_bytes());
+        for p in [
+            Partition::Null,
+            text_null,
+            Partition::Key("2026-03-01".into()),
+        ] {
+            assert_eq!(Partition::from_bytes(&p.to_bytes()), Some(p));
+        }
+        assert_eq!(Partition::from_bytes(&[7]), None);
+    }
+}

@@ -1,0 +1,474 @@
+//! The pipeline: tail the source, stage each committed transaction (synced), then
+//! acknowledge the source; write dirty partitions to the target; clear a dirty mark
+//! only when the generation written is still the newest.
+//!
+//! **Architecture Invariant**: [`ChangeSource::acknowledge`] is called only after
+//! [`Stage::apply`] returned, i.e. after the staged batch is synced.
+//!
+//! **Architecture Invariant**: no partition set here is derived from the clock: live
+//! mode writes the stage's dirty set; [`Pipeline::rewrite_partitions`] takes the
+//! partitions as a parameter.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::Mutex;
+use tokio_postgres::Client;
+
+use crate::config::{Config, Dsn, SourceConfig, TableConfig};
+use crate::partition::Partition;
+use crate::source::jsonl::JsonlSource;
+use crate::source::{ChangeSource, SourceError, SourceEvent, Transaction};
+use crate::stage::{ApplyOutcome, DirtyPartition, Stage, StageError, StagedRow};
+use crate::target::{self, PartitionWrite, TargetError, TargetTable, WriteSummary};
+use crate::value::Value;
+
+/// Dead letters moved from the stage to the target per round trip.
+const DEAD_LETTERS_PER_WRITE: usize = 1000;
+
+/// The transform of a table without a plugin.
+pub const IDENTITY_TRANSFORM: &str = "identity";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Stage(#[from] StageError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error("partition {partition} of {table} failed")]
+    Partition {
+        table: String,
+        partition: String,
+        #[source]
+        source: Box<PipelineError>,
+    },
+    #[error("table `{0}` is not in the config")]
+    UnknownTable(String),
+    #[error("a stage task stopped unexpectedly")]
+    Task(#[source] tokio::task::JoinError),
+}
+
+/// Runs blocking stage work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StageError> + Send + 'static,
+) -> Result<T, PipelineError> {
+    Ok(tokio::task::spawn_blocking(f)
+        .await
+        .map_err(PipelineError::Task)??)
+}
+
+/// What `init` found and did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InitReport {
+    pub stage: String,
+    pub tables: Vec<String>,
+}
+
+/// Validates connectivity and creates what is missing: the stage, the target's `weir`
+/// schema, and each target table (or refuses one that does not match). Safe to re-run.
+pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineError> {
+    let mut client = target::connect(dsn).await?;
+    target::ensure_weir_schema(&client).await?;
+    let mut tables = Vec::new();
+    for table in &config.tables {
+        let prepared = target::prepare_table(&mut client, table, true).await?;
+        tables.push(format!(
+            "{} -> {} ({} columns, partition by {} {})",
+            table.source,
+            prepared.name,
+            prepared.columns.len(),
+            table.partition_by,
+            table.grain
+        ));
+    }
+    let path = config.stage_path.clone();
+    let source_id = config.source_id();
+    blocking(move || Stage::open(&path, &source_id).map(drop)).await?;
+    Ok(InitReport {
+        stage: config.stage_path.display().to_string(),
+        tables,
+    })
+}
+
+/// Counts of one `run`.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RunReport {
+    pub transactions: usize,
+    pub changes: usize,
+    pub skipped_transactions: usize,
+    pub partitions_written: usize,
+    pub rows_written: u64,
+    pub dead_letters: usize,
+}
+
+/// A stage and a target, wired for one config.
+pub struct Pipeline {
+    config: Config,
+    stage: Arc<Stage>,
+    /// Target tables by source table name.
+    tables: HashMap<String, (TableConfig, TargetTable)>,
+    dsn: Dsn,
+    clients: Mutex<Vec<Client>>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// Opens the stage (which `init` created) and checks every target table.
+    pub async fn open(config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
+        let path = config.stage_path.clone();
+        if !path.join("CURRENT").exists() {
+            return Err(StageError::Missing { path }.into());
+        }
+        let source_id = config.source_id();
+        let stage = Arc::new(blocking(move || Stage::open(&path, &source_id)).await?);
+        let mut clients = Vec::with_capacity(config.engine.parallelism);
+        for _ in 0..config.engine.parallelism {
+            clients.push(target::connect(&dsn).await?);
+        }
+        let mut tables = HashMap::new();
+        for table in &config.tables {
+            let prepared = target::prepare_table(&mut clients[0], table, false).await?;
+            tables.insert(table.source.to_string(), (table.clone(), prepared));
+        }
+        Ok(Pipeline {
+            config,
+            stage,
+            tables,
+            dsn,
+            clients: Mutex::new(clients),
+        })
+    }
+
+    pub fn stage(&self) -> &Stage {
+        &self.stage
+    }
+
+    /// Tails the source, stages and writes, until the feed ends (`once`: everything
+    /// available now), or `shutdown` completes (then what is staged stays staged).
+    pub async fn run(
+        &self,
+        once: bool,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<RunReport, PipelineError> {
+        let SourceConfig::Jsonl {
+            path,
+            on_bad_record,
+        } = &self.config.source;
+        let checkpoint = self.stage.checkpoint()?;
+        let mut source = JsonlSource::open(
+            path.clone(),
+            !once,
+            self.config.tables.clone(),
+            *on_bad_record,
+            checkpoint,
+        )
+        .await?;
+        let mut report = RunReport::default();
+        let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
+        let mut last_flush = Instant::now();
+        let mut batch: Vec<Transaction> = Vec::new();
+        tokio::pin!(shutdown);
+        loop {
+            let event = tokio::select! {
+                event = source.next() => event,
+                () = &mut shutdown => {
+                    tracing::info!("shutting down: staging what was read");
+                    self.stage_batch(&mut source, &mut batch, &mut report).await?;
+                    return Ok(report);
+                }
+            };
+            match event {
+                Ok(SourceEvent::Transaction(txn)) => {
+                    batch.push(txn);
+                    if batch.len() >= self.config.engine.batch_transactions_max {
+                        self.stage_batch(&mut source, &mut batch, &mut report)
+                            .await?;
+                    }
+                }
+                Ok(SourceEvent::Idle) => {
+                    self.stage_batch(&mut source, &mut batch, &mut report)
+                        .await?
+                }
+                Ok(SourceEvent::End) => {
+                    self.stage_batch(&mut source, &mut batch, &mut report)
+                        .await?;
+                    self.write_round(&mut report).await?;
+                    return Ok(report);
+                }
+                Err(e) => {
+                    // What came before the error is whole and good: keep it.
+                    self.stage_batch(&mut source, &mut batch, &mut report)
+                        .await?;
+                    return Err(e.into());
+                }
+            }
+            if !once && last_flush.elapsed() >= flush_interval {
+                self.stage_batch(&mut source, &mut batch, &mut report)
+                    .await?;
+                self.write_round(&mut report).await?;
+                last_flush = Instant::now();
+            }
+        }
+    }
+
+    /// Stages the batch in one synced write, then acknowledges the source.
+    async fn stage_batch(
+        &self,
+        source: &mut JsonlSource,
+        batch: &mut Vec<Transaction>,
+        report: &mut RunReport,
+    ) -> Result<(), PipelineError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let txns = std::mem::take(batch);
+        let stage = Arc::clone(&self.stage);
+        let started = Instant::now();
+        let outcome: ApplyOutcome = blocking(move || stage.apply(&txns)).await?;
+        report.transactions += outcome.transactions;
+        report.changes += outcome.changes;
+        report.skipped_transactions += outcome.skipped;
+        let checkpoint = self.stage.checkpoint()?;
+        if let Some(checkpoint) = checkpoint {
+            source.acknowledge(checkpoint).await?;
+        }
+        tracing::info!(
+            transactions = outcome.transactions,
+            changes = outcome.changes,
+            skipped = outcome.skipped,
+            position = checkpoint.map(|c| c.position),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "staged"
+        );
+        Ok(())
+    }
+
+    /// Writes staged dead letters, then every dirty partition.
+    pub async fn write_round(&self, report: &mut RunReport) -> Result<(), PipelineError> {
+        report.dead_letters += self.flush_dead_letters().await?;
+        let dirty = self.stage.dirty_partitions()?;
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let results: Vec<_> = futures_util::stream::iter(dirty)
+            .map(|d: DirtyPartition| async move {
+                let outcome = self.write_partition(&d.table, &d.partition, true).await;
+                (d, outcome)
+            })
+            .buffer_unordered(self.config.engine.parallelism)
+            .collect()
+            .await;
+        let mut first_error = None;
+        let (mut partitions, mut rows) = (0usize, 0u64);
+        for (d, outcome) in results {
+            match outcome {
+                Ok(Some(summary)) => {
+                    partitions += 1;
+                    rows += summary.rows;
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::error!(table = %d.table, partition = %d.partition, error = %error, "partition write failed");
+                    first_error.get_or_insert(PipelineError::Partition {
+                        table: d.table.clone(),
+                        partition: d.partition.to_string(),
+                        source: Box::new(error),
+                    });
+                }
+            }
+        }
+        report.partitions_written += partitions;
+        report.rows_written += rows;
+        tracing::info!(
+            partitions,
+            rows,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "partitions written"
+        );
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn flush_dead_letters(&self) -> Result<usize, PipelineError> {
+        let mut total = 0;
+        loop {
+            let records = self.stage.dead_letters(DEAD_LETTERS_PER_WRITE)?;
+            if records.is_empty() {
+                return Ok(total);
+            }
+            let mut client = self.client().await?;
+            let result =
+                target::write_dead_letters(&mut client, &self.config.source_id(), &records).await;
+            self.clients.lock().await.push(client);
+            result?;
+            let positions: Vec<u64> = records.iter().map(|r| r.position).collect();
+            self.stage.remove_dead_letters(&positions)?;
+            total += records.len();
+        }
+    }
+
+    async fn client(&self) -> Result<Client, PipelineError> {
+        let pooled = self.clients.lock().await.pop();
+        match pooled {
+            Some(c) if !c.is_closed() => Ok(c),
+            _ => Ok(target::connect(&self.dsn).await?),
+        }
+    }
+
+    /// Writes one partition from the stage. With `only_if_dirty`, a partition whose
+    /// mark another job already cleared is left alone (`Ok(None)`).
+    pub async fn write_partition(
+        &self,
+        table: &str,
+        partition: &Partition,
+        only_if_dirty: bool,
+    ) -> Result<Option<WriteSummary>, PipelineError> {
+        let (table_config, target_table) = self
+            .tables
+            .get(table)
+            .ok_or_else(|| PipelineError::UnknownTable(table.to_owned()))?;
+        let stage = Arc::clone(&self.stage);
+        let (t, p) = (table.to_owned(), partition.clone());
+        let read = blocking(move || stage.read_partition(&t, &p)).await?;
+        if only_if_dirty && read.dirty.is_none() {
+            return Ok(None);
+        }
+        let rows = identity(table_config, &read.rows);
+        let mut client = self.client().await?;
+        let result = target::replace_partition(
+            &mut client,
+            target_table,
+            &PartitionWrite {
+                source_table: table,
+                partition,
+                generation: read.generation,
+                source_position: read.checkpoint.position,
+                transform: IDENTITY_TRANSFORM,
+                rows: &rows,
+            },
+        )
+        .await;
+        self.clients.lock().await.push(client);
+        let summary = result?;
+        if let Some(dirty) = read.dirty {
+            let cleared = self.stage.clear_dirty(table, partition, dirty)?;
+            if !cleared {
+                tracing::debug!(table, partition = %partition, "partition changed while written; it stays dirty");
+            }
+        }
+        Ok(Some(summary))
+    }
+
+    /// Rewrites the given partitions of `table` from the stage, dirty or not. The
+    /// partition set is the caller's parameter.
+    pub async fn rewrite_partitions(
+        &self,
+        table: &str,
+        partitions: &[Partition],
+    ) -> Result<Vec<WriteSummary>, PipelineError> {
+        let mut out = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            if let Some(summary) = self.write_partition(table, p, false).await? {
+                out.push(summary);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The identity transform: each staged row's values in the table's column order.
+fn identity(table: &TableConfig, rows: &[StagedRow]) -> Vec<Vec<Value>> {
+    rows.iter()
+        .map(|row| {
+            table
+                .columns
+                .iter()
+                .map(|c| {
+                    row.values
+                        .iter()
+                        .find(|(name, _)| name == &c.name)
+                        .map_or(Value::Null, |(_, v)| v.clone())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// What `status` shows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    pub stage: String,
+    pub source: Option<String>,
+    pub position: Option<u64>,
+    pub staged_rows: std::collections::BTreeMap<String, u64>,
+    pub dirty_partitions: Vec<DirtyStatus>,
+    pub pending_dead_letters: usize,
+    pub last_writes: Vec<target::LineageRow>,
+    /// Why `last_writes` could not be read, if it could not.
+    pub target_error: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DirtyStatus {
+    pub table: String,
+    pub partition: String,
+    pub generation: u64,
+}
+
+/// Reads the status from the stage (read-only, so it works beside a running `weir
+/// run`) and the target's lineage.
+pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Status, PipelineError> {
+    let path = config.stage_path.clone();
+    let stage = blocking(move || Stage::open_read_only(&path)).await?;
+    let checkpoint = stage.checkpoint()?;
+    let dirty = stage.dirty_partitions()?;
+    let mut status = Status {
+        stage: config.stage_path.display().to_string(),
+        source: stage.source_id()?,
+        position: checkpoint.map(|c| c.position),
+        staged_rows: stage.row_counts()?,
+        dirty_partitions: dirty
+            .into_iter()
+            .map(|d| DirtyStatus {
+                table: d.table,
+                partition: d.partition.to_string(),
+                generation: d.generation,
+            })
+            .collect(),
+        pending_dead_letters: stage.dead_letters(usize::MAX)?.len(),
+        last_writes: Vec::new(),
+        target_error: None,
+    };
+    match target::connect(dsn).await {
+        Ok(client) => match target::recent_writes(&client, last_writes).await {
+            Ok(rows) => status.last_writes = rows,
+            Err(e) => status.target_error = Some(error_chain(&e)),
+        },
+        Err(e) => status.target_error = Some(error_chain(&e)),
+    }
+    Ok(status)
+}
+
+/// An error and its causes on one line, `a: b: c`.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}

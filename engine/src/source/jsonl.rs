@@ -1,0 +1,664 @@
+//! Debezium-envelope JSON lines, from a file or stdin.
+//!
+//! One envelope per line: `op` (`c`, `u`, `d`, `r`), `before`, `after`, `source` (with
+//! `schema` and `table`, optional `txId`, `lsn`, `ts_ms`) and `ts_ms`. An envelope
+//! wrapped as `{"schema": …, "payload": {…}}` (Debezium's JSON converter with schemas
+//! on) is unwrapped. Consecutive lines sharing a `txId` form one transaction; a line
+//! without `txId` is a transaction of its own; the end of the input ends a transaction.
+//! Blank lines are not records and are passed over.
+//!
+//! The source position is the byte offset just past a transaction's last line. On
+//! restart the first `position` bytes are passed over without being parsed: a file is
+//! seeked, stdin is read and discarded (pipe the same feed again to resume).
+//!
+//! A line that cannot be decoded (not UTF-8, not JSON, unknown op, unknown table or
+//! column, a value of the wrong type, a missing key, a rejected NULL partition key) is
+//! a bad record: with `on_bad_record = "fail"` the source stops there and nothing from
+//! that line's transaction on is delivered; with `"dead-letter"` the record travels
+//! with its transaction to `weir.dead_letter`. Parsing never panics.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Map, Value as Json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncSeekExt, BufReader};
+
+use super::{
+    BadRecord, ChangeSource, Checkpoint, Op, Row, SourceError, SourceEvent, Transaction,
+    keyed_changes,
+};
+use crate::config::{OnBadRecord, TableConfig, TableName};
+use crate::value::Value;
+
+/// Longest line accepted. Bounds the memory one record can take; a longer line is a
+/// bad record, read and kept in bounded pieces only up to this size.
+pub const LINE_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// How long a tailed file is left alone after reaching its end before it is read again.
+const FOLLOW_POLL_MS: u64 = 200;
+
+/// A transaction's identity in the feed.
+type TxId = Option<String>;
+
+/// A JSON-lines change feed.
+pub struct JsonlSource {
+    feed: String,
+    reader: BufReader<Box<dyn AsyncRead + Unpin + Send>>,
+    /// Keep reading a file past its end (`weir run` without `--once`).
+    follow: bool,
+    tables: Vec<TableConfig>,
+    on_bad_record: OnBadRecord,
+    /// Byte offset of the next unread byte.
+    offset: u64,
+    /// Lines read so far (the next line is `line + 1`).
+    line: u64,
+    /// A line read up to the end of input without its newline yet.
+    partial: Vec<u8>,
+    pending: Option<(TxId, Transaction)>,
+    ready: VecDeque<Result<Transaction, SourceError>>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for JsonlSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonlSource")
+            .field("feed", &self.feed)
+            .field("offset", &self.offset)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JsonlSource {
+    /// Opens the feed (`None`: stdin) and positions it just past `checkpoint`.
+    pub async fn open(
+        path: Option<PathBuf>,
+        follow: bool,
+        tables: Vec<TableConfig>,
+        on_bad_record: OnBadRecord,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<JsonlSource, SourceError> {
+        let checkpoint = checkpoint.unwrap_or_default();
+        let (feed, reader): (String, Box<dyn AsyncRead + Unpin + Send>) = match &path {
+            Some(p) => {
+                let feed = p.display().to_string();
+                let io = |source| SourceError::Io {
+                    feed: feed.clone(),
+                    source,
+                };
+                let mut file = tokio::fs::File::open(p).await.map_err(io)?;
+                let len = file.metadata().await.map_err(io)?.len();
+                if len < checkpoint.position {
+                    return Err(SourceError::Truncated {
+                        feed,
+                        len,
+                        position: checkpoint.position,
+                    });
+                }
+                file.seek(std::io::SeekFrom::Start(checkpoint.position))
+                    .await
+                    .map_err(io)?;
+                (feed, Box::new(file))
+            }
+            None => {
+                let mut stdin = tokio::io::stdin();
+                let skipped = tokio::io::copy(
+                    &mut (&mut stdin).take(checkpoint.position),
+                    &mut tokio::io::sink(),
+                )
+                .await
+                .map_err(|source| SourceError::Io {
+                    feed: "stdin".into(),
+                    source,
+                })?;
+                if skipped < checkpoint.position {
+                    return Err(SourceError::Truncated {
+                        feed: "stdin".into(),
+                        len: skipped,
+                        position: checkpoint.position,
+                    });
+                }
+                ("stdin".to_owned(), Box::new(stdin))
+            }
+        };
+        Ok(JsonlSource {
+            feed,
+            reader: BufReader::with_capacity(256 * 1024, reader),
+            follow: follow && path.is_some(),
+            tables,
+            on_bad_record,
+            offset: checkpoint.position,
+            line: checkpoint.cursor,
+            partial: Vec::new(),
+            pending: None,
+            ready: VecDeque::new(),
+            ended: false,
+        })
+    }
+
+    /// Reads up to the end of one line into `self.partial`. Returns whether a whole
+    /// line is there (`false`: the input ended first), and how many bytes of an
+    /// over-long line were read past the kept prefix and dropped.
+    async fn read_line(&mut self) -> Result<(bool, u64), SourceError> {
+        let io = |source| SourceError::Io {
+            feed: self.feed.clone(),
+            source,
+        };
+        let budget = (LINE_BYTES_MAX + 1).saturating_sub(self.partial.len()) as u64;
+        (&mut self.reader)
+            .take(budget)
+            .read_until(b'\n', &mut self.partial)
+            .await
+            .map_err(io)?;
+        if self.partial.ends_with(b"\n") {
+            return Ok((true, 0));
+        }
+        if self.partial.len() > LINE_BYTES_MAX {
+            // Too long to keep: drop the rest of the line, in bounded pieces.
+            let mut dropped = 0u64;
+            let mut chunk = Vec::with_capacity(64 * 1024);
+            loop {
+                chunk.clear();
+                let n = (&mut self.reader)
+                    .take(64 * 1024)
+                    .read_until(b'\n', &mut chunk)
+                    .await
+                    .map_err(io)?;
+                dropped += n as u64;
+                if n == 0 || chunk.ends_with(b"\n") {
+                    return Ok((true, dropped));
+                }
+            }
+        }
+        // The input ended. A tailed file may still be growing: keep the partial line for
+        // the next read. Otherwise a last line without a newline is a whole line.
+        Ok((!self.follow && !self.partial.is_empty(), 0))
+    }
+
+    fn handle_line(&mut self, raw: Vec<u8>, start: u64) {
+        let line_no = self.line;
+        let end = self.offset;
+        let body = raw.strip_suffix(b"\n").unwrap_or(&raw);
+        let body = body.strip_suffix(b"\r").unwrap_or(body);
+        if body.iter().all(u8::is_ascii_whitespace) && raw.len() <= LINE_BYTES_MAX {
+            return;
+        }
+        let decoded = if raw.len() > LINE_BYTES_MAX {
+            Err(Decoded::unknown(format!(
+                "line is longer than {LINE_BYTES_MAX} bytes"
+            )))
+        } else {
+            self.decode(body, end)
+        };
+        match decoded {
+            Ok(line) => {
+                self.start_or_join(&line.tx_id);
+                if let Some((_, txn)) = self.pending.as_mut() {
+                    txn.changes.extend(line.changes);
+                    txn.end = end;
+                    txn.cursor = line_no;
+                }
+                if line.tx_id.is_none() {
+                    self.close_pending();
+                }
+            }
+            Err(bad) => match self.on_bad_record {
+                OnBadRecord::Fail => {
+                    // The pending transaction is whole if the bad line belongs to another
+                    // one; if that cannot be told, it may be incomplete: drop it, so
+                    // nothing from it on is staged or acknowledged.
+                    let pending_is_whole = bad.tx_known
+                        && (bad.tx_id.is_none()
+                            || self
+                                .pending
+                                .as_ref()
+                                .is_some_and(|(tx, _)| *tx != bad.tx_id));
+                    if pending_is_whole {
+                        self.close_pending();
+                    } else {
+                        self.pending = None;
+                    }
+                    self.ready.push_back(Err(SourceError::BadRecord {
+                        feed: self.feed.clone(),
+                        line: line_no,
+                        reason: bad.reason,
+                    }));
+                    self.ended = true;
+                }
+                OnBadRecord::DeadLetter => {
+                    let record = BadRecord {
+                        position: start,
+                        line: Some(line_no),
+                        table: bad.table,
+                        reason: bad.reason,
+                        raw,
+                    };
+                    tracing::warn!(feed = %self.feed, line = line_no, reason = %record.reason, "bad record sent to the dead-letter table");
+                    match (bad.tx_known, bad.tx_id) {
+                        (true, tx) => self.start_or_join(&tx),
+                        (false, _) if self.pending.is_none() => self.start_or_join(&None),
+                        (false, _) => {}
+                    }
+                    let standalone = self.pending.as_ref().is_some_and(|(tx, _)| tx.is_none());
+                    if let Some((_, txn)) = self.pending.as_mut() {
+                        txn.bad_records.push(record);
+                        txn.end = end;
+                        txn.cursor = line_no;
+                    }
+                    if standalone {
+                        self.close_pending();
+                    }
+                }
+            },
+        }
+    }
+
+    /// Makes the pending transaction the one of `tx_id`, closing another one.
+    fn start_or_join(&mut self, tx_id: &TxId) {
+        let joins =
+            matches!(&self.pending, Some((pending, _)) if pending.is_some() && pending == tx_id);
+        if !joins {
+            self.close_pending();
+            self.pending = Some((tx_id.clone(), Transaction::default()));
+        }
+    }
+
+    fn close_pending(&mut self) {
+        if let Some((_, txn)) = self.pending.take() {
+            self.ready.push_back(Ok(txn));
+        }
+    }
+
+    fn decode(&self, body: &[u8], end: u64) -> Result<DecodedLine, Decoded> {
+        let text = std::str::from_utf8(body).map_err(|e| {
+            Decoded::unknown(format!(
+                "line is not valid UTF-8 (invalid byte at column {})",
+                e.valid_up_to() + 1
+            ))
+        })?;
+        let json: Json = serde_json::from_str(text)
+            .map_err(|e| Decoded::unknown(format!("malformed JSON ({e})")))?;
+        let Json::Object(mut envelope) = json else {
+            return Err(Decoded::unknown(
+                "a line must be a JSON object (a Debezium envelope)".into(),
+            ));
+        };
+        if envelope.contains_key("schema")
+            && let Some(Json::Object(payload)) = envelope.remove("payload")
+        {
+            envelope = payload;
+        }
+        let source = match envelope.get("source") {
+            Some(Json::Object(s)) => s,
+            _ => {
+                return Err(Decoded::unknown(
+                    "missing `source` object (with `schema` and `table`)".into(),
+                ));
+            }
+        };
+        let tx_id = match source.get("txId") {
+            None | Some(Json::Null) => None,
+            Some(Json::String(s)) => Some(s.clone()),
+            Some(Json::Number(n)) => Some(n.to_string()),
+            Some(_) => {
+                return Err(Decoded::unknown(
+                    "`source.txId` must be a number or a string".into(),
+                ));
+            }
+        };
+        let field = |name: &str| match source.get(name) {
+            Some(Json::String(s)) if !s.is_empty() => Ok(s.clone()),
+            _ => Err(Decoded::bad(
+                tx_id.clone(),
+                None,
+                format!("missing `source.{name}`"),
+            )),
+        };
+        let table_name = TableName {
+            schema: field("schema")?,
+            name: field("table")?,
+        };
+        let qualified = table_name.to_string();
+        let bad = |reason: String| Decoded::bad(tx_id.clone(), Some(qualified.clone()), reason);
+        let op = match envelope.get("op") {
+            Some(Json::String(op)) => match op.as_str() {
+                "c" => Op::Insert,
+                "u" => Op::Update,
+                "d" => Op::Delete,
+                "r" => Op::Read,
+                other => return Err(bad(format!("unknown op `{other}`: expected c, u, d or r"))),
+            },
+            Some(_) => return Err(bad("`op` must be a string".into())),
+            None => return Err(bad("missing field `op`".into())),
+        };
+        let table = self.tables.iter().find(|t| t.source == table_name).ok_or_else(|| {
+            bad(format!("table `{qualified}` is not configured: add a [[table]] with source = \"{qualified}\""))
+        })?;
+        let ts_ms = [source.get("ts_ms"), envelope.get("ts_ms")]
+            .into_iter()
+            .flatten()
+            .find_map(Json::as_i64);
+        let before = image(table, envelope.get("before"), "before").map_err(&bad)?;
+        let after = image(table, envelope.get("after"), "after").map_err(&bad)?;
+        let changes = keyed_changes(
+            table,
+            op,
+            before,
+            after,
+            end,
+            ts_ms.and_then(|ms| ms.checked_mul(1000)),
+        )
+        .map_err(&bad)?;
+        Ok(DecodedLine { tx_id, changes })
+    }
+}
+
+struct DecodedLine {
+    tx_id: TxId,
+    changes: Vec<crate::stage::StageChange>,
+}
+
+/// Why a line is bad, with what could be read of it.
+struct Decoded {
+    /// Whether the line's transaction could be read (`tx_id` is meaningful).
+    tx_known: bool,
+    tx_id: TxId,
+    table: Option<String>,
+    reason: String,
+}
+
+impl Decoded {
+    /// A line whose transaction is known.
+    fn bad(tx_id: TxId, table: Option<String>, reason: String) -> Decoded {
+        Decoded {
+            tx_known: true,
+            tx_id,
+            table,
+            reason,
+        }
+    }
+
+    /// A line too broken to say which transaction it belongs to.
+    fn unknown(reason: String) -> Decoded {
+        Decoded {
+            tx_known: false,
+            tx_id: None,
+            table: None,
+            reason,
+        }
+    }
+}
+
+/// Converts a before/after object into a row of the table's declared columns.
+fn image(table: &TableConfig, json: Option<&Json>, which: &str) -> Result<Option<Row>, String> {
+    let object: &Map<String, Json> = match json {
+        None | Some(Json::Null) => return Ok(None),
+        Some(Json::Object(o)) => o,
+        Some(_) => return Err(format!("`{which}` must be an object or null")),
+    };
+    if let Some(unknown) = object.keys().find(|k| table.column(k).is_none()) {
+        return Err(format!(
+            "column `{unknown}` in `{which}` is not declared in the columns of {}",
+            table.source
+        ));
+    }
+    let mut row = Vec::with_capacity(table.columns.len());
+    for column in &table.columns {
+        // An absent column stays absent (the key and partition checks name it); the
+        // transform reads it as NULL.
+        let Some(json) = object.get(&column.name) else {
+            continue;
+        };
+        let value = Value::from_json(column.ty, json).map_err(|e| {
+            format!(
+                "column `{}` ({}) in `{which}`: {e}",
+                column.name, column.declared
+            )
+        })?;
+        row.push((column.name.clone(), value));
+    }
+    Ok(Some(row))
+}
+
+impl ChangeSource for JsonlSource {
+    async fn next(&mut self) -> Result<SourceEvent, SourceError> {
+        loop {
+            if let Some(item) = self.ready.pop_front() {
+                return item.map(SourceEvent::Transaction);
+            }
+            if self.ended {
+                return Ok(SourceEvent::End);
+            }
+            let start = self.offset - self.partial.len() as u64;
+            let before = self.partial.len();
+            let (complete, dropped) = self.read_line().await?;
+            self.offset += (self.partial.len() - before) as u64 + dropped;
+            if complete {
+                self.line += 1;
+                let raw = std::mem::take(&mut self.partial);
+                self.handle_line(raw, start);
+                continue;
+            }
+            // End of the input for now: it ends the pending transaction.
+            self.close_pending();
+            if !self.ready.is_empty() {
+                continue;
+            }
+            if self.follow {
+                tokio::time::sleep(Duration::from_millis(FOLLOW_POLL_MS)).await;
+                return Ok(SourceEvent::Idle);
+            }
+            self.ended = true;
+        }
+    }
+
+    async fn acknowledge(&mut self, _checkpoint: Checkpoint) -> Result<(), SourceError> {
+        // A file or pipe holds nothing for us: the stage's position is the record of
+        // how far the feed is consumed.
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::stage::StageChange;
+    use std::io::Write;
+
+    const CONFIG: &str = r#"
+[source]
+kind = "jsonl"
+path = "feed.jsonl"
+[stage]
+path = "stage"
+[target]
+kind = "postgres"
+dsn_env = "X"
+[[table]]
+source = "public.orders"
+target = "public.t"
+key = ["id"]
+partition_by = "day"
+grain = "day"
+columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
+"#;
+
+    async fn run(lines: &str, mode: OnBadRecord) -> Vec<Result<Transaction, String>> {
+        let mut file = tempfile::NamedTempFile::new().expect("tempfile");
+        file.write_all(lines.as_bytes()).expect("write");
+        let config = Config::parse(CONFIG, std::path::Path::new("weir.toml")).expect("config");
+        let mut source = JsonlSource::open(
+            Some(file.path().to_owned()),
+            false,
+            config.tables,
+            mode,
+            None,
+        )
+        .await
+        .expect("open");
+        let mut out = Vec::new();
+        loop {
+            match source.next().await {
+                Ok(SourceEvent::Transaction(t)) => out.push(Ok(t)),
+                Ok(SourceEvent::End) => break,
+                Ok(SourceEvent::Idle) => panic!("idle without follow"),
+                Err(e) => {
+                    out.push(Err(e.to_string()));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn line(op: &str, tx: Option<u64>, id: i64, day: &str) -> String {
+        let tx = tx.map(|t| format!(",\"txId\":{t}")).unwrap_or_default();
+        let image = format!("{{\"id\":{id},\"day\":\"{day}\",\"amount\":\"1.50\"}}");
+        let (before, after) = if op == "d" {
+            (image, "null".to_owned())
+        } else {
+            ("null".to_owned(), image)
+        };
+        format!(
+            "{{\"op\":\"{op}\",\"before\":{before},\"after\":{after},\"source\":{{\"schema\":\"public\",\"table\":\"orders\"{tx}}},\"ts_ms\":1}}\n"
+        )
+    }
+
+    #[tokio::test]
+    async fn lines_sharing_a_tx_id_form_one_transaction() {
+        let feed = [
+            line("c", Some(1), 1, "2026-03-01"),
+            line("c", Some(1), 2, "2026-03-01"),
+            line("u", None, 1, "2026-03-02"),
+            line("d", Some(2), 2, "2026-03-01"),
+        ]
+        .concat();
+        let txns: Vec<Transaction> = run(&feed, OnBadRecord::Fail)
+            .await
+            .into_iter()
+            .map(|t| t.expect("good"))
+            .collect();
+        assert_eq!(
+            txns.iter().map(|t| t.changes.len()).collect::<Vec<_>>(),
+            [2, 1, 1]
+        );
+        assert_eq!(txns.last().map(|t| t.end), Some(feed.len() as u64));
+        assert_eq!(txns.iter().map(|t| t.cursor).collect::<Vec<_>>(), [2, 3, 4]);
+        assert!(matches!(txns[2].changes[0], StageChange::Delete { .. }));
+    }
+
+    #[tokio::test]
+    async fn bad_lines_stop_the_feed_or_go_to_the_dead_letter_table() {
+        let cases = [
+            ("{not json\n", "malformed JSON"),
+            (
+                "{\"op\":\"x\",\"source\":{\"schema\":\"public\",\"table\":\"orders\"}}\n",
+                "unknown op `x`",
+            ),
+            (
+                "{\"op\":\"c\",\"after\":{\"day\":\"2026-03-01\"},\"source\":{\"schema\":\"public\",\"table\":\"orders\"}}\n",
+                "missing key column `id`",
+            ),
+            (
+                "{\"op\":\"c\",\"after\":{\"id\":1,\"day\":\"2026-03-01\"},\"source\":{\"schema\":\"public\",\"table\":\"nope\"}}\n",
+                "table `public.nope` is not configured",
+            ),
+            (
+                "{\"op\":\"c\",\"after\":{\"id\":\"x\",\"day\":\"2026-03-01\"},\"source\":{\"schema\":\"public\",\"table\":\"orders\"}}\n",
+                "column `id` (bigint) in `after`: expected an integer",
+            ),
+            ("\u{0}\u{1}[]\n", "malformed JSON"),
+        ];
+        for (bad, want) in cases {
+            let feed = format!(
+                "{}{bad}{}",
+                line("c", Some(1), 1, "2026-03-01"),
+                line("c", None, 2, "2026-03-02")
+            );
+            let out = run(&feed, OnBadRecord::Fail).await;
+            // The transaction before the bad line (txId 1) is delivered whole only if the
+            // bad line could be told to belong to another transaction.
+            let tx_readable = !want.starts_with("malformed");
+            assert_eq!(out.len(), if tx_readable { 2 } else { 1 }, "{want}");
+            let err = out.last().expect("an error").as_ref().expect_err("stops");
+            assert!(
+                err.contains(":2: ") && err.contains(want),
+                "want `{want}` in {err}"
+            );
+            let out = run(&feed, OnBadRecord::DeadLetter).await;
+            let txns: Vec<_> = out.into_iter().map(|t| t.expect("dead-lettered")).collect();
+            let records: Vec<_> = txns.iter().flat_map(|t| t.bad_records.clone()).collect();
+            assert_eq!(records.len(), 1, "{want}");
+            assert_eq!(records[0].raw, bad.as_bytes());
+            assert!(records[0].reason.contains(want), "{}", records[0].reason);
+            assert_eq!(txns.iter().map(|t| t.changes.len()).sum::<usize>(), 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn invalid_utf8_is_a_bad_record_not_a_panic() {
+        let mut file = tempfile::NamedTempFile::new().expect("tempfile");
+        file.write_all(b"{\"op\":\"c\",\xff}\n").expect("write");
+        let config = Config::parse(CONFIG, std::path::Path::new("weir.toml")).expect("config");
+        let mut source = JsonlSource::open(
+            Some(file.path().to_owned()),
+            false,
+            config.tables,
+            OnBadRecord::Fail,
+            None,
+        )
+        .await
+        .expect("open");
+        let err = source.next().await.expect_err("bad utf-8");
+        assert!(
+            err.to_string().contains(":1: line is not valid UTF-8"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_resumed_feed_starts_after_the_checkpoint() {
+        let feed = [
+            line("c", None, 1, "2026-03-01"),
+            line("c", None, 2, "2026-03-01"),
+        ]
+        .concat();
+        let mut file = tempfile::NamedTempFile::new().expect("tempfile");
+        file.write_all(feed.as_bytes()).expect("write");
+        let config = Config::parse(CONFIG, std::path::Path::new("weir.toml")).expect("config");
+        let first_end = line("c", None, 1, "2026-03-01").len() as u64;
+        let checkpoint = Checkpoint {
+            position: first_end,
+            cursor: 1,
+        };
+        let mut source = JsonlSource::open(
+            Some(file.path().to_owned()),
+            false,
+            config.tables.clone(),
+            OnBadRecord::Fail,
+            Some(checkpoint),
+        )
+        .await
+        .expect("open");
+        let Ok(SourceEvent::Transaction(t)) = source.next().await else {
+            panic!("one transaction")
+        };
+        assert_eq!((t.end, t.cursor), (feed.len() as u64, 2));
+        assert!(matches!(source.next().await, Ok(SourceEvent::End)));
+        let beyond = Checkpoint {
+            position: feed.len() as u64 + 1,
+            cursor: 9,
+        };
+        let err = JsonlSource::open(
+            Some(file.path().to_owned()),
+            false,
+            config.tables,
+            OnBadRecord::Fail,
+            Some(beyond),
+        )
+        .await
+        .expect_err("truncated");
+        assert!(err.to_string().contains("truncated or replaced"), "{err}");
+    }
+}

@@ -1,0 +1,831 @@
+//! The stage: the durable, embedded copy of a feed that cannot be rewound.
+//!
+//! RocksDB column families (brief §2):
+//!
+//! | family        | key                                   | value                          |
+//! |---------------|---------------------------------------|--------------------------------|
+//! | `rows`        | table, partition, key                 | current row image + metadata   |
+//! | `keys`        | table, key                            | partition the key is in        |
+//! | `generations` | table, partition                      | generation of its last change  |
+//! | `dirty`       | table, partition                      | generation not yet written     |
+//! | `position`    | `checkpoint`                          | source position and cursor     |
+//! | `dead_letter` | source position of the record         | the bad record, until written  |
+//! | `meta`        | `format_version`, `source_id`, `generation` | stage metadata           |
+//!
+//! **Architecture Invariant**: a batch of transactions is applied in one synced
+//! `WriteBatch` together with the new position, so the rows, the dirty marks and the
+//! position never disagree, and a transaction is visible all or nothing. A transaction
+//! at or below the stored position is skipped whole; the position never moves back.
+//!
+//! **Architecture Invariant**: generations come from one counter that only grows, so a
+//! dirty mark cleared and set again never repeats a generation, and compare-and-clear
+//! ([`Stage::clear_dirty`]) cannot clear a mark set after the job read its rows.
+//!
+//! The stage knows nothing about PostgreSQL or plugins: rows are opaque images.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rocksdb::{
+    ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
+    WriteOptions,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::partition::Partition;
+use crate::source::{BadRecord, Checkpoint, Op, Row, Transaction};
+use crate::value::Value;
+
+/// The stage format this build writes. Bump it, with an upgrade step in
+/// [`Stage::open`], whenever a key or value layout changes.
+pub const FORMAT_VERSION: u32 = 1;
+
+const CF_ROWS: &str = "rows";
+const CF_KEYS: &str = "keys";
+const CF_GENERATIONS: &str = "generations";
+const CF_DIRTY: &str = "dirty";
+const CF_POSITION: &str = "position";
+const CF_DEAD_LETTER: &str = "dead_letter";
+const CF_META: &str = "meta";
+const COLUMN_FAMILIES: [&str; 7] = [
+    CF_ROWS,
+    CF_KEYS,
+    CF_GENERATIONS,
+    CF_DIRTY,
+    CF_POSITION,
+    CF_DEAD_LETTER,
+    CF_META,
+];
+
+const META_FORMAT_VERSION: &[u8] = b"format_version";
+const META_SOURCE_ID: &[u8] = b"source_id";
+const META_GENERATION: &[u8] = b"generation";
+const POSITION_KEY: &[u8] = b"checkpoint";
+
+/// One staged row: the current image of a key, with where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StagedRow {
+    /// Source position of the transaction that wrote this image.
+    pub commit_position: u64,
+    /// Commit time of that transaction, microseconds since the epoch, if the feed said.
+    pub commit_time_us: Option<i64>,
+    pub op: Op,
+    pub values: Row,
+}
+
+/// One change to apply to the stage.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StageChange {
+    /// Set the row of `key` (moving it out of its old partition if it was elsewhere).
+    Upsert {
+        table: String,
+        key: Vec<u8>,
+        partition: Partition,
+        row: StagedRow,
+    },
+    /// Remove the row of `key`, wherever it is.
+    Delete { table: String, key: Vec<u8> },
+}
+
+/// A partition with unwritten changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirtyPartition {
+    pub table: String,
+    pub partition: Partition,
+    pub generation: u64,
+}
+
+/// A partition's rows as of one consistent snapshot.
+#[derive(Debug, Clone)]
+pub struct PartitionRows {
+    /// The generation of the partition's last change (0: never changed).
+    pub generation: u64,
+    /// The dirty generation seen in the same snapshot (`None`: not dirty).
+    pub dirty: Option<u64>,
+    /// The stage position in the same snapshot.
+    pub checkpoint: Checkpoint,
+    /// Rows in key order (deterministic).
+    pub rows: Vec<StagedRow>,
+}
+
+/// What [`Stage::apply`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyOutcome {
+    pub transactions: usize,
+    pub changes: usize,
+    /// Transactions at or below the stored position, skipped whole.
+    pub skipped: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error("cannot open the stage at {}: {hint}", path.display())]
+    Open {
+        path: PathBuf,
+        hint: &'static str,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error("stage operation failed ({what})")]
+    Db {
+        what: &'static str,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error("the stage at {} has format version {found}, newer than this build's {FORMAT_VERSION}: run a newer weir", path.display())]
+    NewerFormat { path: PathBuf, found: u32 },
+    #[error("the stage at {} was filled from `{staged}`, but the config reads `{configured}`: a stage belongs to one feed; use a new stage path for a new feed", path.display())]
+    SourceMismatch {
+        path: PathBuf,
+        staged: String,
+        configured: String,
+    },
+    #[error("the stage at {} does not exist: run `weir init` first", path.display())]
+    Missing { path: PathBuf },
+    #[error(
+        "stage record is corrupt ({what}): run `weir checkpoint check`; restore the stage from an export or rebuild it from the feed"
+    )]
+    Corrupt { what: String },
+    #[error("a key value of this kind cannot be a key: {0}")]
+    UnkeyableValue(&'static str),
+}
+
+fn db_err(what: &'static str) -> impl FnOnce(rocksdb::Error) -> StageError {
+    move |source| StageError::Db { what, source }
+}
+
+fn corrupt(what: impl Into<String>) -> StageError {
+    StageError::Corrupt { what: what.into() }
+}
+
+/// The staged copy of a feed. One process opens it read-write (RocksDB's lock file
+/// enforces that); any number may open it read-only.
+pub struct Stage {
+    db: DB,
+    path: PathBuf,
+    /// Serializes writers within the process so compare-and-clear is atomic with
+    /// respect to staging.
+    write_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stage")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn db_options() -> Options {
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    opts.set_paranoid_checks(true);
+    // Every write the source is acknowledged for is synced first, so only the tail
+    // record of an unacknowledged write can be torn by a crash: tolerate exactly that,
+    // and fail loudly on corruption anywhere else.
+    opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords);
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    opts
+}
+
+fn cf_descriptors() -> Vec<ColumnFamilyDescriptor> {
+    COLUMN_FAMILIES
+        .iter()
+        .map(|name| ColumnFamilyDescriptor::new(*name, db_options()))
+        .collect()
+}
+
+impl Stage {
+    /// Opens (creating if missing) the stage for the feed `source_id`.
+    pub fn open(path: &Path, source_id: &str) -> Result<Stage, StageError> {
+        let opts = db_options();
+        let db = DB::open_cf_descriptors(&opts, path, cf_descriptors()).map_err(|source| {
+            StageError::Open {
+                path: path.to_owned(),
+                hint: "is another `weir run` using it? Only one process may write a stage",
+                source,
+            }
+        })?;
+        let stage = Stage {
+            db,
+            path: path.to_owned(),
+            write_lock: Mutex::new(()),
+        };
+        stage.check_format(true)?;
+        match stage.meta(META_SOURCE_ID)? {
+            None => stage.put_meta(META_SOURCE_ID, source_id.as_bytes())?,
+            Some(staged) if staged == source_id.as_bytes() => {}
+            Some(staged) => {
+                return Err(StageError::SourceMismatch {
+                    path: path.to_owned(),
+                    staged: String::from_utf8_lossy(&staged).into_owned(),
+                    configured: source_id.to_owned(),
+                });
+            }
+        }
+        Ok(stage)
+    }
+
+    /// Opens an existing stage read-only; works while another process writes it (it
+    /// sees the state as of opening).
+    pub fn open_read_only(path: &Path) -> Result<Stage, StageError> {
+        if !path.join("CURRENT").exists() {
+            return Err(StageError::Missing {
+                path: path.to_owned(),
+            });
+        }
+        let db = DB::open_cf_descriptors_read_only(&db_options(), path, cf_descriptors(), false)
+            .map_err(|source| StageError::Open {
+                path: path.to_owned(),
+                hint: "is it a weir stage?",
+                source,
+            })?;
+        let stage = Stage {
+            db,
+            path: path.to_owned(),
+            write_lock: Mutex::new(()),
+        };
+        stage.check_format(false)?;
+        Ok(stage)
+    }
+
+    fn check_format(&self, writable: bool) -> Result<(), StageError> {
+        match self.meta(META_FORMAT_VERSION)? {
+            None if writable => self.put_meta(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes()),
+            None => Err(corrupt("no format version record")),
+            Some(bytes) => {
+                let found = u32::from_be_bytes(
+                    bytes
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| corrupt("format version record"))?,
+                );
+                if found > FORMAT_VERSION {
+                    return Err(StageError::NewerFormat {
+                        path: self.path.clone(),
+                        found,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn cf(&self, name: &'static str) -> &rocksdb::ColumnFamily {
+        // Every family in COLUMN_FAMILIES is created at open.
+        #[allow(clippy::expect_used)]
+        self.db
+            .cf_handle(name)
+            .expect("column family created at open")
+    }
+
+    fn meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StageError> {
+        self.db
+            .get_cf(self.cf(CF_META), key)
+            .map_err(db_err("read meta"))
+    }
+
+    fn put_meta(&self, key: &[u8], value: &[u8]) -> Result<(), StageError> {
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db
+            .put_cf_opt(self.cf(CF_META), key, value, &opts)
+            .map_err(db_err("write meta"))
+    }
+
+    /// The feed this stage was filled from.
+    pub fn source_id(&self) -> Result<Option<String>, StageError> {
+        Ok(self
+            .meta(META_SOURCE_ID)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// The position of the last staged transaction (`None`: nothing staged yet).
+    pub fn checkpoint(&self) -> Result<Option<Checkpoint>, StageError> {
+        let bytes = self
+            .db
+            .get_cf(self.cf(CF_POSITION), POSITION_KEY)
+            .map_err(db_err("read position"))?;
+        bytes
+            .map(|b| postcard::from_bytes(&b).map_err(|_| corrupt("position record")))
+            .transpose()
+    }
+
+    fn generation(&self) -> Result<u64, StageError> {
+        match self.meta(META_GENERATION)? {
+            None => Ok(0),
+            Some(b) => Ok(u64::from_be_bytes(
+                b.as_slice()
+                    .try_into()
+                    .map_err(|_| corrupt("generation record"))?,
+            )),
+        }
+    }
+
+    /// Applies transactions in order, in one synced write with the position of the last
+    /// one. Transactions at or below the stored position are skipped whole.
+    pub fn apply(&self, transactions: &[Transaction]) -> Result<ApplyOutcome, StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let position = self.checkpoint()?;
+        let mut generation = self.generation()?;
+        let mut outcome = ApplyOutcome::default();
+        let mut batch = WriteBatch::default();
+        // Keys touched earlier in this batch: later changes must see them.
+        let mut keys_overlay: HashMap<(String, Vec<u8>), Option<Partition>> = HashMap::new();
+        let mut dirty: BTreeMap<(String, Partition), u64> = BTreeMap::new();
+        let mut last: Option<Checkpoint> = None;
+        for txn in transactions {
+            let floor = last.or(position).map(|c| c.position);
+            if floor.is_some_and(|p| txn.end <= p) {
+                outcome.skipped += 1;
+                continue;
+            }
+            generation += 1;
+            for change in &txn.changes {
+                match change {
+                    StageChange::Upsert {
+                        table,
+                        key,
+                        partition,
+                        row,
+                    } => {
+                        let old = self.current_partition(&keys_overlay, table, key)?;
+                        if let Some(old) = old.filter(|old| old != partition) {
+                            batch.delete_cf(self.cf(CF_ROWS), row_key(table, &old, key));
+                            dirty.insert((table.clone(), old), generation);
+                        }
+                        let value = postcard::to_allocvec(row)
+                            .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
+                        batch.put_cf(self.cf(CF_ROWS), row_key(table, partition, key), value);
+                        batch.put_cf(
+                            self.cf(CF_KEYS),
+                            table_key(table, key),
+                            partition.to_bytes(),
+                        );
+                        keys_overlay.insert((table.clone(), key.clone()), Some(partition.clone()));
+                        dirty.insert((table.clone(), partition.clone()), generation);
+                    }
+                    StageChange::Delete { table, key } => {
+                        if let Some(old) = self.current_partition(&keys_overlay, table, key)? {
+                            batch.delete_cf(self.cf(CF_ROWS), row_key(table, &old, key));
+                            batch.delete_cf(self.cf(CF_KEYS), table_key(table, key));
+                            keys_overlay.insert((table.clone(), key.clone()), None);
+                            dirty.insert((table.clone(), old), generation);
+                        }
+                    }
+                }
+                outcome.changes += 1;
+            }
+            for record in &txn.bad_records {
+                let value = postcard::to_allocvec(record)
+                    .map_err(|e| corrupt(format!("cannot encode record: {e}")))?;
+                batch.put_cf(
+                    self.cf(CF_DEAD_LETTER),
+                    record.position.to_be_bytes(),
+                    value,
+                );
+            }
+            outcome.transactions += 1;
+            last = Some(Checkpoint {
+                position: txn.end,
+                cursor: txn.cursor,
+            });
+        }
+        let Some(last) = last else { return Ok(outcome) };
+        for ((table, partition), generation) in dirty {
+            let key = partition_key(&table, &partition);
+            batch.put_cf(self.cf(CF_GENERATIONS), &key, generation.to_be_bytes());
+            batch.put_cf(self.cf(CF_DIRTY), key, generation.to_be_bytes());
+        }
+        batch.put_cf(self.cf(CF_META), META_GENERATION, generation.to_be_bytes());
+        let encoded = postcard::to_allocvec(&last)
+            .map_err(|e| corrupt(format!("cannot encode position: {e}")))?;
+        batch.put_cf(self.cf(CF_POSITION), POSITION_KEY, encoded);
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db
+            .write_opt(batch, &opts)
+            .map_err(db_err("stage transactions"))?;
+        Ok(outcome)
+    }
+
+    fn current_partition(
+        &self,
+        overlay: &HashMap<(String, Vec<u8>), Option<Partition>>,
+        table: &str,
+        key: &[u8],
+    ) -> Result<Option<Partition>, StageError> {
+        if let Some(p) = overlay.get(&(table.to_owned(), key.to_vec())) {
+            return Ok(p.clone());
+        }
+        let bytes = self
+            .db
+            .get_cf(self.cf(CF_KEYS), table_key(table, key))
+            .map_err(db_err("read keys index"))?;
+        bytes
+            .map(|b| Partition::from_bytes(&b).ok_or_else(|| corrupt("keys index entry")))
+            .transpose()
+    }
+
+    /// Every dirty partition, in (table, partition) order.
+    pub fn dirty_partitions(&self) -> Result<Vec<DirtyPartition>, StageError> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf(CF_DIRTY), IteratorMode::Start) {
+            let (k, v) = item.map_err(db_err("read dirty set"))?;
+            let (table, rest) = split_table(&k).ok_or_else(|| corrupt("dirty key"))?;
+            let partition = split_partition(rest)
+                .filter(|(_, tail)| tail.is_empty())
+                .map(|(p, _)| p)
+                .ok_or_else(|| corrupt("dirty key partition"))?;
+            let generation = u64::from_be_bytes(
+                v.as_ref()
+                    .try_into()
+                    .map_err(|_| corrupt("dirty generation"))?,
+            );
+            out.push(DirtyPartition {
+                table,
+                partition,
+                generation,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads one partition's rows, its dirty generation and the position from one
+    /// snapshot, so staging that continues meanwhile cannot tear the read.
+    pub fn read_partition(
+        &self,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<PartitionRows, StageError> {
+        let snapshot = self.db.snapshot();
+        let read_generation = |cf: &'static str| -> Result<Option<u64>, StageError> {
+            snapshot
+                .get_cf(self.cf(cf), partition_key(table, partition))
+                .map_err(db_err("read generation"))?
+                .map(|v| {
+                    v.as_slice()
+                        .try_into()
+                        .map(u64::from_be_bytes)
+                        .map_err(|_| corrupt("generation record"))
+                })
+                .transpose()
+        };
+        let generation = read_generation(CF_GENERATIONS)?.unwrap_or(0);
+        let dirty = read_generation(CF_DIRTY)?;
+        let checkpoint = snapshot
+            .get_cf(self.cf(CF_POSITION), POSITION_KEY)
+            .map_err(db_err("read position"))?
+            .map(|b| postcard::from_bytes(&b).map_err(|_| corrupt("position record")))
+            .transpose()?
+            .unwrap_or_default();
+        let prefix = partition_key(table, partition);
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&snapshot);
+        opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+        let mut rows = Vec::new();
+        for item in self.db.iterator_cf_opt(
+            self.cf(CF_ROWS),
+            opts,
+            IteratorMode::From(&prefix, Direction::Forward),
+        ) {
+            let (_, v) = item.map_err(db_err("read rows"))?;
+            rows.push(
+                postcard::from_bytes(&v)
+                    .map_err(|_| corrupt(format!("row in {table} partition {partition}")))?,
+            );
+        }
+        Ok(PartitionRows {
+            generation,
+            dirty,
+            checkpoint,
+            rows,
+        })
+    }
+
+    /// Clears the dirty mark of a partition only if it still holds `generation`, the
+    /// one the job read. Returns whether it cleared.
+    pub fn clear_dirty(
+        &self,
+        table: &str,
+        partition: &Partition,
+        generation: u64,
+    ) -> Result<bool, StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let key = partition_key(table, partition);
+        let current = self
+            .db
+            .get_cf(self.cf(CF_DIRTY), &key)
+            .map_err(db_err("read dirty mark"))?;
+        if current.as_deref() != Some(generation.to_be_bytes().as_slice()) {
+            return Ok(false);
+        }
+        self.db
+            .delete_cf(self.cf(CF_DIRTY), &key)
+            .map_err(db_err("clear dirty mark"))?;
+        Ok(true)
+    }
+
+    /// Bad records staged for the dead-letter table, oldest first, at most `limit`.
+    pub fn dead_letters(&self, limit: usize) -> Result<Vec<BadRecord>, StageError> {
+        let mut out = Vec::new();
+        for item in self
+            .db
+            .iterator_cf(self.cf(CF_DEAD_LETTER), IteratorMode::Start)
+            .take(limit)
+        {
+            let (_, v) = item.map_err(db_err("read dead letters"))?;
+            out.push(postcard::from_bytes(&v).map_err(|_| corrupt("dead-letter record"))?);
+        }
+        Ok(out)
+    }
+
+    /// Forgets dead letters once they are committed in the target.
+    pub fn remove_dead_letters(&self, positions: &[u64]) -> Result<(), StageError> {
+        let mut batch = WriteBatch::default();
+        for p in positions {
+            batch.delete_cf(self.cf(CF_DEAD_LETTER), p.to_be_bytes());
+        }
+        self.db.write(batch).map_err(db_err("remove dead letters"))
+    }
+
+    /// Staged rows per table.
+    pub fn row_counts(&self) -> Result<BTreeMap<String, u64>, StageError> {
+        let mut out = BTreeMap::new();
+        for item in self.db.iterator_cf(self.cf(CF_KEYS), IteratorMode::Start) {
+            let (k, _) = item.map_err(db_err("read keys index"))?;
+            let (table, _) = split_table(&k).ok_or_else(|| corrupt("keys index key"))?;
+            *out.entry(table).or_insert(0) += 1;
+        }
+        Ok(out)
+    }
+}
+
+// ---- key layout -------------------------------------------------------------------
+
+fn push_table(out: &mut Vec<u8>, table: &str) {
+    let len = u16::try_from(table.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&table.as_bytes()[..usize::from(len)]);
+}
+
+fn split_table(key: &[u8]) -> Option<(String, &[u8])> {
+    let len = usize::from(u16::from_be_bytes(key.get(..2)?.try_into().ok()?));
+    let name = std::str::from_utf8(key.get(2..2 + len)?).ok()?;
+    Some((name.to_owned(), &key[2 + len..]))
+}
+
+/// Splits `len(partition) | partition | rest`.
+fn split_partition(bytes: &[u8]) -> Option<(Partition, &[u8])> {
+    let len = usize::try_from(u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?)).ok()?;
+    let partition = Partition::from_bytes(bytes.get(4..4 + len)?)?;
+    Some((partition, &bytes[4 + len..]))
+}
+
+fn table_key(table: &str, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + table.len() + key.len());
+    push_table(&mut out, table);
+    out.extend_from_slice(key);
+    out
+}
+
+/// `table | len(partition) | partition`: the dirty key, and the prefix of its rows.
+fn partition_key(table: &str, partition: &Partition) -> Vec<u8> {
+    let p = partition.to_bytes();
+    let mut out = Vec::with_capacity(6 + table.len() + p.len());
+    push_table(&mut out, table);
+    out.extend_from_slice(&u32::try_from(p.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(&p);
+    out
+}
+
+fn row_key(table: &str, partition: &Partition, key: &[u8]) -> Vec<u8> {
+    let mut out = partition_key(table, partition);
+    out.extend_from_slice(key);
+    out
+}
+
+/// Encodes key values as bytes whose order follows the values' order (integers,
+/// dates and timestamps numerically, text bytewise), and no encoding is a prefix of
+/// another: a tuple of keys encodes unambiguously.
+pub fn encode_key(values: &[&Value]) -> Result<Vec<u8>, StageError> {
+    let mut out = Vec::new();
+    for v in values {
+        match v {
+            Value::Bool(b) => out.extend_from_slice(&[0x08, u8::from(*b)]),
+            Value::Int(i) => {
+                out.push(0x10);
+                out.extend_from_slice(&((*i as u64) ^ (1 << 63)).to_be_bytes());
+            }
+            Value::Date(d) => {
+                out.push(0x11);
+                out.extend_from_slice(&((*d as u32) ^ (1 << 31)).to_be_bytes());
+            }
+            Value::Timestamp(t) => {
+                out.push(0x12);
+                out.extend_from_slice(&((*t as u64) ^ (1 << 63)).to_be_bytes());
+            }
+            Value::Text(s) => escaped(&mut out, 0x20, s.as_bytes()),
+            Value::Decimal(s) => escaped(&mut out, 0x21, s.as_bytes()),
+            Value::Null => return Err(StageError::UnkeyableValue("null")),
+            Value::Float(_) => return Err(StageError::UnkeyableValue("float")),
+            Value::Bytes(_) => return Err(StageError::UnkeyableValue("bytes")),
+            Value::Json(_) => return Err(StageError::UnkeyableValue("json")),
+            Value::Unsupported { .. } => {
+                return Err(StageError::UnkeyableValue("unsupported type"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn escaped(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
+    out.push(tag);
+    for &b in bytes {
+        out.push(b);
+        if b == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&[0, 0]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, day: &str, pos: u64) -> StagedRow {
+        StagedRow {
+            commit_position: pos,
+            commit_time_us: None,
+            op: Op::Insert,
+            values: vec![
+                ("id".into(), Value::Int(id)),
+                ("day".into(), Value::Text(day.into())),
+            ],
+        }
+    }
+
+    fn upsert(id: i64, day: &str, pos: u64) -> StageChange {
+        StageChange::Upsert {
+            table: "public.t".into(),
+            key: encode_key(&[&Value::Int(id)]).expect("key"),
+            partition: Partition::Key(day.into()),
+            row: row(id, day, pos),
+        }
+    }
+
+    fn txn(end: u64, changes: Vec<StageChange>) -> Transaction {
+        Transaction {
+            end,
+            cursor: end,
+            changes,
+            bad_records: vec![],
+        }
+    }
+
+    fn p(s: &str) -> Partition {
+        Partition::Key(s.into())
+    }
+
+    #[test]
+    fn a_partition_move_dirties_both_partitions_and_moves_the_row() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage
+            .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+            .expect("apply");
+        let gen1 = stage
+            .read_partition("public.t", &p("d1"))
+            .expect("read")
+            .dirty
+            .expect("dirty");
+        assert!(
+            stage
+                .clear_dirty("public.t", &p("d1"), gen1)
+                .expect("clear")
+        );
+        stage
+            .apply(&[txn(20, vec![upsert(1, "d2", 20)])])
+            .expect("apply");
+        let dirty: Vec<_> = stage
+            .dirty_partitions()
+            .expect("dirty")
+            .into_iter()
+            .map(|d| d.partition)
+            .collect();
+        assert_eq!(dirty, [p("d1"), p("d2")]);
+        assert!(
+            stage
+                .read_partition("public.t", &p("d1"))
+                .expect("read")
+                .rows
+                .is_empty()
+        );
+        assert_eq!(
+            stage
+                .read_partition("public.t", &p("d2"))
+                .expect("read")
+                .rows,
+            [row(1, "d2", 20)]
+        );
+    }
+
+    #[test]
+    fn transactions_at_or_below_the_position_are_skipped_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage
+            .apply(&[
+                txn(10, vec![upsert(1, "d1", 10)]),
+                txn(20, vec![upsert(2, "d1", 20)]),
+            ])
+            .expect("apply");
+        let again = stage
+            .apply(&[
+                txn(20, vec![upsert(3, "d1", 20)]),
+                txn(30, vec![upsert(4, "d1", 30)]),
+            ])
+            .expect("apply");
+        assert_eq!(
+            again,
+            ApplyOutcome {
+                transactions: 1,
+                changes: 1,
+                skipped: 1
+            }
+        );
+        let ids: Vec<_> = stage
+            .read_partition("public.t", &p("d1"))
+            .expect("read")
+            .rows
+            .iter()
+            .map(|r| r.values[0].1.clone())
+            .collect();
+        assert_eq!(ids, [Value::Int(1), Value::Int(2), Value::Int(4)]);
+        assert_eq!(
+            stage.checkpoint().expect("position"),
+            Some(Checkpoint {
+                position: 30,
+                cursor: 30
+            })
+        );
+    }
+
+    #[test]
+    fn a_dirty_mark_set_after_the_read_survives_compare_and_clear() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage
+            .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+            .expect("apply");
+        let read = stage.read_partition("public.t", &p("d1")).expect("read");
+        stage
+            .apply(&[txn(20, vec![upsert(2, "d1", 20)])])
+            .expect("apply");
+        assert!(
+            !stage
+                .clear_dirty("public.t", &p("d1"), read.dirty.expect("dirty"))
+                .expect("clear")
+        );
+        assert_eq!(stage.dirty_partitions().expect("dirty").len(), 1);
+    }
+
+    #[test]
+    fn a_stage_refuses_another_feed_and_a_newer_format() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(Stage::open(dir.path(), "feed-a").expect("open"));
+        let err = Stage::open(dir.path(), "feed-b").expect_err("other feed");
+        assert!(
+            err.to_string().contains("was filled from `feed-a`"),
+            "{err}"
+        );
+        let stage = Stage::open(dir.path(), "feed-a").expect("open");
+        stage
+            .put_meta(META_FORMAT_VERSION, &(FORMAT_VERSION + 1).to_be_bytes())
+            .expect("write");
+        drop(stage);
+        let err = Stage::open(dir.path(), "feed-a").expect_err("newer format");
+        assert!(matches!(err, StageError::NewerFormat { .. }), "{err}");
+    }
+
+    #[test]
+    fn key_encoding_preserves_order_and_is_prefix_free() {
+        let ints =
+            [i64::MIN, -5, 0, 7, i64::MAX].map(|i| encode_key(&[&Value::Int(i)]).expect("key"));
+        assert!(ints.windows(2).all(|w| w[0] < w[1]));
+        let a = encode_key(&[&Value::Text("a".into()), &Value::Text("bc".into())]).expect("key");
+        let b = encode_key(&[&Value::Text("ab".into()), &Value::Text("c".into())]).expect("key");
+        assert_ne!(a, b);
+        let nul = encode_key(&[&Value::Text("a\0".into())]).expect("key");
+        let plain = encode_key(&[&Value::Text("a".into())]).expect("key");
+        assert!(plain < nul);
+        assert!(encode_key(&[&Value::Null]).is_err());
+    }
+}

@@ -1,0 +1,559 @@
+//! The PostgreSQL target: its `weir` schema (lineage and dead letters), the target
+//! tables, and the atomic partition replace.
+//!
+//! **Architecture Invariant**: a partition is written in exactly one target
+//! transaction: advisory lock on (table, partition), DELETE of the partition, binary
+//! COPY of its rows, upsert of its lineage row. Readers see the old partition or the
+//! new one, never a mix, and two writers of one partition (threads or processes)
+//! serialize on the lock.
+//!
+//! **API Boundary**: the target sees rows already in target column order; it knows
+//! nothing of the stage or of sources.
+
+use std::fmt::Write as _;
+
+use futures_util::pin_mut;
+use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
+use sha2::{Digest, Sha256};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::{Client, NoTls};
+
+use crate::config::{Column, Dsn, TableConfig, TableName, quote_ident};
+use crate::partition::{Grain, Partition, PartitionPredicate, predicate};
+use crate::source::BadRecord;
+use crate::value::{ColumnType, EncodeError, Value};
+
+/// DDL of the `weir` schema. Idempotent.
+const WEIR_SCHEMA_SQL: &str = r#"
+CREATE SCHEMA IF NOT EXISTS weir;
+CREATE TABLE IF NOT EXISTS weir.partitions (
+    target_table     text        NOT NULL,
+    partition        text        NOT NULL,
+    source_table     text        NOT NULL,
+    stage_generation bigint      NOT NULL,
+    source_position  bigint      NOT NULL,
+    transform        text        NOT NULL,
+    row_count        bigint      NOT NULL,
+    checksum         text        NOT NULL,
+    written_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (target_table, partition)
+);
+COMMENT ON TABLE weir.partitions IS 'Lineage: one row per written partition, updated in the same transaction as the partition.';
+CREATE TABLE IF NOT EXISTS weir.dead_letter (
+    id              bigserial   PRIMARY KEY,
+    kind            text        NOT NULL,
+    source          text        NOT NULL,
+    source_position bigint      NOT NULL,
+    line            bigint,
+    source_table    text,
+    reason          text        NOT NULL,
+    raw             bytea       NOT NULL,
+    recorded_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE UNIQUE INDEX IF NOT EXISTS dead_letter_bad_record ON weir.dead_letter (source, source_position) WHERE kind = 'bad-record';
+COMMENT ON TABLE weir.dead_letter IS 'Records weir could not process, with the reason and the raw record.';
+"#;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("cannot connect to the target PostgreSQL")]
+    Connect(#[source] tokio_postgres::Error),
+    #[error("target query failed: {what}")]
+    Query {
+        what: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error("target table {table} does not exist: run `weir init` to create it")]
+    MissingTable { table: TableName },
+    #[error("target table {table} does not match the configured columns:\n  {}\nalter the table, or point `target` at a new table and run `weir init`", differences.join("\n  "))]
+    SchemaMismatch {
+        table: TableName,
+        differences: Vec<String>,
+    },
+    #[error("the weir schema is missing in the target: run `weir init`")]
+    MissingWeirSchema,
+    #[error("column `{column}` of {table}, partition {partition}")]
+    Encode {
+        table: TableName,
+        partition: String,
+        column: String,
+        #[source]
+        source: EncodeError,
+    },
+    #[error("partition `{partition}` of {table} has no SQL form for grain {grain}")]
+    BadPartition {
+        table: TableName,
+        partition: String,
+        grain: Grain,
+    },
+}
+
+fn query_err(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> TargetError {
+    let what = what.into();
+    move |source| TargetError::Query { what, source }
+}
+
+/// Connects to the target; the connection's driver runs as a background task.
+pub async fn connect(dsn: &Dsn) -> Result<Client, TargetError> {
+    let (client, connection) = tokio_postgres::connect(dsn.expose(), NoTls)
+        .await
+        .map_err(TargetError::Connect)?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::warn!(%error, "target connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// Creates the `weir` schema and its tables if missing.
+pub async fn ensure_weir_schema(client: &Client) -> Result<(), TargetError> {
+    client
+        .batch_execute(WEIR_SCHEMA_SQL)
+        .await
+        .map_err(query_err("create the weir schema"))
+}
+
+/// A target table as the writer needs it: columns with their PostgreSQL types.
+#[derive(Debug, Clone)]
+pub struct TargetTable {
+    pub name: TableName,
+    pub columns: Vec<(String, Type)>,
+    pub partition_column: String,
+    pub partition_type: ColumnType,
+    pub grain: Grain,
+}
+
+/// Checks the target table of `table` against its declared columns; creates it when
+/// missing if `create`, otherwise refuses. A table whose columns differ is refused
+/// with every difference listed.
+pub async fn prepare_table(
+    client: &mut Client,
+    table: &TableConfig,
+    create: bool,
+) -> Result<TargetTable, TargetError> {
+    let name = &table.target;
+    let exists: Option<String> = client
+        .query_one("SELECT to_regclass($1)::text", &[&name.quoted()])
+        .await
+        .map_err(query_err(format!("look up {name}")))?
+        .get(0);
+    if exists.is_none() {
+        if !create {
+            return Err(TargetError::MissingTable {
+                table: name.clone(),
+            });
+        }
+        let ddl = format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema};\nCREATE TABLE {table} ({cols});\nCREATE INDEX ON {table} ({part});",
+            schema = quote_ident(&name.schema),
+            table = name.quoted(),
+            cols = column_ddl(&table.columns),
+            part = quote_ident(&table.partition_by),
+        );
+        client
+            .batch_execute(&ddl)
+            .await
+            .map_err(query_err(format!("create {name}")))?;
+        tracing::info!(table = %name, "created target table");
+    }
+    let actual = table_columns(client, &name.quoted()).await?;
+    let expected = expected_columns(client, &table.columns).await?;
+    let mut differences = Vec::new();
+    for (col, ty, _) in &expected {
+        match actual.iter().find(|(c, _, _)| c == col) {
+            None => differences.push(format!("column `{col}` ({ty}) is missing")),
+            Some((_, actual_ty, _)) if actual_ty != ty => differences.push(format!(
+                "column `{col}` is {actual_ty}, config declares {ty}"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (col, ty, _) in &actual {
+        if !expected.iter().any(|(c, _, _)| c == col) {
+            differences.push(format!("column `{col}` ({ty}) is not in the config"));
+        }
+    }
+    if !differences.is_empty() {
+        return Err(TargetError::SchemaMismatch {
+            table: name.clone(),
+            differences,
+        });
+    }
+    let columns = expected.into_iter().map(|(c, _, ty)| (c, ty)).collect();
+    Ok(TargetTable {
+        name: name.clone(),
+        columns,
+        partition_column: table.partition_by.clone(),
+        partition_type: table.partition_column().ty,
+        grain: table.grain,
+    })
+}
+
+fn column_ddl(columns: &[Column]) -> String {
+    columns
+        .iter()
+        .map(|c| format!("{} {}", quote_ident(&c.name), c.declared))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Column name, formatted type and type of a relation, in column order.
+async fn table_columns(
+    client: &Client,
+    relation: &str,
+) -> Result<Vec<(String, String, Type)>, TargetError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid \
+             FROM pg_attribute a WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&relation],
+        )
+        .await
+        .map_err(query_err(format!("read the columns of {relation}")))?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let oid: u32 = r.get(2);
+            (
+                r.get(0),
+                r.get(1),
+                Type::from_oid(oid).unwrap_or(Type::UNKNOWN),
+            )
+        })
+        .collect())
+}
+
+/// The columns PostgreSQL itself makes of the declared types: a temporary table is
+/// created and dropped in a rolled-back transaction, so type aliases and modifiers
+/// compare exactly as PostgreSQL sees them.
+async fn expected_columns(
+    client: &mut Client,
+    columns: &[Column],
+) -> Result<Vec<(String, String, Type)>, TargetError> {
+    let tx = client.transaction().await.map_err(query_err("begin"))?;
+    tx.batch_execute(&format!(
+        "CREATE TEMP TABLE weir_expected ({}) ON COMMIT DROP",
+        column_ddl(columns)
+    ))
+    .await
+    .map_err(query_err("check the declared column types"))?;
+    let rows = tx
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid \
+             FROM pg_attribute a WHERE a.attrelid = 'pg_temp.weir_expected'::regclass AND a.attnum > 0 ORDER BY a.attnum",
+            &[],
+        )
+        .await
+        .map_err(query_err("read the declared column types"))?;
+    let out = rows
+        .iter()
+        .map(|r| {
+            let oid: u32 = r.get(2);
+            (
+                r.get(0),
+                r.get(1),
+                Type::from_oid(oid).unwrap_or(Type::UNKNOWN),
+            )
+        })
+        .collect();
+    tx.rollback().await.map_err(query_err("rollback"))?;
+    Ok(out)
+}
+
+/// What one partition write is made of.
+#[derive(Debug, Clone)]
+pub struct PartitionWrite<'a> {
+    pub source_table: &'a str,
+    pub partition: &'a Partition,
+    /// The stage generation the rows were read at.
+    pub generation: u64,
+    /// The stage's source position when the rows were read.
+    pub source_position: u64,
+    /// Identifies the transform (`identity`, or a plugin's hash).
+    pub transform: &'a str,
+    /// Output rows in target column order, in the order to COPY them.
+    pub rows: &'a [Vec<Value>],
+}
+
+/// The lineage of a written partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteSummary {
+    pub rows: u64,
+    pub checksum: String,
+}
+
+/// An order-independent checksum of rows: the wrapping sum of each row's 128-bit
+/// digest. Unlike XOR, two equal rows do not cancel out.
+pub fn checksum(rows: &[Vec<Value>]) -> String {
+    let mut sum: u128 = 0;
+    for row in rows {
+        let mut hasher = Sha256::new();
+        for value in row {
+            // postcard of a Value is a canonical, self-delimiting encoding.
+            hasher.update(postcard::to_allocvec(value).unwrap_or_default());
+        }
+        let digest = hasher.finalize();
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&digest[..16]);
+        sum = sum.wrapping_add(u128::from_be_bytes(first));
+    }
+    format!("{sum:032x}")
+}
+
+/// The advisory-lock key of a target partition: two writers of one partition, in any
+/// process, take the same key.
+fn lock_key(table: &TableName, partition: &Partition) -> i64 {
+    let mut hasher = Sha256::new();
+    hasher.update(b"weir-partition\0");
+    hasher.update(table.to_string().as_bytes());
+    hasher.update(b"\0");
+    hasher.update(partition.to_bytes());
+    let digest = hasher.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+/// Replaces one partition of `table` in one transaction. See the module invariant.
+pub async fn replace_partition(
+    client: &mut Client,
+    table: &TargetTable,
+    write: &PartitionWrite<'_>,
+) -> Result<WriteSummary, TargetError> {
+    let partition_name = write.partition.name().to_owned();
+    let pred = predicate(table.partition_type, table.grain, write.partition).ok_or_else(|| {
+        TargetError::BadPartition {
+            table: table.name.clone(),
+            partition: partition_name.clone(),
+            grain: table.grain,
+        }
+    })?;
+    let column = quote_ident(&table.partition_column);
+    let tx = client.transaction().await.map_err(query_err("begin"))?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[&lock_key(&table.name, write.partition)],
+    )
+    .await
+    .map_err(query_err("take the partition lock"))?;
+    let delete = format!("DELETE FROM {} WHERE ", table.name.quoted());
+    let deleted = match &pred {
+        PartitionPredicate::IsNull => tx.execute(&format!("{delete}{column} IS NULL"), &[]).await,
+        PartitionPredicate::Equals(v) => tx.execute(&format!("{delete}{column} = $1"), &[v]).await,
+        PartitionPredicate::Range { lower, upper } => {
+            tx.execute(
+                &format!("{delete}{column} >= $1 AND {column} < $2"),
+                &[lower, upper],
+            )
+            .await
+        }
+    }
+    .map_err(query_err(format!(
+        "delete partition {partition_name} of {}",
+        table.name
+    )))?;
+
+    let mut cols = String::new();
+    for (i, (name, _)) in table.columns.iter().enumerate() {
+        if i > 0 {
+            cols.push_str(", ");
+        }
+        let _ = write!(cols, "{}", quote_ident(name));
+    }
+    let types: Vec<Type> = table.columns.iter().map(|(_, t)| t.clone()).collect();
+    // Encode every value before COPY starts, so a value that does not fit fails the job
+    // with its column named rather than mid-stream.
+    for row in write.rows {
+        for ((name, ty), value) in table.columns.iter().zip(row) {
+            if !value.is_null() {
+                value
+                    .encode_binary(ty, &mut Vec::new())
+                    .map_err(|source| TargetError::Encode {
+                        table: table.name.clone(),
+                        partition: partition_name.clone(),
+                        column: name.clone(),
+                        source,
+                    })?;
+            }
+        }
+    }
+    let sink = tx
+        .copy_in(&format!(
+            "COPY {} ({cols}) FROM STDIN (FORMAT binary)",
+            table.name.quoted()
+        ))
+        .await
+        .map_err(query_err(format!("start COPY into {}", table.name)))?;
+    let writer = BinaryCopyInWriter::new(sink, &types);
+    pin_mut!(writer);
+    for row in write.rows {
+        let refs: Vec<&(dyn ToSql + Sync)> = row.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        writer
+            .as_mut()
+            .write(&refs)
+            .await
+            .map_err(query_err(format!("COPY into {}", table.name)))?;
+    }
+    let copied = writer
+        .finish()
+        .await
+        .map_err(query_err(format!("finish COPY into {}", table.name)))?;
+    let summary = WriteSummary {
+        rows: copied,
+        checksum: checksum(write.rows),
+    };
+    tx.execute(
+        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, written_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now()) \
+         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, \
+           stage_generation = EXCLUDED.stage_generation, source_position = EXCLUDED.source_position, \
+           transform = EXCLUDED.transform, row_count = EXCLUDED.row_count, checksum = EXCLUDED.checksum, written_at = EXCLUDED.written_at",
+        &[
+            &table.name.to_string(),
+            &partition_name,
+            &write.source_table,
+            &i64::try_from(write.generation).unwrap_or(i64::MAX),
+            &i64::try_from(write.source_position).unwrap_or(i64::MAX),
+            &write.transform,
+            &i64::try_from(summary.rows).unwrap_or(i64::MAX),
+            &summary.checksum,
+        ],
+    )
+    .await
+    .map_err(|source| match source.code() {
+        Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => TargetError::MissingWeirSchema,
+        _ => TargetError::Query { what: "record lineage".into(), source },
+    })?;
+    tx.commit().await.map_err(query_err(format!(
+        "commit partition {partition_name} of {}",
+        table.name
+    )))?;
+    tracing::debug!(table = %table.name, partition = %partition_name, deleted, rows = summary.rows, "partition replaced");
+    Ok(summary)
+}
+
+/// Writes bad records to `weir.dead_letter`; a record already there (same source and
+/// position) is not written twice.
+pub async fn write_dead_letters(
+    client: &mut Client,
+    source: &str,
+    records: &[BadRecord],
+) -> Result<(), TargetError> {
+    let tx = client.transaction().await.map_err(query_err("begin"))?;
+    let statement = tx
+        .prepare(
+            "INSERT INTO weir.dead_letter (kind, source, source_position, line, source_table, reason, raw) \
+             VALUES ('bad-record', $1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (source, source_position) WHERE kind = 'bad-record' DO NOTHING",
+        )
+        .await
+        .map_err(query_err("prepare the dead-letter insert"))?;
+    for r in records {
+        let position = i64::try_from(r.position).unwrap_or(i64::MAX);
+        let line = r.line.and_then(|l| i64::try_from(l).ok());
+        tx.execute(
+            &statement,
+            &[&source, &position, &line, &r.table, &r.reason, &r.raw],
+        )
+        .await
+        .map_err(query_err("write dead letters"))?;
+    }
+    tx.commit().await.map_err(query_err("commit dead letters"))
+}
+
+/// A lineage row, for `status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LineageRow {
+    pub target_table: String,
+    pub partition: String,
+    pub stage_generation: i64,
+    pub source_position: i64,
+    pub transform: String,
+    pub row_count: i64,
+    pub checksum: String,
+    pub written_at: String,
+}
+
+/// The most recent partition writes.
+pub async fn recent_writes(client: &Client, limit: i64) -> Result<Vec<LineageRow>, TargetError> {
+    let rows = client
+        .query(
+            "SELECT target_table, partition, stage_generation, source_position, transform, row_count, checksum, \
+             to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
+             FROM weir.partitions ORDER BY written_at DESC, target_table, partition LIMIT $1",
+            &[&limit],
+        )
+        .await
+        .map_err(|source| match source.code() {
+            Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => TargetError::MissingWeirSchema,
+            _ => TargetError::Query { what: "read lineage".into(), source },
+        })?;
+    Ok(rows
+        .iter()
+        .map(|r| LineageRow {
+            target_table: r.get(0),
+            partition: r.get(1),
+            stage_generation: r.get(2),
+            source_position: r.get(3),
+            transform: r.get(4),
+            row_count: r.get(5),
+            checksum: r.get(6),
+            written_at: r.get(7),
+        })
+        .collect())
+}
+
+impl ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        if self.is_null() {
+            return Ok(IsNull::Yes);
+        }
+        let mut buf = Vec::new();
+        self.encode_binary(ty, &mut buf)?;
+        out.extend_from_slice(&buf);
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        // Checked per value in `to_sql`, which names the value and the type on mismatch.
+        true
+    }
+
+    to_sql_checked!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_ignores_row_order_but_not_duplicates() {
+        let a = vec![Value::Int(1), Value::Text("x".into())];
+        let b = vec![Value::Int(2), Value::Null];
+        assert_eq!(
+            checksum(&[a.clone(), b.clone()]),
+            checksum(&[b.clone(), a.clone()])
+        );
+        assert_ne!(checksum(&[a.clone(), a.clone()]), checksum(&[]));
+        assert_ne!(
+            checksum(&[a.clone(), b.clone()]),
+            checksum(&[a, b.clone(), b])
+        );
+    }
+
+    #[test]
+    fn lock_keys_differ_by_table_and_partition() {
+        let t = TableName::parse("a.b").expect("name");
+        let u = TableName::parse("a.c").expect("name");
+        let p = Partition::Key("2026-03-01".into());
+        assert_eq!(lock_key(&t, &p), lock_key(&t, &p.clone()));
+        assert_ne!(lock_key(&t, &p), lock_key(&u, &p));
+        assert_ne!(lock_key(&t, &p), lock_key(&t, &Partition::Null));
+    }
+}

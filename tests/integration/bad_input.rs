@@ -1,0 +1,161 @@
+//! Bad records: each is stopped on with a clear message, or kept in the dead-letter
+//! table, never skipped silently.
+
+use crate::harness::{Order, TestDb, envelope, text};
+
+fn order(id: i64, day: Option<&str>) -> Order {
+    Order {
+        id,
+        customer: "c".into(),
+        order_date: day.map(str::to_owned),
+        amount: "1.00".into(),
+        status: "new".into(),
+    }
+}
+
+/// (name, bad line, expected message)
+fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    vec![
+        (
+            "malformed",
+            b"{\"op\": \"c\", \"after\": {\n".to_vec(),
+            "malformed JSON",
+        ),
+        (
+            "unknown_op",
+            envelope("x", None, None, Some(&order(50, Some("2026-03-01")))).into_bytes(),
+            "unknown op `x`",
+        ),
+        (
+            "missing_key",
+            envelope("c", None, None, Some(&order(51, Some("2026-03-01"))))
+                .replace("\"id\":51,", "")
+                .into_bytes(),
+            "missing key column `id`",
+        ),
+        (
+            "invalid_utf8",
+            b"{\"op\":\"c\",\"after\":{\"id\":52,\"customer\":\"\xff\xfe\"}}\n".to_vec(),
+            "not valid UTF-8",
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_records_stop_the_run_and_name_the_line() {
+    for (name, bad, want) in cases() {
+        let db = TestDb::new(&format!("bad_fail_{name}")).await;
+        db.write_config("", "", "");
+        let mut feed = envelope("c", None, None, Some(&order(1, Some("2026-03-01")))).into_bytes();
+        feed.extend_from_slice(&bad);
+        feed.extend_from_slice(
+            envelope("c", None, None, Some(&order(2, Some("2026-03-02")))).as_bytes(),
+        );
+        std::fs::write(db.path("feed.jsonl"), &feed).expect("feed");
+        db.weir_ok(&["init"]);
+        let out = db.weir(&["run", "--once"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(
+            stderr.contains("feed.jsonl:2: ") && stderr.contains(want),
+            "{name}: want `{want}` at line 2 in: {stderr}"
+        );
+        assert!(
+            stderr.contains("on_bad_record = \"dead-letter\""),
+            "{name}: the message says what to do: {stderr}"
+        );
+        // Nothing after the bad line was staged: the position stops before it.
+        let status: serde_json::Value =
+            serde_json::from_str(&db.weir_ok(&["status", "--json"])).expect("status");
+        let first_line_len =
+            envelope("c", None, None, Some(&order(1, Some("2026-03-01")))).len() as u64;
+        assert_eq!(status["position"].as_u64(), Some(first_line_len), "{name}");
+        // Running again stops at the same line: it is not skipped.
+        assert_eq!(db.weir(&["run", "--once"]).status.code(), Some(1), "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_records_go_to_the_dead_letter_table_and_the_rest_flows() {
+    for (name, bad, want) in cases() {
+        let db = TestDb::new(&format!("bad_dlq_{name}")).await;
+        db.write_config("on_bad_record = \"dead-letter\"", "", "");
+        let mut feed = envelope("c", None, None, Some(&order(1, Some("2026-03-01")))).into_bytes();
+        feed.extend_from_slice(&bad);
+        feed.extend_from_slice(
+            envelope("c", None, None, Some(&order(2, Some("2026-03-02")))).as_bytes(),
+        );
+        std::fs::write(db.path("feed.jsonl"), &feed).expect("feed");
+        db.weir_ok(&["init"]);
+        db.weir_ok(&["run", "--once"]);
+        db.weir_ok(&["run", "--once"]);
+        let client = db.client().await;
+        let ids: Vec<i64> = client
+            .query("SELECT id FROM analytics.fact_orders ORDER BY id", &[])
+            .await
+            .expect("ids")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(ids, [1, 2], "{name}");
+        let dead = client
+            .query("SELECT line, reason, raw FROM weir.dead_letter", &[])
+            .await
+            .expect("dead letters");
+        assert_eq!(
+            dead.len(),
+            1,
+            "{name}: exactly one dead letter, even after two runs"
+        );
+        let (line, reason, raw): (Option<i64>, String, Vec<u8>) =
+            (dead[0].get(0), dead[0].get(1), dead[0].get(2));
+        assert_eq!(line, Some(2), "{name}");
+        assert!(reason.contains(want), "{name}: {reason}");
+        assert_eq!(raw, bad, "{name}: the raw line is kept exactly");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_null_partition_key_goes_to_the_null_partition_or_is_rejected() {
+    let db = TestDb::new("null_partition").await;
+    db.write_config("", "", "");
+    db.write_feed(&[
+        envelope("c", None, None, Some(&order(1, None))),
+        envelope("c", None, None, Some(&order(2, Some("2026-03-01")))),
+    ]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let client = db.client().await;
+    let null_rows: i64 = client
+        .query_one(
+            "SELECT count(*) FROM analytics.fact_orders WHERE order_date IS NULL",
+            &[],
+        )
+        .await
+        .expect("q")
+        .get(0);
+    assert_eq!(null_rows, 1);
+    let partitions: Vec<String> = client
+        .query("SELECT partition FROM weir.partitions ORDER BY 1", &[])
+        .await
+        .expect("q")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(partitions, ["2026-03-01", "__null__"]);
+
+    let db = TestDb::new("null_partition_reject").await;
+    db.write_config("", "on_null_partition = \"reject\"", "");
+    db.write_feed(&[
+        envelope("c", None, None, Some(&order(2, Some("2026-03-01")))),
+        envelope("c", None, None, Some(&order(1, None))),
+    ]);
+    db.weir_ok(&["init"]);
+    let out = db.weir(&["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("feed.jsonl:2: partition column `order_date` is NULL"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,338 @@
+//! The integration harness: one throwaway PostgreSQL cluster per test process (stopped
+//! and removed at exit, also when a test panics or the process is killed: see
+//! `weir::localpg`), one database per test, the `weir` binary, and an oracle.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::json;
+use tokio_postgres::Client;
+use weir::localpg::{LocalPg, LocalPgOptions};
+
+/// The role whose password the secret-handling tests use. Its password is only ever
+/// passed through a DSN environment variable.
+pub const SECRET_USER: &str = "weir_secret_user";
+pub const SECRET_PASSWORD: &str = "S3cret-Pa55word-never-logged";
+
+static CLUSTER: OnceLock<LocalPg> = OnceLock::new();
+
+/// The process's cluster, started on first use.
+pub fn cluster() -> &'static LocalPg {
+    CLUSTER.get_or_init(|| {
+        let options = LocalPgOptions {
+            password_user: Some((SECRET_USER.into(), SECRET_PASSWORD.into())),
+            ..LocalPgOptions::default()
+        };
+        LocalPg::start(&options).expect("start the test PostgreSQL cluster")
+    })
+}
+
+/// A test's own database, work folder and config.
+pub struct TestDb {
+    pub name: String,
+    pub dsn: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDb {
+    /// Creates database `name` (unique per test) in the shared cluster.
+    pub async fn new(name: &str) -> TestDb {
+        let pg = tokio::task::spawn_blocking(cluster)
+            .await
+            .expect("cluster thread");
+        let dsn = pg
+            .create_database(name)
+            .await
+            .expect("create test database");
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("weir-test-{name}-"))
+            .tempdir()
+            .expect("tempdir");
+        TestDb {
+            name: name.to_owned(),
+            dsn,
+            dir,
+        }
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.path("weir.toml")
+    }
+
+    /// Writes `weir.toml` for the orders feed `feed.jsonl`; `source_extra` and
+    /// `table_extra` are added to the `[source]` and `[[table]]` sections.
+    pub fn write_config(&self, source_extra: &str, table_extra: &str, engine: &str) {
+        let text = format!(
+            r#"[source]
+kind = "jsonl"
+path = "feed.jsonl"
+{source_extra}
+
+[stage]
+path = "stage"
+
+[target]
+kind = "postgres"
+dsn_env = "WEIR_TARGET_DSN"
+
+[engine]
+{engine}
+
+[[table]]
+source = "public.orders"
+target = "analytics.fact_orders"
+key = ["id"]
+partition_by = "order_date"
+grain = "day"
+columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text" }}
+{table_extra}
+"#
+        );
+        std::fs::write(self.config_path(), text).expect("write config");
+    }
+
+    pub fn write_feed(&self, lines: &[String]) {
+        std::fs::write(self.path("feed.jsonl"), lines.concat()).expect("write feed");
+    }
+
+    pub fn append_feed(&self, lines: &[String]) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.path("feed.jsonl"))
+            .expect("open feed");
+        f.write_all(lines.concat().as_bytes()).expect("append feed");
+    }
+
+    /// A `weir` command with this test's config and target DSN.
+    pub fn weir_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.arg("--config")
+            .arg(self.config_path())
+            .args(args)
+            .env("WEIR_TARGET_DSN", &self.dsn)
+            .env("RUST_LOG", "info");
+        cmd
+    }
+
+    /// Runs `weir` to completion.
+    pub fn weir(&self, args: &[&str]) -> Output {
+        self.weir_command(args).output().expect("run weir")
+    }
+
+    /// Runs `weir` and fails the test, with its output, unless it succeeds.
+    pub fn weir_ok(&self, args: &[&str]) -> String {
+        let out = self.weir(args);
+        assert!(
+            out.status.success(),
+            "weir {args:?} failed: {}\nstdout: {}\nstderr: {}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    pub async fn client(&self) -> Client {
+        let (client, connection) = tokio_postgres::connect(&self.dsn, tokio_postgres::NoTls)
+            .await
+            .expect("connect to test db");
+        tokio::spawn(connection);
+        client
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// One order as the oracle holds it; all values as PostgreSQL prints them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Order {
+    pub id: i64,
+    pub customer: String,
+    pub order_date: Option<String>,
+    pub amount: String,
+    pub status: String,
+}
+
+impl Order {
+    pub fn image(&self) -> serde_json::Value {
+        json!({"id": self.id, "customer": self.customer, "order_date": self.order_date, "amount": self.amount, "status": self.status})
+    }
+}
+
+/// A Debezium envelope line.
+pub fn envelope(
+    op: &str,
+    tx: Option<u64>,
+    before: Option<&Order>,
+    after: Option<&Order>,
+) -> String {
+    let mut source = json!({"schema": "public", "table": "orders", "ts_ms": 1_772_323_200_000u64});
+    if let Some(tx) = tx {
+        source["txId"] = json!(tx);
+    }
+    let line = json!({
+        "op": op,
+        "before": before.map(Order::image),
+        "after": after.map(Order::image),
+        "source": source,
+        "ts_ms": 1_772_323_200_000u64,
+    });
+    format!("{line}\n")
+}
+
+/// The oracle: the expected final state, computed from the generated changes alone.
+#[derive(Debug, Default, Clone)]
+pub struct Model {
+    pub rows: BTreeMap<i64, Order>,
+}
+
+/// A deterministic pseudo-random sequence for workloads (no clock, no entropy).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407)
+            | 1)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// Generates `changes` changes over `days` days starting 2026-03-01: inserts, updates
+/// (some moving the order to another day), deletes, grouped in transactions of one to
+/// five lines. Returns the feed lines and the model of the final state.
+pub fn orders_workload(seed: u64, changes: usize, days: u32) -> (Vec<String>, Model) {
+    let mut rng = Rng::new(seed);
+    let mut model = Model::default();
+    let mut lines = Vec::with_capacity(changes);
+    let mut next_id = 1i64;
+    let mut tx = 0u64;
+    let day = |rng: &mut Rng| {
+        let d = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).expect("date")
+            + chrono::Duration::days(rng.below(u64::from(days)) as i64);
+        d.format("%Y-%m-%d").to_string()
+    };
+    while lines.len() < changes {
+        tx += 1;
+        let size = 1 + rng.below(5) as usize;
+        for _ in 0..size.min(changes - lines.len()) {
+            let roll = rng.below(10);
+            let existing: Option<i64> = if model.rows.is_empty() {
+                None
+            } else {
+                let probe = 1 + rng.below(next_id as u64) as i64;
+                model
+                    .rows
+                    .range(probe..)
+                    .next()
+                    .or_else(|| model.rows.iter().next())
+                    .map(|(k, _)| *k)
+            };
+            match (roll, existing) {
+                (0..=5, _) | (_, None) => {
+                    let order = Order {
+                        id: next_id,
+                        customer: format!("customer-{}", rng.below(500)),
+                        order_date: Some(day(&mut rng)),
+                        amount: format!("{}.{:02}", rng.below(100_000), rng.below(100)),
+                        status: "new".into(),
+                    };
+                    next_id += 1;
+                    lines.push(envelope("c", Some(tx), None, Some(&order)));
+                    model.rows.insert(order.id, order);
+                }
+                (6..=8, Some(id)) => {
+                    let before = model.rows[&id].clone();
+                    let mut after = before.clone();
+                    after.status = ["paid", "shipped", "returned"][rng.below(3) as usize].into();
+                    after.amount = format!("{}.{:02}", rng.below(100_000), rng.below(100));
+                    if roll == 8 {
+                        after.order_date = Some(day(&mut rng)); // a restatement: may move partitions
+                    }
+                    lines.push(envelope("u", Some(tx), Some(&before), Some(&after)));
+                    model.rows.insert(id, after);
+                }
+                (_, Some(id)) => {
+                    let before = model.rows.remove(&id).expect("existing row");
+                    lines.push(envelope("d", Some(tx), Some(&before), None));
+                }
+            }
+        }
+    }
+    (lines, model)
+}
+
+/// Compares the target with the model; reports missing and extra rows separately.
+pub async fn assert_target_matches(client: &Client, table: &str, model: &Model) {
+    let rows = client
+        .query(&format!("SELECT id, customer, order_date::text, amount::text, status FROM {table} ORDER BY id"), &[])
+        .await
+        .expect("read target");
+    let mut actual: BTreeMap<i64, Vec<Order>> = BTreeMap::new();
+    for r in &rows {
+        let o = Order {
+            id: r.get(0),
+            customer: r.get(1),
+            order_date: r.get(2),
+            amount: r.get(3),
+            status: r.get(4),
+        };
+        actual.entry(o.id).or_default().push(o);
+    }
+    let mut missing = Vec::new();
+    let mut extra = Vec::new();
+    for (id, want) in &model.rows {
+        match actual.get(id).map(Vec::as_slice) {
+            Some([got]) if got == want => {}
+            Some(got) => {
+                missing.push(want.clone());
+                extra.extend(got.iter().cloned());
+            }
+            None => missing.push(want.clone()),
+        }
+    }
+    for (id, got) in &actual {
+        if !model.rows.contains_key(id) {
+            extra.extend(got.iter().cloned());
+        }
+    }
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "target differs from the model: {} missing, {} extra\nmissing (first 5): {:?}\nextra (first 5): {:?}",
+        missing.len(),
+        extra.len(),
+        &missing[..missing.len().min(5)],
+        &extra[..extra.len().min(5)]
+    );
+}
+
+/// Lineage rows: (partition, row_count, checksum, stage_generation).
+pub async fn lineage(client: &Client) -> Vec<(String, i64, String, i64)> {
+    client
+        .query("SELECT partition, row_count, checksum, stage_generation FROM weir.partitions ORDER BY partition", &[])
+        .await
+        .expect("read lineage")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect()
+}
+
+pub fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}

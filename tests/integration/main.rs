@@ -1,0 +1,8 @@
+//! Integration tests against a real PostgreSQL, started by the harness. One binary with
+//! modules, so the cluster is started once per run.
+
+mod bad_input;
+mod demo;
+mod harness;
+mod pipeline;
+mod secrets;
