@@ -115,8 +115,9 @@ const DAYS: [&str; 7] = [
     "2026-03-07",
 ];
 
-/// Runs the demo, narrating to `out`.
-pub async fn run(out: &mut impl Write) -> Result<(), DemoError> {
+/// Runs the demo, narrating to `out`. With `keep`, the cluster and files stay until
+/// Ctrl-C, so the result can be queried.
+pub async fn run(out: &mut impl Write, keep: bool) -> Result<(), DemoError> {
     writeln!(
         out,
         "weir demo: starting a throwaway PostgreSQL (data and socket in a temporary folder)..."
@@ -220,15 +221,33 @@ pub async fn run(out: &mut impl Write) -> Result<(), DemoError> {
         "  (running again changes nothing: the feed position is staged)"
     )?;
     weir(out, &config, &dsn, &["status"])?;
-    let dead: i64 = client
-        .query_one("SELECT count(*) FROM weir.dead_letter", &[])
-        .await?
-        .get(0);
-    writeln!(out, "dead letters kept in weir.dead_letter: {dead}")?;
+    let dead = client
+        .query("SELECT line, reason FROM weir.dead_letter ORDER BY id", &[])
+        .await?;
+    writeln!(out, "dead letters kept in weir.dead_letter: {}", dead.len())?;
+    for r in &dead {
+        let (line, reason): (Option<i64>, String) = (r.get(0), r.get(1));
+        writeln!(out, "    line {}: {reason}", line.unwrap_or_default())?;
+    }
     writeln!(
         out,
-        "\nwhat to look at, while a cluster like this runs:\n  SELECT * FROM weir.partitions;          -- lineage: generation, position, row count, checksum\n  SELECT * FROM weir.dead_letter;         -- bad records with the reason and the raw line\n  SELECT order_date, count(*) FROM analytics.fact_orders GROUP BY 1;\n\nthe demo's cluster and files are removed now. Done."
+        "\nwhat to look at:\n  SELECT * FROM weir.partitions;          -- lineage: generation, position, row count, checksum\n  SELECT * FROM weir.dead_letter;         -- bad records with the reason and the raw line\n  SELECT order_date, count(*) FROM analytics.fact_orders GROUP BY 1;"
     )?;
+    if keep {
+        writeln!(
+            out,
+            "\nthe cluster stays up until Ctrl-C:\n  psql '{dsn}'\n  WEIR_TARGET_DSN='{dsn}' weir --config {} status",
+            config.display()
+        )?;
+        out.flush()?;
+        tokio::signal::ctrl_c().await?;
+    } else {
+        writeln!(
+            out,
+            "\n(run `weir demo --keep` to keep the cluster up and query it)"
+        )?;
+    }
+    writeln!(out, "the demo's cluster and files are removed now. Done.")?;
     drop(client);
     drop(pg);
     Ok(())

@@ -53,7 +53,11 @@ enum Command {
         json: bool,
     },
     /// Run a self-contained demo on a throwaway local PostgreSQL.
-    Demo,
+    Demo {
+        /// Keep the cluster and files until Ctrl-C, to query the result.
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -103,7 +107,7 @@ fn init_logging(format: LogFormat) {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Demo => weir::demo::run(&mut std::io::stdout())
+        Command::Demo { keep } => weir::demo::run(&mut std::io::stdout(), keep)
             .await
             .context("the demo failed"),
         Command::Init => {

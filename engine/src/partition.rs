@@ -146,16 +146,7 @@ pub fn partition_of(
             }))
         }
         (Grain::Hour, Value::Date(_)) => Err(wrong("a date")),
-        _ => Err(wrong(match value {
-            Value::Bool(_) => "a boolean",
-            Value::Int(_) => "an integer",
-            Value::Float(_) => "a float",
-            Value::Text(_) => "text",
-            Value::Bytes(_) => "bytes",
-            Value::Decimal(_) => "a decimal",
-            Value::Json(_) => "json",
-            _ => "an unsupported value",
-        })),
+        _ => Err(wrong(value.kind())),
     }
 }
 

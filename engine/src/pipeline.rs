@@ -127,12 +127,7 @@ impl std::fmt::Debug for Pipeline {
 impl Pipeline {
     /// Opens the stage (which `init` created) and checks every target table.
     pub async fn open(config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
-        let path = config.stage_path.clone();
-        if !path.join("CURRENT").exists() {
-            return Err(StageError::Missing { path }.into());
-        }
-        let source_id = config.source_id();
-        let stage = Arc::new(blocking(move || Stage::open(&path, &source_id)).await?);
+        // The target first: a mismatched table is the first thing to know.
         let mut clients = Vec::with_capacity(config.engine.parallelism);
         for _ in 0..config.engine.parallelism {
             clients.push(target::connect(&dsn).await?);
@@ -142,6 +137,12 @@ impl Pipeline {
             let prepared = target::prepare_table(&mut clients[0], table, false).await?;
             tables.insert(table.source.to_string(), (table.clone(), prepared));
         }
+        let path = config.stage_path.clone();
+        if !path.join("CURRENT").exists() {
+            return Err(StageError::Missing { path }.into());
+        }
+        let source_id = config.source_id();
+        let stage = Arc::new(blocking(move || Stage::open(&path, &source_id)).await?);
         Ok(Pipeline {
             config,
             stage,

@@ -208,11 +208,7 @@ impl Stage {
                 source,
             }
         })?;
-        let stage = Stage {
-            db,
-            path: path.to_owned(),
-            write_lock: Mutex::new(()),
-        };
+        let stage = Stage::from_db(db, path);
         stage.check_format(true)?;
         match stage.meta(META_SOURCE_ID)? {
             None => stage.put_meta(META_SOURCE_ID, source_id.as_bytes())?,
@@ -242,13 +238,17 @@ impl Stage {
                 hint: "is it a weir stage?",
                 source,
             })?;
-        let stage = Stage {
+        let stage = Stage::from_db(db, path);
+        stage.check_format(false)?;
+        Ok(stage)
+    }
+
+    fn from_db(db: DB, path: &Path) -> Stage {
+        Stage {
             db,
             path: path.to_owned(),
             write_lock: Mutex::new(()),
-        };
-        stage.check_format(false)?;
-        Ok(stage)
+        }
     }
 
     fn check_format(&self, writable: bool) -> Result<(), StageError> {

@@ -16,7 +16,7 @@ use futures_util::pin_mut;
 use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
 use sha2::{Digest, Sha256};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, GenericClient, NoTls};
 
 use crate::config::{Column, Dsn, TableConfig, TableName, quote_ident};
 use crate::partition::{Grain, Partition, PartitionPredicate, predicate};
@@ -201,7 +201,7 @@ fn column_ddl(columns: &[Column]) -> String {
 
 /// Column name, formatted type and type of a relation, in column order.
 async fn table_columns(
-    client: &Client,
+    client: &impl GenericClient,
     relation: &str,
 ) -> Result<Vec<(String, String, Type)>, TargetError> {
     let rows = client
@@ -226,38 +226,20 @@ async fn table_columns(
 }
 
 /// The columns PostgreSQL itself makes of the declared types: a temporary table is
-/// created and dropped in a rolled-back transaction, so type aliases and modifiers
-/// compare exactly as PostgreSQL sees them.
+/// created in a rolled-back transaction, so type aliases and modifiers compare exactly
+/// as PostgreSQL sees them.
 async fn expected_columns(
     client: &mut Client,
     columns: &[Column],
 ) -> Result<Vec<(String, String, Type)>, TargetError> {
     let tx = client.transaction().await.map_err(query_err("begin"))?;
     tx.batch_execute(&format!(
-        "CREATE TEMP TABLE weir_expected ({}) ON COMMIT DROP",
+        "CREATE TEMP TABLE weir_expected ({})",
         column_ddl(columns)
     ))
     .await
     .map_err(query_err("check the declared column types"))?;
-    let rows = tx
-        .query(
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid \
-             FROM pg_attribute a WHERE a.attrelid = 'pg_temp.weir_expected'::regclass AND a.attnum > 0 ORDER BY a.attnum",
-            &[],
-        )
-        .await
-        .map_err(query_err("read the declared column types"))?;
-    let out = rows
-        .iter()
-        .map(|r| {
-            let oid: u32 = r.get(2);
-            (
-                r.get(0),
-                r.get(1),
-                Type::from_oid(oid).unwrap_or(Type::UNKNOWN),
-            )
-        })
-        .collect();
+    let out = table_columns(&tx, "pg_temp.weir_expected").await?;
     tx.rollback().await.map_err(query_err("rollback"))?;
     Ok(out)
 }

@@ -624,7 +624,8 @@ pub struct EncodeError {
 }
 
 impl Value {
-    fn kind(&self) -> &'static str {
+    /// What kind of value this is, for error messages (`a boolean`, `text`, ...).
+    pub fn kind(&self) -> &'static str {
         match self {
             Value::Null => "null",
             Value::Bool(_) => "a boolean",

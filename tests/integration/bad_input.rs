@@ -41,18 +41,23 @@ fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
     ]
 }
 
+/// A feed of a good line, the bad line, and a good line; then `weir init`.
+fn write_feed_around(db: &TestDb, bad: &[u8]) {
+    let mut feed = envelope("c", None, None, Some(&order(1, Some("2026-03-01")))).into_bytes();
+    feed.extend_from_slice(bad);
+    feed.extend_from_slice(
+        envelope("c", None, None, Some(&order(2, Some("2026-03-02")))).as_bytes(),
+    );
+    std::fs::write(db.path("feed.jsonl"), &feed).expect("feed");
+    db.weir_ok(&["init"]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_records_stop_the_run_and_name_the_line() {
     for (name, bad, want) in cases() {
         let db = TestDb::new(&format!("bad_fail_{name}")).await;
         db.write_config("", "", "");
-        let mut feed = envelope("c", None, None, Some(&order(1, Some("2026-03-01")))).into_bytes();
-        feed.extend_from_slice(&bad);
-        feed.extend_from_slice(
-            envelope("c", None, None, Some(&order(2, Some("2026-03-02")))).as_bytes(),
-        );
-        std::fs::write(db.path("feed.jsonl"), &feed).expect("feed");
-        db.weir_ok(&["init"]);
+        write_feed_around(&db, &bad);
         let out = db.weir(&["run", "--once"]);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
@@ -80,13 +85,7 @@ async fn bad_records_go_to_the_dead_letter_table_and_the_rest_flows() {
     for (name, bad, want) in cases() {
         let db = TestDb::new(&format!("bad_dlq_{name}")).await;
         db.write_config("on_bad_record = \"dead-letter\"", "", "");
-        let mut feed = envelope("c", None, None, Some(&order(1, Some("2026-03-01")))).into_bytes();
-        feed.extend_from_slice(&bad);
-        feed.extend_from_slice(
-            envelope("c", None, None, Some(&order(2, Some("2026-03-02")))).as_bytes(),
-        );
-        std::fs::write(db.path("feed.jsonl"), &feed).expect("feed");
-        db.weir_ok(&["init"]);
+        write_feed_around(&db, &bad);
         db.weir_ok(&["run", "--once"]);
         db.weir_ok(&["run", "--once"]);
         let client = db.client().await;

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod demo;
+mod grains;
 mod harness;
 mod pipeline;
 mod secrets;

@@ -1,0 +1,247 @@
+//! Other grains, other feeds, and refused target tables.
+
+use std::io::Write as _;
+use std::process::Stdio;
+
+use serde_json::json;
+
+use crate::harness::{Order, TestDb, assert_target_matches, envelope, orders_workload, text};
+
+fn event_line(
+    op: &str,
+    before: Option<serde_json::Value>,
+    after: Option<serde_json::Value>,
+) -> String {
+    let line = json!({"op": op, "before": before, "after": after, "source": {"schema": "app", "table": "events"}});
+    format!("{line}\n")
+}
+
+/// Hour partitions over a timestamptz column (with offsets in the feed), and a row
+/// moved across an hour and a day boundary.
+#[tokio::test(flavor = "multi_thread")]
+async fn hour_partitions_over_timestamptz_rewrite_both_hours() {
+    let db = TestDb::new("grain_hour").await;
+    std::fs::write(
+        db.config_path(),
+        r#"[source]
+kind = "jsonl"
+path = "feed.jsonl"
+[stage]
+path = "stage"
+[target]
+kind = "postgres"
+dsn_env = "WEIR_TARGET_DSN"
+[[table]]
+source = "app.events"
+target = "public.events_by_hour"
+key = ["tenant", "seq"]
+partition_by = "at"
+grain = "hour"
+columns = { tenant = "text", seq = "integer", at = "timestamptz", payload = "jsonb", weight = "double precision", ok = "boolean", blob = "bytea" }
+"#,
+    )
+    .expect("config");
+    let ev = |seq: i64, at: &str| json!({"tenant": "t1", "seq": seq, "at": at, "payload": {"k": [1, 2]}, "weight": 0.5, "ok": true, "blob": "AAEC"});
+    let lines = [
+        event_line("c", None, Some(ev(1, "2026-03-01T23:30:00+00:00"))),
+        event_line("c", None, Some(ev(2, "2026-03-02T00:10:00+01:00"))), // 2026-03-01T23:10Z
+        event_line("c", None, Some(ev(3, "2026-03-02T00:00:00Z"))),
+        event_line(
+            "u",
+            Some(json!({"tenant": "t1", "seq": 1})),
+            Some(ev(1, "2026-03-02T00:59:59.999999Z")),
+        ),
+    ];
+    std::fs::write(db.path("feed.jsonl"), lines.concat()).expect("feed");
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let client = db.client().await;
+    let rows: Vec<(i32, String, String, String)> = client
+        .query(
+            "SELECT seq, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), payload::text, encode(blob, 'hex') FROM events_by_hour ORDER BY seq",
+            &[],
+        )
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (
+                1,
+                "2026-03-02T00:59:59.999999".to_owned(),
+                "{\"k\": [1, 2]}".to_owned(),
+                "000102".to_owned()
+            ),
+            (
+                2,
+                "2026-03-01T23:10:00.000000".to_owned(),
+                "{\"k\": [1, 2]}".to_owned(),
+                "000102".to_owned()
+            ),
+            (
+                3,
+                "2026-03-02T00:00:00.000000".to_owned(),
+                "{\"k\": [1, 2]}".to_owned(),
+                "000102".to_owned()
+            ),
+        ]
+    );
+    let partitions: Vec<(String, i64)> = client
+        .query(
+            "SELECT partition, row_count FROM weir.partitions ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("lineage")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        partitions,
+        [
+            ("2026-03-01T23".to_owned(), 1),
+            ("2026-03-02T00".to_owned(), 2)
+        ]
+    );
+}
+
+/// Month and value grains through the same orders workload.
+#[tokio::test(flavor = "multi_thread")]
+async fn month_and_value_grains_land_exactly() {
+    for (name, extra) in [
+        ("grain_month", "grain = \"month\""),
+        ("grain_value", "grain = \"value\"\n"),
+    ] {
+        let db = TestDb::new(name).await;
+        db.write_config("", "", "");
+        let config = std::fs::read_to_string(db.config_path())
+            .expect("config")
+            .replace("grain = \"day\"", extra);
+        let config = if name == "grain_value" {
+            config.replace(
+                "partition_by = \"order_date\"",
+                "partition_by = \"customer\"",
+            )
+        } else {
+            config
+        };
+        std::fs::write(db.config_path(), config).expect("config");
+        let (lines, model) = orders_workload(5, 2_000, 70);
+        db.write_feed(&lines);
+        db.weir_ok(&["init"]);
+        db.weir_ok(&["run", "--once"]);
+        let client = db.client().await;
+        assert_target_matches(&client, "analytics.fact_orders", &model).await;
+        let partitions: i64 = client
+            .query_one("SELECT count(*) FROM weir.partitions", &[])
+            .await
+            .expect("q")
+            .get(0);
+        if name == "grain_month" {
+            assert_eq!(
+                partitions, 3,
+                "70 days from March 1st span March, April, May"
+            );
+        } else {
+            assert!(
+                partitions > 100,
+                "one partition per customer, got {partitions}"
+            );
+        }
+    }
+}
+
+/// A feed on stdin: piping the same feed again stages nothing new; a longer feed
+/// stages only what is past the position.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stdin_feed_resumes_when_piped_again() {
+    let db = TestDb::new("stdin").await;
+    db.write_config("", "", "");
+    let config = std::fs::read_to_string(db.config_path())
+        .expect("config")
+        .replace("path = \"feed.jsonl\"", "path = \"-\"");
+    std::fs::write(db.config_path(), config).expect("config");
+    let (lines, model) = orders_workload(6, 1_500, 10);
+    let (first, _) = lines.split_at(700);
+    db.weir_ok(&["init"]);
+    let pipe = |feed: String| {
+        let mut child = db
+            .weir_command(&["run", "--once"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(feed.as_bytes())
+            .expect("write stdin");
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let out = pipe(first.concat());
+    assert!(!out.contains("staged 0 transactions"), "{out}");
+    let out = pipe(first.concat());
+    assert!(
+        out.contains("staged 0 transactions"),
+        "the same feed again stages nothing: {out}"
+    );
+    pipe(lines.concat());
+    let client = db.client().await;
+    assert_target_matches(&client, "analytics.fact_orders", &model).await;
+}
+
+/// `init` refuses an existing target table whose columns differ, listing each difference.
+#[tokio::test(flavor = "multi_thread")]
+async fn init_refuses_a_mismatched_target_table_listing_the_differences() {
+    let db = TestDb::new("mismatch").await;
+    db.write_config("", "", "");
+    db.write_feed(&[envelope(
+        "c",
+        None,
+        None,
+        Some(&Order {
+            id: 1,
+            customer: "a".into(),
+            order_date: Some("2026-03-01".into()),
+            amount: "1.00".into(),
+            status: "new".into(),
+        }),
+    )]);
+    let client = db.client().await;
+    client
+        .batch_execute("CREATE SCHEMA analytics; CREATE TABLE analytics.fact_orders (id integer, customer text, order_date date, amount numeric(12,2), note text)")
+        .await
+        .expect("create");
+    let out = db.weir(&["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for want in [
+        "does not match the configured columns",
+        "column `id` is integer, config declares bigint",
+        "column `status` (text) is missing",
+        "column `note` (text) is not in the config",
+    ] {
+        assert!(stderr.contains(want), "want `{want}` in: {stderr}");
+    }
+    // `run` refuses it too, and writes nothing.
+    let out = db.weir(&["run", "--once"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("does not match the configured columns"),
+        "{}",
+        text(&out.stderr)
+    );
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM analytics.fact_orders", &[])
+        .await
+        .expect("q")
+        .get(0);
+    assert_eq!(rows, 0);
+}
