@@ -41,7 +41,9 @@ impl fmt::Display for Grain {
 }
 
 /// A partition of one table.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Partition {
     /// Rows whose partition column is NULL.
     Null,

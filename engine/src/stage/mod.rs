@@ -48,7 +48,9 @@ const CF_DIRTY: &str = "dirty";
 const CF_POSITION: &str = "position";
 const CF_DEAD_LETTER: &str = "dead_letter";
 const CF_META: &str = "meta";
-const COLUMN_FAMILIES: [&str; 7] = [
+const CF_PENDING: &str = "pending";
+const COLUMN_FAMILIES: [&str; 8] = [
+    CF_PENDING,
     CF_ROWS,
     CF_KEYS,
     CF_GENERATIONS,
@@ -61,6 +63,7 @@ const COLUMN_FAMILIES: [&str; 7] = [
 const META_FORMAT_VERSION: &[u8] = b"format_version";
 const META_SOURCE_ID: &[u8] = b"source_id";
 const META_GENERATION: &[u8] = b"generation";
+const META_APPLYING: &[u8] = b"applying";
 const POSITION_KEY: &[u8] = b"checkpoint";
 
 /// One staged row: the current image of a key, with where it came from.
@@ -75,7 +78,7 @@ pub struct StagedRow {
 }
 
 /// One change to apply to the stage.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StageChange {
     /// Set the row of `key` (moving it out of its old partition if it was elsewhere).
     Upsert {
@@ -147,6 +150,10 @@ pub enum StageError {
         "stage record is corrupt ({what}): run `weir checkpoint check`; restore the stage from an export or rebuild it from the feed"
     )]
     Corrupt { what: String },
+    #[error(
+        "a large transaction is being applied to the stage; its partitions become readable when it commits"
+    )]
+    Applying,
     #[error("a key value of this kind cannot be a key: {0}")]
     UnkeyableValue(&'static str),
 }
@@ -167,6 +174,8 @@ pub struct Stage {
     /// Serializes writers within the process so compare-and-clear is atomic with
     /// respect to staging.
     write_lock: Mutex<()>,
+    /// Sequence number of the next pending chunk.
+    pending_seq: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Stage {
@@ -221,6 +230,7 @@ impl Stage {
                 });
             }
         }
+        stage.recover_pending()?;
         Ok(stage)
     }
 
@@ -248,6 +258,7 @@ impl Stage {
             db,
             path: path.to_owned(),
             write_lock: Mutex::new(()),
+            pending_seq: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -330,67 +341,39 @@ impl Stage {
 
     /// Applies transactions in order, in one synced write with the position of the last
     /// one. Transactions at or below the stored position are skipped whole.
+    ///
+    /// If the pending area holds chunks ([`Stage::append_pending`]), they are the
+    /// beginning of `transactions[0]`, which is then committed as a large transaction:
+    /// see [`Stage::append_pending`].
     pub fn apply(&self, transactions: &[Transaction]) -> Result<ApplyOutcome, StageError> {
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let position = self.checkpoint()?;
-        let mut generation = self.generation()?;
         let mut outcome = ApplyOutcome::default();
-        let mut batch = WriteBatch::default();
-        // Keys touched earlier in this batch: later changes must see them.
-        let mut keys_overlay: HashMap<(String, Vec<u8>), Option<Partition>> = HashMap::new();
-        let mut dirty: BTreeMap<(String, Partition), u64> = BTreeMap::new();
+        let mut rest = transactions;
+        if self.has_pending()? {
+            let Some((large, tail)) = transactions.split_first() else {
+                return Ok(outcome);
+            };
+            if self.checkpoint()?.is_some_and(|c| large.end <= c.position) {
+                self.clear_pending()?;
+                outcome.skipped += 1;
+            } else {
+                outcome.changes += self.commit_large(large)?;
+                outcome.transactions += 1;
+            }
+            rest = tail;
+        }
+        let position = self.checkpoint()?;
+        let mut batch = StageBatch::new(self.generation()?);
         let mut last: Option<Checkpoint> = None;
-        for txn in transactions {
+        for txn in rest {
             let floor = last.or(position).map(|c| c.position);
             if floor.is_some_and(|p| txn.end <= p) {
                 outcome.skipped += 1;
                 continue;
             }
-            generation += 1;
-            for change in &txn.changes {
-                match change {
-                    StageChange::Upsert {
-                        table,
-                        key,
-                        partition,
-                        row,
-                    } => {
-                        let old = self.current_partition(&keys_overlay, table, key)?;
-                        if let Some(old) = old.filter(|old| old != partition) {
-                            batch.delete_cf(self.cf(CF_ROWS), row_key(table, &old, key));
-                            dirty.insert((table.clone(), old), generation);
-                        }
-                        let value = postcard::to_allocvec(row)
-                            .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
-                        batch.put_cf(self.cf(CF_ROWS), row_key(table, partition, key), value);
-                        batch.put_cf(
-                            self.cf(CF_KEYS),
-                            table_key(table, key),
-                            partition.to_bytes(),
-                        );
-                        keys_overlay.insert((table.clone(), key.clone()), Some(partition.clone()));
-                        dirty.insert((table.clone(), partition.clone()), generation);
-                    }
-                    StageChange::Delete { table, key } => {
-                        if let Some(old) = self.current_partition(&keys_overlay, table, key)? {
-                            batch.delete_cf(self.cf(CF_ROWS), row_key(table, &old, key));
-                            batch.delete_cf(self.cf(CF_KEYS), table_key(table, key));
-                            keys_overlay.insert((table.clone(), key.clone()), None);
-                            dirty.insert((table.clone(), old), generation);
-                        }
-                    }
-                }
-                outcome.changes += 1;
-            }
-            for record in &txn.bad_records {
-                let value = postcard::to_allocvec(record)
-                    .map_err(|e| corrupt(format!("cannot encode record: {e}")))?;
-                batch.put_cf(
-                    self.cf(CF_DEAD_LETTER),
-                    record.position.to_be_bytes(),
-                    value,
-                );
-            }
+            batch.generation += 1;
+            outcome.changes += batch.changes(self, &txn.changes)?;
+            batch.bad_records(self, &txn.bad_records)?;
             outcome.transactions += 1;
             last = Some(Checkpoint {
                 position: txn.end,
@@ -398,21 +381,151 @@ impl Stage {
             });
         }
         let Some(last) = last else { return Ok(outcome) };
-        for ((table, partition), generation) in dirty {
-            let key = partition_key(&table, &partition);
-            batch.put_cf(self.cf(CF_GENERATIONS), &key, generation.to_be_bytes());
-            batch.put_cf(self.cf(CF_DIRTY), key, generation.to_be_bytes());
+        batch.finish(self, Some(last), true)?;
+        Ok(outcome)
+    }
+
+    /// Adds a chunk of changes of the transaction being received to the pending area.
+    ///
+    /// A transaction too large to hold in memory arrives as chunks followed by its
+    /// last part in [`Stage::apply`]. The chunks are written unsynced; the commit then
+    /// (1) syncs a marker naming the transaction's position and generation, (2) applies
+    /// the chunks in order, each in its own batch, and (3) in one synced batch sets the
+    /// position and removes the chunks and the marker. Readers see no partition while
+    /// the marker exists ([`StageError::Applying`]), so the transaction is visible all
+    /// or nothing; after a crash in (2), opening the stage finishes the commit (replaying
+    /// a chunk is idempotent: it sets rows and keys to the same end state). Chunks with no
+    /// marker belong to a transaction that never committed and are removed at open.
+    pub fn append_pending(&self, changes: &[StageChange]) -> Result<(), StageError> {
+        let seq = self
+            .pending_seq
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let value = postcard::to_allocvec(changes)
+            .map_err(|e| corrupt(format!("cannot encode chunk: {e}")))?;
+        self.db
+            .put_cf(self.cf(CF_PENDING), seq.to_be_bytes(), value)
+            .map_err(db_err("stage a chunk"))
+    }
+
+    /// Forgets the pending area: the transaction it belonged to was aborted.
+    pub fn discard_pending(&self) -> Result<(), StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.clear_pending()
+    }
+
+    fn has_pending(&self) -> Result<bool, StageError> {
+        match self
+            .db
+            .iterator_cf(self.cf(CF_PENDING), IteratorMode::Start)
+            .next()
+        {
+            None => Ok(false),
+            Some(item) => item.map(|_| true).map_err(db_err("read the pending area")),
         }
+    }
+
+    fn clear_pending(&self) -> Result<(), StageError> {
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(
+            self.cf(CF_PENDING),
+            0u64.to_be_bytes(),
+            u64::MAX.to_be_bytes(),
+        );
+        batch.delete_cf(self.cf(CF_PENDING), u64::MAX.to_be_bytes());
+        self.db
+            .write(batch)
+            .map_err(db_err("clear the pending area"))?;
+        self.pending_seq
+            .store(0, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Commits the pending chunks plus `txn` as one transaction (see `append_pending`).
+    fn commit_large(&self, txn: &Transaction) -> Result<usize, StageError> {
+        let generation = self.generation()? + 1;
+        let marker = ApplyingMarker {
+            checkpoint: Checkpoint {
+                position: txn.end,
+                cursor: txn.cursor,
+            },
+            generation,
+        };
+        let mut batch = WriteBatch::default();
+        let seq = self
+            .pending_seq
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let tail = postcard::to_allocvec(&txn.changes)
+            .map_err(|e| corrupt(format!("cannot encode chunk: {e}")))?;
+        batch.put_cf(self.cf(CF_PENDING), seq.to_be_bytes(), tail);
+        for record in &txn.bad_records {
+            let value = postcard::to_allocvec(record)
+                .map_err(|e| corrupt(format!("cannot encode record: {e}")))?;
+            batch.put_cf(
+                self.cf(CF_DEAD_LETTER),
+                record.position.to_be_bytes(),
+                value,
+            );
+        }
+        let encoded = postcard::to_allocvec(&marker)
+            .map_err(|e| corrupt(format!("cannot encode marker: {e}")))?;
+        batch.put_cf(self.cf(CF_META), META_APPLYING, encoded);
         batch.put_cf(self.cf(CF_META), META_GENERATION, generation.to_be_bytes());
-        let encoded = postcard::to_allocvec(&last)
-            .map_err(|e| corrupt(format!("cannot encode position: {e}")))?;
-        batch.put_cf(self.cf(CF_POSITION), POSITION_KEY, encoded);
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
         self.db
             .write_opt(batch, &opts)
-            .map_err(db_err("stage transactions"))?;
-        Ok(outcome)
+            .map_err(db_err("mark a large transaction"))?;
+        self.finish_large(marker)
+    }
+
+    /// Steps (2) and (3) of a large commit; also the recovery after a crash in them.
+    fn finish_large(&self, marker: ApplyingMarker) -> Result<usize, StageError> {
+        let mut changes = 0;
+        let mut iter = self.db.raw_iterator_cf(self.cf(CF_PENDING));
+        iter.seek_to_first();
+        while iter.valid() {
+            let chunk: Vec<StageChange> = iter
+                .value()
+                .and_then(|v| postcard::from_bytes(v).ok())
+                .ok_or_else(|| corrupt("pending chunk"))?;
+            let mut batch = StageBatch::new(marker.generation);
+            changes += batch.changes(self, &chunk)?;
+            batch.finish(self, None, false)?;
+            iter.next();
+        }
+        iter.status().map_err(db_err("read the pending area"))?;
+        drop(iter);
+        let mut batch = StageBatch::new(marker.generation);
+        batch.batch.delete_range_cf(
+            self.cf(CF_PENDING),
+            0u64.to_be_bytes(),
+            u64::MAX.to_be_bytes(),
+        );
+        batch
+            .batch
+            .delete_cf(self.cf(CF_PENDING), u64::MAX.to_be_bytes());
+        batch.batch.delete_cf(self.cf(CF_META), META_APPLYING);
+        batch.finish(self, Some(marker.checkpoint), true)?;
+        self.pending_seq
+            .store(0, std::sync::atomic::Ordering::SeqCst);
+        Ok(changes)
+    }
+
+    /// At open: finish a large commit a crash interrupted, or forget the chunks of a
+    /// transaction that never committed.
+    fn recover_pending(&self) -> Result<(), StageError> {
+        match self.meta(META_APPLYING)? {
+            Some(bytes) => {
+                let marker: ApplyingMarker = postcard::from_bytes(&bytes)
+                    .map_err(|_| corrupt("large-transaction marker"))?;
+                tracing::info!(
+                    position = marker.checkpoint.position,
+                    "finishing a large transaction interrupted by a crash"
+                );
+                self.finish_large(marker).map(drop)
+            }
+            None => self.clear_pending(),
+        }
     }
 
     fn current_partition(
@@ -465,6 +578,13 @@ impl Stage {
         partition: &Partition,
     ) -> Result<PartitionRows, StageError> {
         let snapshot = self.db.snapshot();
+        if snapshot
+            .get_cf(self.cf(CF_META), META_APPLYING)
+            .map_err(db_err("read meta"))?
+            .is_some()
+        {
+            return Err(StageError::Applying);
+        }
         let read_generation = |cf: &'static str| -> Result<Option<u64>, StageError> {
             snapshot
                 .get_cf(self.cf(cf), partition_key(table, partition))
@@ -565,6 +685,125 @@ impl Stage {
         }
         Ok(out)
     }
+}
+
+/// A write batch being built, with what later changes in it must see.
+struct StageBatch {
+    batch: WriteBatch,
+    generation: u64,
+    /// Keys touched earlier in this batch (`None`: deleted).
+    keys: HashMap<(String, Vec<u8>), Option<Partition>>,
+    dirty: BTreeMap<(String, Partition), u64>,
+}
+
+impl StageBatch {
+    fn new(generation: u64) -> StageBatch {
+        StageBatch {
+            batch: WriteBatch::default(),
+            generation,
+            keys: HashMap::new(),
+            dirty: BTreeMap::new(),
+        }
+    }
+
+    /// Adds changes at the current generation; returns how many.
+    fn changes(&mut self, stage: &Stage, changes: &[StageChange]) -> Result<usize, StageError> {
+        for change in changes {
+            match change {
+                StageChange::Upsert {
+                    table,
+                    key,
+                    partition,
+                    row,
+                } => {
+                    let old = stage.current_partition(&self.keys, table, key)?;
+                    if let Some(old) = old.filter(|old| old != partition) {
+                        self.batch
+                            .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
+                        self.dirty.insert((table.clone(), old), self.generation);
+                    }
+                    let value = postcard::to_allocvec(row)
+                        .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
+                    self.batch
+                        .put_cf(stage.cf(CF_ROWS), row_key(table, partition, key), value);
+                    self.batch.put_cf(
+                        stage.cf(CF_KEYS),
+                        table_key(table, key),
+                        partition.to_bytes(),
+                    );
+                    self.keys
+                        .insert((table.clone(), key.clone()), Some(partition.clone()));
+                    self.dirty
+                        .insert((table.clone(), partition.clone()), self.generation);
+                }
+                StageChange::Delete { table, key } => {
+                    if let Some(old) = stage.current_partition(&self.keys, table, key)? {
+                        self.batch
+                            .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
+                        self.batch
+                            .delete_cf(stage.cf(CF_KEYS), table_key(table, key));
+                        self.keys.insert((table.clone(), key.clone()), None);
+                        self.dirty.insert((table.clone(), old), self.generation);
+                    }
+                }
+            }
+        }
+        Ok(changes.len())
+    }
+
+    fn bad_records(&mut self, stage: &Stage, records: &[BadRecord]) -> Result<(), StageError> {
+        for record in records {
+            let value = postcard::to_allocvec(record)
+                .map_err(|e| corrupt(format!("cannot encode record: {e}")))?;
+            self.batch.put_cf(
+                stage.cf(CF_DEAD_LETTER),
+                record.position.to_be_bytes(),
+                value,
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes the batch with the dirty marks and generation (and the position, if
+    /// given), synced if `sync`.
+    fn finish(
+        mut self,
+        stage: &Stage,
+        position: Option<Checkpoint>,
+        sync: bool,
+    ) -> Result<(), StageError> {
+        for ((table, partition), generation) in std::mem::take(&mut self.dirty) {
+            let key = partition_key(&table, &partition);
+            self.batch
+                .put_cf(stage.cf(CF_GENERATIONS), &key, generation.to_be_bytes());
+            self.batch
+                .put_cf(stage.cf(CF_DIRTY), key, generation.to_be_bytes());
+        }
+        self.batch.put_cf(
+            stage.cf(CF_META),
+            META_GENERATION,
+            self.generation.to_be_bytes(),
+        );
+        if let Some(position) = position {
+            let encoded = postcard::to_allocvec(&position)
+                .map_err(|e| corrupt(format!("cannot encode position: {e}")))?;
+            self.batch
+                .put_cf(stage.cf(CF_POSITION), POSITION_KEY, encoded);
+        }
+        let mut opts = WriteOptions::default();
+        opts.set_sync(sync);
+        stage
+            .db
+            .write_opt(self.batch, &opts)
+            .map_err(db_err("stage transactions"))
+    }
+}
+
+/// Names a large transaction whose chunks are being applied.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct ApplyingMarker {
+    checkpoint: Checkpoint,
+    generation: u64,
 }
 
 // ---- key layout -------------------------------------------------------------------
