@@ -26,6 +26,9 @@ pub mod limits {
     pub const BATCH_TRANSACTIONS_MAX: usize = 100_000;
     /// Longest flush interval: one hour. Longer would let dirty partitions age unnoticed.
     pub const FLUSH_INTERVAL_MS_MAX: u64 = 3_600_000;
+    /// Changes of one transaction held in memory before they go to the stage's pending
+    /// area: bounds the memory a transaction of any size takes.
+    pub const TRANSACTION_CHUNK_CHANGES_MAX: usize = 1_000_000;
 }
 
 /// A configuration error. Displays as `FILE: FIELD: what is wrong and what to do`.
@@ -130,6 +133,7 @@ pub struct EngineConfig {
     pub parallelism: usize,
     pub flush_interval_ms: u64,
     pub batch_transactions_max: usize,
+    pub transaction_chunk_changes: usize,
 }
 
 /// `schema.name` of a table; both parts are quoted when used in SQL.
@@ -252,6 +256,7 @@ struct RawEngine {
     parallelism: Option<usize>,
     flush_interval_ms: Option<u64>,
     batch_transactions_max: Option<usize>,
+    transaction_chunk_changes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -457,10 +462,21 @@ impl Validator<'_> {
                 format!("must be between 1 and {}", limits::BATCH_TRANSACTIONS_MAX),
             ));
         }
+        let transaction_chunk_changes = raw.transaction_chunk_changes.unwrap_or(10_000);
+        if !(1..=limits::TRANSACTION_CHUNK_CHANGES_MAX).contains(&transaction_chunk_changes) {
+            return Err(self.invalid(
+                "engine.transaction_chunk_changes",
+                format!(
+                    "must be between 1 and {}",
+                    limits::TRANSACTION_CHUNK_CHANGES_MAX
+                ),
+            ));
+        }
         Ok(EngineConfig {
             parallelism,
             flush_interval_ms,
             batch_transactions_max,
+            transaction_chunk_changes,
         })
     }
 

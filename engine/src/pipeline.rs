@@ -174,12 +174,15 @@ impl Pipeline {
             self.config.tables.clone(),
             *on_bad_record,
             checkpoint,
+            self.config.engine.transaction_chunk_changes,
         )
         .await?;
         let mut report = RunReport::default();
         let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
         let mut last_flush = Instant::now();
         let mut batch: Vec<Transaction> = Vec::new();
+        // Whether the stage's pending area holds chunks of the transaction being read.
+        let mut chunked = false;
         tokio::pin!(shutdown);
         loop {
             let event = tokio::select! {
@@ -191,9 +194,25 @@ impl Pipeline {
                 }
             };
             match event {
+                Ok(SourceEvent::Chunk(changes)) => {
+                    // The pending area belongs to the next transaction to commit: stage
+                    // the whole ones read before it first.
+                    self.stage_batch(&mut source, &mut batch, &mut report)
+                        .await?;
+                    let stage = Arc::clone(&self.stage);
+                    blocking(move || stage.append_pending(&changes)).await?;
+                    chunked = true;
+                }
+                Ok(SourceEvent::Abort) => {
+                    let stage = Arc::clone(&self.stage);
+                    blocking(move || stage.discard_pending()).await?;
+                    chunked = false;
+                }
                 Ok(SourceEvent::Transaction(txn)) => {
                     batch.push(txn);
-                    if batch.len() >= self.config.engine.batch_transactions_max {
+                    if std::mem::take(&mut chunked)
+                        || batch.len() >= self.config.engine.batch_transactions_max
+                    {
                         self.stage_batch(&mut source, &mut batch, &mut report)
                             .await?;
                     }

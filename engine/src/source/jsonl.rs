@@ -56,7 +56,11 @@ pub struct JsonlSource {
     /// A line read up to the end of input without its newline yet.
     partial: Vec<u8>,
     pending: Option<(TxId, Transaction)>,
-    ready: VecDeque<Result<Transaction, SourceError>>,
+    /// Whether chunks of the pending transaction were handed out already.
+    pending_chunked: bool,
+    /// A pending transaction hands out its changes in chunks of this many.
+    chunk_changes_max: usize,
+    ready: VecDeque<Result<SourceEvent, SourceError>>,
     ended: bool,
 }
 
@@ -77,6 +81,7 @@ impl JsonlSource {
         tables: Vec<TableConfig>,
         on_bad_record: OnBadRecord,
         checkpoint: Option<Checkpoint>,
+        chunk_changes_max: usize,
     ) -> Result<JsonlSource, SourceError> {
         let checkpoint = checkpoint.unwrap_or_default();
         let (feed, reader): (String, Box<dyn AsyncRead + Unpin + Send>) = match &path {
@@ -131,6 +136,8 @@ impl JsonlSource {
             line: checkpoint.cursor,
             partial: Vec::new(),
             pending: None,
+            pending_chunked: false,
+            chunk_changes_max: chunk_changes_max.max(1),
             ready: VecDeque::new(),
             ended: false,
         })
@@ -197,6 +204,13 @@ impl JsonlSource {
                     txn.changes.extend(line.changes);
                     txn.end = end;
                     txn.cursor = line_no;
+                    if txn.changes.len() >= self.chunk_changes_max {
+                        // A large transaction: hand its changes out now, to the stage's
+                        // pending area, rather than hold them all.
+                        let chunk = std::mem::take(&mut txn.changes);
+                        self.ready.push_back(Ok(SourceEvent::Chunk(chunk)));
+                        self.pending_chunked = true;
+                    }
                 }
                 if line.tx_id.is_none() {
                     self.close_pending();
@@ -217,6 +231,9 @@ impl JsonlSource {
                         self.close_pending();
                     } else {
                         self.pending = None;
+                        if std::mem::take(&mut self.pending_chunked) {
+                            self.ready.push_back(Ok(SourceEvent::Abort));
+                        }
                     }
                     self.ready.push_back(Err(SourceError::BadRecord {
                         feed: self.feed.clone(),
@@ -265,7 +282,8 @@ impl JsonlSource {
 
     fn close_pending(&mut self) {
         if let Some((_, txn)) = self.pending.take() {
-            self.ready.push_back(Ok(txn));
+            self.ready.push_back(Ok(SourceEvent::Transaction(txn)));
+            self.pending_chunked = false;
         }
     }
 
@@ -424,7 +442,7 @@ impl ChangeSource for JsonlSource {
     async fn next(&mut self) -> Result<SourceEvent, SourceError> {
         loop {
             if let Some(item) = self.ready.pop_front() {
-                return item.map(SourceEvent::Transaction);
+                return item;
             }
             if self.ended {
                 return Ok(SourceEvent::End);
@@ -494,6 +512,7 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
             config.tables,
             mode,
             None,
+            10_000,
         )
         .await
         .expect("open");
@@ -501,6 +520,7 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
         loop {
             match source.next().await {
                 Ok(SourceEvent::Transaction(t)) => out.push(Ok(t)),
+                Ok(SourceEvent::Chunk(_) | SourceEvent::Abort) => panic!("no chunks at this size"),
                 Ok(SourceEvent::End) => break,
                 Ok(SourceEvent::Idle) => panic!("idle without follow"),
                 Err(e) => {
@@ -607,6 +627,7 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
             config.tables,
             OnBadRecord::Fail,
             None,
+            10_000,
         )
         .await
         .expect("open");
@@ -638,6 +659,7 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
             config.tables.clone(),
             OnBadRecord::Fail,
             Some(checkpoint),
+            10_000,
         )
         .await
         .expect("open");
@@ -656,6 +678,7 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
             config.tables,
             OnBadRecord::Fail,
             Some(beyond),
+            10_000,
         )
         .await
         .expect_err("truncated");

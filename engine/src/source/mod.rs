@@ -81,6 +81,11 @@ pub struct Checkpoint {
 /// What a source has to say next.
 #[derive(Debug)]
 pub enum SourceEvent {
+    /// The next changes of a transaction too large to hold in memory; its last part
+    /// follows as a `Transaction` (or an `Abort`). Nothing else comes in between.
+    Chunk(Vec<StageChange>),
+    /// The transaction whose chunks were handed out will never commit.
+    Abort,
     Transaction(Transaction),
     /// Nothing more is available right now; more may come later (a tailed file).
     Idle,

@@ -23,13 +23,16 @@
 //!
 //! The stage knows nothing about PostgreSQL or plugins: rows are opaque images.
 
+#[cfg(test)]
+mod model_tests;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use rocksdb::{
-    ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
-    WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options,
+    ReadOptions, WriteBatch, WriteOptions,
 };
 use serde::{Deserialize, Serialize};
 
@@ -186,7 +189,19 @@ impl std::fmt::Debug for Stage {
     }
 }
 
-fn db_options() -> Options {
+/// Memory budget of all memtables together. With the block cache this bounds what
+/// RocksDB holds in memory, whatever the size of a transaction or of the stage.
+const MEMTABLES_BYTES_MAX: usize = 128 << 20;
+/// One column family's memtable before it is flushed to an SST file.
+const MEMTABLE_BYTES: usize = 32 << 20;
+/// Block cache shared by all column families (data, index and filter blocks).
+const BLOCK_CACHE_BYTES: usize = 64 << 20;
+
+/// Options of the database and of every column family. The workload is point reads
+/// and writes on `keys` (bloom filters), prefix scans of one partition on `rows`, and
+/// synced group commits; level compaction with dynamic level sizes keeps space
+/// amplification low for a table that is mostly updated in place.
+fn db_options(cache: &Cache) -> Options {
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
@@ -196,27 +211,36 @@ fn db_options() -> Options {
     // and fail loudly on corruption anywhere else.
     opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    opts.set_db_write_buffer_size(MEMTABLES_BYTES_MAX);
+    opts.set_write_buffer_size(MEMTABLE_BYTES);
+    opts.set_max_background_jobs(2);
+    opts.set_level_compaction_dynamic_level_bytes(true);
+    opts.set_bytes_per_sync(1 << 20);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_bloom_filter(10.0, false);
+    table.set_cache_index_and_filter_blocks(true);
+    opts.set_block_based_table_factory(&table);
     opts
 }
 
-fn cf_descriptors() -> Vec<ColumnFamilyDescriptor> {
+fn cf_descriptors(cache: &Cache) -> Vec<ColumnFamilyDescriptor> {
     COLUMN_FAMILIES
         .iter()
-        .map(|name| ColumnFamilyDescriptor::new(*name, db_options()))
+        .map(|name| ColumnFamilyDescriptor::new(*name, db_options(cache)))
         .collect()
 }
 
 impl Stage {
     /// Opens (creating if missing) the stage for the feed `source_id`.
     pub fn open(path: &Path, source_id: &str) -> Result<Stage, StageError> {
-        let opts = db_options();
-        let db = DB::open_cf_descriptors(&opts, path, cf_descriptors()).map_err(|source| {
-            StageError::Open {
+        let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+        let db = DB::open_cf_descriptors(&db_options(&cache), path, cf_descriptors(&cache))
+            .map_err(|source| StageError::Open {
                 path: path.to_owned(),
                 hint: "is another `weir run` using it? Only one process may write a stage",
                 source,
-            }
-        })?;
+            })?;
         let stage = Stage::from_db(db, path);
         stage.check_format(true)?;
         match stage.meta(META_SOURCE_ID)? {
@@ -242,12 +266,18 @@ impl Stage {
                 path: path.to_owned(),
             });
         }
-        let db = DB::open_cf_descriptors_read_only(&db_options(), path, cf_descriptors(), false)
-            .map_err(|source| StageError::Open {
-                path: path.to_owned(),
-                hint: "is it a weir stage?",
-                source,
-            })?;
+        let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+        let db = DB::open_cf_descriptors_read_only(
+            &db_options(&cache),
+            path,
+            cf_descriptors(&cache),
+            false,
+        )
+        .map_err(|source| StageError::Open {
+            path: path.to_owned(),
+            hint: "is it a weir stage?",
+            source,
+        })?;
         let stage = Stage::from_db(db, path);
         stage.check_format(false)?;
         Ok(stage)
@@ -442,6 +472,12 @@ impl Stage {
 
     /// Commits the pending chunks plus `txn` as one transaction (see `append_pending`).
     fn commit_large(&self, txn: &Transaction) -> Result<usize, StageError> {
+        let marker = self.mark_large(txn)?;
+        self.finish_large(marker)
+    }
+
+    /// Step (1) of a large commit: the tail chunk and the marker, synced.
+    fn mark_large(&self, txn: &Transaction) -> Result<ApplyingMarker, StageError> {
         let generation = self.generation()? + 1;
         let marker = ApplyingMarker {
             checkpoint: Checkpoint {
@@ -475,7 +511,7 @@ impl Stage {
         self.db
             .write_opt(batch, &opts)
             .map_err(db_err("mark a large transaction"))?;
-        self.finish_large(marker)
+        Ok(marker)
     }
 
     /// Steps (2) and (3) of a large commit; also the recovery after a crash in them.
@@ -627,6 +663,29 @@ impl Stage {
             checkpoint,
             rows,
         })
+    }
+
+    /// Every staged row of `table` with its partition, in (partition, key) order, from
+    /// one snapshot. For checks and tests: it holds the whole table in memory.
+    pub fn table_rows(&self, table: &str) -> Result<Vec<(Partition, StagedRow)>, StageError> {
+        let mut prefix = Vec::new();
+        push_table(&mut prefix, table);
+        let snapshot = self.db.snapshot();
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&snapshot);
+        opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+        let mut out = Vec::new();
+        let mode = IteratorMode::From(&prefix, Direction::Forward);
+        for item in self.db.iterator_cf_opt(self.cf(CF_ROWS), opts, mode) {
+            let (k, v) = item.map_err(db_err("read rows"))?;
+            let (_, rest) = split_table(&k).ok_or_else(|| corrupt("row key"))?;
+            let (partition, _) =
+                split_partition(rest).ok_or_else(|| corrupt("row key partition"))?;
+            let row = postcard::from_bytes(&v)
+                .map_err(|_| corrupt(format!("row in {table} partition {partition}")))?;
+            out.push((partition, row));
+        }
+        Ok(out)
     }
 
     /// Clears the dirty mark of a partition only if it still holds `generation`, the
@@ -1052,6 +1111,142 @@ mod tests {
         drop(stage);
         let err = Stage::open(dir.path(), "feed-a").expect_err("newer format");
         assert!(matches!(err, StageError::NewerFormat { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_large_transaction_is_visible_only_when_committed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage
+            .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+            .expect("apply");
+        stage
+            .append_pending(&[upsert(2, "d1", 20), upsert(1, "d2", 20)])
+            .expect("chunk");
+        stage.append_pending(&[upsert(3, "d2", 20)]).expect("chunk");
+        // Not committed: nothing of it is visible.
+        assert_eq!(
+            stage
+                .read_partition("public.t", &p("d1"))
+                .expect("read")
+                .rows,
+            [row(1, "d1", 10)]
+        );
+        assert!(
+            stage
+                .read_partition("public.t", &p("d2"))
+                .expect("read")
+                .rows
+                .is_empty()
+        );
+        let outcome = stage
+            .apply(&[
+                txn(
+                    20,
+                    vec![StageChange::Delete {
+                        table: "public.t".into(),
+                        key: encode_key(&[&Value::Int(2)]).expect("key"),
+                    }],
+                ),
+                txn(30, vec![upsert(4, "d1", 30)]),
+            ])
+            .expect("commit");
+        assert_eq!(
+            outcome,
+            ApplyOutcome {
+                transactions: 2,
+                changes: 5,
+                skipped: 0
+            }
+        );
+        let ids = |part: &str| -> Vec<Value> {
+            stage
+                .read_partition("public.t", &p(part))
+                .expect("read")
+                .rows
+                .iter()
+                .map(|r| r.values[0].1.clone())
+                .collect()
+        };
+        assert_eq!(ids("d1"), [Value::Int(4)]);
+        assert_eq!(ids("d2"), [Value::Int(1), Value::Int(3)]);
+        assert_eq!(
+            stage.checkpoint().expect("position").map(|c| c.position),
+            Some(30)
+        );
+        assert!(!stage.has_pending().expect("pending"));
+    }
+
+    #[test]
+    fn an_uncommitted_large_transaction_leaves_nothing_after_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage.append_pending(&[upsert(1, "d1", 10)]).expect("chunk");
+        drop(stage);
+        let stage = Stage::open(dir.path(), "test").expect("reopen");
+        assert!(!stage.has_pending().expect("pending"));
+        assert!(stage.dirty_partitions().expect("dirty").is_empty());
+        assert_eq!(stage.checkpoint().expect("position"), None);
+        // The aborted chunks are not mistaken for the next transaction's.
+        stage
+            .apply(&[txn(20, vec![upsert(2, "d1", 20)])])
+            .expect("apply");
+        assert_eq!(
+            stage
+                .read_partition("public.t", &p("d1"))
+                .expect("read")
+                .rows,
+            [row(2, "d1", 20)]
+        );
+    }
+
+    #[test]
+    fn a_crash_while_applying_a_large_transaction_is_finished_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage
+            .append_pending(&[upsert(1, "d1", 10), upsert(2, "d2", 10)])
+            .expect("chunk");
+        let marker = stage
+            .mark_large(&txn(10, vec![upsert(3, "d1", 10)]))
+            .expect("mark");
+        assert!(matches!(
+            stage.read_partition("public.t", &p("d1")),
+            Err(StageError::Applying)
+        ));
+        drop(stage);
+        let _ = marker;
+        let stage = Stage::open(dir.path(), "test").expect("reopen finishes the commit");
+        assert_eq!(
+            stage
+                .read_partition("public.t", &p("d1"))
+                .expect("read")
+                .rows
+                .len(),
+            2
+        );
+        assert_eq!(
+            stage
+                .read_partition("public.t", &p("d2"))
+                .expect("read")
+                .rows
+                .len(),
+            1
+        );
+        assert_eq!(
+            stage.checkpoint().expect("position").map(|c| c.position),
+            Some(10)
+        );
+        let dirty: Vec<_> = stage
+            .dirty_partitions()
+            .expect("dirty")
+            .into_iter()
+            .map(|d| (d.partition, d.generation))
+            .collect();
+        assert_eq!(
+            dirty,
+            [(p("d1"), marker.generation), (p("d2"), marker.generation)]
+        );
     }
 
     #[test]
