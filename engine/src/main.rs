@@ -12,6 +12,8 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use weir::config::{Config, ConfigError};
 use weir::pipeline::{self, Pipeline};
+use weir::stage::Stage;
+use weir::stage::checkpoint::{self, CheckpointError};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -52,12 +54,41 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Inspect, export, import and check the stage (the only durable copy of the feed).
+    Checkpoint {
+        #[command(subcommand)]
+        command: CheckpointCommand,
+    },
     /// Run a self-contained demo on a throwaway local PostgreSQL.
     Demo {
         /// Keep the cluster and files until Ctrl-C, to query the result.
         #[arg(long)]
         keep: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckpointCommand {
+    /// Show the stage: position, rows per table, dirty partitions, pending work, size.
+    Show {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the position and the staged state to FILE (versioned, checksummed), to
+    /// move the stage to another machine. Works while `weir run` runs.
+    Export {
+        /// The checkpoint file to write (replaced atomically if it exists).
+        file: PathBuf,
+    },
+    /// Fill the config's stage path (absent, or an empty stage) from FILE, verified first.
+    Import {
+        /// A file written by `weir checkpoint export` from a stage of the same feed.
+        file: PathBuf,
+    },
+    /// Verify every record of the stage; exit 1 and list the problems if it is damaged or
+    /// inconsistent.
+    Check,
 }
 
 fn main() -> ExitCode {
@@ -142,6 +173,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             )?;
             Ok(())
         }
+        Command::Checkpoint { command } => {
+            let config = Config::load(&cli.config)?;
+            checkpoint_command(&config, command).await
+        }
         Command::Status { json } => {
             let config = Config::load(&cli.config)?;
             let status = pipeline::status(&config, &config.target_dsn()?, 20).await?;
@@ -157,6 +192,147 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Runs blocking stage work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, CheckpointError> + Send + 'static,
+) -> anyhow::Result<T> {
+    Ok(tokio::task::spawn_blocking(f)
+        .await
+        .context("a stage task stopped unexpectedly")??)
+}
+
+async fn checkpoint_command(config: &Config, command: CheckpointCommand) -> anyhow::Result<()> {
+    let path = config.stage_path.clone();
+    let stdout = std::io::stdout();
+    match command {
+        CheckpointCommand::Show { json } => {
+            let summary =
+                blocking(move || checkpoint::summary(&Stage::open_read_only(&path)?)).await?;
+            let mut out = stdout.lock();
+            if json {
+                serde_json::to_writer_pretty(&mut out, &summary)?;
+                writeln!(out)?;
+            } else {
+                print_summary(&mut out, &summary)?;
+            }
+        }
+        CheckpointCommand::Export { file } => {
+            let report =
+                blocking(move || checkpoint::export(&Stage::open_read_only(&path)?, &file)).await?;
+            writeln!(
+                stdout.lock(),
+                "exported {} rows, {} partition generations, {} dirty partitions and {} dead letters at position {} to {} ({} bytes, sha256 {})",
+                report.counts.rows,
+                report.counts.generations,
+                report.counts.dirty,
+                report.counts.dead_letters,
+                position_text(report.checkpoint),
+                report.file.display(),
+                report.bytes,
+                report.sha256
+            )?;
+        }
+        CheckpointCommand::Import { file } => {
+            let source_id = config.source_id();
+            let report = blocking(move || checkpoint::import(&file, &path, &source_id)).await?;
+            writeln!(
+                stdout.lock(),
+                "imported {} rows, {} partition generations, {} dirty partitions and {} dead letters into {} at position {}: `weir run` continues the feed from there",
+                report.counts.rows,
+                report.counts.generations,
+                report.counts.dirty,
+                report.counts.dead_letters,
+                report.stage.display(),
+                position_text(report.checkpoint),
+            )?;
+        }
+        CheckpointCommand::Check => {
+            let report =
+                blocking(move || checkpoint::check(&Stage::open_read_only(&path)?)).await?;
+            let mut out = stdout.lock();
+            for w in &report.warnings {
+                writeln!(out, "warning: {w}")?;
+            }
+            for p in &report.problems {
+                writeln!(out, "problem: {p}")?;
+            }
+            if !report.is_healthy() {
+                anyhow::bail!(
+                    "the stage at {} is damaged or inconsistent ({} problems above): restore it with `weir checkpoint import` from an export into a new stage path, or rebuild it from the feed into a new stage path",
+                    config.stage_path.display(),
+                    report.problems.len()
+                );
+            }
+            writeln!(
+                out,
+                "stage is consistent: {} rows, position {}",
+                report.rows,
+                position_text(report.checkpoint)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn position_text(checkpoint: Option<weir::source::Checkpoint>) -> String {
+    checkpoint.map_or_else(
+        || "none (nothing staged yet)".to_owned(),
+        |c| c.position.to_string(),
+    )
+}
+
+fn print_summary(
+    out: &mut impl std::io::Write,
+    s: &checkpoint::StageSummary,
+) -> std::io::Result<()> {
+    writeln!(out, "stage:          {}", s.path)?;
+    writeln!(out, "format version: {}", s.format_version)?;
+    writeln!(
+        out,
+        "source:         {}",
+        s.source_id.as_deref().unwrap_or("(none)")
+    )?;
+    match s.checkpoint {
+        Some(c) => writeln!(out, "position:       {} (cursor {})", c.position, c.cursor)?,
+        None => writeln!(out, "position:       none (nothing staged yet)")?,
+    }
+    writeln!(out, "generation:     {}", s.generation)?;
+    if s.rows.is_empty() {
+        writeln!(out, "rows:           0")?;
+    }
+    for (table, rows) in &s.rows {
+        writeln!(out, "rows:           {table}: {rows}")?;
+    }
+    writeln!(out, "dirty:          {} partitions", s.dirty.len())?;
+    for d in s.dirty.iter().take(50) {
+        writeln!(
+            out,
+            "  {} {} (generation {})",
+            d.table, d.partition, d.generation
+        )?;
+    }
+    if s.dirty.len() > 50 {
+        writeln!(
+            out,
+            "  ... and {} more (--json lists all)",
+            s.dirty.len() - 50
+        )?;
+    }
+    writeln!(
+        out,
+        "pending:        {} chunks{}",
+        s.pending_chunks,
+        if s.applying {
+            "; a large transaction is being applied"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(out, "dead letters:   {} waiting", s.dead_letters)?;
+    writeln!(out, "size on disk:   {} bytes", s.size_bytes)?;
+    Ok(())
+}
+
 fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io::Result<()> {
     writeln!(out, "stage:      {}", s.stage)?;
     writeln!(
@@ -168,6 +344,11 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
         Some(p) => writeln!(out, "position:   {p}")?,
         None => writeln!(out, "position:   (nothing staged yet)")?,
     }
+    writeln!(
+        out,
+        "stage size: {:.1} MiB",
+        s.stage_size_bytes as f64 / 1_048_576.0
+    )?;
     for (table, rows) in &s.staged_rows {
         writeln!(out, "staged:     {table}: {rows} rows")?;
     }

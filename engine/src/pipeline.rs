@@ -190,6 +190,7 @@ impl Pipeline {
                 () = &mut shutdown => {
                     tracing::info!("shutting down: staging what was read");
                     self.stage_batch(&mut source, &mut batch, &mut report).await?;
+                    self.flush_stage().await?;
                     return Ok(report);
                 }
             };
@@ -225,6 +226,7 @@ impl Pipeline {
                     self.stage_batch(&mut source, &mut batch, &mut report)
                         .await?;
                     self.write_round(&mut report).await?;
+                    self.flush_stage().await?;
                     return Ok(report);
                 }
                 Err(e) => {
@@ -241,6 +243,13 @@ impl Pipeline {
                 last_flush = Instant::now();
             }
         }
+    }
+
+    /// On a clean stop: the stage's state goes to its table files, so the next start
+    /// has no write-ahead log to replay.
+    async fn flush_stage(&self) -> Result<(), PipelineError> {
+        let stage = Arc::clone(&self.stage);
+        blocking(move || stage.flush()).await
     }
 
     /// Stages the batch in one synced write, then acknowledges the source.
@@ -433,6 +442,8 @@ pub struct Status {
     pub source: Option<String>,
     pub position: Option<u64>,
     pub staged_rows: std::collections::BTreeMap<String, u64>,
+    /// Size of the stage's files on disk, in bytes.
+    pub stage_size_bytes: u64,
     pub dirty_partitions: Vec<DirtyStatus>,
     pub pending_dead_letters: usize,
     pub last_writes: Vec<target::LineageRow>,
@@ -459,6 +470,7 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
         source: stage.source_id()?,
         position: checkpoint.map(|c| c.position),
         staged_rows: stage.row_counts()?,
+        stage_size_bytes: crate::stage::checkpoint::dir_size(&config.stage_path).unwrap_or(0),
         dirty_partitions: dirty
             .into_iter()
             .map(|d| DirtyStatus {

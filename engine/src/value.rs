@@ -156,7 +156,8 @@ impl ColumnType {
     }
 }
 
-/// Why a JSON value does not fit its declared column type.
+/// Why a JSON value does not fit its declared column type. Messages never include the
+/// value itself: errors are logged, and row values are never logged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConvertError {
     #[error("expected {expected}, found {found}")]
@@ -164,9 +165,11 @@ pub enum ConvertError {
         expected: &'static str,
         found: &'static str,
     },
-    #[error("{0} is out of range for the column type")]
+    /// The value is kept for callers but never displayed: it is a row value.
+    #[error("the value is out of range for the column type")]
     OutOfRange(String),
-    #[error("`{text}` is not a valid {expected}")]
+    /// `text` is kept for callers but never displayed: it is a row value.
+    #[error("the value is not a valid {expected}")]
     Invalid {
         text: String,
         expected: &'static str,

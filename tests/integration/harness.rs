@@ -218,64 +218,102 @@ impl Rng {
 /// (some moving the order to another day), deletes, grouped in transactions of one to
 /// five lines. Returns the feed lines and the model of the final state.
 pub fn orders_workload(seed: u64, changes: usize, days: u32) -> (Vec<String>, Model) {
-    let mut rng = Rng::new(seed);
-    let mut model = Model::default();
-    let mut lines = Vec::with_capacity(changes);
-    let mut next_id = 1i64;
-    let mut tx = 0u64;
-    let day = |rng: &mut Rng| {
+    let mut workload = Workload::new(seed, days);
+    let lines = workload.lines(changes, 5);
+    (lines, workload.model)
+}
+
+/// An orders workload that can go on: every call continues the same history.
+pub struct Workload {
+    rng: Rng,
+    pub model: Model,
+    next_id: i64,
+    tx: u64,
+    days: u32,
+}
+
+impl Workload {
+    pub fn new(seed: u64, days: u32) -> Workload {
+        Workload {
+            rng: Rng::new(seed),
+            model: Model::default(),
+            next_id: 1,
+            tx: 0,
+            days,
+        }
+    }
+
+    fn day(&mut self) -> String {
         let d = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).expect("date")
-            + chrono::Duration::days(rng.below(u64::from(days)) as i64);
+            + chrono::Duration::days(self.rng.below(u64::from(self.days)) as i64);
         d.format("%Y-%m-%d").to_string()
-    };
-    while lines.len() < changes {
-        tx += 1;
-        let size = 1 + rng.below(5) as usize;
-        for _ in 0..size.min(changes - lines.len()) {
-            let roll = rng.below(10);
-            let existing: Option<i64> = if model.rows.is_empty() {
-                None
-            } else {
-                let probe = 1 + rng.below(next_id as u64) as i64;
-                model
-                    .rows
-                    .range(probe..)
-                    .next()
-                    .or_else(|| model.rows.iter().next())
-                    .map(|(k, _)| *k)
-            };
-            match (roll, existing) {
-                (0..=5, _) | (_, None) => {
-                    let order = Order {
-                        id: next_id,
-                        customer: format!("customer-{}", rng.below(500)),
-                        order_date: Some(day(&mut rng)),
-                        amount: format!("{}.{:02}", rng.below(100_000), rng.below(100)),
-                        status: "new".into(),
-                    };
-                    next_id += 1;
-                    lines.push(envelope("c", Some(tx), None, Some(&order)));
-                    model.rows.insert(order.id, order);
+    }
+
+    /// `changes` more changes in transactions of one to `tx_lines_max` lines.
+    pub fn lines(&mut self, changes: usize, tx_lines_max: u64) -> Vec<String> {
+        let mut lines = Vec::with_capacity(changes);
+        while lines.len() < changes {
+            self.tx += 1;
+            let size = 1 + self.rng.below(tx_lines_max) as usize;
+            for _ in 0..size.min(changes - lines.len()) {
+                lines.push(self.change());
+            }
+        }
+        lines
+    }
+
+    /// One transaction of exactly `changes` lines.
+    pub fn large_transaction(&mut self, changes: usize) -> Vec<String> {
+        self.tx += 1;
+        (0..changes).map(|_| self.change()).collect()
+    }
+
+    /// One random change in the current transaction, applied to the model.
+    fn change(&mut self) -> String {
+        let tx = self.tx;
+        let roll = self.rng.below(10);
+        let existing: Option<i64> = if self.model.rows.is_empty() {
+            None
+        } else {
+            let probe = 1 + self.rng.below(self.next_id as u64) as i64;
+            let rows = &self.model.rows;
+            rows.range(probe..)
+                .next()
+                .or_else(|| rows.iter().next())
+                .map(|(k, _)| *k)
+        };
+        match (roll, existing) {
+            (0..=5, _) | (_, None) => {
+                let order = Order {
+                    id: self.next_id,
+                    customer: format!("customer-{}", self.rng.below(500)),
+                    order_date: Some(self.day()),
+                    amount: format!("{}.{:02}", self.rng.below(100_000), self.rng.below(100)),
+                    status: "new".into(),
+                };
+                self.next_id += 1;
+                let line = envelope("c", Some(tx), None, Some(&order));
+                self.model.rows.insert(order.id, order);
+                line
+            }
+            (6..=8, Some(id)) => {
+                let before = self.model.rows[&id].clone();
+                let mut after = before.clone();
+                after.status = ["paid", "shipped", "returned"][self.rng.below(3) as usize].into();
+                after.amount = format!("{}.{:02}", self.rng.below(100_000), self.rng.below(100));
+                if roll == 8 {
+                    after.order_date = Some(self.day()); // a restatement: may move partitions
                 }
-                (6..=8, Some(id)) => {
-                    let before = model.rows[&id].clone();
-                    let mut after = before.clone();
-                    after.status = ["paid", "shipped", "returned"][rng.below(3) as usize].into();
-                    after.amount = format!("{}.{:02}", rng.below(100_000), rng.below(100));
-                    if roll == 8 {
-                        after.order_date = Some(day(&mut rng)); // a restatement: may move partitions
-                    }
-                    lines.push(envelope("u", Some(tx), Some(&before), Some(&after)));
-                    model.rows.insert(id, after);
-                }
-                (_, Some(id)) => {
-                    let before = model.rows.remove(&id).expect("existing row");
-                    lines.push(envelope("d", Some(tx), Some(&before), None));
-                }
+                let line = envelope("u", Some(tx), Some(&before), Some(&after));
+                self.model.rows.insert(id, after);
+                line
+            }
+            (_, Some(id)) => {
+                let before = self.model.rows.remove(&id).expect("existing row");
+                envelope("d", Some(tx), Some(&before), None)
             }
         }
     }
-    (lines, model)
 }
 
 /// Compares the target with the model; reports missing and extra rows separately.

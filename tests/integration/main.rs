@@ -2,8 +2,10 @@
 //! modules, so the cluster is started once per run.
 
 mod bad_input;
+mod checkpoint;
 mod demo;
 mod grains;
 mod harness;
 mod pipeline;
 mod secrets;
+mod stage_crash;

@@ -26,6 +26,8 @@
 #[cfg(test)]
 mod model_tests;
 
+pub mod checkpoint;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -133,6 +135,14 @@ pub enum StageError {
         #[source]
         source: rocksdb::Error,
     },
+    #[error(
+        "the stage is damaged (RocksDB found corruption while trying to {what}): restore it with `weir checkpoint import` from an export into a new stage path, or rebuild it from the feed into a new stage path"
+    )]
+    Damaged {
+        what: &'static str,
+        #[source]
+        source: rocksdb::Error,
+    },
     #[error("stage operation failed ({what})")]
     Db {
         what: &'static str,
@@ -162,7 +172,13 @@ pub enum StageError {
 }
 
 fn db_err(what: &'static str) -> impl FnOnce(rocksdb::Error) -> StageError {
-    move |source| StageError::Db { what, source }
+    move |source| {
+        if source.kind() == rocksdb::ErrorKind::Corruption {
+            StageError::Damaged { what, source }
+        } else {
+            StageError::Db { what, source }
+        }
+    }
 }
 
 fn corrupt(what: impl Into<String>) -> StageError {
@@ -196,6 +212,8 @@ const MEMTABLES_BYTES_MAX: usize = 128 << 20;
 const MEMTABLE_BYTES: usize = 32 << 20;
 /// Block cache shared by all column families (data, index and filter blocks).
 const BLOCK_CACHE_BYTES: usize = 64 << 20;
+/// What RocksDB may hold in memory for one open stage: memtables plus block cache.
+pub const MEMORY_BUDGET_BYTES: usize = MEMTABLES_BYTES_MAX + BLOCK_CACHE_BYTES;
 
 /// Options of the database and of every column family. The workload is point reads
 /// and writes on `keys` (bloom filters), prefix scans of one partition on `rows`, and
@@ -238,7 +256,10 @@ impl Stage {
         let db = DB::open_cf_descriptors(&db_options(&cache), path, cf_descriptors(&cache))
             .map_err(|source| StageError::Open {
                 path: path.to_owned(),
-                hint: "is another `weir run` using it? Only one process may write a stage",
+                hint: checkpoint::open_hint(
+                    &source,
+                    "is another `weir run` using it? Only one process may write a stage",
+                ),
                 source,
             })?;
         let stage = Stage::from_db(db, path);
@@ -275,7 +296,7 @@ impl Stage {
         )
         .map_err(|source| StageError::Open {
             path: path.to_owned(),
-            hint: "is it a weir stage?",
+            hint: checkpoint::open_hint(&source, "is it a weir stage?"),
             source,
         })?;
         let stage = Stage::from_db(db, path);

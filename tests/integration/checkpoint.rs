@@ -1,0 +1,520 @@
+//! `weir checkpoint show | export | import | check` through the real binary: a stage
+//! moved to another machine goes on exactly where it was; damaged files and damaged
+//! stages are refused loudly; a killed export never leaves a truncated file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use weir::config::Config;
+use weir::partition::Partition;
+use weir::source::{Op, Transaction};
+use weir::stage::{Stage, StageChange, StagedRow, encode_key};
+use weir::value::Value;
+
+use crate::harness::{TestDb, assert_target_matches, file_len, lineage, orders_workload, text};
+
+/// Stdout and stderr of a command, for messages.
+fn output_text(out: &Output) -> String {
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
+}
+
+/// Runs `weir` and requires exit code 1 (a runtime failure); returns its output.
+fn weir_fails(db: &TestDb, args: &[&str]) -> String {
+    let out = db.weir(args);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "weir {args:?} should fail with exit code 1: {}",
+        output_text(&out)
+    );
+    output_text(&out)
+}
+
+fn show_json(db: &TestDb) -> serde_json::Value {
+    serde_json::from_str(&db.weir_ok(&["checkpoint", "show", "--json"])).expect("show json")
+}
+
+/// Points `db`'s config at another feed file (absolute), so two stages of one feed
+/// share its source id.
+fn read_feed_of(db: &TestDb, feed: &Path) {
+    let config = std::fs::read_to_string(db.config_path()).expect("read config");
+    let patched = config.replace(
+        "path = \"feed.jsonl\"",
+        &format!("path = \"{}\"", feed.display()),
+    );
+    assert_ne!(config, patched);
+    std::fs::write(db.config_path(), patched).expect("write config");
+}
+
+/// `weir` with another config file in `db`'s folder.
+fn weir_with(db: &TestDb, config: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env("WEIR_TARGET_DSN", &db.dsn)
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run weir")
+}
+
+/// A copy of `db`'s config whose stage is `stage` (relative to the config).
+fn config_with_stage(db: &TestDb, name: &str, stage: &str) -> PathBuf {
+    let config = std::fs::read_to_string(db.config_path()).expect("read config");
+    let patched = config.replace("path = \"stage\"", &format!("path = \"{stage}\""));
+    assert_ne!(config, patched);
+    let path = db.path(name);
+    std::fs::write(&path, patched).expect("write config");
+    path
+}
+
+/// The transaction id of a feed line.
+fn tx_of(line: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(line).expect("the test's feed is JSON");
+    v["source"]["txId"].as_u64()
+}
+
+/// Splits feed lines at the transaction boundary nearest the middle.
+fn split_at_transaction(lines: &[String]) -> (&[String], &[String]) {
+    let mut at = lines.len() / 2;
+    while at < lines.len() && tx_of(&lines[at]) == tx_of(&lines[at - 1]) {
+        at += 1;
+    }
+    lines.split_at(at)
+}
+
+fn transactions(lines: &[String]) -> usize {
+    let mut n = 0;
+    let mut last = None;
+    for line in lines {
+        let tx = tx_of(line);
+        if tx.is_none() || tx != last {
+            n += 1;
+        }
+        last = tx;
+    }
+    n
+}
+
+fn sst_files(stage: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(stage)
+        .expect("list the stage")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+        .collect();
+    files.sort_by_key(|p| std::cmp::Reverse(file_len(p)));
+    files
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("list") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_imported_stage_goes_on_with_the_position_and_dirty_partitions_it_carried() {
+    let a = TestDb::new("ckpt_carry_a").await;
+    let (lines, model) = orders_workload(41, 3000, 20);
+    let (first, second) = split_at_transaction(&lines);
+    a.write_feed(first);
+    // A live run with a flush interval of an hour stages the feed and writes nothing:
+    // the stage holds the first half, every partition of it dirty.
+    a.write_config("", "", "flush_interval_ms = 3600000");
+    a.weir_ok(&["init"]);
+    let mut live = a
+        .weir_command(&["run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn weir run");
+    let feed_len = file_len(&a.path("feed.jsonl"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // `show` opens the stage read-only: it works beside a running `weir run`.
+        let shown = show_json(&a);
+        if shown["checkpoint"]["position"].as_u64() == Some(feed_len) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first half was not staged: {shown}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    live.kill().expect("stop weir run");
+    live.wait().expect("wait");
+    let shown = show_json(&a);
+    let dirty = shown["dirty"].as_array().map_or(0, Vec::len);
+    assert!(
+        dirty > 10,
+        "the first half is staged but unwritten: {shown}"
+    );
+    let client_a = a.client().await;
+    let written: i64 = client_a
+        .query_one("SELECT count(*) FROM analytics.fact_orders", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(written, 0, "nothing was written before the export");
+
+    let file = a.path("stage.ckpt");
+    let out = a.weir_ok(&["checkpoint", "export", file.to_str().expect("utf-8 path")]);
+    assert!(
+        out.contains(&format!("at position {feed_len}"))
+            && out.contains(&format!("{dirty} dirty partitions")),
+        "{out}"
+    );
+    assert!(!a.path("stage.ckpt.tmp").exists());
+
+    // Another machine: its own database and stage, the same feed.
+    let b = TestDb::new("ckpt_carry_b").await;
+    b.write_config("", "", "");
+    read_feed_of(&b, &a.path("feed.jsonl"));
+    b.weir_ok(&["init"]);
+    let out = b.weir_ok(&["checkpoint", "import", file.to_str().expect("utf-8 path")]);
+    assert!(out.contains(&format!("at position {feed_len}")), "{out}");
+    let shown_b = show_json(&b);
+    assert_eq!(shown_b["checkpoint"], shown["checkpoint"]);
+    assert_eq!(shown_b["rows"], shown["rows"]);
+    assert_eq!(shown_b["dirty"], shown["dirty"]);
+    assert_eq!(shown_b["generation"], shown["generation"]);
+    let out = b.weir_ok(&["checkpoint", "check"]);
+    assert!(out.contains("stage is consistent"), "{out}");
+
+    // The feed goes on; the imported stage reads only what is new, and writes the
+    // partitions dirty from before the export as well as the new ones.
+    a.append_feed(second);
+    let out = b.weir_ok(&["run", "--once"]);
+    assert!(
+        out.contains(&format!("staged {} transactions", transactions(second)))
+            && out.contains("0 already staged"),
+        "{out}"
+    );
+    let client_b = b.client().await;
+    assert_target_matches(&client_b, "analytics.fact_orders", &model).await;
+
+    // The original, run the same way, writes the same partitions from the same
+    // generations: identical lineage.
+    a.weir_ok(&["run", "--once"]);
+    assert_target_matches(&client_a, "analytics.fact_orders", &model).await;
+    let lineage_a = lineage(&client_a).await;
+    assert!(!lineage_a.is_empty());
+    assert_eq!(lineage_a, lineage(&client_b).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn import_refuses_damaged_newer_and_truncated_files_and_changes_nothing() {
+    let a = TestDb::new("ckpt_refuse_a").await;
+    let (lines, _) = orders_workload(42, 800, 10);
+    a.write_feed(&lines);
+    a.write_config("", "", "");
+    a.weir_ok(&["init"]);
+    a.weir_ok(&["run", "--once"]);
+    let file = a.path("stage.ckpt");
+    a.weir_ok(&["checkpoint", "export", file.to_str().expect("utf-8 path")]);
+    let good = std::fs::read(&file).expect("read export");
+
+    let b = TestDb::new("ckpt_refuse_b").await;
+    b.write_config("", "", "");
+    read_feed_of(&b, &a.path("feed.jsonl"));
+    let stage_b = b.path("stage");
+    let import = |bytes: &[u8], name: &str| -> String {
+        let path = b.path(name);
+        std::fs::write(&path, bytes).expect("write");
+        weir_fails(&b, &["checkpoint", "import", path.to_str().expect("utf-8")])
+    };
+
+    let mut flipped = good.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x01;
+    let out = import(&flipped, "flipped.ckpt");
+    assert!(
+        out.contains("flipped.ckpt is damaged") && out.contains("SHA-256"),
+        "{out}"
+    );
+    assert!(!stage_b.exists(), "a refused import created the stage");
+
+    let mut newer = good.clone();
+    newer[8..12].copy_from_slice(&2u32.to_be_bytes());
+    let out = import(&newer, "newer.ckpt");
+    assert!(
+        out.contains("format version 2") && out.contains("version 1 that this build reads"),
+        "{out}"
+    );
+    assert!(!stage_b.exists());
+
+    let out = import(&good[..good.len() - 1000], "truncated.ckpt");
+    assert!(out.contains("truncated.ckpt is damaged"), "{out}");
+    assert!(!stage_b.exists());
+
+    // Into an empty stage (as `init` leaves it): refused the same, and it stays empty.
+    b.weir_ok(&["init"]);
+    let out = import(&flipped, "flipped.ckpt");
+    assert!(out.contains("is damaged"), "{out}");
+    let shown = show_json(&b);
+    assert!(shown["checkpoint"].is_null(), "{shown}");
+    assert_eq!(shown["rows"], serde_json::json!({}));
+
+    // The good file imports; a second import into the now full stage is refused.
+    let good_path = b.path("good.ckpt");
+    std::fs::write(&good_path, &good).expect("write");
+    b.weir_ok(&["checkpoint", "import", good_path.to_str().expect("utf-8")]);
+    assert_eq!(show_json(&b)["checkpoint"], show_json(&a)["checkpoint"]);
+    let out = weir_fails(
+        &b,
+        &["checkpoint", "import", good_path.to_str().expect("utf-8")],
+    );
+    assert!(
+        out.contains(&format!("the stage at {} is not empty", stage_b.display())),
+        "{out}"
+    );
+
+    // A config that reads another feed is refused, naming both.
+    let other = b.path("other.toml");
+    let config = std::fs::read_to_string(b.config_path()).expect("config");
+    let feed_a = a.path("feed.jsonl");
+    std::fs::write(
+        &other,
+        config
+            .replace(&feed_a.display().to_string(), "other.jsonl")
+            .replace("path = \"stage\"", "path = \"other-stage\""),
+    )
+    .expect("write config");
+    let out = weir_with(
+        &b,
+        &other,
+        &["checkpoint", "import", good_path.to_str().expect("utf-8")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    let out = output_text(&out);
+    assert!(
+        out.contains(&format!("`jsonl:{}`", feed_a.display()))
+            && out.contains(&format!("`jsonl:{}`", b.path("other.jsonl").display())),
+        "{out}"
+    );
+    assert!(!b.path("other-stage").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_stage_file_fails_check_and_run_loudly() {
+    let db = TestDb::new("ckpt_damage").await;
+    let (lines, _) = orders_workload(43, 3000, 10);
+    db.write_feed(&lines);
+    db.write_config("", "", "");
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    // Opening the stage for writing replays the write-ahead log into table files.
+    db.weir_ok(&["run", "--once"]);
+    let stage = db.path("stage");
+    let ssts = sst_files(&stage);
+    assert!(
+        !ssts.is_empty(),
+        "no SST files after two runs: {:?}",
+        std::fs::read_dir(&stage)
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name())
+            .collect::<Vec<_>>()
+    );
+    let out = db.weir_ok(&["checkpoint", "check"]);
+    assert!(out.contains("stage is consistent"), "{out}");
+    let pristine = db.path("stage.pristine");
+    copy_dir(&stage, &pristine);
+
+    // (a) 64 bytes overwritten in the middle of the largest table file: the block
+    // checksum catches it when `check` reads every block.
+    let largest = &ssts[0];
+    let mut bytes = std::fs::read(largest).expect("read sst");
+    let middle = bytes.len() / 2;
+    for b in &mut bytes[middle..middle + 64] {
+        *b ^= 0xA5;
+    }
+    std::fs::write(largest, &bytes).expect("write sst");
+    let out = weir_fails(&db, &["checkpoint", "check"]);
+    assert!(
+        out.contains("problem: `")
+            && (out.contains("Corruption") || out.contains("checksum mismatch"))
+            && out.contains("is damaged or inconsistent"),
+        "{out}"
+    );
+
+    // (b) The last 100 bytes (the footer) cut off a table file: the stage does not
+    // open, and both commands say it is damaged and what to do.
+    std::fs::remove_dir_all(&stage).expect("rm");
+    copy_dir(&pristine, &stage);
+    let largest = &sst_files(&stage)[0];
+    let len = file_len(largest);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(largest)
+        .expect("open sst")
+        .set_len(len - 100)
+        .expect("truncate sst");
+    for args in [&["checkpoint", "check"][..], &["run", "--once"][..]] {
+        let out = db.weir(args);
+        assert!(!out.status.success(), "weir {args:?} should fail");
+        let out = output_text(&out);
+        assert!(
+            out.contains("the stage is damaged") && out.contains("weir checkpoint import"),
+            "weir {args:?}: {out}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn show_reports_a_drained_stage() {
+    let db = TestDb::new("ckpt_show").await;
+    let (lines, model) = orders_workload(44, 2000, 10);
+    db.write_feed(&lines);
+    db.write_config("", "", "");
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let shown = show_json(&db);
+    let feed_len = file_len(&db.path("feed.jsonl"));
+    assert_eq!(
+        shown["checkpoint"]["position"].as_u64(),
+        Some(feed_len),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["rows"]["public.orders"].as_u64(),
+        Some(model.rows.len() as u64),
+        "{shown}"
+    );
+    assert!(
+        shown["size_bytes"].as_u64().is_some_and(|s| s > 0),
+        "{shown}"
+    );
+    assert_eq!(shown["dirty"], serde_json::json!([]), "{shown}");
+    assert_eq!(shown["pending_chunks"].as_u64(), Some(0));
+    assert_eq!(shown["applying"].as_bool(), Some(false));
+    assert_eq!(shown["format_version"].as_u64(), Some(1));
+    let text = db.weir_ok(&["checkpoint", "show"]);
+    assert!(
+        text.contains(&format!("position:       {feed_len}")),
+        "{text}"
+    );
+    let out = db.weir_ok(&["checkpoint", "check"]);
+    assert!(
+        out.contains(&format!(
+            "stage is consistent: {} rows, position {feed_len}",
+            model.rows.len()
+        )),
+        "{out}"
+    );
+}
+
+/// Fills the stage of `db`'s config with `rows` rows directly through the library
+/// (faster than a feed and a target, and the export does not need them).
+fn fill_stage(db: &TestDb, rows: i64) {
+    let config = Config::load(&db.config_path()).expect("config");
+    let stage = Stage::open(&config.stage_path, &config.source_id()).expect("open the stage");
+    let note = "x".repeat(120);
+    let mut end = 0u64;
+    let mut batch = Vec::new();
+    for chunk in (0..rows).collect::<Vec<_>>().chunks(500) {
+        end += 1000;
+        let changes = chunk
+            .iter()
+            .map(|id| {
+                let day = format!("2026-03-{:02}", 1 + id % 28);
+                StageChange::Upsert {
+                    table: "public.orders".into(),
+                    key: encode_key(&[&Value::Int(*id)]).expect("key"),
+                    partition: Partition::Key(day.clone()),
+                    row: StagedRow {
+                        commit_position: end,
+                        commit_time_us: None,
+                        op: Op::Insert,
+                        values: vec![
+                            ("id".into(), Value::Int(*id)),
+                            (
+                                "customer".into(),
+                                Value::Text(format!("customer-{id}-{note}")),
+                            ),
+                            ("order_date".into(), Value::Text(day)),
+                            ("amount".into(), Value::Decimal("12.50".into())),
+                            ("status".into(), Value::Text("new".into())),
+                        ],
+                    },
+                }
+            })
+            .collect();
+        batch.push(Transaction {
+            end,
+            cursor: end,
+            changes,
+            bad_records: vec![],
+        });
+    }
+    for txns in batch.chunks(10) {
+        stage.apply(txns).expect("stage");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_export_leaves_no_file_or_a_whole_one() {
+    let db = TestDb::new("ckpt_kill").await;
+    db.write_feed(&[]);
+    db.write_config("", "", "");
+    fill_stage(&db, 50_000);
+    let file = db.path("stage.ckpt");
+    let tmp = db.path("stage.ckpt.tmp");
+    let file_arg = file.to_str().expect("utf-8 path").to_owned();
+
+    let started = Instant::now();
+    db.weir_ok(&["checkpoint", "export", &file_arg]);
+    let full = started.elapsed();
+    std::fs::remove_file(&file).expect("rm");
+
+    let mut mid_export = 0;
+    let delays = [
+        Duration::from_millis(3),
+        Duration::from_millis(10),
+        full / 5,
+        full * 2 / 5,
+        full / 2,
+        full * 3 / 5,
+        full * 4 / 5,
+        full * 9 / 10,
+    ];
+    for (i, delay) in delays.into_iter().enumerate() {
+        let _ = std::fs::remove_file(&file);
+        let _ = std::fs::remove_file(&tmp);
+        let mut child = db
+            .weir_command(&["checkpoint", "export", &file_arg])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn export");
+        tokio::time::sleep(delay).await;
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        if !file.exists() {
+            if tmp.exists() {
+                mid_export += 1;
+            }
+            continue;
+        }
+        // The export finished before the kill: the file is whole and imports.
+        let config = config_with_stage(&db, &format!("import-{i}.toml"), &format!("import-{i}"));
+        let out = weir_with(&db, &config, &["checkpoint", "import", &file_arg]);
+        assert!(
+            out.status.success(),
+            "a file left by a killed export (after {delay:?}) does not import: {}",
+            output_text(&out)
+        );
+        assert!(
+            text(&out.stdout).contains("imported 50000 rows"),
+            "{}",
+            output_text(&out)
+        );
+    }
+    assert!(
+        mid_export >= 1,
+        "no kill landed while the export was writing (a full export took {full:?})"
+    );
+}
