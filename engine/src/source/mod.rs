@@ -11,6 +11,7 @@
 //! record, so each source reports them with the record's own location.
 
 pub mod jsonl;
+pub mod pgoutput;
 
 use serde::{Deserialize, Serialize};
 
