@@ -374,7 +374,7 @@ impl Pipeline {
         if only_if_dirty && read.dirty.is_none() {
             return Ok(None);
         }
-        let rows = identity(table_config, &read.rows);
+        let rows = identity(table_config, read.rows);
         let mut client = self.client().await?;
         let result = target::replace_partition(
             &mut client,
@@ -417,18 +417,19 @@ impl Pipeline {
     }
 }
 
-/// The identity transform: each staged row's values in the table's column order.
-fn identity(table: &TableConfig, rows: &[StagedRow]) -> Vec<Vec<Value>> {
-    rows.iter()
-        .map(|row| {
+/// The identity transform: each staged row's values in the table's column order
+/// (absent columns are NULL). Values are moved, not copied.
+fn identity(table: &TableConfig, rows: Vec<StagedRow>) -> Vec<Vec<Value>> {
+    rows.into_iter()
+        .map(|mut row| {
             table
                 .columns
                 .iter()
                 .map(|c| {
                     row.values
-                        .iter()
+                        .iter_mut()
                         .find(|(name, _)| name == &c.name)
-                        .map_or(Value::Null, |(_, v)| v.clone())
+                        .map_or(Value::Null, |(_, v)| std::mem::replace(v, Value::Null))
                 })
                 .collect()
         })

@@ -12,16 +12,21 @@
 
 use std::fmt::Write as _;
 
-use futures_util::pin_mut;
+use bytes::{BufMut, BytesMut};
+use futures_util::{SinkExt, pin_mut};
 use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
 use sha2::{Digest, Sha256};
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::{Client, GenericClient, NoTls};
 
 use crate::config::{Column, Dsn, TableConfig, TableName, quote_ident};
 use crate::partition::{Grain, Partition, PartitionPredicate, predicate};
 use crate::source::BadRecord;
 use crate::value::{ColumnType, EncodeError, Value};
+
+/// COPY data sent to the server at a time: bounds the writer's buffer.
+const COPY_CHUNK_BYTES: usize = 1 << 20;
+/// The signature that starts PostgreSQL's binary COPY format.
+const COPY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
 
 /// DDL of the `weir` schema. Idempotent.
 const WEIR_SCHEMA_SQL: &str = r#"
@@ -270,13 +275,14 @@ pub struct WriteSummary {
 /// digest. Unlike XOR, two equal rows do not cancel out.
 pub fn checksum(rows: &[Vec<Value>]) -> String {
     let mut sum: u128 = 0;
+    let mut encoded = Vec::new();
     for row in rows {
-        let mut hasher = Sha256::new();
+        // postcard of a Value is a canonical, self-delimiting encoding.
+        encoded.clear();
         for value in row {
-            // postcard of a Value is a canonical, self-delimiting encoding.
-            hasher.update(postcard::to_allocvec(value).unwrap_or_default());
+            encoded = postcard::to_extend(value, encoded).unwrap_or_default();
         }
-        let digest = hasher.finalize();
+        let digest = Sha256::digest(&encoded);
         let mut first = [0u8; 16];
         first.copy_from_slice(&digest[..16]);
         sum = sum.wrapping_add(u128::from_be_bytes(first));
@@ -344,23 +350,7 @@ pub async fn replace_partition(
         }
         let _ = write!(cols, "{}", quote_ident(name));
     }
-    let types: Vec<Type> = table.columns.iter().map(|(_, t)| t.clone()).collect();
-    // Encode every value before COPY starts, so a value that does not fit fails the job
-    // with its column named rather than mid-stream.
-    for row in write.rows {
-        for ((name, ty), value) in table.columns.iter().zip(row) {
-            if !value.is_null() {
-                value
-                    .encode_binary(ty, &mut Vec::new())
-                    .map_err(|source| TargetError::Encode {
-                        table: table.name.clone(),
-                        partition: partition_name.clone(),
-                        column: name.clone(),
-                        source,
-                    })?;
-            }
-        }
-    }
+    let copy_err = || query_err(format!("COPY into {}", table.name));
     let sink = tx
         .copy_in(&format!(
             "COPY {} ({cols}) FROM STDIN (FORMAT binary)",
@@ -368,17 +358,46 @@ pub async fn replace_partition(
         ))
         .await
         .map_err(query_err(format!("start COPY into {}", table.name)))?;
-    let writer = BinaryCopyInWriter::new(sink, &types);
-    pin_mut!(writer);
+    pin_mut!(sink);
+    // The binary COPY stream, encoded once per value and sent in bounded chunks. A value
+    // that does not fit its column fails the job with the column named; dropping the
+    // unfinished sink aborts the COPY and the transaction rolls back.
+    let fields = i16::try_from(table.columns.len()).unwrap_or(i16::MAX);
+    let mut buf = BytesMut::with_capacity(COPY_CHUNK_BYTES + COPY_CHUNK_BYTES / 4);
+    buf.extend_from_slice(COPY_SIGNATURE);
+    buf.put_i32(0); // flags
+    buf.put_i32(0); // header extension length
+    let mut value_bytes = Vec::new();
     for row in write.rows {
-        let refs: Vec<&(dyn ToSql + Sync)> = row.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-        writer
-            .as_mut()
-            .write(&refs)
-            .await
-            .map_err(query_err(format!("COPY into {}", table.name)))?;
+        buf.put_i16(fields);
+        for ((name, ty), value) in table.columns.iter().zip(row) {
+            if value.is_null() {
+                buf.put_i32(-1);
+                continue;
+            }
+            value_bytes.clear();
+            value
+                .encode_binary(ty, &mut value_bytes)
+                .map_err(|source| TargetError::Encode {
+                    table: table.name.clone(),
+                    partition: partition_name.clone(),
+                    column: name.clone(),
+                    source,
+                })?;
+            buf.put_i32(i32::try_from(value_bytes.len()).unwrap_or(i32::MAX));
+            buf.extend_from_slice(&value_bytes);
+        }
+        if buf.len() >= COPY_CHUNK_BYTES {
+            sink.as_mut()
+                .send(buf.split().freeze())
+                .await
+                .map_err(copy_err())?;
+        }
     }
-    let copied = writer
+    buf.put_i16(-1); // trailer
+    sink.as_mut().send(buf.freeze()).await.map_err(copy_err())?;
+    let copied = sink
+        .as_mut()
         .finish()
         .await
         .map_err(query_err(format!("finish COPY into {}", table.name)))?;
