@@ -121,6 +121,12 @@ pub enum SourceConfig {
         path: Option<PathBuf>,
         on_bad_record: OnBadRecord,
     },
+    /// PostgreSQL logical replication (pgoutput) from a slot.
+    Postgres {
+        dsn_env: String,
+        slot: String,
+        publication: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -191,6 +197,72 @@ pub struct TableConfig {
 }
 
 impl TableConfig {
+    /// The same table with its columns known (from the source's catalog), checked as a
+    /// declared table is: key and partition column exist and have usable types.
+    pub fn with_columns(
+        &self,
+        columns: Vec<Column>,
+    ) -> Result<TableConfig, (&'static str, String)> {
+        let table = TableConfig {
+            columns,
+            ..self.clone()
+        };
+        table.check_columns()?;
+        Ok(table)
+    }
+
+    /// Checks key and partition column against the columns; the error names the field
+    /// (`key`, `partition_by`, `grain`) and says what is wrong.
+    pub fn check_columns(&self) -> Result<(), (&'static str, String)> {
+        let find = |name: &str| self.columns.iter().find(|c| c.name == name);
+        for k in &self.key {
+            let col = find(k).ok_or_else(|| ("key", format!("`{k}` is not a declared column")))?;
+            if matches!(
+                col.ty,
+                ColumnType::Json
+                    | ColumnType::Jsonb
+                    | ColumnType::Bytea
+                    | ColumnType::Real
+                    | ColumnType::Double
+            ) {
+                return Err((
+                    "key",
+                    format!("`{k}` has type {}, which cannot be a key", col.declared),
+                ));
+            }
+        }
+        let part = find(&self.partition_by).ok_or_else(|| {
+            (
+                "partition_by",
+                format!("`{}` is not a declared column", self.partition_by),
+            )
+        })?;
+        match self.grain {
+            Grain::Value if !part.ty.is_value_partitionable() => Err((
+                "grain",
+                format!(
+                    "grain \"value\" needs an integer, text, boolean, date or uuid column; `{}` is {}",
+                    part.name, part.declared
+                ),
+            )),
+            Grain::Hour if part.ty == ColumnType::Date => Err((
+                "grain",
+                format!(
+                    "grain \"hour\" needs a timestamp column; `{}` is a date",
+                    part.name
+                ),
+            )),
+            Grain::Day | Grain::Month | Grain::Hour if !part.ty.is_temporal() => Err((
+                "grain",
+                format!(
+                    "grain \"{}\" needs a date or timestamp column; `{}` is {}",
+                    self.grain, part.name, part.declared
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     pub fn column(&self, name: &str) -> Option<&Column> {
         self.columns.iter().find(|c| c.name == name)
     }
@@ -293,7 +365,23 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Validator { path }.validate(raw)
+        let postgres_source = raw.source.kind == "postgres";
+        Validator {
+            path,
+            postgres_source,
+        }
+        .validate(raw)
+    }
+
+    /// Resolves the source DSN (kind = "postgres") from the environment variable the
+    /// config names; `None` for a source without one.
+    pub fn source_dsn(&self) -> Result<Option<Dsn>, ConfigError> {
+        match &self.source {
+            SourceConfig::Postgres { dsn_env, .. } => self
+                .dsn_from_env("source.dsn_env", dsn_env, |var| std::env::var(var).ok())
+                .map(Some),
+            SourceConfig::Jsonl { .. } => Ok(None),
+        }
     }
 
     /// Resolves the target DSN from the environment variable the config names.
@@ -339,12 +427,15 @@ impl Config {
         match &self.source {
             SourceConfig::Jsonl { path: Some(p), .. } => format!("jsonl:{}", p.display()),
             SourceConfig::Jsonl { path: None, .. } => "jsonl:stdin".to_owned(),
+            SourceConfig::Postgres { slot, .. } => format!("postgres:slot={slot}"),
         }
     }
 }
 
 struct Validator<'a> {
     path: &'a Path,
+    /// Tables' columns come from the source's catalog (kind = "postgres").
+    postgres_source: bool,
 }
 
 impl Validator<'_> {
@@ -420,23 +511,80 @@ impl Validator<'_> {
     fn source(&self, raw: RawSource) -> Result<SourceConfig, ConfigError> {
         match raw.kind.as_str() {
             "jsonl" => {
-                for (field, set) in [("dsn_env", raw.dsn_env.is_some()), ("slot", raw.slot.is_some()), ("publication", raw.publication.is_some())] {
+                for (field, set) in [
+                    ("dsn_env", raw.dsn_env.is_some()),
+                    ("slot", raw.slot.is_some()),
+                    ("publication", raw.publication.is_some()),
+                ] {
                     if set {
-                        return Err(self.invalid(format!("source.{field}"), "only applies to kind = \"postgres\""));
+                        return Err(self.invalid(
+                            format!("source.{field}"),
+                            "only applies to kind = \"postgres\"",
+                        ));
                     }
                 }
                 let path = match raw.path.as_deref() {
-                    None | Some("") => return Err(self.invalid("source.path", "required for kind = \"jsonl\": a file of JSON lines, or \"-\" for stdin")),
+                    None | Some("") => return Err(self.invalid(
+                        "source.path",
+                        "required for kind = \"jsonl\": a file of JSON lines, or \"-\" for stdin",
+                    )),
                     Some("-") => None,
                     Some(p) => Some(self.resolve(p)),
                 };
-                Ok(SourceConfig::Jsonl { path, on_bad_record: raw.on_bad_record.unwrap_or(OnBadRecord::Fail) })
+                Ok(SourceConfig::Jsonl {
+                    path,
+                    on_bad_record: raw.on_bad_record.unwrap_or(OnBadRecord::Fail),
+                })
             }
-            "postgres" => Err(self.invalid(
+            "postgres" => {
+                for (field, set) in [
+                    ("path", raw.path.is_some()),
+                    ("on_bad_record", raw.on_bad_record.is_some()),
+                ] {
+                    if set {
+                        return Err(self.invalid(
+                            format!("source.{field}"),
+                            "only applies to kind = \"jsonl\"",
+                        ));
+                    }
+                }
+                let dsn_env = raw.dsn_env.ok_or_else(|| {
+                    self.invalid("source.dsn_env", "required for kind = \"postgres\": the environment variable holding the source DSN")
+                })?;
+                check_env_name(&dsn_env).map_err(|m| self.invalid("source.dsn_env", m))?;
+                let slot = raw.slot.ok_or_else(|| {
+                    self.invalid(
+                        "source.slot",
+                        "required for kind = \"postgres\": the replication slot's name",
+                    )
+                })?;
+                let slot_ok = !slot.is_empty()
+                    && slot.len() <= 63
+                    && slot
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+                if !slot_ok {
+                    return Err(self.invalid("source.slot", format!("`{slot}` is not a slot name: use 1 to 63 lower-case letters, digits and underscores")));
+                }
+                let publication = raw
+                    .publication
+                    .filter(|p| !p.is_empty() && p.len() <= 63 && !p.contains('\0'))
+                    .ok_or_else(|| {
+                        self.invalid(
+                            "source.publication",
+                            "required for kind = \"postgres\": a publication name of 1 to 63 bytes",
+                        )
+                    })?;
+                Ok(SourceConfig::Postgres {
+                    dsn_env,
+                    slot,
+                    publication,
+                })
+            }
+            other => Err(self.invalid(
                 "source.kind",
-                "the PostgreSQL logical replication source is not in this build yet; use kind = \"jsonl\" with a Debezium JSON feed",
+                format!("unknown kind `{other}`: use \"postgres\" or \"jsonl\""),
             )),
-            other => Err(self.invalid("source.kind", format!("unknown kind `{other}`: use \"jsonl\""))),
         }
     }
 
@@ -515,10 +663,17 @@ impl Validator<'_> {
                 ));
             }
         }
-        if raw.columns.is_empty() {
+        let from_source_catalog = self.postgres_source;
+        if raw.columns.is_empty() && !from_source_catalog {
             return Err(self.invalid(
                 field("columns"),
                 "a JSON-lines feed has no schema: declare the columns, e.g. columns = { id = \"bigint\", order_date = \"date\" }",
+            ));
+        }
+        if !raw.columns.is_empty() && from_source_catalog {
+            return Err(self.invalid(
+                field("columns"),
+                "with source.kind = \"postgres\" the columns come from the source table: remove `columns`",
             ));
         }
         let mut columns = Vec::with_capacity(raw.columns.len());
@@ -531,68 +686,16 @@ impl Validator<'_> {
             }
             columns.push(Column { name, declared, ty });
         }
-        let find = |name: &str| columns.iter().find(|c| c.name == name);
         if raw.key.is_empty() {
             return Err(self.invalid(
                 field("key"),
                 "must name at least one column (the row's primary key)",
             ));
         }
-        for k in &raw.key {
-            let col = find(k).ok_or_else(|| {
-                self.invalid(field("key"), format!("`{k}` is not a declared column"))
-            })?;
-            if matches!(
-                col.ty,
-                ColumnType::Json
-                    | ColumnType::Jsonb
-                    | ColumnType::Bytea
-                    | ColumnType::Real
-                    | ColumnType::Double
-            ) {
-                return Err(self.invalid(
-                    field("key"),
-                    format!("`{k}` has type {}, which cannot be a key", col.declared),
-                ));
-            }
-        }
         if raw.key.iter().collect::<HashSet<_>>().len() != raw.key.len() {
             return Err(self.invalid(field("key"), "names a column twice"));
         }
-        let part = find(&raw.partition_by).ok_or_else(|| {
-            self.invalid(
-                field("partition_by"),
-                format!("`{}` is not a declared column", raw.partition_by),
-            )
-        })?;
-        match raw.grain {
-            Grain::Value if !part.ty.is_value_partitionable() => {
-                return Err(self.invalid(
-                    field("grain"),
-                    format!("grain \"value\" needs an integer, text, boolean, date or uuid column; `{}` is {}", part.name, part.declared),
-                ));
-            }
-            Grain::Hour if part.ty == ColumnType::Date => {
-                return Err(self.invalid(
-                    field("grain"),
-                    format!(
-                        "grain \"hour\" needs a timestamp column; `{}` is a date",
-                        part.name
-                    ),
-                ));
-            }
-            Grain::Day | Grain::Month | Grain::Hour if !part.ty.is_temporal() => {
-                return Err(self.invalid(
-                    field("grain"),
-                    format!(
-                        "grain \"{}\" needs a date or timestamp column; `{}` is {}",
-                        raw.grain, part.name, part.declared
-                    ),
-                ));
-            }
-            _ => {}
-        }
-        Ok(TableConfig {
+        let table = TableConfig {
             source,
             target,
             key: raw.key,
@@ -602,7 +705,13 @@ impl Validator<'_> {
                 .on_null_partition
                 .unwrap_or(OnNullPartition::NullPartition),
             columns,
-        })
+        };
+        if !from_source_catalog {
+            table
+                .check_columns()
+                .map_err(|(name, message)| self.invalid(field(name), message))?;
+        }
+        Ok(table)
     }
 }
 

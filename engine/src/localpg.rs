@@ -69,8 +69,32 @@ pub struct LocalPgOptions {
     /// Server settings `(name, value)` written after the defaults: later ones win.
     pub extra_settings: Vec<(String, String)>,
     /// `(user, password)`: a LOGIN SUPERUSER role that must authenticate with
-    /// scram-sha-256 over TCP; every other connection (and that role over the socket) is `trust`.
+    /// [`LocalPgOptions::password_auth`] over TCP; every other connection (and that role
+    /// over the socket) is `trust`.
     pub password_user: Option<(String, String)>,
+    /// How the password user authenticates over TCP (and how its password is stored):
+    /// scram-sha-256 unless set.
+    pub password_auth: PasswordAuth,
+}
+
+/// The authentication method of [`LocalPgOptions::password_user`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PasswordAuth {
+    /// `scram-sha-256`, with the password stored as a SCRAM verifier (the default).
+    #[default]
+    ScramSha256,
+    /// `md5`, with the password stored as an MD5 hash (`password_encryption = md5`).
+    Md5,
+}
+
+impl PasswordAuth {
+    /// The name of the method in `pg_hba.conf` and in `password_encryption`.
+    fn method(self) -> &'static str {
+        match self {
+            PasswordAuth::ScramSha256 => "scram-sha-256",
+            PasswordAuth::Md5 => "md5",
+        }
+    }
 }
 
 /// A running throwaway cluster; superuser `postgres` connects without password.
@@ -305,7 +329,7 @@ impl LocalPg {
             ("shared_buffers", "128MB"),
             ("log_min_messages", "warning"),
             ("logging_collector", "off"),
-            ("password_encryption", "scram-sha-256"),
+            ("password_encryption", options.password_auth.method()),
         ];
         let extra = options
             .extra_settings
@@ -503,13 +527,15 @@ fn validate(options: &LocalPgOptions) -> Result<(), LocalPgError> {
     }
 }
 
-/// First match wins: the password user over TCP needs scram-sha-256, everything else is trust.
+/// First match wins: the password user over TCP needs its password method (scram-sha-256
+/// unless [`LocalPgOptions::password_auth`] says otherwise), everything else is trust.
 fn hba_conf(options: &LocalPgOptions) -> String {
     let mut out = String::from("# Written by weir's localpg.\n");
     for db in ["all", "replication"] {
         for net in ["127.0.0.1/32", "::1/128"] {
             if let Some((user, _)) = &options.password_user {
-                let _ = writeln!(out, "host {db} \"{user}\" {net} scram-sha-256");
+                let method = options.password_auth.method();
+                let _ = writeln!(out, "host {db} \"{user}\" {net} {method}");
             }
             let _ = writeln!(out, "host {db} all {net} trust");
         }

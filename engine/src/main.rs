@@ -146,6 +146,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             let report = pipeline::init(&config, &config.target_dsn()?).await?;
             let mut out = std::io::stdout().lock();
             writeln!(out, "stage: {}", report.stage)?;
+            for line in report.source {
+                writeln!(out, "source: {line}")?;
+            }
             for table in report.tables {
                 writeln!(out, "table: {table}")?;
             }
@@ -351,6 +354,12 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
     )?;
     for (table, rows) in &s.staged_rows {
         writeln!(out, "staged:     {table}: {rows} rows")?;
+    }
+    if let (Some(wal_status), Some(lag)) = (&s.slot_wal_status, s.slot_lag_bytes) {
+        writeln!(out, "slot:       wal_status {wal_status}, lag {lag} bytes")?;
+    }
+    if let Some(e) = &s.source_error {
+        writeln!(out, "source:     unavailable: {e}")?;
     }
     writeln!(out, "dirty:      {} partitions", s.dirty_partitions.len())?;
     for d in s.dirty_partitions.iter().take(50) {

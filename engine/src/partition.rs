@@ -124,6 +124,9 @@ pub fn partition_of(
         (Grain::Value, Value::Text(s)) => Ok(Partition::Key(s.clone())),
         (Grain::Value, Value::Bool(b)) => Ok(Partition::Key(b.to_string())),
         (Grain::Value, v @ Value::Date(_)) => Ok(Partition::Key(v.to_string())),
+        (Grain::Day | Grain::Month, Value::Date(d @ (i32::MAX | i32::MIN))) => Ok(Partition::Key(
+            if *d > 0 { "infinity" } else { "-infinity" }.to_owned(),
+        )),
         (Grain::Day | Grain::Month, Value::Date(d)) => {
             let date = date_from_days(*d).ok_or_else(range)?;
             Ok(Partition::Key(if grain == Grain::Day {
@@ -175,11 +178,11 @@ pub fn predicate(ty: ColumnType, grain: Grain, p: &Partition) -> Option<Partitio
             .map(PartitionPredicate::Equals);
     }
     if key == "infinity" || key == "-infinity" {
-        let v = Value::Timestamp(if key == "infinity" {
-            i64::MAX
-        } else {
-            i64::MIN
-        });
+        let positive = key == "infinity";
+        let v = match ty {
+            ColumnType::Date => Value::Date(if positive { i32::MAX } else { i32::MIN }),
+            _ => Value::Timestamp(if positive { i64::MAX } else { i64::MIN }),
+        };
         return Some(PartitionPredicate::Equals(v));
     }
     let (start_us, end_us) = bounds_micros(grain, key)?;

@@ -21,6 +21,7 @@ use tokio_postgres::Client;
 use crate::config::{Config, Dsn, SourceConfig, TableConfig};
 use crate::partition::Partition;
 use crate::source::jsonl::JsonlSource;
+use crate::source::postgres::{self, PgSourceError};
 use crate::source::{ChangeSource, SourceError, SourceEvent, Transaction};
 use crate::stage::{ApplyOutcome, DirtyPartition, Stage, StageError, StagedRow};
 use crate::target::{self, PartitionWrite, TargetError, TargetTable, WriteSummary};
@@ -49,6 +50,17 @@ pub enum PipelineError {
     },
     #[error("table `{0}` is not in the config")]
     UnknownTable(String),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    PgSource(#[from] PgSourceError),
+    #[error("{}: table {table}: {field}: {message}", config.display())]
+    Table {
+        config: std::path::PathBuf,
+        table: String,
+        field: &'static str,
+        message: String,
+    },
     #[error("a stage task stopped unexpectedly")]
     Task(#[source] tokio::task::JoinError),
 }
@@ -66,16 +78,44 @@ async fn blocking<T: Send + 'static>(
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct InitReport {
     pub stage: String,
+    /// What was set up in the source (publication, slot, replica identities).
+    pub source: Vec<String>,
     pub tables: Vec<String>,
 }
 
 /// Validates connectivity and creates what is missing: the stage, the target's `weir`
 /// schema, and each target table (or refuses one that does not match). Safe to re-run.
 pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineError> {
+    let mut source_lines = Vec::new();
+    let resolved = resolve_tables(config).await?;
+    if let SourceConfig::Postgres {
+        slot, publication, ..
+    } = &config.source
+    {
+        let source_dsn = postgres_dsn(config)?;
+        let client = postgres::connect(&source_dsn).await?;
+        let report = postgres::setup(&client, slot, publication, &resolved).await?;
+        source_lines.push(format!(
+            "publication {publication} ({}), slot {slot} ({})",
+            if report.created_publication {
+                "created"
+            } else {
+                "exists"
+            },
+            if report.created_slot {
+                "created"
+            } else {
+                "exists"
+            }
+        ));
+        for (table, identity) in report.identities {
+            source_lines.push(format!("replica identity of {table}: {identity}"));
+        }
+    }
     let mut client = target::connect(dsn).await?;
     target::ensure_weir_schema(&client).await?;
     let mut tables = Vec::new();
-    for table in &config.tables {
+    for table in &resolved {
         let prepared = target::prepare_table(&mut client, table, true).await?;
         tables.push(format!(
             "{} -> {} ({} columns, partition by {} {})",
@@ -91,8 +131,45 @@ pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineErro
     blocking(move || Stage::open(&path, &source_id).map(drop)).await?;
     Ok(InitReport {
         stage: config.stage_path.display().to_string(),
+        source: source_lines,
         tables,
     })
+}
+
+/// The source DSN of a PostgreSQL source.
+fn postgres_dsn(config: &Config) -> Result<Dsn, crate::config::ConfigError> {
+    config
+        .source_dsn()?
+        .ok_or_else(|| crate::config::ConfigError::Invalid {
+            path: config.path.clone(),
+            field: "source.dsn_env".into(),
+            message: "required for kind = \"postgres\"".into(),
+        })
+}
+
+/// The configured tables with their columns: declared (JSON lines) or read from the
+/// source's catalog (PostgreSQL), checked either way.
+async fn resolve_tables(config: &Config) -> Result<Vec<TableConfig>, PipelineError> {
+    let SourceConfig::Postgres { .. } = &config.source else {
+        return Ok(config.tables.clone());
+    };
+    let source_dsn = postgres_dsn(config)?;
+    let client = postgres::connect(&source_dsn).await?;
+    let mut out = Vec::with_capacity(config.tables.len());
+    for table in &config.tables {
+        let columns = postgres::source_columns(&client, &table.source).await?;
+        out.push(
+            table
+                .with_columns(columns)
+                .map_err(|(field, message)| PipelineError::Table {
+                    config: config.path.clone(),
+                    table: table.source.to_string(),
+                    field,
+                    message,
+                })?,
+        );
+    }
+    Ok(out)
 }
 
 /// Counts of one `run`.
@@ -126,7 +203,8 @@ impl std::fmt::Debug for Pipeline {
 
 impl Pipeline {
     /// Opens the stage (which `init` created) and checks every target table.
-    pub async fn open(config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
+    pub async fn open(mut config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
+        config.tables = resolve_tables(&config).await?;
         // The target first: a mismatched table is the first thing to know.
         let mut clients = Vec::with_capacity(config.engine.parallelism);
         for _ in 0..config.engine.parallelism {
@@ -163,20 +241,50 @@ impl Pipeline {
         once: bool,
         shutdown: impl Future<Output = ()>,
     ) -> Result<RunReport, PipelineError> {
-        let SourceConfig::Jsonl {
-            path,
-            on_bad_record,
-        } = &self.config.source;
         let checkpoint = self.stage.checkpoint()?;
-        let mut source = JsonlSource::open(
-            path.clone(),
-            !once,
-            self.config.tables.clone(),
-            *on_bad_record,
-            checkpoint,
-            self.config.engine.transaction_chunk_changes,
-        )
-        .await?;
+        let chunk = self.config.engine.transaction_chunk_changes;
+        let tables = self
+            .tables
+            .values()
+            .map(|(t, _)| t.clone())
+            .collect::<Vec<_>>();
+        let mut source = match &self.config.source {
+            SourceConfig::Jsonl {
+                path,
+                on_bad_record,
+            } => AnySource::Jsonl(Box::new(
+                JsonlSource::open(
+                    path.clone(),
+                    !once,
+                    tables,
+                    *on_bad_record,
+                    checkpoint,
+                    chunk,
+                )
+                .await?,
+            )),
+            SourceConfig::Postgres {
+                slot, publication, ..
+            } => {
+                let source_dsn = postgres_dsn(&self.config)?;
+                let options = postgres::PostgresSourceOptions {
+                    slot: slot.clone(),
+                    publication: publication.clone(),
+                    once,
+                    chunk_changes_max: chunk,
+                };
+                AnySource::Postgres(Box::new(
+                    postgres::PostgresSource::open(
+                        &source_dsn,
+                        &options,
+                        tables,
+                        Arc::clone(&self.stage),
+                        checkpoint,
+                    )
+                    .await?,
+                ))
+            }
+        };
         let mut report = RunReport::default();
         let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
         let mut last_flush = Instant::now();
@@ -255,7 +363,7 @@ impl Pipeline {
     /// Stages the batch in one synced write, then acknowledges the source.
     async fn stage_batch(
         &self,
-        source: &mut JsonlSource,
+        source: &mut AnySource,
         batch: &mut Vec<Transaction>,
         report: &mut RunReport,
     ) -> Result<(), PipelineError> {
@@ -417,6 +525,32 @@ impl Pipeline {
     }
 }
 
+/// The configured source.
+#[derive(Debug)]
+enum AnySource {
+    Jsonl(Box<JsonlSource>),
+    Postgres(Box<postgres::PostgresSource>),
+}
+
+impl ChangeSource for AnySource {
+    async fn next(&mut self) -> Result<SourceEvent, SourceError> {
+        match self {
+            AnySource::Jsonl(s) => s.next().await,
+            AnySource::Postgres(s) => s.next().await,
+        }
+    }
+
+    async fn acknowledge(
+        &mut self,
+        checkpoint: crate::source::Checkpoint,
+    ) -> Result<(), SourceError> {
+        match self {
+            AnySource::Jsonl(s) => s.acknowledge(checkpoint).await,
+            AnySource::Postgres(s) => s.acknowledge(checkpoint).await,
+        }
+    }
+}
+
 /// The identity transform: each staged row's values in the table's column order
 /// (absent columns are NULL). Values are moved, not copied.
 fn identity(table: &TableConfig, rows: Vec<StagedRow>) -> Vec<Vec<Value>> {
@@ -450,6 +584,11 @@ pub struct Status {
     pub last_writes: Vec<target::LineageRow>,
     /// Why `last_writes` could not be read, if it could not.
     pub target_error: Option<String>,
+    /// PostgreSQL source: the slot's `wal_status` and the WAL it holds back, in bytes.
+    pub slot_wal_status: Option<String>,
+    pub slot_lag_bytes: Option<i64>,
+    /// Why the slot could not be read, if it could not.
+    pub source_error: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -483,7 +622,26 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
         pending_dead_letters: stage.dead_letters(usize::MAX)?.len(),
         last_writes: Vec::new(),
         target_error: None,
+        slot_wal_status: None,
+        slot_lag_bytes: None,
+        source_error: None,
     };
+    if let SourceConfig::Postgres { slot, .. } = &config.source {
+        let slot_status = async {
+            let client = postgres::connect(&postgres_dsn(config)?).await?;
+            Ok::<_, PipelineError>(postgres::slot_status(&client, slot).await?)
+        };
+        match slot_status.await {
+            Ok(Some((wal_status, lag))) => {
+                status.slot_wal_status = Some(wal_status);
+                status.slot_lag_bytes = Some(lag);
+            }
+            Ok(None) => {
+                status.source_error = Some(format!("replication slot `{slot}` does not exist"))
+            }
+            Err(e) => status.source_error = Some(error_chain(&e)),
+        }
+    }
     match target::connect(dsn).await {
         Ok(client) => match target::recent_writes(&client, last_writes).await {
             Ok(rows) => status.last_writes = rows,

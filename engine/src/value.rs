@@ -33,7 +33,7 @@ pub enum Value {
     Bytes(Vec<u8>),
     /// Exact decimal text (`-12.340`, `NaN`, `Infinity`, `-Infinity`), as PostgreSQL prints it.
     Decimal(String),
-    /// Days since 1970-01-01.
+    /// Days since 1970-01-01. `i32::MAX` / `i32::MIN` are `infinity` / `-infinity`.
     Date(i32),
     /// Microseconds since 1970-01-01T00:00:00 UTC (or local wall time for `timestamp`).
     /// `i64::MAX` / `i64::MIN` are `infinity` / `-infinity`.
@@ -386,6 +386,8 @@ impl fmt::Display for Value {
             Value::Float(x) => write!(f, "{x}"),
             Value::Text(s) | Value::Decimal(s) | Value::Json(s) => f.write_str(s),
             Value::Bytes(b) => write!(f, "\\x{}", hex::encode(b)),
+            Value::Date(i32::MAX) => f.write_str("infinity"),
+            Value::Date(i32::MIN) => f.write_str("-infinity"),
             Value::Date(d) => match date_from_days(*d) {
                 Some(date) => write!(f, "{}", date.format("%Y-%m-%d")),
                 None => write!(f, "date({d})"),
@@ -533,12 +535,13 @@ pub fn encode_numeric(text: &str, out: &mut Vec<u8>) -> Option<()> {
     };
     let int_groups = to_groups(&int_str);
     let frac_groups = to_groups(&frac_str);
-    let mut weight = i16::try_from(int_groups.len()).ok()? - 1;
+    // Computed wide, narrowed once: the weight of the largest numerics is near i16's end.
+    let mut weight = i64::try_from(int_groups.len()).ok()? - 1;
     let mut groups: Vec<u16> = int_groups.into_iter().chain(frac_groups).collect();
     // Strip leading zero groups (adjusting the weight) and trailing zero groups.
     let leading = groups.iter().take_while(|g| **g == 0).count();
     groups.drain(..leading);
-    weight -= i16::try_from(leading).ok()?;
+    weight -= i64::try_from(leading).ok()?;
     while groups.last() == Some(&0) {
         groups.pop();
     }
@@ -551,7 +554,7 @@ pub fn encode_numeric(text: &str, out: &mut Vec<u8>) -> Option<()> {
         NUMERIC_POS
     };
     out.extend_from_slice(&u16::try_from(groups.len()).ok()?.to_be_bytes());
-    out.extend_from_slice(&weight.to_be_bytes());
+    out.extend_from_slice(&i16::try_from(weight).ok()?.to_be_bytes());
     out.extend_from_slice(&sign.to_be_bytes());
     out.extend_from_slice(&dscale.to_be_bytes());
     for g in groups {
@@ -684,6 +687,9 @@ impl Value {
                 out.extend_from_slice(s.as_bytes());
             }
             (Value::Bytes(b), &T::BYTEA) => out.extend_from_slice(b),
+            (Value::Date(d @ (i32::MAX | i32::MIN)), &T::DATE) => {
+                out.extend_from_slice(&d.to_be_bytes())
+            }
             (Value::Date(d), &T::DATE) => {
                 let pg = d.checked_sub(PG_EPOCH_DAYS).ok_or_else(fail)?;
                 out.extend_from_slice(&pg.to_be_bytes())
@@ -695,8 +701,15 @@ impl Value {
                 };
                 out.extend_from_slice(&pg.to_be_bytes())
             }
+            (Value::Date(d @ (i32::MAX | i32::MIN)), &T::TIMESTAMP | &T::TIMESTAMPTZ) => {
+                let infinity = if *d == i32::MAX { i64::MAX } else { i64::MIN };
+                out.extend_from_slice(&infinity.to_be_bytes())
+            }
             (Value::Date(d), &T::TIMESTAMP | &T::TIMESTAMPTZ) => {
-                let us = i64::from(*d) * MICROS_PER_DAY - PG_EPOCH_MICROS;
+                let us = i64::from(*d)
+                    .checked_mul(MICROS_PER_DAY)
+                    .and_then(|us| us.checked_sub(PG_EPOCH_MICROS))
+                    .ok_or_else(fail)?;
                 out.extend_from_slice(&us.to_be_bytes())
             }
             _ => return Err(fail()),

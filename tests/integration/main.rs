@@ -7,5 +7,6 @@ mod demo;
 mod grains;
 mod harness;
 mod pipeline;
+mod postgres_source;
 mod secrets;
 mod stage_crash;

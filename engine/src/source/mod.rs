@@ -12,6 +12,9 @@
 
 pub mod jsonl;
 pub mod pgoutput;
+pub mod pgtypes;
+pub mod postgres;
+pub mod replication;
 
 use serde::{Deserialize, Serialize};
 
@@ -119,6 +122,8 @@ pub enum SourceError {
         len: u64,
         position: u64,
     },
+    #[error("PostgreSQL source")]
+    Postgres(#[source] Box<postgres::PgSourceError>),
 }
 
 /// A feed of committed transactions.

@@ -686,6 +686,28 @@ impl Stage {
         })
     }
 
+    /// The staged row of `key` in `table`, wherever its partition (the `keys` index
+    /// says where). For unchanged TOAST values, which the source leaves out.
+    pub fn get_row(&self, table: &str, key: &[u8]) -> Result<Option<StagedRow>, StageError> {
+        let snapshot = self.db.snapshot();
+        let Some(partition) = snapshot
+            .get_cf(self.cf(CF_KEYS), table_key(table, key))
+            .map_err(db_err("read keys index"))?
+        else {
+            return Ok(None);
+        };
+        let partition =
+            Partition::from_bytes(&partition).ok_or_else(|| corrupt("keys index entry"))?;
+        let row = snapshot
+            .get_cf(self.cf(CF_ROWS), row_key(table, &partition, key))
+            .map_err(db_err("read a row"))?;
+        row.map(|v| {
+            postcard::from_bytes(&v)
+                .map_err(|_| corrupt(format!("row in {table} partition {partition}")))
+        })
+        .transpose()
+    }
+
     /// Every staged row of `table` with its partition, in (partition, key) order, from
     /// one snapshot. For checks and tests: it holds the whole table in memory.
     pub fn table_rows(&self, table: &str) -> Result<Vec<(Partition, StagedRow)>, StageError> {

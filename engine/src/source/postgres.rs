@@ -1,0 +1,843 @@
+//! PostgreSQL logical replication as a change source: committed transactions of
+//! pgoutput messages become stage input.
+//!
+//! [`Assembler`] is the transport-free half: it receives decoded pgoutput messages of
+//! protocol version 1 (whole committed transactions, in commit order) and turns them
+//! into [`SourceEvent`]s. It keeps the relations it has seen, maps tuple values to
+//! typed [`Value`]s by their column types, fills unchanged TOAST values from the row
+//! image already staged for the key, and detects schema changes.
+//!
+//! Guarantees:
+//! * a transaction's changes come out whole at its Commit, with the Commit's end LSN as
+//!   the position; a transaction with more than `chunk_changes_max` changes comes out
+//!   as chunks first (the stage's pending area), so no transaction is held whole;
+//! * an unchanged TOAST value (`u`) is never turned into NULL: it is taken from the
+//!   staged image, and a row missing there is an error naming table and column;
+//! * a relation whose columns differ from the configured table's (a dropped column, a
+//!   changed type) stops the source with an error naming both; an added column is
+//!   staged (it reaches the target once the target has it);
+//! * a change of a table that is not configured is passed over (the publication may
+//!   hold more tables than Weir writes); a TRUNCATE of a configured table is an error.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::pgoutput::{
+    DecodeError, Decoder, OldTuple, PgOutputMessage, Relation, RelationColumn, TupleValue,
+};
+use super::pgtypes;
+use super::replication::{
+    ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream, format_lsn,
+};
+use super::{
+    ChangeSource, Checkpoint, Op, Row, SourceError, SourceEvent, Transaction, keyed_changes,
+};
+use crate::config::{Dsn, TableConfig, TableName, quote_ident};
+use crate::stage::{Stage, StageChange, StagedRow};
+use crate::value::Value;
+
+/// How long the source waits for the server before it reports `Idle`, so the engine
+/// can stage and write what it has.
+const IDLE_AFTER_MS: u64 = 200;
+/// Standby status updates go out at least this often, so the server's view of the
+/// acknowledged position (and so the WAL it keeps) stays current on an idle stream.
+const STATUS_INTERVAL_MS: u64 = 10_000;
+/// The prefix of the logical message `run --once` emits to find the end of what is
+/// available now.
+const DRAIN_PREFIX: &str = "weir.drain";
+
+/// Errors of the PostgreSQL source.
+#[derive(Debug, thiserror::Error)]
+pub enum PgSourceError {
+    #[error(
+        "{table}: the source table changed: {change}. Nothing past this transaction was acknowledged; alter the target to match and restart, or take a new snapshot"
+    )]
+    SchemaChanged { table: String, change: String },
+    #[error("{table}: {reason}")]
+    BadChange { table: String, reason: String },
+    #[error("{table}: column `{column}`")]
+    Value {
+        table: String,
+        column: String,
+        #[source]
+        source: pgtypes::TypeError,
+    },
+    #[error(
+        "{table}: unchanged TOAST value of column `{column}` for a row that is not staged; set REPLICA IDENTITY FULL on the table or take a new snapshot"
+    )]
+    ToastWithoutRow { table: String, column: String },
+    #[error(
+        "TRUNCATE of {tables}: truncation is not applied (on_truncate = \"fail\"); nothing past it was acknowledged"
+    )]
+    Truncate { tables: String },
+    #[error(
+        "a change arrived outside a transaction ({what}): the replication stream is out of order"
+    )]
+    OutsideTransaction { what: &'static str },
+    #[error("change for relation {oid}, which no Relation message described")]
+    UnknownRelation { oid: u32 },
+    #[error("streamed in-progress transactions (protocol version 2) are not requested by Weir")]
+    Streaming,
+    #[error(
+        "replication slot `{slot}` does not exist: run `weir init`, which creates it and takes a fresh snapshot; Weir never re-creates a slot silently, since changes made meanwhile are lost"
+    )]
+    SlotMissing { slot: String },
+    #[error(
+        "replication slot `{slot}` was invalidated by the server (wal_status = lost: it fell behind max_slot_wal_keep_size); changes are lost: drop the slot and run `weir init` for a fresh snapshot"
+    )]
+    SlotInvalidated { slot: String },
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
+    #[error("undecodable pgoutput message")]
+    Decode(#[from] DecodeError),
+    #[error("source table {table} {problem}")]
+    SourceTable { table: String, problem: String },
+    #[error("source query failed: {what}")]
+    Query {
+        what: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+}
+
+/// A relation the stream described, mapped to a configured table (or not).
+#[derive(Debug, Clone)]
+struct RelationInfo {
+    /// Index into the configured tables; `None`: not configured, passed over.
+    table: Option<usize>,
+    relation: Arc<Relation>,
+}
+
+/// A transaction being received.
+#[derive(Debug, Default)]
+struct InProgress {
+    /// LSN of the transaction's commit record, known from Begin: the rows' position.
+    commit_lsn: u64,
+    commit_time_us: i64,
+    changes: Vec<StageChange>,
+}
+
+/// Turns pgoutput messages into stage input. See the module docs.
+#[derive(Debug)]
+pub struct Assembler {
+    tables: Vec<TableConfig>,
+    relations: HashMap<u32, RelationInfo>,
+    current: Option<InProgress>,
+    chunk_changes_max: usize,
+}
+
+impl Assembler {
+    pub fn new(tables: Vec<TableConfig>, chunk_changes_max: usize) -> Assembler {
+        Assembler {
+            tables,
+            relations: HashMap::new(),
+            current: None,
+            chunk_changes_max: chunk_changes_max.max(1),
+        }
+    }
+
+    /// Whether a transaction is open (received Begin, not yet Commit).
+    pub fn in_transaction(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// Handles one message. `staged` looks up the staged row of (table, key), for
+    /// unchanged TOAST values.
+    pub fn handle(
+        &mut self,
+        message: PgOutputMessage,
+        staged: &dyn Fn(&str, &[u8]) -> Option<StagedRow>,
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        match message {
+            PgOutputMessage::Begin(begin) => {
+                self.current = Some(InProgress {
+                    commit_lsn: begin.final_lsn,
+                    commit_time_us: begin.commit_time_us,
+                    changes: Vec::new(),
+                });
+                Ok(vec![])
+            }
+            PgOutputMessage::Commit(commit) => {
+                let txn = self
+                    .current
+                    .take()
+                    .ok_or(PgSourceError::OutsideTransaction { what: "Commit" })?;
+                Ok(vec![SourceEvent::Transaction(Transaction {
+                    end: commit.end_lsn,
+                    cursor: commit.commit_lsn,
+                    changes: txn.changes,
+                    bad_records: vec![],
+                })])
+            }
+            PgOutputMessage::Relation(relation) => {
+                self.relation(relation)?;
+                Ok(vec![])
+            }
+            PgOutputMessage::Insert(insert) => {
+                let Some((t, relation)) = self.table_of(insert.relation_oid)? else {
+                    return Ok(vec![]);
+                };
+                let after = row(&self.tables[t], &relation.columns, &insert.new, None)?;
+                self.push(t, Op::Insert, None, Some(after))
+            }
+            PgOutputMessage::Update(update) => {
+                let Some((t, relation)) = self.table_of(update.relation_oid)? else {
+                    return Ok(vec![]);
+                };
+                let table = &self.tables[t];
+                let before = update
+                    .old
+                    .as_ref()
+                    .map(|old| key_image(table, &relation.columns, old))
+                    .transpose()?;
+                let source = table.source.to_string();
+                let lookup = |key: &[u8]| staged(&source, key);
+                let after = row(table, &relation.columns, &update.new, Some(&lookup))?;
+                self.push(t, Op::Update, before, Some(after))
+            }
+            PgOutputMessage::Delete(delete) => {
+                let Some((t, relation)) = self.table_of(delete.relation_oid)? else {
+                    return Ok(vec![]);
+                };
+                let before = key_image(&self.tables[t], &relation.columns, &delete.old)?;
+                self.push(t, Op::Delete, Some(before), None)
+            }
+            PgOutputMessage::Truncate(truncate) => {
+                let mut names = Vec::new();
+                for oid in &truncate.relation_oids {
+                    if let Some((t, _)) = self.table_of(*oid)? {
+                        names.push(self.tables[t].source.to_string());
+                    }
+                }
+                if names.is_empty() {
+                    Ok(vec![])
+                } else {
+                    Err(PgSourceError::Truncate {
+                        tables: names.join(", "),
+                    })
+                }
+            }
+            PgOutputMessage::StreamStart(_)
+            | PgOutputMessage::StreamStop
+            | PgOutputMessage::StreamCommit(_)
+            | PgOutputMessage::StreamAbort(_) => Err(PgSourceError::Streaming),
+            // Origins, types and logical messages carry no row changes.
+            PgOutputMessage::Origin(_) | PgOutputMessage::Type(_) | PgOutputMessage::Message(_) => {
+                Ok(vec![])
+            }
+        }
+    }
+
+    /// Records a relation; checks it against its configured table.
+    fn relation(&mut self, relation: Relation) -> Result<(), PgSourceError> {
+        let name = TableName {
+            schema: relation.namespace.clone(),
+            name: relation.name.clone(),
+        };
+        let table = self.tables.iter().position(|t| t.source == name);
+        if let Some(t) = table.map(|i| &self.tables[i]) {
+            for column in &t.columns {
+                match relation.columns.iter().find(|c| c.name == column.name) {
+                    None => {
+                        return Err(PgSourceError::SchemaChanged {
+                            table: name.to_string(),
+                            change: format!("column `{}` was dropped or renamed", column.name),
+                        });
+                    }
+                    Some(c) => {
+                        let now = pgtypes::column_type(c.type_oid, c.type_modifier);
+                        if now != Some(column.ty) {
+                            return Err(PgSourceError::SchemaChanged {
+                                table: name.to_string(),
+                                change: format!(
+                                    "column `{}` is now {}, was {}",
+                                    column.name,
+                                    pgtypes::type_name(c.type_oid, c.type_modifier),
+                                    column.declared
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+            if let Some(previous) = self.relations.get(&relation.oid) {
+                let added: Vec<&str> = relation
+                    .columns
+                    .iter()
+                    .filter(|c| !previous.relation.columns.iter().any(|p| p.name == c.name))
+                    .map(|c| c.name.as_str())
+                    .collect();
+                if !added.is_empty() {
+                    tracing::warn!(table = %name, columns = %added.join(", "), "source table gained columns; they are staged, and written once the target has them");
+                }
+            }
+        }
+        self.relations.insert(
+            relation.oid,
+            RelationInfo {
+                table,
+                relation: Arc::new(relation),
+            },
+        );
+        Ok(())
+    }
+
+    /// The configured table of a relation (`None`: not configured) and the relation.
+    fn table_of(&self, oid: u32) -> Result<Option<(usize, Arc<Relation>)>, PgSourceError> {
+        let info = self
+            .relations
+            .get(&oid)
+            .ok_or(PgSourceError::UnknownRelation { oid })?;
+        Ok(info.table.map(|i| (i, Arc::clone(&info.relation))))
+    }
+
+    fn push(
+        &mut self,
+        table: usize,
+        op: Op,
+        before: Option<Row>,
+        after: Option<Row>,
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        let table = &self.tables[table];
+        let txn = self
+            .current
+            .as_mut()
+            .ok_or(PgSourceError::OutsideTransaction {
+                what: "a row change",
+            })?;
+        let changes = keyed_changes(
+            table,
+            op,
+            before,
+            after,
+            txn.commit_lsn,
+            Some(txn.commit_time_us),
+        )
+        .map_err(|reason| PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason,
+        })?;
+        txn.changes.extend(changes);
+        if txn.changes.len() >= self.chunk_changes_max {
+            return Ok(vec![SourceEvent::Chunk(std::mem::take(&mut txn.changes))]);
+        }
+        Ok(vec![])
+    }
+}
+
+/// Looks up the staged row of a key of the table at hand.
+type KeyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<StagedRow>;
+
+/// The values of a tuple as a row. Unchanged TOAST values come from the staged image
+/// of the row's key (`staged`), which only updates have.
+fn row(
+    table: &TableConfig,
+    columns: &[RelationColumn],
+    tuple: &[TupleValue],
+    staged: Option<KeyLookup<'_>>,
+) -> Result<Row, PgSourceError> {
+    if columns.len() != tuple.len() {
+        return Err(PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason: format!(
+                "a tuple of {} columns for a relation of {}",
+                tuple.len(),
+                columns.len()
+            ),
+        });
+    }
+    let mut out = Vec::with_capacity(columns.len());
+    let mut unchanged = Vec::new();
+    for (column, value) in columns.iter().zip(tuple) {
+        match pgtypes::decode_tuple_value(
+            &column.name,
+            column.type_oid,
+            column.type_modifier,
+            value,
+        ) {
+            Ok(Some(v)) => out.push((column.name.clone(), v)),
+            Ok(None) => unchanged.push(column.name.clone()),
+            Err(source) => {
+                return Err(PgSourceError::Value {
+                    table: table.source.to_string(),
+                    column: column.name.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    if unchanged.is_empty() {
+        return Ok(out);
+    }
+    let key = crate::stage::encode_key(
+        &table
+            .key
+            .iter()
+            .map(|k| out.iter().find(|(c, _)| c == k).map(|(_, v)| v))
+            .collect::<Option<Vec<&Value>>>()
+            .ok_or_else(|| PgSourceError::BadChange {
+                table: table.source.to_string(),
+                reason: "a key column is an unchanged TOAST value".into(),
+            })?,
+    )
+    .map_err(|e| PgSourceError::BadChange {
+        table: table.source.to_string(),
+        reason: e.to_string(),
+    })?;
+    let image = staged.and_then(|lookup| lookup(&key));
+    for column in unchanged {
+        let value = image
+            .as_ref()
+            .and_then(|r| r.values.iter().find(|(c, _)| *c == column))
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| PgSourceError::ToastWithoutRow {
+                table: table.source.to_string(),
+                column: column.clone(),
+            })?;
+        out.push((column, value));
+    }
+    Ok(out)
+}
+
+/// The key columns of an old tuple (`K`: only they are set; `O`: the whole row).
+fn key_image(
+    table: &TableConfig,
+    columns: &[RelationColumn],
+    old: &OldTuple,
+) -> Result<Row, PgSourceError> {
+    let tuple = match old {
+        OldTuple::Key(t) | OldTuple::Full(t) => t,
+    };
+    let full = row(table, columns, tuple, None);
+    // An old tuple may hold unchanged TOAST values outside the key; only the key matters.
+    let mut out = Vec::with_capacity(table.key.len());
+    match full {
+        Ok(r) => {
+            for (c, v) in r {
+                if table.key.contains(&c) {
+                    out.push((c, v));
+                }
+            }
+            Ok(out)
+        }
+        Err(PgSourceError::ToastWithoutRow { .. }) => Ok(out),
+        Err(e) => Err(e),
+    }
+}
+
+/// What [`PostgresSource::open`] needs besides the connection.
+#[derive(Debug, Clone)]
+pub struct PostgresSourceOptions {
+    pub slot: String,
+    pub publication: String,
+    /// Drain what is committed now, then end (`run --once`).
+    pub once: bool,
+    pub chunk_changes_max: usize,
+}
+
+/// A PostgreSQL logical replication slot as a [`ChangeSource`]. The flush position it
+/// reports to the server is the last position the engine acknowledged, i.e. the
+/// stage's synced position, never beyond: the slot keeps every change not yet staged.
+pub struct PostgresSource {
+    slot: String,
+    stream: ReplicationStream,
+    decoder: Decoder,
+    assembler: Assembler,
+    stage: Arc<Stage>,
+    ready: VecDeque<SourceEvent>,
+    /// The last position acknowledged (synced in the stage).
+    acknowledged: u64,
+    /// The furthest WAL position the server reported.
+    received: u64,
+    /// `once`: the LSN of the drain message; a commit past it ends the feed.
+    drain_after: Option<u64>,
+    drained: bool,
+    last_status: Instant,
+}
+
+impl std::fmt::Debug for PostgresSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresSource")
+            .field("slot", &self.slot)
+            .field("acknowledged", &self.acknowledged)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresSource {
+    /// Connects, checks the slot, and starts streaming after `checkpoint`.
+    pub async fn open(
+        dsn: &Dsn,
+        options: &PostgresSourceOptions,
+        tables: Vec<TableConfig>,
+        stage: Arc<Stage>,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<PostgresSource, PgSourceError> {
+        let mut client = ReplicationClient::connect(dsn).await?;
+        let slot_literal = format!("'{}'", options.slot.replace('\'', "''"));
+        let rows = client
+            .simple_query(&format!("SELECT coalesce(wal_status, 'unknown') FROM pg_replication_slots WHERE slot_name = {slot_literal}"))
+            .await?;
+        match rows
+            .first()
+            .and_then(|r| r.first())
+            .cloned()
+            .flatten()
+            .as_deref()
+        {
+            None => {
+                return Err(PgSourceError::SlotMissing {
+                    slot: options.slot.clone(),
+                });
+            }
+            Some("lost") => {
+                return Err(PgSourceError::SlotInvalidated {
+                    slot: options.slot.clone(),
+                });
+            }
+            Some(_) => {}
+        }
+        let drain_after = if options.once {
+            Some(emit_drain_message(dsn).await?)
+        } else {
+            None
+        };
+        let start = checkpoint.map_or(0, |c| c.position);
+        // Values are quoted as literals by `start_logical`; the publication list is
+        // parsed by pgoutput as identifiers.
+        let publication = quote_ident(&options.publication);
+        let stream = client
+            .start_logical(
+                &options.slot,
+                start,
+                &[
+                    ("proto_version", "1"),
+                    ("publication_names", publication.as_str()),
+                    ("messages", "true"),
+                ],
+            )
+            .await?;
+        tracing::info!(slot = %options.slot, start = %format_lsn(start), "streaming from the replication slot");
+        Ok(PostgresSource {
+            slot: options.slot.clone(),
+            stream,
+            decoder: Decoder::new(),
+            assembler: Assembler::new(tables, options.chunk_changes_max),
+            stage,
+            ready: VecDeque::new(),
+            acknowledged: start,
+            received: start,
+            drain_after,
+            drained: false,
+            last_status: Instant::now(),
+        })
+    }
+
+    async fn send_status(&mut self) -> Result<(), PgSourceError> {
+        let written = self.received.max(self.acknowledged);
+        self.stream
+            .send_status(written, self.acknowledged, self.acknowledged, false)
+            .await?;
+        self.last_status = Instant::now();
+        Ok(())
+    }
+
+    async fn receive(&mut self) -> Result<Option<SourceEvent>, PgSourceError> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Ok(Some(event));
+            }
+            if self.drained && !self.assembler.in_transaction() {
+                return Ok(Some(SourceEvent::End));
+            }
+            if self.last_status.elapsed() >= Duration::from_millis(STATUS_INTERVAL_MS) {
+                self.send_status().await?;
+            }
+            let next =
+                tokio::time::timeout(Duration::from_millis(IDLE_AFTER_MS), self.stream.next())
+                    .await;
+            let Ok(next) = next else {
+                return Ok(Some(SourceEvent::Idle));
+            };
+            match next? {
+                None => return Err(PgSourceError::Replication(ReplicationError::Closed)),
+                Some(ReplicationEvent::Keepalive {
+                    wal_end,
+                    reply_requested,
+                    ..
+                }) => {
+                    self.received = self.received.max(wal_end);
+                    if reply_requested {
+                        self.send_status().await?;
+                    }
+                }
+                Some(ReplicationEvent::XLogData {
+                    wal_start, data, ..
+                }) => {
+                    self.received = self.received.max(wal_start);
+                    let message = self.decoder.decode(&data)?;
+                    if let (PgOutputMessage::Commit(commit), Some(mark)) =
+                        (&message, self.drain_after)
+                        && commit.end_lsn > mark
+                    {
+                        self.drained = true;
+                    }
+                    let stage = Arc::clone(&self.stage);
+                    let lookup =
+                        move |table: &str, key: &[u8]| stage.get_row(table, key).ok().flatten();
+                    let events = self.assembler.handle(message, &lookup)?;
+                    self.ready.extend(events);
+                }
+            }
+        }
+    }
+}
+
+/// Writes a transactional logical message into the source's WAL and returns its LSN:
+/// everything committed before it is "available now" for `run --once`.
+async fn emit_drain_message(dsn: &Dsn) -> Result<u64, PgSourceError> {
+    let (client, connection) = tokio_postgres::connect(dsn.expose(), tokio_postgres::NoTls)
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "connect to emit the drain mark",
+            source,
+        })?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "source connection closed");
+        }
+    });
+    let row = client
+        .query_one(
+            "SELECT (pg_logical_emit_message(true, $1, '')::text)",
+            &[&DRAIN_PREFIX],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "emit the drain mark",
+            source,
+        })?;
+    let lsn: String = row.get(0);
+    super::replication::parse_lsn(&lsn).ok_or(PgSourceError::Replication(ReplicationError::Closed))
+}
+
+impl ChangeSource for PostgresSource {
+    async fn next(&mut self) -> Result<SourceEvent, SourceError> {
+        match self.receive().await {
+            Ok(Some(event)) => Ok(event),
+            Ok(None) => Ok(SourceEvent::Idle),
+            Err(e) => Err(SourceError::Postgres(Box::new(e))),
+        }
+    }
+
+    async fn acknowledge(&mut self, checkpoint: Checkpoint) -> Result<(), SourceError> {
+        if checkpoint.position > self.acknowledged {
+            self.acknowledged = checkpoint.position;
+            self.send_status()
+                .await
+                .map_err(|e| SourceError::Postgres(Box::new(e)))?;
+        }
+        Ok(())
+    }
+}
+
+// ---- catalog and setup -------------------------------------------------------------
+
+/// Connects to the source as an ordinary client, for catalog queries and setup.
+pub async fn connect(dsn: &Dsn) -> Result<tokio_postgres::Client, PgSourceError> {
+    let (client, connection) = tokio_postgres::connect(dsn.expose(), tokio_postgres::NoTls)
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "connect to the source",
+            source,
+        })?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "source connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// The columns of a source table, in order, as Weir columns.
+pub async fn source_columns(
+    client: &tokio_postgres::Client,
+    table: &TableName,
+) -> Result<Vec<crate::config::Column>, PgSourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid, a.atttypmod \
+             FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&table.quoted()],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query { what: "read a source table's columns", source })?;
+    if rows.is_empty() {
+        return Err(PgSourceError::SourceTable {
+            table: table.to_string(),
+            problem: "does not exist (or has no columns)".into(),
+        });
+    }
+    rows.iter()
+        .map(|r| {
+            let (name, declared, oid, modifier): (String, String, u32, i32) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            let ty =
+                pgtypes::column_type(oid, modifier).ok_or_else(|| PgSourceError::SourceTable {
+                    table: table.to_string(),
+                    problem: format!(
+                        "column `{name}` has type {declared}, which Weir cannot write yet"
+                    ),
+                })?;
+            Ok(crate::config::Column { name, declared, ty })
+        })
+        .collect()
+}
+
+/// What `weir init` set up in the source.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SetupReport {
+    pub created_publication: bool,
+    pub created_slot: bool,
+    /// Per table: `schema.table` and its replica identity, in words.
+    pub identities: Vec<(String, String)>,
+}
+
+/// Checks each table's replica identity, creates the publication and the slot when
+/// missing, and refuses to create a slot for tables that already hold rows (their
+/// rows would never reach the target without a snapshot, which is not built yet).
+/// Safe to run again.
+pub async fn setup(
+    client: &tokio_postgres::Client,
+    slot: &str,
+    publication: &str,
+    tables: &[TableConfig],
+) -> Result<SetupReport, PgSourceError> {
+    let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+    let mut identities = Vec::new();
+    for table in tables {
+        let row = client
+            .query_one(
+                "SELECT c.relreplident::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
+                 FROM pg_class c WHERE c.oid = to_regclass($1)",
+                &[&table.source.quoted()],
+            )
+            .await
+            .map_err(query("read a table's replica identity"))?;
+        let (identity, has_primary_key): (String, bool) = (row.get(0), row.get(1));
+        let words = match (identity.as_str(), has_primary_key) {
+            ("d", true) => {
+                "default (primary key): deletes and key changes resolved through the stage's keys index"
+            }
+            ("f", _) => "full: old rows are sent whole",
+            ("i", _) => "index: old rows carry the index columns",
+            _ => {
+                return Err(PgSourceError::SourceTable {
+                    table: table.source.to_string(),
+                    problem: "has no replica identity (REPLICA IDENTITY NOTHING, or DEFAULT without a primary key): its updates and deletes cannot be replicated; add a primary key or ALTER TABLE … REPLICA IDENTITY FULL".into(),
+                });
+            }
+        };
+        identities.push((table.source.to_string(), words.to_owned()));
+    }
+    let published: Vec<String> = client
+        .query(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(query("read the publication"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
+            &[&publication],
+        )
+        .await
+        .map_err(query("look up the publication"))?
+        .get(0);
+    let created_publication = !exists;
+    if exists {
+        let missing: Vec<String> = tables
+            .iter()
+            .map(|t| t.source.to_string())
+            .filter(|t| !published.contains(t))
+            .collect();
+        if !missing.is_empty() {
+            return Err(PgSourceError::SourceTable {
+                table: missing.join(", "),
+                problem: format!(
+                    "is not in publication `{publication}`: ALTER PUBLICATION {} ADD TABLE …",
+                    quote_ident(publication)
+                ),
+            });
+        }
+    } else {
+        let list: Vec<String> = tables.iter().map(|t| t.source.quoted()).collect();
+        client
+            .batch_execute(&format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                quote_ident(publication),
+                list.join(", ")
+            ))
+            .await
+            .map_err(query("create the publication"))?;
+    }
+    let slot_exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+            &[&slot],
+        )
+        .await
+        .map_err(query("look up the slot"))?
+        .get(0);
+    if !slot_exists {
+        for table in tables {
+            let has_rows: bool = client
+                .query_one(
+                    &format!("SELECT EXISTS (SELECT 1 FROM {})", table.source.quoted()),
+                    &[],
+                )
+                .await
+                .map_err(query("check whether a table holds rows"))?
+                .get(0);
+            if has_rows {
+                return Err(PgSourceError::SourceTable {
+                    table: table.source.to_string(),
+                    problem: "already holds rows, and the initial snapshot is not built yet: its existing rows would never reach the target. Start from empty tables for now".into(),
+                });
+            }
+        }
+        client
+            .query_one(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&slot],
+            )
+            .await
+            .map_err(query("create the replication slot"))?;
+    }
+    Ok(SetupReport {
+        created_publication,
+        created_slot: !slot_exists,
+        identities,
+    })
+}
+
+/// A slot's `wal_status` and how many bytes of WAL it holds back.
+pub async fn slot_status(
+    client: &tokio_postgres::Client,
+    slot: &str,
+) -> Result<Option<(String, i64)>, PgSourceError> {
+    let row = client
+        .query_opt(
+            "SELECT coalesce(wal_status, 'unknown'), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query { what: "read the slot's status", source })?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}

@@ -1,0 +1,456 @@
+//! The PostgreSQL logical replication source, driven through the library against a
+//! real slot: committed transactions reach the stage exactly, unchanged TOAST values
+//! are filled from the staged image, a key-only old tuple moves a row across
+//! partitions, a transaction larger than the chunk size streams through the pending
+//! area, and the slot's confirmed position is the stage's, never beyond.
+
+use std::sync::Arc;
+
+use weir::config::{Config, Dsn};
+use weir::source::postgres::{PostgresSource, PostgresSourceOptions};
+use weir::source::{ChangeSource, SourceEvent};
+use weir::stage::Stage;
+use weir::value::Value;
+
+use crate::harness::TestDb;
+
+const CONFIG: &str = r#"
+[source]
+kind = "jsonl"
+path = "unused.jsonl"
+[stage]
+path = "stage"
+[target]
+kind = "postgres"
+dsn_env = "UNUSED"
+[[table]]
+source = "public.orders"
+target = "analytics.fact_orders"
+key = ["id"]
+partition_by = "order_date"
+grain = "day"
+columns = { id = "bigint", order_date = "date", amount = "numeric(12,2)", note = "text" }
+"#;
+
+/// Drains the source into the stage the way the pipeline does: chunks to the pending
+/// area, a transaction staged and then acknowledged.
+async fn drain(source: &mut PostgresSource, stage: &Stage) -> (usize, usize) {
+    let (mut transactions, mut chunks) = (0, 0);
+    loop {
+        match source.next().await.expect("source event") {
+            SourceEvent::Chunk(changes) => {
+                stage.append_pending(&changes).expect("append chunk");
+                chunks += 1;
+            }
+            SourceEvent::Abort => stage.discard_pending().expect("discard"),
+            SourceEvent::Transaction(txn) => {
+                stage.apply(&[txn]).expect("stage");
+                transactions += 1;
+                let checkpoint = stage.checkpoint().expect("position").expect("a position");
+                source.acknowledge(checkpoint).await.expect("acknowledge");
+            }
+            SourceEvent::Idle => {}
+            SourceEvent::End => return (transactions, chunks),
+        }
+    }
+}
+
+/// The staged rows as (id, order_date, amount, note length), ordered by id.
+fn staged(stage: &Stage) -> Vec<(i64, String, String, usize)> {
+    let mut rows: Vec<_> = stage
+        .table_rows("public.orders")
+        .expect("rows")
+        .into_iter()
+        .map(|(partition, row)| {
+            let get = |c: &str| {
+                row.values
+                    .iter()
+                    .find(|(n, _)| n == c)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or(Value::Null)
+            };
+            let Value::Int(id) = get("id") else {
+                panic!("id")
+            };
+            let note = match get("note") {
+                Value::Text(t) => t.len(),
+                _ => 0,
+            };
+            assert_eq!(
+                partition.name(),
+                get("order_date").to_string(),
+                "row {id} in its partition"
+            );
+            (
+                id,
+                get("order_date").to_string(),
+                get("amount").to_string(),
+                note,
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
+    let db = TestDb::new("pg_source").await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date, amount numeric(12,2), note text);
+             CREATE PUBLICATION weir_pub FOR TABLE orders;",
+        )
+        .await
+        .expect("source setup");
+    // A slot cannot be created in a transaction that wrote: its own statement.
+    client
+        .batch_execute("SELECT pg_create_logical_replication_slot('weir_slot', 'pgoutput')")
+        .await
+        .expect("create slot");
+    let config = Config::parse(CONFIG, &db.path("weir.toml")).expect("config");
+    let stage = Arc::new(Stage::open(&db.path("stage"), "postgres:weir_slot").expect("stage"));
+    // A 6,000-character note that PostgreSQL stores out of line (TOAST): random text
+    // does not compress.
+    let toasted: String = (0..6000u32)
+        .map(|i| char::from(b'a' + ((i.wrapping_mul(2654435761) >> 7) % 26) as u8))
+        .collect();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO orders VALUES (1, '2026-03-01', 10.50, '{toasted}'), (2, '2026-03-01', 20.00, 'short'), (3, '2026-03-02', 30.00, NULL);
+             BEGIN; UPDATE orders SET amount = 11.00 WHERE id = 1; UPDATE orders SET order_date = '2026-03-03' WHERE id = 2; DELETE FROM orders WHERE id = 3; COMMIT;
+             INSERT INTO orders SELECT g, DATE '2026-03-01' + (g % 5), g, 'bulk' FROM generate_series(100, 1099) g;"
+        ))
+        .await
+        .expect("workload");
+    let options = PostgresSourceOptions {
+        slot: "weir_slot".into(),
+        publication: "weir_pub".into(),
+        once: true,
+        chunk_changes_max: 300,
+    };
+    let dsn = Dsn::new(db.dsn.clone());
+    let mut source = PostgresSource::open(
+        &dsn,
+        &options,
+        config.tables.clone(),
+        Arc::clone(&stage),
+        None,
+    )
+    .await
+    .expect("open source");
+    let (transactions, chunks) = drain(&mut source, &stage).await;
+    assert!(
+        transactions >= 3,
+        "three source transactions (and the drain mark), got {transactions}"
+    );
+    assert!(
+        chunks >= 3,
+        "the 1,000-row insert streamed through the pending area in chunks, got {chunks}"
+    );
+
+    let expected: Vec<(i64, String, String, usize)> = client
+        .query("SELECT id, order_date::text, amount::text, coalesce(length(note), 0)::bigint FROM orders ORDER BY id", &[])
+        .await
+        .expect("source rows")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), usize::try_from(r.get::<_, i64>(3)).expect("length")))
+        .collect();
+    let got = staged(&stage);
+    assert_eq!(got.len(), expected.len());
+    assert_eq!(got, expected, "the stage equals the source table");
+    assert_eq!(
+        got[0],
+        (1, "2026-03-01".to_owned(), "11.00".to_owned(), 6000),
+        "the unchanged TOAST value survived the update"
+    );
+
+    // The slot's confirmed position is the stage's position.
+    drop(source);
+    let position = stage
+        .checkpoint()
+        .expect("position")
+        .expect("staged")
+        .position;
+    let confirmed: String = client
+        .query_one("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'weir_slot'", &[])
+        .await
+        .expect("slot")
+        .get(0);
+    assert_eq!(
+        weir::source::replication::parse_lsn(&confirmed),
+        Some(position),
+        "confirmed {confirmed}"
+    );
+
+    // A restart re-delivers nothing that was acknowledged, and picks up what is new.
+    client
+        .batch_execute("UPDATE orders SET amount = 99.99 WHERE id = 100")
+        .await
+        .expect("update");
+    let mut source = PostgresSource::open(
+        &dsn,
+        &options,
+        config.tables.clone(),
+        Arc::clone(&stage),
+        stage.checkpoint().expect("position"),
+    )
+    .await
+    .expect("reopen");
+    let (transactions, _) = drain(&mut source, &stage).await;
+    assert!(
+        transactions <= 2,
+        "only the new update (and the drain mark) arrive, got {transactions}"
+    );
+    assert!(staged(&stage).contains(&(100, "2026-03-01".to_owned(), "99.99".to_owned(), 4)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_slot_is_a_loud_error_that_names_the_recovery() {
+    let db = TestDb::new("pg_source_noslot").await;
+    let config = Config::parse(CONFIG, &db.path("weir.toml")).expect("config");
+    let stage = Arc::new(Stage::open(&db.path("stage"), "postgres:none").expect("stage"));
+    let options = PostgresSourceOptions {
+        slot: "no_such_slot".into(),
+        publication: "p".into(),
+        once: true,
+        chunk_changes_max: 100,
+    };
+    let err = PostgresSource::open(
+        &Dsn::new(db.dsn.clone()),
+        &options,
+        config.tables,
+        stage,
+        None,
+    )
+    .await
+    .expect_err("no slot");
+    let message = err.to_string();
+    assert!(
+        message.contains("`no_such_slot` does not exist")
+            && message.contains("never re-creates a slot silently"),
+        "{message}"
+    );
+}
+
+/// The rows of an orders table as text, ordered by id.
+async fn dump(
+    client: &tokio_postgres::Client,
+    table: &str,
+) -> Vec<(i64, String, Option<String>, String, String)> {
+    client
+        .query(&format!("SELECT id, customer, order_date::text, amount::text, status FROM {table} ORDER BY id"), &[])
+        .await
+        .expect("dump")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect()
+}
+
+/// A workload in SQL: transactions of inserts, updates (some moving the order to another
+/// day), and deletes.
+fn sql_workload(rng: &mut crate::harness::Rng, first_id: i64, transactions: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut next = first_id;
+    for _ in 0..transactions {
+        let mut txn = String::from("BEGIN;");
+        for _ in 0..1 + rng.below(6) {
+            let day = format!("2026-03-{:02}", 1 + rng.below(20));
+            let target = first_id.max(next - 1 - rng.below(50) as i64);
+            match rng.below(10) {
+                0..=5 => {
+                    txn.push_str(&format!(
+                        "INSERT INTO orders VALUES ({next}, 'c{}', '{day}', {}.{:02}, 'new');",
+                        rng.below(300),
+                        rng.below(10_000),
+                        rng.below(100)
+                    ));
+                    next += 1;
+                }
+                6 | 7 => txn.push_str(&format!(
+                    "UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id = {target};"
+                )),
+                8 => txn.push_str(&format!(
+                    "UPDATE orders SET order_date = '{day}' WHERE id = {target};"
+                )),
+                _ => txn.push_str(&format!("DELETE FROM orders WHERE id = {target};")),
+            }
+        }
+        txn.push_str("COMMIT;");
+        out.push(txn);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn weir_run_replicates_a_postgres_table_into_partitions_through_kills() {
+    let db = TestDb::new("pg_e2e_target").await;
+    let pg = tokio::task::spawn_blocking(crate::harness::cluster)
+        .await
+        .expect("cluster");
+    let source_dsn = pg
+        .create_database("pg_e2e_source")
+        .await
+        .expect("source database");
+    let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
+        .await
+        .expect("source");
+    tokio::spawn(connection);
+    source
+        .batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)")
+        .await
+        .expect("source table");
+    std::fs::write(
+        db.config_path(),
+        r#"[source]
+kind = "postgres"
+dsn_env = "WEIR_SOURCE_DSN"
+slot = "weir_e2e"
+publication = "weir_e2e"
+[stage]
+path = "stage"
+[target]
+kind = "postgres"
+dsn_env = "WEIR_TARGET_DSN"
+[engine]
+flush_interval_ms = 100
+batch_transactions_max = 8
+transaction_chunk_changes = 50
+[[table]]
+source = "public.orders"
+target = "analytics.fact_orders"
+key = ["id"]
+partition_by = "order_date"
+grain = "day"
+"#,
+    )
+    .expect("config");
+    let weir = |args: &[&str]| {
+        db.weir_command(args)
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .output()
+            .expect("run weir")
+    };
+    let out = weir(&["init"]);
+    let stdout = crate::harness::text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        crate::harness::text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("slot weir_e2e (created)")
+            && stdout.contains("replica identity of public.orders: default"),
+        "{stdout}"
+    );
+    assert!(weir(&["init"]).status.success(), "init runs again safely");
+
+    let mut rng = crate::harness::Rng::new(77);
+    for statement in sql_workload(&mut rng, 1, 150) {
+        source.batch_execute(&statement).await.expect("workload");
+    }
+    // One transaction larger than the chunk size.
+    source
+        .batch_execute("INSERT INTO orders SELECT g, 'bulk', DATE '2026-03-01' + (g % 7), g, 'new' FROM generate_series(100000, 100499) g")
+        .await
+        .expect("bulk insert");
+    let out = weir(&["run", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let target = db.client().await;
+    assert_eq!(
+        dump(&target, "analytics.fact_orders").await,
+        dump(&source, "orders").await,
+        "target equals source after run --once"
+    );
+
+    // Changes keep coming while `weir run` is SIGKILLed at random moments.
+    for round in 0..6u64 {
+        let mut child = db
+            .weir_command(&["run"])
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        for statement in sql_workload(&mut rng, 1000 + round as i64 * 1000, 40) {
+            source.batch_execute(&statement).await.expect("workload");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100 + rng.below(400))).await;
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+    }
+    let out = weir(&["run", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let (want, got) = (
+        dump(&source, "orders").await,
+        dump(&target, "analytics.fact_orders").await,
+    );
+    let missing = want.iter().filter(|r| !got.contains(r)).count();
+    let extra = got.iter().filter(|r| !want.contains(r)).count();
+    assert!(
+        missing == 0 && extra == 0,
+        "after 6 kills: {missing} rows missing, {extra} extra"
+    );
+
+    let status = weir(&["status"]);
+    let status = crate::harness::text(&status.stdout);
+    assert!(
+        status.contains("slot:       wal_status reserved, lag"),
+        "{status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn init_refuses_a_source_table_that_already_holds_rows() {
+    let db = TestDb::new("pg_init_rows_target").await;
+    let pg = tokio::task::spawn_blocking(crate::harness::cluster)
+        .await
+        .expect("cluster");
+    let source_dsn = pg
+        .create_database("pg_init_rows_source")
+        .await
+        .expect("source database");
+    let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
+        .await
+        .expect("source");
+    tokio::spawn(connection);
+    source
+        .batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY, order_date date); INSERT INTO orders VALUES (1, '2026-03-01')")
+        .await
+        .expect("source table");
+    std::fs::write(
+        db.config_path(),
+        "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"weir_rows\"\npublication = \"weir_rows\"\n[stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n[[table]]\nsource = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"\n",
+    )
+    .expect("config");
+    let out = db
+        .weir_command(&["init"])
+        .env("WEIR_SOURCE_DSN", &source_dsn)
+        .output()
+        .expect("init");
+    let stderr = crate::harness::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("public.orders already holds rows"),
+        "{stderr}"
+    );
+    let slots: i64 = source
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'weir_rows'",
+            &[],
+        )
+        .await
+        .expect("q")
+        .get(0);
+    assert_eq!(slots, 0, "no slot is left behind");
+}
