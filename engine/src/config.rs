@@ -29,6 +29,8 @@ pub mod limits {
     /// Changes of one transaction held in memory before they go to the stage's pending
     /// area: bounds the memory a transaction of any size takes.
     pub const TRANSACTION_CHUNK_CHANGES_MAX: usize = 1_000_000;
+    /// Rows of one snapshot chunk, held in memory between its two watermarks.
+    pub const SNAPSHOT_CHUNK_ROWS_MAX: usize = 1_000_000;
 }
 
 /// A configuration error. Displays as `FILE: FIELD: what is wrong and what to do`.
@@ -126,6 +128,8 @@ pub enum SourceConfig {
         dsn_env: String,
         slot: String,
         publication: String,
+        /// Rows per chunk of the initial snapshot.
+        snapshot_chunk_rows: usize,
     },
 }
 
@@ -307,6 +311,7 @@ struct RawSource {
     dsn_env: Option<String>,
     slot: Option<String>,
     publication: Option<String>,
+    snapshot_chunk_rows: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -515,6 +520,7 @@ impl Validator<'_> {
                     ("dsn_env", raw.dsn_env.is_some()),
                     ("slot", raw.slot.is_some()),
                     ("publication", raw.publication.is_some()),
+                    ("snapshot_chunk_rows", raw.snapshot_chunk_rows.is_some()),
                 ] {
                     if set {
                         return Err(self.invalid(
@@ -575,10 +581,18 @@ impl Validator<'_> {
                             "required for kind = \"postgres\": a publication name of 1 to 63 bytes",
                         )
                     })?;
+                let snapshot_chunk_rows = raw.snapshot_chunk_rows.unwrap_or(10_000);
+                if !(1..=limits::SNAPSHOT_CHUNK_ROWS_MAX).contains(&snapshot_chunk_rows) {
+                    return Err(self.invalid(
+                        "source.snapshot_chunk_rows",
+                        format!("must be between 1 and {}", limits::SNAPSHOT_CHUNK_ROWS_MAX),
+                    ));
+                }
                 Ok(SourceConfig::Postgres {
                     dsn_env,
                     slot,
                     publication,
+                    snapshot_chunk_rows,
                 })
             }
             other => Err(self.invalid(

@@ -264,7 +264,10 @@ impl Pipeline {
                 .await?,
             )),
             SourceConfig::Postgres {
-                slot, publication, ..
+                slot,
+                publication,
+                snapshot_chunk_rows,
+                ..
             } => {
                 let source_dsn = postgres_dsn(&self.config)?;
                 let options = postgres::PostgresSourceOptions {
@@ -272,6 +275,7 @@ impl Pipeline {
                     publication: publication.clone(),
                     once,
                     chunk_changes_max: chunk,
+                    snapshot_chunk_rows: *snapshot_chunk_rows,
                 };
                 AnySource::Postgres(Box::new(
                     postgres::PostgresSource::open(

@@ -117,7 +117,10 @@ columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "nu
             .arg(self.config_path())
             .args(args)
             .env("WEIR_TARGET_DSN", &self.dsn)
-            .env("RUST_LOG", "info");
+            .env(
+                "RUST_LOG",
+                std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            );
         cmd
     }
 

@@ -129,6 +129,7 @@ async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
         publication: "weir_pub".into(),
         once: true,
         chunk_changes_max: 300,
+        snapshot_chunk_rows: 10_000,
     };
     let dsn = Dsn::new(db.dsn.clone());
     let mut source = PostgresSource::open(
@@ -216,6 +217,7 @@ async fn a_missing_slot_is_a_loud_error_that_names_the_recovery() {
         publication: "p".into(),
         once: true,
         chunk_changes_max: 100,
+        snapshot_chunk_rows: 10_000,
     };
     let err = PostgresSource::open(
         &Dsn::new(db.dsn.clone()),
@@ -410,14 +412,17 @@ grain = "day"
     );
 }
 
+/// A table that already holds rows is snapshotted in chunks between watermarks while
+/// writers keep changing it, and `weir run` is SIGKILLed during the snapshot: the target
+/// ends equal to the source, nothing missing, nothing duplicated.
 #[tokio::test(flavor = "multi_thread")]
-async fn init_refuses_a_source_table_that_already_holds_rows() {
-    let db = TestDb::new("pg_init_rows_target").await;
+async fn a_populated_table_is_snapshotted_while_it_changes_and_survives_kills() {
+    let db = TestDb::new("pg_snapshot_target").await;
     let pg = tokio::task::spawn_blocking(crate::harness::cluster)
         .await
         .expect("cluster");
     let source_dsn = pg
-        .create_database("pg_init_rows_source")
+        .create_database("pg_snapshot_source")
         .await
         .expect("source database");
     let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
@@ -425,32 +430,121 @@ async fn init_refuses_a_source_table_that_already_holds_rows() {
         .expect("source");
     tokio::spawn(connection);
     source
-        .batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY, order_date date); INSERT INTO orders VALUES (1, '2026-03-01')")
+        .batch_execute(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+             INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 20), g % 10000, 'new' FROM generate_series(1, 30000) g;",
+        )
         .await
         .expect("source table");
     std::fs::write(
         db.config_path(),
-        "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"weir_rows\"\npublication = \"weir_rows\"\n[stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n[[table]]\nsource = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"\n",
+        r#"[source]
+kind = "postgres"
+dsn_env = "WEIR_SOURCE_DSN"
+slot = "weir_snap"
+publication = "weir_snap"
+snapshot_chunk_rows = 200
+[stage]
+path = "stage"
+[target]
+kind = "postgres"
+dsn_env = "WEIR_TARGET_DSN"
+[engine]
+flush_interval_ms = 200
+[[table]]
+source = "public.orders"
+target = "analytics.fact_orders"
+key = ["id"]
+partition_by = "order_date"
+grain = "day"
+"#,
     )
     .expect("config");
-    let out = db
-        .weir_command(&["init"])
-        .env("WEIR_SOURCE_DSN", &source_dsn)
-        .output()
-        .expect("init");
-    let stderr = crate::harness::text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let weir = |args: &[&str]| {
+        db.weir_command(args)
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .output()
+            .expect("run weir")
+    };
+    let out = weir(&["init"]);
     assert!(
-        stderr.contains("public.orders already holds rows"),
-        "{stderr}"
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
     );
-    let slots: i64 = source
-        .query_one(
-            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'weir_rows'",
-            &[],
-        )
-        .await
-        .expect("q")
-        .get(0);
-    assert_eq!(slots, 0, "no slot is left behind");
+
+    // Writers change rows the snapshot has read, has not read yet, and is reading.
+    let writer = {
+        let dsn = source_dsn.clone();
+        tokio::spawn(async move {
+            let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+                .await
+                .expect("writer");
+            tokio::spawn(connection);
+            let mut rng = crate::harness::Rng::new(9);
+            for i in 0..400i64 {
+                let id = 1 + rng.below(30_000) as i64;
+                let sql = match i % 4 {
+                    0 => format!(
+                        "UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id = {id}"
+                    ),
+                    1 => format!(
+                        "UPDATE orders SET order_date = DATE '2026-03-01' + {} WHERE id = {id}",
+                        rng.below(20)
+                    ),
+                    2 => format!("DELETE FROM orders WHERE id = {id}"),
+                    _ => format!(
+                        "INSERT INTO orders VALUES ({}, 'late', '2026-03-05', 1, 'new')",
+                        100_000 + i
+                    ),
+                };
+                client.batch_execute(&sql).await.expect("writer statement");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let mut rng = crate::harness::Rng::new(5);
+    let kills: u64 = std::env::var("WEIR_SNAPSHOT_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    for _ in 0..kills {
+        let mut child = db
+            .weir_command(&["run"])
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        tokio::time::sleep(std::time::Duration::from_millis(300 + rng.below(500))).await;
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+    }
+    writer.await.expect("writer");
+    let out = weir(&["run", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let target = db.client().await;
+    let (want, got) = (
+        dump(&source, "orders").await,
+        dump(&target, "analytics.fact_orders").await,
+    );
+    let missing = want
+        .iter()
+        .filter(|r| got.binary_search(r).is_err())
+        .count();
+    let extra = got
+        .iter()
+        .filter(|r| want.binary_search(r).is_err())
+        .count();
+    assert!(
+        missing == 0 && extra == 0 && want.len() == got.len(),
+        "{missing} rows missing, {extra} extra ({} vs {})",
+        want.len(),
+        got.len()
+    );
 }

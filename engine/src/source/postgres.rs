@@ -292,6 +292,28 @@ impl Assembler {
         Ok(info.table.map(|i| (i, Arc::clone(&info.relation))))
     }
 
+    /// Adds rows read by a snapshot chunk to the open transaction (the one of the high
+    /// watermark), as reads, and the source state to stage with them.
+    fn push_snapshot(
+        &mut self,
+        table: usize,
+        rows: Vec<Row>,
+        state: Vec<u8>,
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        let mut events = Vec::new();
+        for row in rows {
+            events.extend(self.push(table, Op::Read, None, Some(row))?);
+        }
+        let txn = self
+            .current
+            .as_mut()
+            .ok_or(PgSourceError::OutsideTransaction {
+                what: "a snapshot chunk",
+            })?;
+        txn.changes.push(StageChange::SourceState(state));
+        Ok(events)
+    }
+
     fn push(
         &mut self,
         table: usize,
@@ -434,6 +456,8 @@ pub struct PostgresSourceOptions {
     /// Drain what is committed now, then end (`run --once`).
     pub once: bool,
     pub chunk_changes_max: usize,
+    /// Rows per snapshot chunk (each read between a low and a high watermark).
+    pub snapshot_chunk_rows: usize,
 }
 
 /// A PostgreSQL logical replication slot as a [`ChangeSource`]. The flush position it
@@ -454,6 +478,8 @@ pub struct PostgresSource {
     drain_after: Option<u64>,
     drained: bool,
     last_status: Instant,
+    /// The initial snapshot, while it runs.
+    snapshot: Option<Snapshot>,
 }
 
 impl std::fmt::Debug for PostgresSource {
@@ -498,6 +524,7 @@ impl PostgresSource {
             }
             Some(_) => {}
         }
+        let snapshot = Snapshot::resume(dsn, &tables, &stage, options.snapshot_chunk_rows).await?;
         let drain_after = if options.once {
             Some(emit_drain_message(dsn).await?)
         } else {
@@ -531,6 +558,7 @@ impl PostgresSource {
             drain_after,
             drained: false,
             last_status: Instant::now(),
+            snapshot,
         })
     }
 
@@ -548,8 +576,17 @@ impl PostgresSource {
             if let Some(event) = self.ready.pop_front() {
                 return Ok(Some(event));
             }
-            if self.drained && !self.assembler.in_transaction() {
+            if self.drained && self.snapshot.is_none() && !self.assembler.in_transaction() {
                 return Ok(Some(SourceEvent::End));
+            }
+            if let Some(snapshot) = self.snapshot.as_mut()
+                && snapshot.in_flight.is_none()
+            {
+                if !snapshot.start_chunk(&self.assembler.tables).await? {
+                    tracing::info!(slot = %self.slot, rows = snapshot.rows_done, "initial snapshot complete");
+                    self.snapshot = None;
+                }
+                continue;
             }
             if self.last_status.elapsed() >= Duration::from_millis(STATUS_INTERVAL_MS) {
                 self.send_status().await?;
@@ -583,11 +620,27 @@ impl PostgresSource {
                     {
                         self.drained = true;
                     }
+                    let watermark = match (&message, self.snapshot.as_mut()) {
+                        (PgOutputMessage::Message(m), Some(snapshot))
+                            if m.prefix == WATERMARK_PREFIX =>
+                        {
+                            snapshot.watermark(m.lsn)
+                        }
+                        _ => Watermark::None,
+                    };
                     let stage = Arc::clone(&self.stage);
                     let lookup =
                         move |table: &str, key: &[u8]| stage.get_row(table, key).ok().flatten();
                     let events = self.assembler.handle(message, &lookup)?;
+                    if let Some(snapshot) = self.snapshot.as_mut() {
+                        snapshot.observe(&events);
+                    }
                     self.ready.extend(events);
+                    if let (Watermark::High, Some(snapshot)) = (watermark, self.snapshot.as_mut()) {
+                        let (table, rows, state) = snapshot.finish_chunk(&self.assembler.tables)?;
+                        let events = self.assembler.push_snapshot(table, rows, state)?;
+                        self.ready.extend(events);
+                    }
                 }
             }
         }
@@ -608,6 +661,14 @@ async fn emit_drain_message(dsn: &Dsn) -> Result<u64, PgSourceError> {
             tracing::debug!(%error, "source connection closed");
         }
     });
+    // Flushed at once, so the walsender sends it without waiting for the WAL writer.
+    client
+        .batch_execute("SET synchronous_commit = on")
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "prepare the drain mark",
+            source,
+        })?;
     let row = client
         .query_one(
             "SELECT (pg_logical_emit_message(true, $1, '')::text)",
@@ -704,10 +765,8 @@ pub struct SetupReport {
     pub identities: Vec<(String, String)>,
 }
 
-/// Checks each table's replica identity, creates the publication and the slot when
-/// missing, and refuses to create a slot for tables that already hold rows (their
-/// rows would never reach the target without a snapshot, which is not built yet).
-/// Safe to run again.
+/// Checks each table's replica identity and creates the publication and the slot when
+/// missing. Safe to run again; never re-creates a slot.
 pub async fn setup(
     client: &tokio_postgres::Client,
     slot: &str,
@@ -795,22 +854,8 @@ pub async fn setup(
         .map_err(query("look up the slot"))?
         .get(0);
     if !slot_exists {
-        for table in tables {
-            let has_rows: bool = client
-                .query_one(
-                    &format!("SELECT EXISTS (SELECT 1 FROM {})", table.source.quoted()),
-                    &[],
-                )
-                .await
-                .map_err(query("check whether a table holds rows"))?
-                .get(0);
-            if has_rows {
-                return Err(PgSourceError::SourceTable {
-                    table: table.source.to_string(),
-                    problem: "already holds rows, and the initial snapshot is not built yet: its existing rows would never reach the target. Start from empty tables for now".into(),
-                });
-            }
-        }
+        // Rows already in the tables reach the stage through the initial snapshot, which
+        // `weir run` takes (and resumes) from the stage's progress.
         client
             .query_one(
                 "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -840,4 +885,342 @@ pub async fn slot_status(
         .await
         .map_err(|source| PgSourceError::Query { what: "read the slot's status", source })?;
     Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
+// ---- initial snapshot ------------------------------------------------------------------
+
+/// The prefix of the watermark messages around each snapshot chunk.
+const WATERMARK_PREFIX: &str = "weir.watermark";
+
+/// How far the snapshot got; staged with each chunk (`StageChange::SourceState`).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct SnapshotProgress {
+    /// Tables whose snapshot is complete.
+    done: Vec<String>,
+    /// The table being read and the text of the last key read in it.
+    current: Option<(String, Vec<Option<String>>)>,
+    /// Every table is done.
+    complete: bool,
+}
+
+/// A chunk read between its low and high watermark.
+#[derive(Debug)]
+struct ChunkInFlight {
+    table: usize,
+    low: u64,
+    high: u64,
+    seen_low: bool,
+    rows: Vec<Row>,
+    /// Keys of the table changed by transactions committed between the watermarks:
+    /// the stream's version of those rows wins over the chunk's.
+    changed: std::collections::HashSet<Vec<u8>>,
+    last_key: Option<Vec<Option<String>>>,
+}
+
+/// Which watermark a logical message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watermark {
+    None,
+    Low,
+    High,
+}
+
+/// The initial snapshot, merged with the stream by watermarks (as in Netflix's DBLog):
+/// each chunk of rows, in key order, is read between a low and a high watermark written
+/// into the WAL; rows changed by transactions committed between the two are dropped
+/// from the chunk (the stream already carries newer versions), and the rest are staged
+/// in the high watermark's transaction, with the snapshot's progress. A crash loses at
+/// most the chunk in flight: the next run continues after the last staged key.
+struct Snapshot {
+    client: tokio_postgres::Client,
+    progress: SnapshotProgress,
+    chunk_rows: usize,
+    in_flight: Option<ChunkInFlight>,
+    rows_done: u64,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Snapshot {
+    /// The snapshot to run, from the progress staged so far (`None`: complete).
+    async fn resume(
+        dsn: &Dsn,
+        tables: &[TableConfig],
+        stage: &Stage,
+        chunk_rows: usize,
+    ) -> Result<Option<Snapshot>, PgSourceError> {
+        let progress: SnapshotProgress = match stage.source_state().ok().flatten() {
+            Some(bytes) => postcard::from_bytes(&bytes).unwrap_or_default(),
+            None => SnapshotProgress::default(),
+        };
+        if progress.complete || tables.is_empty() {
+            return Ok(None);
+        }
+        let client = connect(dsn).await?;
+        // The text forms the stream uses, so both decode alike.
+        client
+            .batch_execute("SET DateStyle = ISO; SET IntervalStyle = postgres; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET synchronous_commit = on")
+            .await
+            .map_err(|source| PgSourceError::Query { what: "prepare the snapshot connection", source })?;
+        tracing::info!(
+            tables = tables.len(),
+            done = progress.done.len(),
+            "initial snapshot starts"
+        );
+        Ok(Some(Snapshot {
+            client,
+            progress,
+            chunk_rows: chunk_rows.max(1),
+            in_flight: None,
+            rows_done: 0,
+            started: Instant::now(),
+        }))
+    }
+
+    /// Reads the next chunk between two watermarks. `false` when every table is done.
+    async fn start_chunk(&mut self, tables: &[TableConfig]) -> Result<bool, PgSourceError> {
+        let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+        let next = tables
+            .iter()
+            .position(|t| !self.progress.done.contains(&t.source.to_string()));
+        let Some(index) = next else {
+            self.progress.complete = true;
+            return Ok(false);
+        };
+        let table = &tables[index];
+        let name = table.source.to_string();
+        let after = match &self.progress.current {
+            Some((t, key)) if *t == name => Some(key.clone()),
+            _ => None,
+        };
+        let emit = "SELECT pg_logical_emit_message(true, $1, $2)::text";
+        let low: String = self
+            .client
+            .query_one(emit, &[&WATERMARK_PREFIX, &"low"])
+            .await
+            .map_err(query("write a low watermark"))?
+            .get(0);
+        let columns: Vec<String> = table
+            .columns
+            .iter()
+            .map(|c| format!("{}::text", quote_ident(&c.name)))
+            .collect();
+        // Keys are qualified: a bare name in ORDER BY would sort by the text output column.
+        let keys: Vec<String> = table
+            .key
+            .iter()
+            .map(|k| format!("s.{}", quote_ident(k)))
+            .collect();
+        let mut sql = format!(
+            "SELECT {} FROM {} AS s",
+            columns.join(", "),
+            table.source.quoted()
+        );
+        let params: Vec<Option<String>> = after.clone().unwrap_or_default();
+        if after.is_some() {
+            let casts: Vec<String> = table
+                .key
+                .iter()
+                .enumerate()
+                .map(|(i, k)| {
+                    let declared = table.column(k).map_or("text", |c| c.declared.as_str());
+                    format!("${}::text::{declared}", i + 1)
+                })
+                .collect();
+            sql.push_str(&format!(
+                " WHERE ({}) > ({})",
+                keys.join(", "),
+                casts.join(", ")
+            ));
+        }
+        sql.push_str(&format!(
+            " ORDER BY {} LIMIT {}",
+            keys.join(", "),
+            self.chunk_rows
+        ));
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+            .iter()
+            .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+            .collect();
+        let rows = self
+            .client
+            .query(&sql, &refs)
+            .await
+            .map_err(query("read a snapshot chunk"))?;
+        let high: String = self
+            .client
+            .query_one(emit, &[&WATERMARK_PREFIX, &"high"])
+            .await
+            .map_err(query("write a high watermark"))?
+            .get(0);
+        let oids = column_types(&self.client, &table.source).await?;
+        let mut decoded = Vec::with_capacity(rows.len());
+        let mut last_key = None;
+        for r in &rows {
+            let mut row = Vec::with_capacity(table.columns.len());
+            for (i, column) in table.columns.iter().enumerate() {
+                let text: Option<String> = r.get(i);
+                let (oid, modifier) = oids.get(&column.name).copied().unwrap_or((25, -1));
+                let value = match text {
+                    None => Value::Null,
+                    Some(t) => pgtypes::decode_text(&column.name, oid, modifier, t.as_bytes())
+                        .map_err(|source| PgSourceError::Value {
+                            table: name.clone(),
+                            column: column.name.clone(),
+                            source,
+                        })?,
+                };
+                row.push((column.name.clone(), value));
+            }
+            last_key = Some(
+                table
+                    .key
+                    .iter()
+                    .map(|k| {
+                        table
+                            .columns
+                            .iter()
+                            .position(|c| &c.name == k)
+                            .and_then(|i| r.get::<_, Option<String>>(i))
+                    })
+                    .collect(),
+            );
+            decoded.push(row);
+        }
+        tracing::debug!(table = %name, read = rows.len(), "snapshot chunk read");
+        let parse = |lsn: &str| {
+            super::replication::parse_lsn(lsn)
+                .ok_or(PgSourceError::Replication(ReplicationError::Closed))
+        };
+        self.in_flight = Some(ChunkInFlight {
+            table: index,
+            low: parse(&low)?,
+            high: parse(&high)?,
+            seen_low: false,
+            rows: decoded,
+            changed: std::collections::HashSet::new(),
+            last_key: if rows.len() < self.chunk_rows {
+                None
+            } else {
+                last_key
+            },
+        });
+        Ok(true)
+    }
+
+    /// Whether the logical message at `lsn` is this chunk's low or high watermark.
+    fn watermark(&mut self, lsn: u64) -> Watermark {
+        match self.in_flight.as_mut() {
+            Some(chunk) if lsn == chunk.low => {
+                chunk.seen_low = true;
+                Watermark::Low
+            }
+            Some(chunk) if lsn == chunk.high && chunk.seen_low => Watermark::High,
+            _ => Watermark::None,
+        }
+    }
+
+    /// Notes the keys of the chunk's table that stream events between the watermarks
+    /// changed.
+    fn observe(&mut self, events: &[SourceEvent]) {
+        let Some(chunk) = self.in_flight.as_mut().filter(|c| c.seen_low) else {
+            return;
+        };
+        for event in events {
+            let changes = match event {
+                SourceEvent::Transaction(t) => &t.changes,
+                SourceEvent::Chunk(c) => c,
+                _ => continue,
+            };
+            for change in changes {
+                if let StageChange::Upsert { key, .. } | StageChange::Delete { key, .. } = change {
+                    chunk.changed.insert(key.clone());
+                }
+            }
+        }
+    }
+
+    /// At the high watermark: the chunk's rows not changed meanwhile, and the progress
+    /// to stage with them.
+    fn finish_chunk(
+        &mut self,
+        tables: &[TableConfig],
+    ) -> Result<(usize, Vec<Row>, Vec<u8>), PgSourceError> {
+        let chunk = self
+            .in_flight
+            .take()
+            .ok_or(PgSourceError::OutsideTransaction {
+                what: "a high watermark",
+            })?;
+        let table = &tables[chunk.table];
+        let name = table.source.to_string();
+        let mut rows = Vec::with_capacity(chunk.rows.len());
+        for row in chunk.rows {
+            let key_values: Option<Vec<&Value>> = table
+                .key
+                .iter()
+                .map(|k| row.iter().find(|(c, _)| c == k).map(|(_, v)| v))
+                .collect();
+            let key = key_values
+                .and_then(|values| crate::stage::encode_key(&values).ok())
+                .ok_or_else(|| PgSourceError::BadChange {
+                    table: name.clone(),
+                    reason: "a snapshot row without its key".into(),
+                })?;
+            if !chunk.changed.contains(&key) {
+                rows.push(row);
+            }
+        }
+        self.rows_done += rows.len() as u64;
+        match chunk.last_key {
+            Some(key) => self.progress.current = Some((name.clone(), key)),
+            None => {
+                self.progress.current = None;
+                self.progress.done.push(name.clone());
+            }
+        }
+        if tables
+            .iter()
+            .all(|t| self.progress.done.contains(&t.source.to_string()))
+        {
+            self.progress.complete = true;
+        }
+        let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
+        tracing::info!(table = %name, rows_done = self.rows_done, rows_per_s = (self.rows_done as f64 / elapsed) as u64, "snapshot chunk staged");
+        let state =
+            postcard::to_allocvec(&self.progress).map_err(|_| PgSourceError::BadChange {
+                table: name,
+                reason: "cannot encode the snapshot progress".into(),
+            })?;
+        Ok((chunk.table, rows, state))
+    }
+}
+
+/// Type OID and modifier of each column of a source table.
+async fn column_types(
+    client: &tokio_postgres::Client,
+    table: &TableName,
+) -> Result<HashMap<String, (u32, i32)>, PgSourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod FROM pg_attribute a \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&table.quoted()],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read a source table's column types",
+            source,
+        })?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect())
 }

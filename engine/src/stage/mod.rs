@@ -69,6 +69,7 @@ const META_FORMAT_VERSION: &[u8] = b"format_version";
 const META_SOURCE_ID: &[u8] = b"source_id";
 const META_GENERATION: &[u8] = b"generation";
 const META_APPLYING: &[u8] = b"applying";
+const META_SOURCE_STATE: &[u8] = b"source_state";
 const POSITION_KEY: &[u8] = b"checkpoint";
 
 /// One staged row: the current image of a key, with where it came from.
@@ -94,6 +95,9 @@ pub enum StageChange {
     },
     /// Remove the row of `key`, wherever it is.
     Delete { table: String, key: Vec<u8> },
+    /// Record the source's own resume state (a snapshot's progress) with the
+    /// transaction, so it is durable exactly when the transaction's rows are.
+    SourceState(Vec<u8>),
 }
 
 /// A partition with unwritten changes.
@@ -366,6 +370,11 @@ impl Stage {
         Ok(self
             .meta(META_SOURCE_ID)?
             .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// The source's resume state staged with its last [`StageChange::SourceState`].
+    pub fn source_state(&self) -> Result<Option<Vec<u8>>, StageError> {
+        self.meta(META_SOURCE_STATE)
     }
 
     /// The position of the last staged transaction (`None`: nothing staged yet).
@@ -837,6 +846,10 @@ impl StageBatch {
                         .insert((table.clone(), key.clone()), Some(partition.clone()));
                     self.dirty
                         .insert((table.clone(), partition.clone()), self.generation);
+                }
+                StageChange::SourceState(state) => {
+                    self.batch
+                        .put_cf(stage.cf(CF_META), META_SOURCE_STATE, state);
                 }
                 StageChange::Delete { table, key } => {
                     if let Some(old) = stage.current_partition(&self.keys, table, key)? {
