@@ -29,6 +29,8 @@ pub mod limits {
     /// Changes of one transaction held in memory before they go to the stage's pending
     /// area: bounds the memory a transaction of any size takes.
     pub const TRANSACTION_CHUNK_CHANGES_MAX: usize = 1_000_000;
+    /// Longest heartbeat interval: an hour. An idle slot holds WAL back that long.
+    pub const HEARTBEAT_INTERVAL_MS_MAX: u64 = 3_600_000;
     /// Rows of one snapshot chunk, held in memory between its two watermarks.
     pub const SNAPSHOT_CHUNK_ROWS_MAX: usize = 1_000_000;
 }
@@ -130,6 +132,9 @@ pub enum SourceConfig {
         publication: String,
         /// Rows per chunk of the initial snapshot.
         snapshot_chunk_rows: usize,
+        /// An idle stream writes a heartbeat this often, so the slot's position keeps
+        /// up with WAL that other databases write (and the server can recycle it).
+        heartbeat_interval_ms: u64,
     },
 }
 
@@ -197,7 +202,18 @@ pub struct TableConfig {
     pub partition_by: String,
     pub grain: Grain,
     pub on_null_partition: OnNullPartition,
+    pub on_truncate: OnTruncate,
     pub columns: Vec<Column>,
+}
+
+/// What a TRUNCATE of a source table does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnTruncate {
+    /// Stop the source; nothing past the TRUNCATE is acknowledged.
+    Fail,
+    /// Remove every staged row of the table; every partition of it is rewritten.
+    Apply,
 }
 
 impl TableConfig {
@@ -312,6 +328,7 @@ struct RawSource {
     slot: Option<String>,
     publication: Option<String>,
     snapshot_chunk_rows: Option<usize>,
+    heartbeat_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -345,6 +362,7 @@ struct RawTable {
     partition_by: String,
     grain: Grain,
     on_null_partition: Option<OnNullPartition>,
+    on_truncate: Option<OnTruncate>,
     #[serde(default)]
     columns: IndexMap<String, String>,
     plugin: Option<String>,
@@ -521,6 +539,7 @@ impl Validator<'_> {
                     ("slot", raw.slot.is_some()),
                     ("publication", raw.publication.is_some()),
                     ("snapshot_chunk_rows", raw.snapshot_chunk_rows.is_some()),
+                    ("heartbeat_interval_ms", raw.heartbeat_interval_ms.is_some()),
                 ] {
                     if set {
                         return Err(self.invalid(
@@ -588,11 +607,22 @@ impl Validator<'_> {
                         format!("must be between 1 and {}", limits::SNAPSHOT_CHUNK_ROWS_MAX),
                     ));
                 }
+                let heartbeat_interval_ms = raw.heartbeat_interval_ms.unwrap_or(10_000);
+                if !(100..=limits::HEARTBEAT_INTERVAL_MS_MAX).contains(&heartbeat_interval_ms) {
+                    return Err(self.invalid(
+                        "source.heartbeat_interval_ms",
+                        format!(
+                            "must be between 100 and {}",
+                            limits::HEARTBEAT_INTERVAL_MS_MAX
+                        ),
+                    ));
+                }
                 Ok(SourceConfig::Postgres {
                     dsn_env,
                     slot,
                     publication,
                     snapshot_chunk_rows,
+                    heartbeat_interval_ms,
                 })
             }
             other => Err(self.invalid(
@@ -718,6 +748,7 @@ impl Validator<'_> {
             on_null_partition: raw
                 .on_null_partition
                 .unwrap_or(OnNullPartition::NullPartition),
+            on_truncate: raw.on_truncate.unwrap_or(OnTruncate::Fail),
             columns,
         };
         if !from_source_catalog {

@@ -87,7 +87,7 @@ pub struct InitReport {
 /// schema, and each target table (or refuses one that does not match). Safe to re-run.
 pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineError> {
     let mut source_lines = Vec::new();
-    let resolved = resolve_tables(config).await?;
+    let resolved = resolve_tables(config, None).await?;
     if let SourceConfig::Postgres {
         slot, publication, ..
     } = &config.source
@@ -149,7 +149,10 @@ fn postgres_dsn(config: &Config) -> Result<Dsn, crate::config::ConfigError> {
 
 /// The configured tables with their columns: declared (JSON lines) or read from the
 /// source's catalog (PostgreSQL), checked either way.
-async fn resolve_tables(config: &Config) -> Result<Vec<TableConfig>, PipelineError> {
+async fn resolve_tables(
+    config: &Config,
+    target: Option<&Client>,
+) -> Result<Vec<TableConfig>, PipelineError> {
     let SourceConfig::Postgres { .. } = &config.source else {
         return Ok(config.tables.clone());
     };
@@ -157,7 +160,35 @@ async fn resolve_tables(config: &Config) -> Result<Vec<TableConfig>, PipelineErr
     let client = postgres::connect(&source_dsn).await?;
     let mut out = Vec::with_capacity(config.tables.len());
     for table in &config.tables {
-        let columns = postgres::source_columns(&client, &table.source).await?;
+        let mut columns = postgres::source_columns(&client, &table.source).await?;
+        // Running against an existing target: its columns are the ones written. A source
+        // column the target lacks (added since `init`) is staged, not written; a target
+        // column the source lost stops the table.
+        if let Some(target) = target
+            && let Some(existing) = target::column_names(target, &table.target).await?
+        {
+            if let Some(lost) = existing
+                .iter()
+                .find(|c| !columns.iter().any(|s| &s.name == *c))
+            {
+                return Err(PgSourceError::SchemaChanged {
+                    table: table.source.to_string(),
+                    change: format!(
+                        "column `{lost}` was dropped or renamed (the target still has it)"
+                    ),
+                }
+                .into());
+            }
+            let added: Vec<String> = columns
+                .iter()
+                .filter(|c| !existing.contains(&c.name))
+                .map(|c| c.name.clone())
+                .collect();
+            if !added.is_empty() {
+                tracing::warn!(table = %table.source, columns = %added.join(", "), "source columns not in the target are staged but not written; add them to the target table to write them");
+            }
+            columns.retain(|c| existing.contains(&c.name));
+        }
         out.push(
             table
                 .with_columns(columns)
@@ -204,12 +235,12 @@ impl std::fmt::Debug for Pipeline {
 impl Pipeline {
     /// Opens the stage (which `init` created) and checks every target table.
     pub async fn open(mut config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
-        config.tables = resolve_tables(&config).await?;
         // The target first: a mismatched table is the first thing to know.
         let mut clients = Vec::with_capacity(config.engine.parallelism);
         for _ in 0..config.engine.parallelism {
             clients.push(target::connect(&dsn).await?);
         }
+        config.tables = resolve_tables(&config, clients.first()).await?;
         let mut tables = HashMap::new();
         for table in &config.tables {
             let prepared = target::prepare_table(&mut clients[0], table, false).await?;
@@ -267,6 +298,7 @@ impl Pipeline {
                 slot,
                 publication,
                 snapshot_chunk_rows,
+                heartbeat_interval_ms,
                 ..
             } => {
                 let source_dsn = postgres_dsn(&self.config)?;
@@ -276,6 +308,7 @@ impl Pipeline {
                     once,
                     chunk_changes_max: chunk,
                     snapshot_chunk_rows: *snapshot_chunk_rows,
+                    heartbeat_interval_ms: *heartbeat_interval_ms,
                 };
                 AnySource::Postgres(Box::new(
                     postgres::PostgresSource::open(

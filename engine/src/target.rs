@@ -204,6 +204,28 @@ fn column_ddl(columns: &[Column]) -> String {
         .join(", ")
 }
 
+/// The column names of a target table, or `None` if it does not exist.
+pub async fn column_names(
+    client: &Client,
+    table: &TableName,
+) -> Result<Option<Vec<String>>, TargetError> {
+    let exists: Option<String> = client
+        .query_one("SELECT to_regclass($1)::text", &[&table.quoted()])
+        .await
+        .map_err(query_err(format!("look up {table}")))?
+        .get(0);
+    if exists.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(
+        table_columns(client, &table.quoted())
+            .await?
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect(),
+    ))
+}
+
 /// Column name, formatted type and type of a relation, in column order.
 async fn table_columns(
     client: &impl GenericClient,

@@ -130,6 +130,7 @@ async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
         once: true,
         chunk_changes_max: 300,
         snapshot_chunk_rows: 10_000,
+        heartbeat_interval_ms: 10_000,
     };
     let dsn = Dsn::new(db.dsn.clone());
     let mut source = PostgresSource::open(
@@ -218,6 +219,7 @@ async fn a_missing_slot_is_a_loud_error_that_names_the_recovery() {
         once: true,
         chunk_changes_max: 100,
         snapshot_chunk_rows: 10_000,
+        heartbeat_interval_ms: 10_000,
     };
     let err = PostgresSource::open(
         &Dsn::new(db.dsn.clone()),
@@ -546,5 +548,302 @@ grain = "day"
         "{missing} rows missing, {extra} extra ({} vs {})",
         want.len(),
         got.len()
+    );
+}
+
+/// A source database for one test, with its own table and a config for it.
+async fn source_fixture(
+    db: &TestDb,
+    name: &str,
+    ddl: &str,
+    extra_source: &str,
+    table: &str,
+) -> (String, tokio_postgres::Client) {
+    let pg = tokio::task::spawn_blocking(crate::harness::cluster)
+        .await
+        .expect("cluster");
+    let source_dsn = pg
+        .create_database(&format!("{name}_source"))
+        .await
+        .expect("source database");
+    let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
+        .await
+        .expect("source");
+    tokio::spawn(connection);
+    source.batch_execute(ddl).await.expect("source ddl");
+    std::fs::write(
+        db.config_path(),
+        format!(
+            "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"{name}\"\npublication = \"{name}\"\n{extra_source}\n\
+             [stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n[[table]]\n{table}\n"
+        ),
+    )
+    .expect("config");
+    (source_dsn, source)
+}
+
+/// Every supported type, with its edge values, arrives in the target exactly.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_type_and_its_edge_values_round_trip_into_the_target() {
+    let db = TestDb::new("pg_types_target").await;
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "pg_types",
+        "CREATE TABLE kinds (id integer PRIMARY KEY, day date, s smallint, b bigint, n numeric, n2 numeric(12,2), r real, d double precision,
+                             t text, v varchar(20), ok boolean, ts timestamp, tz timestamptz, u uuid, j json, jb jsonb, by bytea)",
+        "",
+        "source = \"public.kinds\"\ntarget = \"public.kinds_copy\"\nkey = [\"id\"]\npartition_by = \"day\"\ngrain = \"month\"",
+    )
+    .await;
+    let weir = |args: &[&str]| {
+        db.weir_command(args)
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .output()
+            .expect("run weir")
+    };
+    let out = weir(&["init"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    source
+        .batch_execute(
+            "INSERT INTO kinds VALUES
+              (1, '2026-03-01', -32768, -9223372036854775808, 'NaN', -0.01, 'NaN', 'Infinity', '', '', true,
+               '-infinity', 'infinity', '00000000-0000-0000-0000-000000000000', '{\"a\": [1, 2.50]}', '{\"b\": {\"c\": null}}', '\\x00ff'),
+              (2, '2026-03-02', 32767, 9223372036854775807, 'Infinity', 9999999999.99, '-Infinity', '-0', 'ünïcødé ✓ \"quoted\"', 'twenty chars exactly', false,
+               '1999-12-31 23:59:59.999999', '2026-03-01 12:00:00.5+05:30', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '[]', '[]', ''),
+              (3, '2026-04-01', 0, 0, '-Infinity', 0, 1.17549435e-38, 1e308, repeat('x', 5000), NULL, NULL,
+               '0044-03-15 12:00:00 BC', '1970-01-01 00:00:00+00', NULL, 'null', '0', NULL),
+              (4, NULL, 1, 1, '123456789012345678901234567890.123456789012345678901234567890', 1.5, 3.14, 2.718281828459045, 'x', 'y', true,
+               '2026-03-01 00:00:00', '2026-03-01 00:00:00-08', NULL, '1', '\"s\"', '\\x')",
+        )
+        .await
+        .expect("insert edge values");
+    let out = weir(&["run", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let target = db.client().await;
+    let columns = "id, day::text, s::text, b::text, n::text, n2::text, r::text, d::text, t, v, ok::text, ts::text, tz::text, u::text, j::text, jb::text, encode(by, 'hex')";
+    let want = read_kinds(&source, columns, "kinds").await;
+    let got = read_kinds(&target, columns, "kinds_copy").await;
+    assert_eq!(want.len(), 4);
+    assert_eq!(got, want, "every value arrives exactly");
+}
+
+/// Every column of the type test's table as text.
+async fn read_kinds(
+    client: &tokio_postgres::Client,
+    columns: &str,
+    table: &str,
+) -> Vec<Vec<Option<String>>> {
+    client
+        .query(&format!("SELECT {columns} FROM {table} ORDER BY id"), &[])
+        .await
+        .expect("read")
+        .iter()
+        .map(|r| {
+            (0..17)
+                .map(|i| {
+                    if i == 0 {
+                        Some(r.get::<_, i32>(0).to_string())
+                    } else {
+                        r.get::<_, Option<String>>(i)
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// TRUNCATE stops the source by default, naming the table; with on_truncate = "apply"
+/// the table's rows leave the stage and the target.
+#[tokio::test(flavor = "multi_thread")]
+async fn truncate_fails_by_default_and_applies_when_configured() {
+    for (name, on_truncate) in [
+        ("pg_trunc_fail", ""),
+        ("pg_trunc_apply", "on_truncate = \"apply\""),
+    ] {
+        let db = TestDb::new(&format!("{name}_target")).await;
+        let (source_dsn, source) = source_fixture(
+            &db,
+            name,
+            "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date)",
+            "",
+            &format!("source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"\n{on_truncate}"),
+        )
+        .await;
+        let weir = |args: &[&str]| {
+            db.weir_command(args)
+                .env("WEIR_SOURCE_DSN", &source_dsn)
+                .output()
+                .expect("run weir")
+        };
+        assert!(weir(&["init"]).status.success());
+        source
+            .batch_execute("INSERT INTO orders VALUES (1, '2026-03-01'), (2, '2026-03-02')")
+            .await
+            .expect("insert");
+        assert!(weir(&["run", "--once"]).status.success());
+        source
+            .batch_execute("TRUNCATE orders; INSERT INTO orders VALUES (3, '2026-03-03')")
+            .await
+            .expect("truncate");
+        let out = weir(&["run", "--once"]);
+        let target = db.client().await;
+        let ids: Vec<i64> = target
+            .query("SELECT id FROM orders_copy ORDER BY id", &[])
+            .await
+            .expect("ids")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if on_truncate.is_empty() {
+            let stderr = crate::harness::text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert!(
+                stderr.contains("TRUNCATE of public.orders")
+                    && stderr.contains("on_truncate = \"apply\""),
+                "{stderr}"
+            );
+            assert_eq!(ids, [1, 2], "nothing past the TRUNCATE was applied");
+        } else {
+            assert!(
+                out.status.success(),
+                "{}",
+                crate::harness::text(&out.stderr)
+            );
+            assert_eq!(
+                ids,
+                [3],
+                "the truncated rows left the target; the later insert is there"
+            );
+        }
+    }
+}
+
+/// An idle stream writes heartbeats, so the slot does not hold back the WAL another
+/// database writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn heartbeats_keep_an_idle_slot_from_holding_wal() {
+    let db = TestDb::new("pg_heartbeat_target").await;
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "pg_heartbeat",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date)",
+        "heartbeat_interval_ms = 300",
+        "source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
+    )
+    .await;
+    assert!(
+        db.weir_command(&["init"])
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .output()
+            .expect("init")
+            .status
+            .success()
+    );
+    let mut child = db
+        .weir_command(&["run"])
+        .env("WEIR_SOURCE_DSN", &source_dsn)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // Another database writes about 30 MB of WAL; the slot's database stays idle.
+    let pg = tokio::task::spawn_blocking(crate::harness::cluster)
+        .await
+        .expect("cluster");
+    pg.execute(
+        &db.name,
+        "CREATE TABLE noise AS SELECT g, repeat('n', 200) AS pad FROM generate_series(1, 120000) g",
+    )
+    .await
+    .expect("noise");
+    let lag = || async {
+        source
+            .query_one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = 'pg_heartbeat'", &[])
+            .await
+            .expect("lag")
+            .get::<_, i64>(0)
+    };
+    let mut lowest = i64::MAX;
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        lowest = lowest.min(lag().await);
+        if lowest < 1_000_000 {
+            break;
+        }
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    assert!(
+        lowest < 1_000_000,
+        "the slot still holds {lowest} bytes of WAL after heartbeats"
+    );
+}
+
+/// An added nullable column flows through; a dropped column stops the table with an
+/// error that names it, and nothing past it is acknowledged.
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_changes_flow_through_or_stop_loudly() {
+    let db = TestDb::new("pg_schema_target").await;
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "pg_schema",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date, status text)",
+        "",
+        "source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
+    )
+    .await;
+    let weir = |args: &[&str]| {
+        db.weir_command(args)
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .output()
+            .expect("run weir")
+    };
+    assert!(weir(&["init"]).status.success());
+    source
+        .batch_execute("INSERT INTO orders VALUES (1, '2026-03-01', 'new'); ALTER TABLE orders ADD COLUMN note text; INSERT INTO orders VALUES (2, '2026-03-01', 'new', 'added')")
+        .await
+        .expect("add a column");
+    let out = weir(&["run", "--once"]);
+    assert!(
+        out.status.success(),
+        "an added nullable column flows through: {}",
+        crate::harness::text(&out.stderr)
+    );
+    let target = db.client().await;
+    let count: i64 = target
+        .query_one("SELECT count(*) FROM orders_copy", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(count, 2);
+
+    let position = |out: &std::process::Output| crate::harness::text(&out.stdout);
+    let before = position(&weir(&["status", "--json"]));
+    source.batch_execute("ALTER TABLE orders DROP COLUMN status; INSERT INTO orders VALUES (3, '2026-03-02', 'x')").await.expect("drop a column");
+    let out = weir(&["run", "--once"]);
+    let stderr = crate::harness::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "public.orders: the source table changed: column `status` was dropped or renamed"
+        ),
+        "{stderr}"
+    );
+    let after = position(&weir(&["status", "--json"]));
+    let pos = |s: &str| {
+        serde_json::from_str::<serde_json::Value>(s).expect("status json")["position"].as_u64()
+    };
+    assert_eq!(
+        pos(&after),
+        pos(&before),
+        "nothing past the change was staged or acknowledged"
     );
 }

@@ -17,7 +17,8 @@
 //!   changed type) stops the source with an error naming both; an added column is
 //!   staged (it reaches the target once the target has it);
 //! * a change of a table that is not configured is passed over (the publication may
-//!   hold more tables than Weir writes); a TRUNCATE of a configured table is an error.
+//!   hold more tables than Weir writes); a TRUNCATE of a configured table is an error
+//!   (`on_truncate = "fail"`, the default) or removes all its staged rows (`"apply"`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -33,7 +34,7 @@ use super::replication::{
 use super::{
     ChangeSource, Checkpoint, Op, Row, SourceError, SourceEvent, Transaction, keyed_changes,
 };
-use crate::config::{Dsn, TableConfig, TableName, quote_ident};
+use crate::config::{Dsn, OnTruncate, TableConfig, TableName, quote_ident};
 use crate::stage::{Stage, StageChange, StagedRow};
 use crate::value::Value;
 
@@ -43,6 +44,8 @@ const IDLE_AFTER_MS: u64 = 200;
 /// Standby status updates go out at least this often, so the server's view of the
 /// acknowledged position (and so the WAL it keeps) stays current on an idle stream.
 const STATUS_INTERVAL_MS: u64 = 10_000;
+/// The prefix of the heartbeat messages of an idle stream.
+const HEARTBEAT_PREFIX: &str = "weir.heartbeat";
 /// The prefix of the logical message `run --once` emits to find the end of what is
 /// available now.
 const DRAIN_PREFIX: &str = "weir.drain";
@@ -68,7 +71,7 @@ pub enum PgSourceError {
     )]
     ToastWithoutRow { table: String, column: String },
     #[error(
-        "TRUNCATE of {tables}: truncation is not applied (on_truncate = \"fail\"); nothing past it was acknowledged"
+        "TRUNCATE of {tables}: on_truncate = \"fail\" for it, so the source stops and nothing past the TRUNCATE is acknowledged; set on_truncate = \"apply\" on the table to remove its rows from the stage and the target"
     )]
     Truncate { tables: String },
     #[error(
@@ -204,19 +207,31 @@ impl Assembler {
                 self.push(t, Op::Delete, Some(before), None)
             }
             PgOutputMessage::Truncate(truncate) => {
-                let mut names = Vec::new();
+                let mut refused = Vec::new();
+                let mut applied = Vec::new();
                 for oid in &truncate.relation_oids {
                     if let Some((t, _)) = self.table_of(*oid)? {
-                        names.push(self.tables[t].source.to_string());
+                        let table = &self.tables[t];
+                        match table.on_truncate {
+                            OnTruncate::Fail => refused.push(table.source.to_string()),
+                            OnTruncate::Apply => applied.push(table.source.to_string()),
+                        }
                     }
                 }
-                if names.is_empty() {
-                    Ok(vec![])
-                } else {
-                    Err(PgSourceError::Truncate {
-                        tables: names.join(", "),
-                    })
+                if !refused.is_empty() {
+                    return Err(PgSourceError::Truncate {
+                        tables: refused.join(", "),
+                    });
                 }
+                let txn = self
+                    .current
+                    .as_mut()
+                    .ok_or(PgSourceError::OutsideTransaction { what: "a TRUNCATE" })?;
+                for table in applied {
+                    tracing::warn!(table = %table, "source table truncated: every staged row of it is removed");
+                    txn.changes.push(StageChange::Truncate { table });
+                }
+                Ok(vec![])
             }
             PgOutputMessage::StreamStart(_)
             | PgOutputMessage::StreamStop
@@ -458,6 +473,8 @@ pub struct PostgresSourceOptions {
     pub chunk_changes_max: usize,
     /// Rows per snapshot chunk (each read between a low and a high watermark).
     pub snapshot_chunk_rows: usize,
+    /// After this long without a change, a heartbeat goes into the source's WAL.
+    pub heartbeat_interval_ms: u64,
 }
 
 /// A PostgreSQL logical replication slot as a [`ChangeSource`]. The flush position it
@@ -480,6 +497,12 @@ pub struct PostgresSource {
     last_status: Instant,
     /// The initial snapshot, while it runs.
     snapshot: Option<Snapshot>,
+    dsn: Dsn,
+    heartbeat_interval: Duration,
+    /// When the stream last carried data (or a heartbeat was written).
+    last_activity: Instant,
+    /// A connection for heartbeats, opened when the first one is due.
+    heartbeat_client: Option<tokio_postgres::Client>,
 }
 
 impl std::fmt::Debug for PostgresSource {
@@ -559,6 +582,10 @@ impl PostgresSource {
             drained: false,
             last_status: Instant::now(),
             snapshot,
+            dsn: dsn.clone(),
+            heartbeat_interval: Duration::from_millis(options.heartbeat_interval_ms),
+            last_activity: Instant::now(),
+            heartbeat_client: None,
         })
     }
 
@@ -568,6 +595,38 @@ impl PostgresSource {
             .send_status(written, self.acknowledged, self.acknowledged, false)
             .await?;
         self.last_status = Instant::now();
+        Ok(())
+    }
+
+    /// Writes a heartbeat into the source's WAL: a transactional logical message of our
+    /// database, which the stream then carries. Staging it moves the position, so the
+    /// slot stops holding back WAL that other databases wrote meanwhile.
+    async fn heartbeat(&mut self) -> Result<(), PgSourceError> {
+        self.last_activity = Instant::now();
+        if self.heartbeat_client.as_ref().is_none_or(|c| c.is_closed()) {
+            let client = connect(&self.dsn).await?;
+            client
+                .batch_execute("SET synchronous_commit = on")
+                .await
+                .map_err(|source| PgSourceError::Query {
+                    what: "prepare heartbeats",
+                    source,
+                })?;
+            self.heartbeat_client = Some(client);
+        }
+        if let Some(client) = &self.heartbeat_client {
+            client
+                .execute(
+                    "SELECT pg_logical_emit_message(true, $1, '')",
+                    &[&HEARTBEAT_PREFIX],
+                )
+                .await
+                .map_err(|source| PgSourceError::Query {
+                    what: "write a heartbeat",
+                    source,
+                })?;
+            tracing::debug!(slot = %self.slot, "heartbeat written");
+        }
         Ok(())
     }
 
@@ -595,6 +654,11 @@ impl PostgresSource {
                 tokio::time::timeout(Duration::from_millis(IDLE_AFTER_MS), self.stream.next())
                     .await;
             let Ok(next) = next else {
+                if !self.assembler.in_transaction()
+                    && self.last_activity.elapsed() >= self.heartbeat_interval
+                {
+                    self.heartbeat().await?;
+                }
                 return Ok(Some(SourceEvent::Idle));
             };
             match next? {
@@ -613,6 +677,7 @@ impl PostgresSource {
                     wal_start, data, ..
                 }) => {
                     self.received = self.received.max(wal_start);
+                    self.last_activity = Instant::now();
                     let message = self.decoder.decode(&data)?;
                     if let (PgOutputMessage::Commit(commit), Some(mark)) =
                         (&message, self.drain_after)
@@ -1007,37 +1072,29 @@ impl Snapshot {
             .await
             .map_err(query("write a low watermark"))?
             .get(0);
-        let columns: Vec<String> = table
-            .columns
-            .iter()
-            .map(|c| format!("{}::text", quote_ident(&c.name)))
-            .collect();
-        // Keys are qualified: a bare name in ORDER BY would sort by the text output column.
-        let keys: Vec<String> = table
-            .key
-            .iter()
-            .map(|k| format!("s.{}", quote_ident(k)))
-            .collect();
+        // The simple query protocol returns each value in its output function's text,
+        // exactly what pgoutput sends (a `::text` cast differs, e.g. for booleans).
+        let columns: Vec<String> = table.columns.iter().map(|c| quote_ident(&c.name)).collect();
+        let keys: Vec<String> = table.key.iter().map(|k| quote_ident(k)).collect();
         let mut sql = format!(
-            "SELECT {} FROM {} AS s",
+            "SELECT {} FROM {}",
             columns.join(", "),
             table.source.quoted()
         );
-        let params: Vec<Option<String>> = after.clone().unwrap_or_default();
-        if after.is_some() {
-            let casts: Vec<String> = table
-                .key
-                .iter()
-                .enumerate()
-                .map(|(i, k)| {
-                    let declared = table.column(k).map_or("text", |c| c.declared.as_str());
-                    format!("${}::text::{declared}", i + 1)
-                })
-                .collect();
+        if let Some(after) = &after {
+            let mut literals = Vec::with_capacity(after.len());
+            for (k, value) in table.key.iter().zip(after) {
+                let declared = table.column(k).map_or("text", |c| c.declared.as_str());
+                let value = value.as_deref().ok_or_else(|| PgSourceError::BadChange {
+                    table: name.clone(),
+                    reason: "a key column of a snapshot row is NULL".into(),
+                })?;
+                literals.push(format!("'{}'::{declared}", value.replace('\'', "''")));
+            }
             sql.push_str(&format!(
                 " WHERE ({}) > ({})",
                 keys.join(", "),
-                casts.join(", ")
+                literals.join(", ")
             ));
         }
         sql.push_str(&format!(
@@ -1045,15 +1102,17 @@ impl Snapshot {
             keys.join(", "),
             self.chunk_rows
         ));
-        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
-            .iter()
-            .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
-            .collect();
-        let rows = self
+        let rows: Vec<tokio_postgres::SimpleQueryRow> = self
             .client
-            .query(&sql, &refs)
+            .simple_query(&sql)
             .await
-            .map_err(query("read a snapshot chunk"))?;
+            .map_err(query("read a snapshot chunk"))?
+            .into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+                _ => None,
+            })
+            .collect();
         let high: String = self
             .client
             .query_one(emit, &[&WATERMARK_PREFIX, &"high"])
@@ -1066,7 +1125,7 @@ impl Snapshot {
         for r in &rows {
             let mut row = Vec::with_capacity(table.columns.len());
             for (i, column) in table.columns.iter().enumerate() {
-                let text: Option<String> = r.get(i);
+                let text: Option<&str> = r.get(i);
                 let (oid, modifier) = oids.get(&column.name).copied().unwrap_or((25, -1));
                 let value = match text {
                     None => Value::Null,
@@ -1088,7 +1147,7 @@ impl Snapshot {
                             .columns
                             .iter()
                             .position(|c| &c.name == k)
-                            .and_then(|i| r.get::<_, Option<String>>(i))
+                            .and_then(|i| r.get(i).map(str::to_owned))
                     })
                     .collect(),
             );

@@ -98,6 +98,9 @@ pub enum StageChange {
     /// Record the source's own resume state (a snapshot's progress) with the
     /// transaction, so it is durable exactly when the transaction's rows are.
     SourceState(Vec<u8>),
+    /// Remove every row of the table (a TRUNCATE); every partition it ever had is
+    /// marked dirty, so the target loses the rows too.
+    Truncate { table: String },
 }
 
 /// A partition with unwritten changes.
@@ -804,15 +807,34 @@ struct StageBatch {
     generation: u64,
     /// Keys touched earlier in this batch (`None`: deleted).
     keys: HashMap<(String, Vec<u8>), Option<Partition>>,
+    /// Tables truncated earlier in this batch: their keys are gone unless set again.
+    truncated: std::collections::HashSet<String>,
     dirty: BTreeMap<(String, Partition), u64>,
 }
 
 impl StageBatch {
+    /// The partition `key` is in, as of the changes added so far.
+    fn current(
+        &self,
+        stage: &Stage,
+        table: &str,
+        key: &[u8],
+    ) -> Result<Option<Partition>, StageError> {
+        if let Some(p) = self.keys.get(&(table.to_owned(), key.to_vec())) {
+            return Ok(p.clone());
+        }
+        if self.truncated.contains(table) {
+            return Ok(None);
+        }
+        stage.current_partition(&self.keys, table, key)
+    }
+
     fn new(generation: u64) -> StageBatch {
         StageBatch {
             batch: WriteBatch::default(),
             generation,
             keys: HashMap::new(),
+            truncated: std::collections::HashSet::new(),
             dirty: BTreeMap::new(),
         }
     }
@@ -827,7 +849,7 @@ impl StageBatch {
                     partition,
                     row,
                 } => {
-                    let old = stage.current_partition(&self.keys, table, key)?;
+                    let old = self.current(stage, table, key)?;
                     if let Some(old) = old.filter(|old| old != partition) {
                         self.batch
                             .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
@@ -851,8 +873,31 @@ impl StageBatch {
                     self.batch
                         .put_cf(stage.cf(CF_META), META_SOURCE_STATE, state);
                 }
+                StageChange::Truncate { table } => {
+                    let mut prefix = Vec::new();
+                    push_table(&mut prefix, table);
+                    let end = prefix_end(&prefix);
+                    self.batch.delete_range_cf(stage.cf(CF_ROWS), &prefix, &end);
+                    self.batch.delete_range_cf(stage.cf(CF_KEYS), &prefix, &end);
+                    self.keys.retain(|(t, _), _| t != table);
+                    self.truncated.insert(table.clone());
+                    let mode = IteratorMode::From(&prefix, Direction::Forward);
+                    for item in stage.db.iterator_cf(stage.cf(CF_GENERATIONS), mode) {
+                        let (k, _) = item.map_err(db_err("read generations"))?;
+                        if !k.starts_with(&prefix) {
+                            break;
+                        }
+                        let (_, rest) =
+                            split_table(&k).ok_or_else(|| corrupt("generations key"))?;
+                        let (partition, _) = split_partition(rest)
+                            .ok_or_else(|| corrupt("generations key partition"))?;
+                        self.dirty
+                            .insert((table.clone(), partition), self.generation);
+                    }
+                    // Partitions filled earlier in this batch are in `dirty` already.
+                }
                 StageChange::Delete { table, key } => {
-                    if let Some(old) = stage.current_partition(&self.keys, table, key)? {
+                    if let Some(old) = self.current(stage, table, key)? {
                         self.batch
                             .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
                         self.batch
@@ -940,6 +985,18 @@ fn split_partition(bytes: &[u8]) -> Option<(Partition, &[u8])> {
     let len = usize::try_from(u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?)).ok()?;
     let partition = Partition::from_bytes(bytes.get(4..4 + len)?)?;
     Some((partition, &bytes[4 + len..]))
+}
+
+/// The first key after every key that starts with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![u8::MAX; prefix.len() + 1]
 }
 
 fn table_key(table: &str, key: &[u8]) -> Vec<u8> {
