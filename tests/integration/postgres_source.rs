@@ -290,52 +290,15 @@ fn sql_workload(rng: &mut crate::harness::Rng, first_id: i64, transactions: usiz
 #[tokio::test(flavor = "multi_thread")]
 async fn weir_run_replicates_a_postgres_table_into_partitions_through_kills() {
     let db = TestDb::new("pg_e2e_target").await;
-    let pg = tokio::task::spawn_blocking(crate::harness::cluster)
-        .await
-        .expect("cluster");
-    let source_dsn = pg
-        .create_database("pg_e2e_source")
-        .await
-        .expect("source database");
-    let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
-        .await
-        .expect("source");
-    tokio::spawn(connection);
-    source
-        .batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)")
-        .await
-        .expect("source table");
-    std::fs::write(
-        db.config_path(),
-        r#"[source]
-kind = "postgres"
-dsn_env = "WEIR_SOURCE_DSN"
-slot = "weir_e2e"
-publication = "weir_e2e"
-[stage]
-path = "stage"
-[target]
-kind = "postgres"
-dsn_env = "WEIR_TARGET_DSN"
-[engine]
-flush_interval_ms = 100
-batch_transactions_max = 8
-transaction_chunk_changes = 50
-[[table]]
-source = "public.orders"
-target = "analytics.fact_orders"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-"#,
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "weir_e2e",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)",
+        "[engine]\nflush_interval_ms = 100\nbatch_transactions_max = 8\ntransaction_chunk_changes = 50",
+        ORDERS_TABLE,
     )
-    .expect("config");
-    let weir = |args: &[&str]| {
-        db.weir_command(args)
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .output()
-            .expect("run weir")
-    };
+    .await;
+    let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
     let out = weir(&["init"]);
     let stdout = crate::harness::text(&out.stdout);
     assert!(
@@ -374,14 +337,7 @@ grain = "day"
 
     // Changes keep coming while `weir run` is SIGKILLed at random moments.
     for round in 0..6u64 {
-        let mut child = db
-            .weir_command(&["run"])
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn");
+        let mut child = spawn_weir_pg(&db, &source_dsn);
         for statement in sql_workload(&mut rng, 1000 + round as i64 * 1000, 40) {
             source.batch_execute(&statement).await.expect("workload");
         }
@@ -420,54 +376,16 @@ grain = "day"
 #[tokio::test(flavor = "multi_thread")]
 async fn a_populated_table_is_snapshotted_while_it_changes_and_survives_kills() {
     let db = TestDb::new("pg_snapshot_target").await;
-    let pg = tokio::task::spawn_blocking(crate::harness::cluster)
-        .await
-        .expect("cluster");
-    let source_dsn = pg
-        .create_database("pg_snapshot_source")
-        .await
-        .expect("source database");
-    let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
-        .await
-        .expect("source");
-    tokio::spawn(connection);
-    source
-        .batch_execute(
-            "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
-             INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 20), g % 10000, 'new' FROM generate_series(1, 30000) g;",
-        )
-        .await
-        .expect("source table");
-    std::fs::write(
-        db.config_path(),
-        r#"[source]
-kind = "postgres"
-dsn_env = "WEIR_SOURCE_DSN"
-slot = "weir_snap"
-publication = "weir_snap"
-snapshot_chunk_rows = 200
-[stage]
-path = "stage"
-[target]
-kind = "postgres"
-dsn_env = "WEIR_TARGET_DSN"
-[engine]
-flush_interval_ms = 200
-[[table]]
-source = "public.orders"
-target = "analytics.fact_orders"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-"#,
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "weir_snap",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 20), g % 10000, 'new' FROM generate_series(1, 30000) g;",
+        "snapshot_chunk_rows = 200\n[engine]\nflush_interval_ms = 200",
+        ORDERS_TABLE,
     )
-    .expect("config");
-    let weir = |args: &[&str]| {
-        db.weir_command(args)
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .output()
-            .expect("run weir")
-    };
+    .await;
+    let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
     let out = weir(&["init"]);
     assert!(
         out.status.success(),
@@ -511,14 +429,7 @@ grain = "day"
         .and_then(|v| v.parse().ok())
         .unwrap_or(4);
     for _ in 0..kills {
-        let mut child = db
-            .weir_command(&["run"])
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn");
+        let mut child = spawn_weir_pg(&db, &source_dsn);
         tokio::time::sleep(std::time::Duration::from_millis(300 + rng.below(500))).await;
         child.kill().expect("SIGKILL");
         child.wait().expect("reap");
@@ -551,7 +462,30 @@ grain = "day"
     );
 }
 
-/// A source database for one test, with its own table and a config for it.
+/// Runs `weir` with this test's config, target and source.
+fn weir_pg(db: &TestDb, source_dsn: &str, args: &[&str]) -> std::process::Output {
+    db.weir_command(args)
+        .env("WEIR_SOURCE_DSN", source_dsn)
+        .output()
+        .expect("run weir")
+}
+
+/// Starts a quiet live `weir run`, to be killed.
+fn spawn_weir_pg(db: &TestDb, source_dsn: &str) -> std::process::Child {
+    db.weir_command(&["run"])
+        .env("WEIR_SOURCE_DSN", source_dsn)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn weir run")
+}
+
+/// The `[[table]]` of an orders table partitioned by day.
+const ORDERS_TABLE: &str = "source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"";
+
+/// A source database for one test, with its own table and a config for it; `extra`
+/// goes into `[source]` and may open further sections (e.g. `[engine]`).
 async fn source_fixture(
     db: &TestDb,
     name: &str,
@@ -595,12 +529,7 @@ async fn every_type_and_its_edge_values_round_trip_into_the_target() {
         "source = \"public.kinds\"\ntarget = \"public.kinds_copy\"\nkey = [\"id\"]\npartition_by = \"day\"\ngrain = \"month\"",
     )
     .await;
-    let weir = |args: &[&str]| {
-        db.weir_command(args)
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .output()
-            .expect("run weir")
-    };
+    let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
     let out = weir(&["init"]);
     assert!(
         out.status.success(),
@@ -677,12 +606,7 @@ async fn truncate_fails_by_default_and_applies_when_configured() {
             &format!("source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"\n{on_truncate}"),
         )
         .await;
-        let weir = |args: &[&str]| {
-            db.weir_command(args)
-                .env("WEIR_SOURCE_DSN", &source_dsn)
-                .output()
-                .expect("run weir")
-        };
+        let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
         assert!(weir(&["init"]).status.success());
         source
             .batch_execute("INSERT INTO orders VALUES (1, '2026-03-01'), (2, '2026-03-02')")
@@ -739,21 +663,8 @@ async fn heartbeats_keep_an_idle_slot_from_holding_wal() {
         "source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
     )
     .await;
-    assert!(
-        db.weir_command(&["init"])
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .output()
-            .expect("init")
-            .status
-            .success()
-    );
-    let mut child = db
-        .weir_command(&["run"])
-        .env("WEIR_SOURCE_DSN", &source_dsn)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
+    assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
+    let mut child = spawn_weir_pg(&db, &source_dsn);
     // Another database writes about 30 MB of WAL; the slot's database stays idle.
     let pg = tokio::task::spawn_blocking(crate::harness::cluster)
         .await
@@ -800,12 +711,7 @@ async fn schema_changes_flow_through_or_stop_loudly() {
         "source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
     )
     .await;
-    let weir = |args: &[&str]| {
-        db.weir_command(args)
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .output()
-            .expect("run weir")
-    };
+    let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
     assert!(weir(&["init"]).status.success());
     source
         .batch_execute("INSERT INTO orders VALUES (1, '2026-03-01', 'new'); ALTER TABLE orders ADD COLUMN note text; INSERT INTO orders VALUES (2, '2026-03-01', 'new', 'added')")
