@@ -753,3 +753,195 @@ async fn schema_changes_flow_through_or_stop_loudly() {
         "nothing past the change was staged or acknowledged"
     );
 }
+
+/// Writers run inserts, updates, deletes and partition-moving updates on three tables
+/// for `WEIR_PG_WRITERS_SECONDS` (default 60) while `weir run` streams them; then
+/// Weir drains, and every target equals its source table.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_tables_under_concurrent_writers_end_exact() {
+    let seconds: u64 = std::env::var("WEIR_PG_WRITERS_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let db = TestDb::new("pg_writers_target").await;
+    let tables = ["orders_a", "orders_b", "orders_c"];
+    let ddl: String = tables
+        .iter()
+        .map(|t| format!("CREATE TABLE {t} (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);"))
+        .collect();
+    let config_tables = tables
+        .iter()
+        .map(|t| format!("source = \"public.{t}\"\ntarget = \"analytics.{t}\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\""))
+        .collect::<Vec<_>>()
+        .join("\n[[table]]\n");
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "pg_writers",
+        &ddl,
+        "[engine]\nflush_interval_ms = 500\nparallelism = 3",
+        &config_tables,
+    )
+    .await;
+    assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
+    let mut child = db
+        .weir_command(&["run"])
+        .env("WEIR_SOURCE_DSN", &source_dsn)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn weir run");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let mut writers = Vec::new();
+    for (w, table) in tables.iter().enumerate() {
+        let dsn = source_dsn.clone();
+        let table = table.to_string();
+        writers.push(tokio::spawn(async move {
+            let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+                .await
+                .expect("writer");
+            tokio::spawn(connection);
+            let mut rng = crate::harness::Rng::new(100 + w as u64);
+            let mut statements = 0u64;
+            let mut next_id = 1i64;
+            while std::time::Instant::now() < deadline {
+                // A transaction of one to four changes on random existing or new rows.
+                let mut txn = String::from("BEGIN;");
+                for _ in 0..1 + rng.below(4) {
+                    let id = 1 + rng.below(next_id as u64) as i64;
+                    let day = format!("2026-03-{:02}", 1 + rng.below(20));
+                    match rng.below(10) {
+                        0..=4 => {
+                            txn.push_str(&format!("INSERT INTO {table} VALUES ({next_id}, 'c{w}', '{day}', {}.{:02}, 'new');", rng.below(10_000), rng.below(100)));
+                            next_id += 1;
+                        }
+                        5 | 6 => txn.push_str(&format!("UPDATE {table} SET status = 'paid', amount = amount + 1 WHERE id = {id};")),
+                        7 | 8 => txn.push_str(&format!("UPDATE {table} SET order_date = '{day}' WHERE id = {id};")),
+                        _ => txn.push_str(&format!("DELETE FROM {table} WHERE id = {id};")),
+                    }
+                }
+                txn.push_str("COMMIT;");
+                client.batch_execute(&txn).await.expect("writer transaction");
+                statements += 1;
+            }
+            statements
+        }));
+    }
+    let mut total = 0;
+    for writer in writers {
+        total += writer.await.expect("writer");
+    }
+    assert!(
+        child.try_wait().expect("poll").is_none(),
+        "weir run stayed up under the writers"
+    );
+    child.kill().expect("stop");
+    child.wait().expect("reap");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let target = db.client().await;
+    for table in tables {
+        let (want, got) = (
+            dump(&source, table).await,
+            dump(&target, &format!("analytics.{table}")).await,
+        );
+        let missing = want
+            .iter()
+            .filter(|r| got.binary_search(r).is_err())
+            .count();
+        let extra = got
+            .iter()
+            .filter(|r| want.binary_search(r).is_err())
+            .count();
+        assert!(
+            missing == 0 && extra == 0,
+            "{table}: {missing} missing, {extra} extra after {total} writer transactions"
+        );
+    }
+    assert!(total > 100, "the writers wrote ({total} transactions)");
+}
+
+/// A table of `WEIR_PG_SNAPSHOT_ROWS` rows (default 1,000,000) is snapshotted while
+/// writers keep changing it; the target equals the source's final state.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_million_row_table_is_snapshotted_while_writers_change_it() {
+    let rows: u64 = std::env::var("WEIR_PG_SNAPSHOT_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let db = TestDb::new("pg_big_snapshot_target").await;
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "pg_big_snapshot",
+        &format!(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+             INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 30), g % 10000, 'new' FROM generate_series(1, {rows}) g;"
+        ),
+        "snapshot_chunk_rows = 20000\n[engine]\nflush_interval_ms = 2000",
+        ORDERS_TABLE,
+    )
+    .await;
+    assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
+    let writer = {
+        let dsn = source_dsn.clone();
+        tokio::spawn(async move {
+            let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+                .await
+                .expect("writer");
+            tokio::spawn(connection);
+            let mut rng = crate::harness::Rng::new(21);
+            for i in 0..600u64 {
+                let id = 1 + rng.below(rows);
+                let sql = match i % 3 {
+                    0 => format!(
+                        "UPDATE orders SET status = 'paid', order_date = DATE '2026-03-01' + {} WHERE id = {id}",
+                        rng.below(30)
+                    ),
+                    1 => format!("DELETE FROM orders WHERE id = {id}"),
+                    _ => format!(
+                        "INSERT INTO orders VALUES ({}, 'late', '2026-03-07', 1, 'new') ON CONFLICT DO NOTHING",
+                        rows + 1 + i
+                    ),
+                };
+                client.batch_execute(&sql).await.expect("writer statement");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    writer.await.expect("writer");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let target = db.client().await;
+    let (want, got) = (
+        dump(&source, "orders").await,
+        dump(&target, "analytics.fact_orders").await,
+    );
+    let missing = want
+        .iter()
+        .filter(|r| got.binary_search(r).is_err())
+        .count();
+    let extra = got
+        .iter()
+        .filter(|r| want.binary_search(r).is_err())
+        .count();
+    assert!(
+        missing == 0 && extra == 0 && want.len() == got.len(),
+        "{missing} missing, {extra} extra ({} vs {})",
+        want.len(),
+        got.len()
+    );
+}
