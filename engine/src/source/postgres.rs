@@ -954,6 +954,8 @@ pub async fn slot_status(
 
 // ---- initial snapshot ------------------------------------------------------------------
 
+/// Without a terminal, snapshot progress is logged this often.
+const SNAPSHOT_LOG_INTERVAL_S: u64 = 5;
 /// The prefix of the watermark messages around each snapshot chunk.
 const WATERMARK_PREFIX: &str = "weir.watermark";
 
@@ -1002,7 +1004,12 @@ struct Snapshot {
     chunk_rows: usize,
     in_flight: Option<ChunkInFlight>,
     rows_done: u64,
+    /// The planner's estimate of the rows to read, for the rate and ETA.
+    rows_estimate: u64,
     started: Instant,
+    last_log: Instant,
+    /// On a terminal, a progress bar.
+    bar: Option<indicatif::ProgressBar>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -1014,6 +1021,35 @@ impl std::fmt::Debug for Snapshot {
 }
 
 impl Snapshot {
+    /// A progress bar on a terminal; otherwise a structured log line every few seconds,
+    /// with the rate and the estimated time left.
+    fn report_progress(&mut self, table: &str) {
+        let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
+        let rows_per_s = self.rows_done as f64 / elapsed;
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.rows_done);
+        } else if self.last_log.elapsed() >= Duration::from_secs(SNAPSHOT_LOG_INTERVAL_S)
+            || self.progress.complete
+        {
+            let eta_s = (self.rows_estimate.saturating_sub(self.rows_done) as f64
+                / rows_per_s.max(1.0)) as u64;
+            tracing::info!(
+                table,
+                rows_done = self.rows_done,
+                rows_estimate = self.rows_estimate,
+                rows_per_s = rows_per_s as u64,
+                eta_s,
+                "snapshot progress"
+            );
+            self.last_log = Instant::now();
+        }
+        if self.progress.complete
+            && let Some(bar) = &self.bar
+        {
+            bar.finish();
+        }
+    }
+
     /// The snapshot to run, from the progress staged so far (`None`: complete).
     async fn resume(
         dsn: &Dsn,
@@ -1034,18 +1070,51 @@ impl Snapshot {
             .batch_execute("SET DateStyle = ISO; SET IntervalStyle = postgres; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET synchronous_commit = on")
             .await
             .map_err(|source| PgSourceError::Query { what: "prepare the snapshot connection", source })?;
+        // The planner's row estimates of the tables left: enough for a rate and an ETA.
+        let mut rows_estimate = 0u64;
+        for table in tables
+            .iter()
+            .filter(|t| !progress.done.contains(&t.source.to_string()))
+        {
+            let estimate: f32 = client
+                .query_one(
+                    "SELECT greatest(reltuples, 0)::real FROM pg_class WHERE oid = to_regclass($1)",
+                    &[&table.source.quoted()],
+                )
+                .await
+                .map_err(|source| PgSourceError::Query {
+                    what: "estimate a table's rows",
+                    source,
+                })?
+                .get(0);
+            rows_estimate += estimate as u64;
+        }
         tracing::info!(
             tables = tables.len(),
             done = progress.done.len(),
+            rows_estimate,
             "initial snapshot starts"
         );
+        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+            let bar = indicatif::ProgressBar::new(rows_estimate.max(1));
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "snapshot {bar:40} {human_pos}/{human_len} rows, {per_sec}, ETA {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
         Ok(Some(Snapshot {
             client,
             progress,
             chunk_rows: chunk_rows.max(1),
             in_flight: None,
             rows_done: 0,
+            rows_estimate,
             started: Instant::now(),
+            last_log: Instant::now(),
+            bar,
         }))
     }
 
@@ -1251,8 +1320,7 @@ impl Snapshot {
         {
             self.progress.complete = true;
         }
-        let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
-        tracing::info!(table = %name, rows_done = self.rows_done, rows_per_s = (self.rows_done as f64 / elapsed) as u64, "snapshot chunk staged");
+        self.report_progress(&name);
         let state =
             postcard::to_allocvec(&self.progress).map_err(|_| PgSourceError::BadChange {
                 table: name,
