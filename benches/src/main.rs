@@ -8,12 +8,17 @@
 //!    commits of several, with the time each synced batch takes.
 //! 3. A transaction larger than memory: one transaction of `--large-rows` rows staged
 //!    through the pending area; peak RSS against the stated bound.
+//! 4. PostgreSQL logical replication: one workload of `--pg-changes` row changes read
+//!    from identical pgoutput slots by Weir (slot → stage, and `run --once` into a
+//!    target), by `pg_recvlogical` (the decode limit) and by a native subscription (the
+//!    peer), one after the other, each from the same backlog.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout)]
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -21,13 +26,14 @@ use clap::Parser;
 use futures_util::pin_mut;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
-use weir::config::{Config, Dsn, OnBadRecord};
+use weir::config::{Config, Dsn, OnBadRecord, SourceConfig, TableConfig};
 use weir::demo::{DEMO_CONFIG, Sequence, order_line};
 use weir::localpg::{LocalPg, LocalPgOptions};
 use weir::pipeline::{self, Pipeline};
 use weir::source::jsonl::JsonlSource;
+use weir::source::postgres::{PostgresSource, PostgresSourceOptions, source_columns};
 use weir::source::{ChangeSource, SourceEvent, Transaction, keyed_changes};
-use weir::stage::Stage;
+use weir::stage::{ApplyOutcome, Stage};
 use weir::value::Value;
 
 #[derive(Debug, Parser)]
@@ -50,9 +56,21 @@ struct Args {
     /// Rows of the one large transaction.
     #[arg(long, default_value_t = 2_000_000)]
     large_rows: u64,
+    /// Row changes of the PostgreSQL replication workload, in transactions of 10 (8
+    /// inserts, 1 update, then alternately 1 update or 1 delete).
+    #[arg(long, default_value_t = 200_000)]
+    pg_changes: u64,
     /// Where to write the report.
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
+    /// Internal: run `weir run --once` (the library `Pipeline`) for this config in this
+    /// process and print its time as JSON. The section runs it as a child process, since
+    /// a PostgreSQL source's DSN comes from the environment only.
+    #[arg(long, hide = true)]
+    child_pipeline: Option<PathBuf>,
+    /// Internal, with `--child-pipeline`: run `weir init` first.
+    #[arg(long, hide = true, requires = "child_pipeline")]
+    child_init: bool,
 }
 
 /// Peak RSS of this process since the last reset, in KiB (Linux `VmHWM`).
@@ -87,6 +105,9 @@ fn day(d: u64) -> String {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(config) = &args.child_pipeline {
+        return child_pipeline(config, args.child_init).await;
+    }
     let mut report = String::new();
     header(&mut report, &args)?;
     let pg = tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??;
@@ -94,6 +115,7 @@ async fn main() -> anyhow::Result<()> {
     end_to_end(&mut report, &args, &pg).await?;
     staging(&mut report, &args)?;
     large_transaction(&mut report, &args).await?;
+    replication(&mut report, &args, &pg).await?;
     std::fs::write(&args.out, &report)?;
     println!("{report}");
     Ok(())
@@ -122,8 +144,13 @@ fn header(out: &mut String, args: &Args) -> anyhow::Result<()> {
     writeln!(out, "# Benchmarks\n")?;
     writeln!(
         out,
-        "Every figure below comes from one run of:\n\n```\nscripts/bench --rows {} --days {} --repeat {} --stage-transactions {} --large-rows {}\n```\n",
-        args.rows, args.days, args.repeat, args.stage_transactions, args.large_rows
+        "Every figure below comes from one run of:\n\n```\nscripts/bench --rows {} --days {} --repeat {} --stage-transactions {} --large-rows {} --pg-changes {}\n```\n",
+        args.rows,
+        args.days,
+        args.repeat,
+        args.stage_transactions,
+        args.large_rows,
+        args.pg_changes
     )?;
     writeln!(
         out,
@@ -468,5 +495,863 @@ async fn large_transaction(out: &mut String, args: &Args) -> anyhow::Result<()> 
         peak_kib < bound_kib,
         "peak RSS {peak_kib} KiB is above the stated bound {bound_kib} KiB"
     );
+    Ok(())
+}
+
+// ---- Section 4: PostgreSQL logical replication ----------------------------------------
+
+/// The source database of the replication workload.
+const REPL_SOURCE_DB: &str = "repl_source";
+/// The publication every consumer reads.
+const REPL_PUBLICATION: &str = "bench_pub";
+/// The source table, and the same table in each subscriber database.
+const REPL_TABLE_DDL: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, \
+     order_date date, amount numeric(12,2), status text)";
+/// Row count and an md5 of all rows in id order, of a table of orders.
+const REPL_DIGEST: &str = "SELECT count(*), md5(coalesce(string_agg(concat_ws('|', id, customer, \
+     order_date, amount, status), ',' ORDER BY id), '')) FROM ";
+/// The environment variables of the pipeline child's DSNs.
+const SOURCE_DSN_ENV: &str = "WEIR_BENCH_SOURCE_DSN";
+const TARGET_DSN_ENV: &str = "WEIR_BENCH_TARGET_DSN";
+/// Changes per workload transaction: 8 inserts, 1 update, 1 update or delete.
+const CHANGES_PER_TRANSACTION: u64 = 10;
+/// How often the subscriber is polled for the workload's last row.
+const SUBSCRIBER_POLL: Duration = Duration::from_millis(50);
+/// Consumers per round, each with its own slot (the cluster has 20).
+const SLOTS_PER_ROUND: usize = 4;
+
+/// The Weir config of one consumer of the workload.
+fn replication_config(slot: &str) -> String {
+    format!(
+        r#"[source]
+kind = "postgres"
+dsn_env = "{SOURCE_DSN_ENV}"
+slot = "{slot}"
+publication = "{REPL_PUBLICATION}"
+
+[stage]
+path = "stage"
+
+[target]
+kind = "postgres"
+dsn_env = "{TARGET_DSN_ENV}"
+
+[[table]]
+source = "public.orders"
+target = "analytics.fact_orders"
+key = ["id"]
+partition_by = "order_date"
+grain = "day"
+"#
+    )
+}
+
+/// A client of `dsn`, its connection driven by a task.
+async fn connect(dsn: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .context("connect to the local PostgreSQL")?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// `(rows, digest)` of a table of orders.
+async fn digest(client: &tokio_postgres::Client, table: &str) -> anyhow::Result<(i64, String)> {
+    let row = client
+        .query_one(&format!("{REPL_DIGEST}{table}"), &[])
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// What a `--child-pipeline` run reports on its last stdout line.
+#[derive(Debug, Clone, Copy)]
+struct PipelineRun {
+    seconds: f64,
+    /// CPU seconds of the child process while timed.
+    cpu: f64,
+    changes: u64,
+    partitions: u64,
+}
+
+/// The child side: `weir init` (with `init`), then `weir run --once` timed, as JSON.
+async fn child_pipeline(path: &Path, init: bool) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    let dsn = config.target_dsn()?;
+    if init {
+        pipeline::init(&config, &dsn).await?;
+    }
+    let pipeline = Pipeline::open(config, dsn).await?;
+    let cpu = own_cpu();
+    let started = Instant::now();
+    let run = pipeline.run(true, std::future::pending()).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = own_cpu() - cpu;
+    println!(
+        "{}",
+        serde_json::json!({
+            "seconds": seconds,
+            "cpu": cpu,
+            "changes": run.changes,
+            "partitions": run.partitions_written,
+        })
+    );
+    Ok(())
+}
+
+/// Runs `weir run --once` for `config` in a child process of this binary (the source
+/// DSN reaches the library through the environment only).
+async fn run_pipeline_child(
+    config: &Path,
+    init: bool,
+    source_dsn: &str,
+    target_dsn: &str,
+) -> anyhow::Result<PipelineRun> {
+    let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
+    cmd.arg("--child-pipeline").arg(config);
+    if init {
+        cmd.arg("--child-init");
+    }
+    let out = cmd
+        .env(SOURCE_DSN_ENV, source_dsn)
+        .env(TARGET_DSN_ENV, target_dsn)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .context("run the pipeline child")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "weir run --once (child) failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let report: serde_json::Value =
+        serde_json::from_str(line).context("read the pipeline child's report")?;
+    let number = |field: &str| {
+        report
+            .get(field)
+            .and_then(|v| v.as_f64())
+            .with_context(|| format!("the pipeline child's report lacks `{field}`"))
+    };
+    Ok(PipelineRun {
+        seconds: number("seconds")?,
+        cpu: number("cpu")?,
+        changes: number("changes")? as u64,
+        partitions: number("partitions")? as u64,
+    })
+}
+
+/// What draining a slot into a stage did.
+#[derive(Debug, Clone, Copy, Default)]
+struct Drained {
+    outcome: ApplyOutcome,
+    /// Synced group commits, and the time spent in them (the source is not read meanwhile).
+    writes: u32,
+    write_time: Duration,
+}
+
+/// Applies a group of whole transactions in one synced write, then acknowledges the
+/// source (the pipeline's `stage_batch`).
+async fn stage_group(
+    source: &mut PostgresSource,
+    stage: &Arc<Stage>,
+    batch: &mut Vec<Transaction>,
+    total: &mut Drained,
+) -> anyhow::Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let txns = std::mem::take(batch);
+    let s = Arc::clone(stage);
+    let started = Instant::now();
+    let outcome = tokio::task::spawn_blocking(move || s.apply(&txns)).await??;
+    total.write_time += started.elapsed();
+    total.writes += 1;
+    total.outcome.transactions += outcome.transactions;
+    total.outcome.changes += outcome.changes;
+    total.outcome.skipped += outcome.skipped;
+    if let Some(checkpoint) = stage.checkpoint()? {
+        source.acknowledge(checkpoint).await?;
+    }
+    Ok(())
+}
+
+/// Drains a slot (`once`) into `stage` the way the pipeline stages: chunks of a large
+/// transaction to the pending area after the whole transactions before them, whole
+/// transactions in synced groups of up to `batch_max`, each group acknowledged after
+/// its write; also on `Idle` and at the end. Includes opening the source (connect,
+/// slot check, drain mark, `START_REPLICATION`).
+async fn drain_slot_into_stage(
+    dsn: &Dsn,
+    options: &PostgresSourceOptions,
+    tables: Vec<TableConfig>,
+    stage: &Arc<Stage>,
+    batch_max: usize,
+) -> anyhow::Result<Drained> {
+    let checkpoint = stage.checkpoint()?;
+    let mut source = PostgresSource::open(dsn, options, tables, Arc::clone(stage), checkpoint)
+        .await
+        .context("open the PostgreSQL source")?;
+    let mut total = Drained::default();
+    let mut batch: Vec<Transaction> = Vec::new();
+    let mut chunked = false;
+    loop {
+        match source.next().await? {
+            SourceEvent::Chunk(changes) => {
+                stage_group(&mut source, stage, &mut batch, &mut total).await?;
+                let s = Arc::clone(stage);
+                tokio::task::spawn_blocking(move || s.append_pending(&changes)).await??;
+                chunked = true;
+            }
+            SourceEvent::Abort => {
+                let s = Arc::clone(stage);
+                tokio::task::spawn_blocking(move || s.discard_pending()).await??;
+                chunked = false;
+            }
+            SourceEvent::Transaction(txn) => {
+                batch.push(txn);
+                if std::mem::take(&mut chunked) || batch.len() >= batch_max {
+                    stage_group(&mut source, stage, &mut batch, &mut total).await?;
+                }
+            }
+            SourceEvent::Idle => stage_group(&mut source, stage, &mut batch, &mut total).await?,
+            SourceEvent::End => {
+                stage_group(&mut source, stage, &mut batch, &mut total).await?;
+                return Ok(total);
+            }
+        }
+    }
+}
+
+/// Weir's slot → stage consumer of one round.
+struct StageConsumer {
+    _dir: tempfile::TempDir,
+    stage: Arc<Stage>,
+    options: PostgresSourceOptions,
+    tables: Vec<TableConfig>,
+    batch_max: usize,
+}
+
+impl StageConsumer {
+    /// Creates the slot and a new stage, and drains the slot once while the table is
+    /// still empty: the stage then holds the (empty) initial snapshot's completion, as
+    /// a Weir that has been running before the backlog built up would.
+    async fn new(source_dsn: &Dsn, slot: &str) -> anyhow::Result<StageConsumer> {
+        let dir = tempfile::tempdir()?;
+        let config_path = dir.path().join("weir.toml");
+        std::fs::write(&config_path, replication_config(slot))?;
+        let config = Config::load(&config_path)?;
+        let client = connect(source_dsn.expose()).await?;
+        client
+            .query_one(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&slot],
+            )
+            .await
+            .context("create a slot")?;
+        let mut tables = Vec::with_capacity(config.tables.len());
+        for table in &config.tables {
+            let columns = source_columns(&client, &table.source).await?;
+            tables.push(
+                table
+                    .with_columns(columns)
+                    .map_err(|(field, message)| anyhow::anyhow!("{field}: {message}"))?,
+            );
+        }
+        let SourceConfig::Postgres {
+            snapshot_chunk_rows,
+            heartbeat_interval_ms,
+            ..
+        } = &config.source
+        else {
+            anyhow::bail!("the replication config is not a PostgreSQL source");
+        };
+        let options = PostgresSourceOptions {
+            slot: slot.to_owned(),
+            publication: REPL_PUBLICATION.to_owned(),
+            once: true,
+            chunk_changes_max: config.engine.transaction_chunk_changes,
+            snapshot_chunk_rows: *snapshot_chunk_rows,
+            heartbeat_interval_ms: *heartbeat_interval_ms,
+        };
+        let stage = Arc::new(Stage::open(&config.stage_path, &config.source_id())?);
+        let consumer = StageConsumer {
+            _dir: dir,
+            stage,
+            options,
+            tables,
+            batch_max: config.engine.batch_transactions_max,
+        };
+        let before = consumer.drain(source_dsn).await?;
+        anyhow::ensure!(
+            before.outcome.changes <= 1,
+            "the first drain of an empty table staged {} changes",
+            before.outcome.changes
+        );
+        Ok(consumer)
+    }
+
+    async fn drain(&self, source_dsn: &Dsn) -> anyhow::Result<Drained> {
+        drain_slot_into_stage(
+            source_dsn,
+            &self.options,
+            self.tables.clone(),
+            &self.stage,
+            self.batch_max,
+        )
+        .await
+    }
+}
+
+/// Weir's `run --once` consumer of one round: its config and target database.
+struct PipelineConsumer {
+    dir: tempfile::TempDir,
+    target_db: String,
+}
+
+/// The workload: `txns` transactions of 10 changes on `orders`. Transaction `t` inserts
+/// ids `8t+1..=8t+8` over 30 days, sets a row of the previous transaction paid, and
+/// either ships another (moving it to the next day: a partition move) or deletes a third.
+/// Every statement changes exactly one row per id. Written 500 transactions per round
+/// trip.
+async fn write_orders_workload(client: &tokio_postgres::Client, txns: u64) -> anyhow::Result<()> {
+    let mut seq = Sequence::new(23);
+    let mut sql = String::with_capacity(500 * 700);
+    for t in 0..txns {
+        sql.push_str("BEGIN; INSERT INTO orders VALUES ");
+        for k in 1..=8 {
+            let id = 8 * t + k;
+            let cents = seq.below(1_000_000);
+            write!(
+                sql,
+                "{}({id}, 'c{}', '{}', {}.{:02}, 'new')",
+                if k == 1 { "" } else { ", " },
+                id % 97,
+                day(seq.below(30)),
+                cents / 100,
+                cents % 100
+            )?;
+        }
+        let previous = 8 * t.saturating_sub(1);
+        write!(
+            sql,
+            "; UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id = {};",
+            previous + 2
+        )?;
+        if t % 2 == 0 {
+            write!(
+                sql,
+                " UPDATE orders SET status = 'shipped', order_date = order_date + 1 WHERE id = {};",
+                previous + 3
+            )?;
+        } else {
+            write!(sql, " DELETE FROM orders WHERE id = {};", previous + 4)?;
+        }
+        sql.push_str(" COMMIT;\n");
+        if (t + 1) % 500 == 0 || t + 1 == txns {
+            client.batch_execute(&sql).await?;
+            sql.clear();
+        }
+    }
+    Ok(())
+}
+
+/// `(ppid, [utime, stime, cutime, cstime])` in seconds from `/proc/<pid>/stat` (in
+/// ticks of 1/100 s, Linux's USER_HZ).
+fn proc_times(pid: &str) -> Option<(String, [f64; 4])> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name: state (0), ppid (1), ..., utime (11), stime (12), cutime
+    // (13), cstime (14).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let seconds = |i: usize| Some(fields.get(i)?.parse::<f64>().ok()? / 100.0);
+    Some((
+        (*fields.get(1)?).to_owned(),
+        [seconds(11)?, seconds(12)?, seconds(13)?, seconds(14)?],
+    ))
+}
+
+/// CPU seconds this process used so far.
+fn own_cpu() -> f64 {
+    proc_times("self").map_or(0.0, |(_, t)| t[0] + t[1])
+}
+
+/// CPU seconds this process's ended and waited-for children used so far.
+fn children_cpu() -> f64 {
+    proc_times("self").map_or(0.0, |(_, t)| t[2] + t[3])
+}
+
+/// CPU seconds the cluster used so far: the postmaster's, its ended children's, and its
+/// running children's (backends, walsenders, workers).
+fn cluster_cpu(pg: &LocalPg) -> anyhow::Result<f64> {
+    let pid_file = std::fs::read_to_string(pg.data_dir().join("postmaster.pid"))?;
+    let pid = pid_file
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let (_, own) = proc_times(&pid).context("read the postmaster's CPU times")?;
+    let mut total: f64 = own.iter().sum();
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Some((ppid, t)) = proc_times(&name)
+            && ppid == pid
+        {
+            total += t[0] + t[1];
+        }
+    }
+    Ok(total)
+}
+
+/// Waits until no walsender serves `slot` any more and its process has had time to
+/// end, so its CPU time is counted with the postmaster's ended children.
+async fn slot_released(client: &tokio_postgres::Client, slot: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let active: bool = client
+            .query_one(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await?
+            .get(0);
+        if !active {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "slot {slot} stayed active"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(())
+}
+
+/// Times and CPU seconds of one path, one entry per run.
+#[derive(Debug, Default)]
+struct Measured {
+    times: Vec<Duration>,
+    /// CPU of every process of the cluster during the run.
+    server_cpu: Vec<f64>,
+    /// CPU of the consumer's own process (none: it is a server process).
+    client_cpu: Vec<f64>,
+}
+
+/// The median of `v`, if any.
+fn median_f64(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// The median of `v` and all of `v` as text.
+fn summary(v: &[Duration]) -> (Duration, String) {
+    let all = v
+        .iter()
+        .map(|d| format!("{:.2}", d.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (median(v), all)
+}
+
+/// Section 4: Weir against pg_recvlogical and a native subscription, on one workload.
+async fn replication(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Result<()> {
+    let txns = args.pg_changes / CHANGES_PER_TRANSACTION;
+    anyhow::ensure!(txns >= 2, "--pg-changes must be at least 20");
+    let changes = txns * CHANGES_PER_TRANSACTION;
+    let rounds = args.repeat.max(1);
+    anyhow::ensure!(
+        rounds * SLOTS_PER_ROUND <= 20,
+        "--repeat {rounds} needs {} replication slots; the cluster has 20",
+        rounds * SLOTS_PER_ROUND
+    );
+    // Other processes share this machine: say how busy it was.
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into());
+    let source_dsn = Dsn::new(pg.create_database(REPL_SOURCE_DB).await?);
+    let source = connect(source_dsn.expose()).await?;
+    source
+        .batch_execute(&format!(
+            "{REPL_TABLE_DDL}; CREATE PUBLICATION {REPL_PUBLICATION} FOR TABLE orders"
+        ))
+        .await?;
+    // The launcher starts apply workers at most once per wal_retrieve_retry_interval:
+    // each subscription is enabled at least that long after the previous one.
+    let retry_ms: i32 = source
+        .query_one(
+            "SELECT setting::int FROM pg_settings WHERE name = 'wal_retrieve_retry_interval'",
+            &[],
+        )
+        .await?
+        .get(0);
+    let launcher_gap = Duration::from_millis(u64::try_from(retry_ms)?) + Duration::from_millis(500);
+    let mut last_enable: Option<Instant> = None;
+    // No password: the local cluster trusts 127.0.0.1.
+    let conninfo = format!(
+        "host={} port={} user=postgres dbname={REPL_SOURCE_DB}",
+        pg.host(),
+        pg.port()
+    );
+
+    // Every consumer's slot exists before the workload, so all see the same changes.
+    let mut stage_consumers = Vec::with_capacity(rounds);
+    let mut pipeline_consumers = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        stage_consumers.push(StageConsumer::new(&source_dsn, &format!("weir_stage_{i}")).await?);
+
+        let dir = tempfile::tempdir()?;
+        std::fs::write(
+            dir.path().join("weir.toml"),
+            replication_config(&format!("weir_run_{i}")),
+        )?;
+        let target_db = format!("repl_target_{i}");
+        let target_dsn = pg.create_database(&target_db).await?;
+        // `weir init` (creates the slot) and a first `run --once` on the empty table.
+        run_pipeline_child(
+            &dir.path().join("weir.toml"),
+            true,
+            source_dsn.expose(),
+            &target_dsn,
+        )
+        .await?;
+        pipeline_consumers.push(PipelineConsumer { dir, target_db });
+
+        source
+            .query_one(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&format!("recv_{i}")],
+            )
+            .await?;
+        // The subscription's slot is made here: CREATE SUBSCRIPTION creating a slot on
+        // its own cluster would wait for its own transaction.
+        source
+            .query_one(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&format!("sub_{i}")],
+            )
+            .await?;
+        let sub_db = format!("repl_sub_{i}");
+        let subscriber = connect(&pg.create_database(&sub_db).await?).await?;
+        subscriber.batch_execute(REPL_TABLE_DDL).await?;
+        subscriber
+            .batch_execute(&format!(
+                "CREATE SUBSCRIPTION bench_sub_{i} CONNECTION '{conninfo}' PUBLICATION {REPL_PUBLICATION} \
+                 WITH (create_slot = false, slot_name = 'sub_{i}', copy_data = false, enabled = false)"
+            ))
+            .await?;
+    }
+
+    // The workload, then wait until its WAL is flushed (commits are asynchronous here),
+    // so every consumer finds the whole backlog readable when its clock starts.
+    let lsn = |sql: &'static str| {
+        let source = &source;
+        async move {
+            let row = source.query_one(sql, &[]).await?;
+            anyhow::Ok(row.get::<_, String>(0))
+        }
+    };
+    let start_lsn = lsn("SELECT pg_current_wal_insert_lsn()::text").await?;
+    let started = Instant::now();
+    write_orders_workload(&source, txns).await?;
+    let write_time = started.elapsed();
+    let end_lsn = lsn("SELECT pg_current_wal_insert_lsn()::text").await?;
+    loop {
+        let flushed: bool = source
+            .query_one(
+                "SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn",
+                &[&end_lsn],
+            )
+            .await?
+            .get(0);
+        if flushed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let wal_bytes: i64 = source
+        .query_one(
+            "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
+            &[&end_lsn, &start_lsn],
+        )
+        .await?
+        .get(0);
+    // A quiet machine for the clocks: no autovacuum of the fresh table mid-run.
+    source.batch_execute("VACUUM ANALYZE orders").await?;
+    source.batch_execute("CHECKPOINT").await?;
+    let (rows, source_digest) = digest(&source, "orders").await?;
+    println!(
+        "replication workload: {changes} changes in {txns} transactions written in {write_time:?}, \
+         {:.1} MB of WAL, {rows} rows",
+        wal_bytes as f64 / 1e6
+    );
+
+    let (mut stage, mut run_once, mut recv, mut sub) = (
+        Measured::default(),
+        Measured::default(),
+        Measured::default(),
+        Measured::default(),
+    );
+    let mut partitions = 0;
+    let mut stage_writes = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        // Weir: slot → stage.
+        let consumer = &stage_consumers[i];
+        let (server, client) = (cluster_cpu(pg)?, own_cpu());
+        let started = Instant::now();
+        let staged = consumer.drain(&source_dsn).await?;
+        stage.times.push(started.elapsed());
+        stage.client_cpu.push(own_cpu() - client);
+        slot_released(&source, &consumer.options.slot).await?;
+        stage.server_cpu.push(cluster_cpu(pg)? - server);
+        anyhow::ensure!(
+            staged.outcome.changes as u64 == changes,
+            "Weir staged {} changes, expected {changes}",
+            staged.outcome.changes
+        );
+        stage_writes.push((staged.writes, staged.write_time));
+        let staged_rows: u64 = consumer.stage.row_counts()?.values().sum();
+        anyhow::ensure!(
+            staged_rows == rows as u64,
+            "the stage holds {staged_rows} rows, the source {rows}"
+        );
+
+        // Weir: `run --once` into a target database.
+        let consumer = &pipeline_consumers[i];
+        let target_dsn = pg.dsn(&consumer.target_db);
+        let server = cluster_cpu(pg)?;
+        let run = run_pipeline_child(
+            &consumer.dir.path().join("weir.toml"),
+            false,
+            source_dsn.expose(),
+            &target_dsn,
+        )
+        .await?;
+        slot_released(&source, &format!("weir_run_{i}")).await?;
+        run_once.server_cpu.push(cluster_cpu(pg)? - server);
+        run_once.times.push(Duration::from_secs_f64(run.seconds));
+        run_once.client_cpu.push(run.cpu);
+        partitions = run.partitions;
+        anyhow::ensure!(
+            run.changes == changes,
+            "weir run --once staged {} changes, expected {changes}",
+            run.changes
+        );
+        let target = connect(&target_dsn).await?;
+        anyhow::ensure!(
+            digest(&target, "analytics.fact_orders").await? == (rows, source_digest.clone()),
+            "the Weir target differs from the source table"
+        );
+
+        // The decode limit: pg_recvlogical to /dev/null, up to the workload's end.
+        let slot = format!("recv_{i}");
+        let port = pg.port().to_string();
+        let (server, client) = (cluster_cpu(pg)?, children_cpu());
+        let started = Instant::now();
+        let output = tokio::process::Command::new(pg.bin_dir().join("pg_recvlogical"))
+            .args(["-h", pg.host(), "-p", &port, "-U", "postgres"])
+            .args(["-d", REPL_SOURCE_DB, "-S", &slot, "--start", "--no-loop"])
+            .args([
+                "-f",
+                "/dev/null",
+                "--plugin=pgoutput",
+                "-o",
+                "proto_version=1",
+            ])
+            .args(["-o", &format!("publication_names={REPL_PUBLICATION}")])
+            .arg(format!("--endpos={end_lsn}"))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .context("run pg_recvlogical")?;
+        recv.times.push(started.elapsed());
+        recv.client_cpu.push(children_cpu() - client);
+        anyhow::ensure!(
+            output.status.success(),
+            "pg_recvlogical failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        slot_released(&source, &slot).await?;
+        recv.server_cpu.push(cluster_cpu(pg)? - server);
+        let reached: bool = source
+            .query_one(
+                "SELECT confirmed_flush_lsn >= $1::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
+                &[&end_lsn, &slot],
+            )
+            .await?
+            .get(0);
+        anyhow::ensure!(reached, "pg_recvlogical stopped before the workload's end");
+
+        // The peer: a subscription, enabled on the backlog; done when the workload's last
+        // row is visible (transactions are applied whole, in commit order).
+        let subscriber = connect(&pg.dsn(&format!("repl_sub_{i}"))).await?;
+        let probe = subscriber
+            .prepare("SELECT EXISTS (SELECT 1 FROM orders WHERE id = $1)")
+            .await?;
+        let last_id = (8 * txns) as i64;
+        if let Some(wait) = last_enable.and_then(|t| launcher_gap.checked_sub(t.elapsed())) {
+            tokio::time::sleep(wait).await;
+        }
+        let server = cluster_cpu(pg)?;
+        let started = Instant::now();
+        last_enable = Some(started);
+        subscriber
+            .batch_execute(&format!("ALTER SUBSCRIPTION bench_sub_{i} ENABLE"))
+            .await?;
+        loop {
+            let applied: bool = subscriber.query_one(&probe, &[&last_id]).await?.get(0);
+            if applied {
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(600),
+                "the subscription did not apply the workload within 600 s (see the server log)"
+            );
+            tokio::time::sleep(SUBSCRIBER_POLL).await;
+        }
+        sub.times.push(started.elapsed());
+        sub.server_cpu.push(cluster_cpu(pg)? - server);
+        anyhow::ensure!(
+            digest(&subscriber, "orders").await? == (rows, source_digest.clone()),
+            "the subscriber's table differs from the source table"
+        );
+        subscriber
+            .batch_execute(&format!("ALTER SUBSCRIPTION bench_sub_{i} DISABLE"))
+            .await?;
+        // No autovacuum of this round's fresh tables during the next round's clocks.
+        subscriber.batch_execute("VACUUM ANALYZE orders").await?;
+        target
+            .batch_execute("VACUUM ANALYZE analytics.fact_orders")
+            .await?;
+        println!(
+            "replication, run {}: weir stage {:?}, weir run --once {:?}, pg_recvlogical {:?}, subscription {:?}",
+            i + 1,
+            stage.times[i],
+            run_once.times[i],
+            recv.times[i],
+            sub.times[i]
+        );
+    }
+
+    let (stage_time, stage_all) = summary(&stage.times);
+    let (run_time, run_all) = summary(&run_once.times);
+    let (recv_time, recv_all) = summary(&recv.times);
+    let (sub_time, sub_all) = summary(&sub.times);
+    let rate = |d: Duration| changes as f64 / d.as_secs_f64();
+    let writes = stage_writes
+        .iter()
+        .map(|(n, d)| format!("{:.2} ({n} writes)", d.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let batch_max = stage_consumers.first().map_or(0, |c| c.batch_max);
+    writeln!(
+        out,
+        "\n## PostgreSQL logical replication: Weir against pg_recvlogical and a subscription\n"
+    )?;
+    writeln!(
+        out,
+        "Workload: {changes} row changes in {txns} transactions on `orders` (id bigint primary key, customer text, \
+         order_date date, amount numeric(12,2), status text; default replica identity), each transaction 8 inserts, \
+         1 update, and alternately 1 update (moving the row to the next day) or 1 delete: {} inserts, {} updates, \
+         {} deletes, {:.1} MB of WAL, {rows} rows at the end. One publication; every consumer has its own pgoutput \
+         slot, created before the workload was written, so all read the same backlog. The consumers ran one at a \
+         time, in the order of the table, after the workload's WAL was flushed, a `VACUUM ANALYZE` of the source \
+         table and a `CHECKPOINT`; the tables a run filled were vacuumed after it, outside the clocks. Median of \
+         {rounds} runs, each with its own slots.\n",
+        8 * txns,
+        txns + txns.div_ceil(2),
+        txns / 2,
+        wal_bytes as f64 / 1e6,
+    )?;
+    writeln!(
+        out,
+        "| path | time (s) | changes/s | server CPU (s) | consumer CPU (s) |\n|---|---:|---:|---:|---:|"
+    )?;
+    for (name, time, measured) in [
+        ("Weir: slot → stage", stage_time, &stage),
+        (
+            "Weir: `run --once` (slot → stage → target partitions)",
+            run_time,
+            &run_once,
+        ),
+        (
+            "`pg_recvlogical` → /dev/null (decode limit)",
+            recv_time,
+            &recv,
+        ),
+        ("native subscription (peer)", sub_time, &sub),
+    ] {
+        let client = median_f64(&measured.client_cpu)
+            .map_or_else(|| "in server".to_owned(), |c| format!("{c:.2}"));
+        writeln!(
+            out,
+            "| {name} | {:.2} | {:.0} | {:.2} | {client} |",
+            time.as_secs_f64(),
+            rate(time),
+            median_f64(&measured.server_cpu).unwrap_or_default(),
+        )?;
+    }
+    writeln!(
+        out,
+        "\nWeir slot → stage / limit: {:.2} of pg_recvlogical's rate. Weir slot → stage / peer: {:.2} of the \
+         subscription's rate; Weir `run --once` / peer: {:.2}.\n\n\
+         All runs (s): slot → stage {stage_all}; `run --once` {run_all}; pg_recvlogical {recv_all}; subscription \
+         {sub_all}. Of each slot → stage run, the `Stage::apply` calls (building each group commit's batch, writing \
+         and syncing it) took (s): {writes}; the source is not read while one runs, so staging and receiving \
+         overlap only as far as the socket buffers the stream. Decoding this backlog cost the server {:.2} \
+         CPU-seconds when pg_recvlogical read it; every path pays about that on the server. CPU columns are medians too: *server* is every process of the cluster during the \
+         run (the walsender's decoding; for `run --once` also the target's DELETE and COPY; for the subscription \
+         also its apply worker), *consumer* the consumer's own process (this benchmark for slot → stage, the child \
+         for `run --once`, pg_recvlogical). CPU seconds depend less than wall time on other load: the 1-minute load \
+         average when this section began was {load} (other processes share the machine).\n",
+        rate(stage_time) / rate(recv_time),
+        rate(stage_time) / rate(sub_time),
+        rate(run_time) / rate(sub_time),
+        median_f64(&recv.server_cpu).unwrap_or_default(),
+    )?;
+    writeln!(out, "What each time measures:\n")?;
+    writeln!(
+        out,
+        "* **Weir: slot → stage**: in the benchmark's process, from opening `PostgresSource` (`once`: connect, slot \
+         check, the drain mark, `START_REPLICATION`) until it reports the end, decoding pgoutput into typed rows and \
+         staging them as the pipeline does: chunks of a large transaction to the pending area, whole transactions in \
+         synced RocksDB group commits of up to {batch_max} transactions, the slot acknowledged after each; a \
+         delete's key-only old tuple is resolved through the stage's keys index. The stage is new except that it \
+         drained its slot once while the table was still empty (the empty initial snapshot). Checked: {changes} \
+         changes staged; the stage holds as many rows as the source table.\n\
+         * **Weir: `run --once`**: the library's `Pipeline::run(once)`, timed after `Pipeline::open` in a child \
+         process (a PostgreSQL source's DSN reaches the library only through the environment); `weir init` and a \
+         first `run --once` ran before the workload. The same staging, then {partitions} day partitions replaced \
+         in a target database of the same cluster (DELETE, binary COPY, lineage; 2 at once). Checked: the target \
+         table equals the source table (row count and an md5 of all rows in id order).\n\
+         * **`pg_recvlogical`** (the decode limit): `pg_recvlogical --start --no-loop --plugin=pgoutput -o \
+         proto_version=1 -o publication_names={REPL_PUBLICATION} -f /dev/null --endpos=<LSN after the workload>`, \
+         from spawning it to its exit: the server's logical decoding and pgoutput encoding of the backlog, streamed \
+         over TCP and written to /dev/null (two `write` calls per message). Checked: the slot's confirmed position \
+         reached the end LSN.\n\
+         * **native subscription** (the peer): `CREATE SUBSCRIPTION … PUBLICATION {REPL_PUBLICATION} WITH \
+         (create_slot = false, slot_name = …, copy_data = false, enabled = false)` in a second database of the same \
+         cluster holding the same table, its slot made beforehand with `pg_create_logical_replication_slot`; timed \
+         from `ALTER SUBSCRIPTION … ENABLE` (which includes the apply worker's start) until the workload's last \
+         inserted row is visible in the subscriber, polled every {} ms, so up to {} ms late (the apply worker \
+         commits transactions whole and in order). Checked: the subscriber's table then equals the source's (row \
+         count and md5).\n",
+        SUBSCRIBER_POLL.as_millis(),
+        SUBSCRIBER_POLL.as_millis(),
+    )?;
+    writeln!(
+        out,
+        "Durability is not the same: Weir syncs every stage write (RocksDB's log, on this machine's disk) before it \
+         acknowledges the slot, while this cluster, and so the subscriber, runs with fsync and synchronous_commit off \
+         (settings above), so the subscription's apply never waits for a flush. On 2 cores the server's walsender \
+         (decoding) and the consumer (Weir, pg_recvlogical or the apply worker) run side by side."
+    )?;
     Ok(())
 }
