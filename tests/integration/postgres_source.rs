@@ -252,6 +252,33 @@ async fn dump(
         .collect()
 }
 
+/// The target table holds exactly the source table's rows: none missing, none extra.
+async fn assert_same_rows(
+    source: &tokio_postgres::Client,
+    source_table: &str,
+    target: &tokio_postgres::Client,
+    target_table: &str,
+) {
+    let (want, got) = (
+        dump(source, source_table).await,
+        dump(target, target_table).await,
+    );
+    let missing = want
+        .iter()
+        .filter(|r| got.binary_search(r).is_err())
+        .count();
+    let extra = got
+        .iter()
+        .filter(|r| want.binary_search(r).is_err())
+        .count();
+    assert!(
+        missing == 0 && extra == 0 && want.len() == got.len(),
+        "{target_table}: {missing} rows missing, {extra} extra ({} in the source, {} in the target)",
+        want.len(),
+        got.len()
+    );
+}
+
 /// A workload in SQL: transactions of inserts, updates (some moving the order to another
 /// day), and deletes.
 fn sql_workload(rng: &mut crate::harness::Rng, first_id: i64, transactions: usize) -> Vec<String> {
@@ -351,16 +378,7 @@ async fn weir_run_replicates_a_postgres_table_into_partitions_through_kills() {
         "{}",
         crate::harness::text(&out.stderr)
     );
-    let (want, got) = (
-        dump(&source, "orders").await,
-        dump(&target, "analytics.fact_orders").await,
-    );
-    let missing = want.iter().filter(|r| !got.contains(r)).count();
-    let extra = got.iter().filter(|r| !want.contains(r)).count();
-    assert!(
-        missing == 0 && extra == 0,
-        "after 6 kills: {missing} rows missing, {extra} extra"
-    );
+    assert_same_rows(&source, "orders", &target, "analytics.fact_orders").await;
 
     let status = weir(&["status"]);
     let status = crate::harness::text(&status.stdout);
@@ -442,24 +460,7 @@ async fn a_populated_table_is_snapshotted_while_it_changes_and_survives_kills() 
         crate::harness::text(&out.stderr)
     );
     let target = db.client().await;
-    let (want, got) = (
-        dump(&source, "orders").await,
-        dump(&target, "analytics.fact_orders").await,
-    );
-    let missing = want
-        .iter()
-        .filter(|r| got.binary_search(r).is_err())
-        .count();
-    let extra = got
-        .iter()
-        .filter(|r| want.binary_search(r).is_err())
-        .count();
-    assert!(
-        missing == 0 && extra == 0 && want.len() == got.len(),
-        "{missing} rows missing, {extra} extra ({} vs {})",
-        want.len(),
-        got.len()
-    );
+    assert_same_rows(&source, "orders", &target, "analytics.fact_orders").await;
 }
 
 /// Runs `weir` with this test's config, target and source.
@@ -845,22 +846,7 @@ async fn three_tables_under_concurrent_writers_end_exact() {
     );
     let target = db.client().await;
     for table in tables {
-        let (want, got) = (
-            dump(&source, table).await,
-            dump(&target, &format!("analytics.{table}")).await,
-        );
-        let missing = want
-            .iter()
-            .filter(|r| got.binary_search(r).is_err())
-            .count();
-        let extra = got
-            .iter()
-            .filter(|r| want.binary_search(r).is_err())
-            .count();
-        assert!(
-            missing == 0 && extra == 0,
-            "{table}: {missing} missing, {extra} extra after {total} writer transactions"
-        );
+        assert_same_rows(&source, table, &target, &format!("analytics.{table}")).await;
     }
     assert!(total > 100, "the writers wrote ({total} transactions)");
 }
@@ -926,22 +912,5 @@ async fn a_million_row_table_is_snapshotted_while_writers_change_it() {
         crate::harness::text(&out.stderr)
     );
     let target = db.client().await;
-    let (want, got) = (
-        dump(&source, "orders").await,
-        dump(&target, "analytics.fact_orders").await,
-    );
-    let missing = want
-        .iter()
-        .filter(|r| got.binary_search(r).is_err())
-        .count();
-    let extra = got
-        .iter()
-        .filter(|r| want.binary_search(r).is_err())
-        .count();
-    assert!(
-        missing == 0 && extra == 0 && want.len() == got.len(),
-        "{missing} missing, {extra} extra ({} vs {})",
-        want.len(),
-        got.len()
-    );
+    assert_same_rows(&source, "orders", &target, "analytics.fact_orders").await;
 }
