@@ -485,6 +485,9 @@ fn spawn_weir_pg(db: &TestDb, source_dsn: &str) -> std::process::Child {
 /// The `[[table]]` of an orders table partitioned by day.
 const ORDERS_TABLE: &str = "source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"";
 
+/// The `[[table]]` of an orders table copied to `public.orders_copy`.
+const ORDERS_COPY_TABLE: &str = "source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"";
+
 /// A source database for one test, with its own table and a config for it; `extra`
 /// goes into `[source]` and may open further sections (e.g. `[engine]`).
 async fn source_fixture(
@@ -661,7 +664,7 @@ async fn heartbeats_keep_an_idle_slot_from_holding_wal() {
         "pg_heartbeat",
         "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date)",
         "heartbeat_interval_ms = 300",
-        "source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
+        ORDERS_COPY_TABLE,
     )
     .await;
     assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
@@ -709,7 +712,7 @@ async fn schema_changes_flow_through_or_stop_loudly() {
         "pg_schema",
         "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date, status text)",
         "",
-        "source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
+        ORDERS_COPY_TABLE,
     )
     .await;
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
