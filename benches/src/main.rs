@@ -75,19 +75,12 @@ struct Args {
 
 /// Peak RSS of this process since the last reset, in KiB (Linux `VmHWM`).
 fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    weir::procmem::peak_rss_kib(weir::procmem::Process::This)
 }
 
-/// Resets the peak RSS to the current RSS (Linux `clear_refs` 5).
+/// Resets the peak RSS to the current RSS.
 fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    weir::procmem::reset_peak();
 }
 
 fn median(v: &[Duration]) -> Duration {

@@ -204,6 +204,30 @@ pub struct TableConfig {
     pub on_null_partition: OnNullPartition,
     pub on_truncate: OnTruncate,
     pub columns: Vec<Column>,
+    /// The table's transform plugin; `None`: the identity transform.
+    pub plugin: Option<PluginConfig>,
+}
+
+/// A table's WebAssembly transform plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginConfig {
+    /// The component file (relative paths are resolved against the config's folder).
+    pub path: PathBuf,
+    /// `[table.plugin_config]` as sorted, unique key/value text pairs.
+    pub config: Vec<(String, String)>,
+    pub on_reject: OnReject,
+    pub limits: crate::plugin::SandboxLimits,
+}
+
+/// What a row the plugin rejects does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnReject {
+    /// Written to `weir.dead_letter` (with the reason, the key, the input row and the
+    /// plugin's sha256) in the partition's own transaction; the partition is written.
+    DeadLetter,
+    /// The partition job fails, naming the key and the reason; nothing is written.
+    Fail,
 }
 
 /// What a TRUNCATE of a source table does.
@@ -367,6 +391,13 @@ struct RawTable {
     columns: IndexMap<String, String>,
     plugin: Option<String>,
     plugin_config: Option<toml::Table>,
+    on_reject: Option<OnReject>,
+    plugin_memory_mb: Option<u64>,
+    plugin_fuel_per_call: Option<u64>,
+    plugin_timeout_ms: Option<u64>,
+    plugin_max_stack_kb: Option<usize>,
+    plugin_log_messages_per_call: Option<u32>,
+    plugin_log_message_bytes: Option<usize>,
     write: Option<String>,
 }
 
@@ -686,12 +717,7 @@ impl Validator<'_> {
                 format!("`{}` is not a table name: use schema.table", raw.target),
             )
         })?;
-        if raw.plugin.is_some() || raw.plugin_config.is_some() {
-            return Err(self.invalid(
-                field("plugin"),
-                "WASM transform plugins are not in this build yet: remove `plugin` and `plugin_config` to use the identity transform",
-            ));
-        }
+        let plugin = self.plugin(i, &raw)?;
         match raw.write.as_deref() {
             None | Some("replace") => {}
             Some("merge") => {
@@ -750,6 +776,7 @@ impl Validator<'_> {
                 .unwrap_or(OnNullPartition::NullPartition),
             on_truncate: raw.on_truncate.unwrap_or(OnTruncate::Fail),
             columns,
+            plugin,
         };
         if !from_source_catalog {
             table
@@ -757,6 +784,128 @@ impl Validator<'_> {
                 .map_err(|(name, message)| self.invalid(field(name), message))?;
         }
         Ok(table)
+    }
+}
+
+impl Validator<'_> {
+    /// The plugin settings of table `i`; every limit is checked against its bounds.
+    fn plugin(&self, i: usize, raw: &RawTable) -> Result<Option<PluginConfig>, ConfigError> {
+        let field = |name: &str| format!("table[{i}].{name}");
+        let Some(path) = &raw.plugin else {
+            let stray = [
+                ("plugin_config", raw.plugin_config.is_some()),
+                ("on_reject", raw.on_reject.is_some()),
+                ("plugin_memory_mb", raw.plugin_memory_mb.is_some()),
+                ("plugin_fuel_per_call", raw.plugin_fuel_per_call.is_some()),
+                ("plugin_timeout_ms", raw.plugin_timeout_ms.is_some()),
+                ("plugin_max_stack_kb", raw.plugin_max_stack_kb.is_some()),
+                (
+                    "plugin_log_messages_per_call",
+                    raw.plugin_log_messages_per_call.is_some(),
+                ),
+                (
+                    "plugin_log_message_bytes",
+                    raw.plugin_log_message_bytes.is_some(),
+                ),
+            ];
+            if let Some((name, _)) = stray.iter().find(|(_, set)| *set) {
+                return Err(self.invalid(
+                    field(name),
+                    "only applies to a table with a `plugin`: set `plugin = \"path/to/plugin.wasm\"` or remove it",
+                ));
+            }
+            return Ok(None);
+        };
+        if path.trim().is_empty() {
+            return Err(self.invalid(
+                field("plugin"),
+                "is empty: give the path of a .wasm component",
+            ));
+        }
+        let mut config = Vec::new();
+        for (key, value) in raw.plugin_config.iter().flatten() {
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                // A float's text would not be what the user wrote (`1.10` reads 1.1).
+                toml::Value::Float(_) => {
+                    return Err(self.invalid(
+                        format!("table[{i}].plugin_config.{key}"),
+                        "is a float: write it as a string (e.g. \"1.0825\") so its digits reach the plugin exactly",
+                    ));
+                }
+                _ => {
+                    return Err(self.invalid(
+                        format!("table[{i}].plugin_config.{key}"),
+                        "must be a string, integer or boolean (plugins receive text)",
+                    ));
+                }
+            };
+            config.push((key.clone(), text));
+        }
+        let defaults = crate::plugin::SandboxLimits::default();
+        let bounded = |name: &str, value: Option<u64>, min: u64, max: u64, default: u64| match value
+        {
+            None => Ok(default),
+            Some(v) if (min..=max).contains(&v) => Ok(v),
+            Some(v) => Err(self.invalid(field(name), format!("{v} is outside {min} to {max}"))),
+        };
+        let memory_mb = bounded(
+            "plugin_memory_mb",
+            raw.plugin_memory_mb,
+            16,
+            4096,
+            defaults.memory_bytes >> 20,
+        )?;
+        let fuel = bounded(
+            "plugin_fuel_per_call",
+            raw.plugin_fuel_per_call,
+            1_000_000,
+            u64::MAX / 2,
+            defaults.fuel_per_call,
+        )?;
+        let timeout_ms = bounded(
+            "plugin_timeout_ms",
+            raw.plugin_timeout_ms,
+            10,
+            3_600_000,
+            defaults.timeout_per_call.as_millis() as u64,
+        )?;
+        let stack_kb = bounded(
+            "plugin_max_stack_kb",
+            raw.plugin_max_stack_kb.map(|k| k as u64),
+            64,
+            (crate::plugin::MAX_STACK_BYTES_LIMIT >> 10) as u64,
+            (defaults.max_stack_bytes >> 10) as u64,
+        )?;
+        let log_messages = bounded(
+            "plugin_log_messages_per_call",
+            raw.plugin_log_messages_per_call.map(u64::from),
+            0,
+            100_000,
+            u64::from(defaults.log_messages_per_call),
+        )?;
+        let log_bytes = bounded(
+            "plugin_log_message_bytes",
+            raw.plugin_log_message_bytes.map(|b| b as u64),
+            64,
+            1 << 20,
+            defaults.log_message_bytes as u64,
+        )?;
+        Ok(Some(PluginConfig {
+            path: self.resolve(path),
+            config: crate::plugin::normalize_config(&config),
+            on_reject: raw.on_reject.unwrap_or(OnReject::DeadLetter),
+            limits: crate::plugin::SandboxLimits {
+                memory_bytes: memory_mb << 20,
+                fuel_per_call: fuel,
+                timeout_per_call: std::time::Duration::from_millis(timeout_ms),
+                max_stack_bytes: (stack_kb << 10) as usize,
+                log_messages_per_call: log_messages as u32,
+                log_message_bytes: log_bytes as usize,
+            },
+        }))
     }
 }
 

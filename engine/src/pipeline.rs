@@ -18,8 +18,9 @@ use futures_util::StreamExt;
 use tokio::sync::Mutex;
 use tokio_postgres::Client;
 
-use crate::config::{Config, Dsn, SourceConfig, TableConfig};
+use crate::config::{Column, Config, Dsn, OnReject, PluginConfig, SourceConfig, TableConfig};
 use crate::partition::Partition;
+use crate::plugin::{self, InputRow, OwnedJob, Plugin, PluginError, PluginHost};
 use crate::source::jsonl::JsonlSource;
 use crate::source::postgres::{self, PgSourceError};
 use crate::source::{ChangeSource, SourceError, SourceEvent, Transaction};
@@ -63,6 +64,130 @@ pub enum PipelineError {
     },
     #[error("a stage task stopped unexpectedly")]
     Task(#[source] tokio::task::JoinError),
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    #[error(
+        "{table}, partition {partition}: the plugin rejected the row with key {key}: {reason} (on_reject = \"fail\"; set on_reject = \"dead-letter\" to record rejected rows and write the rest)"
+    )]
+    Rejected {
+        table: String,
+        partition: String,
+        key: String,
+        reason: String,
+    },
+}
+
+impl PipelineError {
+    /// Whether retrying the same partition at the same generation fails the same way
+    /// (a plugin's verdict is a function of its input), so that it waits for new
+    /// changes rather than being retried every round.
+    fn is_deterministic(&self) -> bool {
+        match self {
+            PipelineError::Partition { source, .. } => source.is_deterministic(),
+            PipelineError::Rejected { .. } => true,
+            // A wall-clock timeout is not strictly a function of the input, but retrying
+            // a job that ran out of time every round would keep a worker busy forever:
+            // like the others, it waits for the partition to change (or a restart).
+            PipelineError::Plugin(e) => !matches!(e, PluginError::Thread(_) | PluginError::Lost),
+            _ => false,
+        }
+    }
+}
+
+/// A table's transform, ready to run.
+#[derive(Clone)]
+pub enum Transform {
+    Identity,
+    Plugin {
+        plugin: Arc<Plugin>,
+        settings: PluginConfig,
+        config_hash: String,
+    },
+}
+
+impl std::fmt::Debug for Transform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transform::Identity => f.write_str("Identity"),
+            Transform::Plugin { plugin, .. } => f.debug_tuple("Plugin").field(plugin).finish(),
+        }
+    }
+}
+
+impl Transform {
+    /// Loads a table's plugin (compiling it or loading the cached compilation).
+    pub async fn load(
+        host: &Arc<PluginHost>,
+        table: &TableConfig,
+    ) -> Result<Transform, PipelineError> {
+        let Some(settings) = table.plugin.clone() else {
+            return Ok(Transform::Identity);
+        };
+        let host = Arc::clone(host);
+        let (path, limits) = (settings.path.clone(), settings.limits.clone());
+        let plugin = tokio::task::spawn_blocking(move || host.load(&path, &limits))
+            .await
+            .map_err(PipelineError::Task)??;
+        let d = plugin.description();
+        tracing::info!(
+            table = %table.source,
+            plugin = %d.name,
+            version = %d.version,
+            sha256 = %plugin.sha256_hex(),
+            compile_ms = plugin.compile_info().millis,
+            cache_hit = plugin.compile_info().cache_hit,
+            "plugin loaded"
+        );
+        let config_hash = plugin::config_hash(&settings.config);
+        Ok(Transform::Plugin {
+            plugin: Arc::new(plugin),
+            settings,
+            config_hash,
+        })
+    }
+
+    /// The table as the target sees it: with a plugin, its declared output columns and
+    /// partition column; without one, the source's columns.
+    pub fn target_view(&self, table: &TableConfig) -> TableConfig {
+        let Transform::Plugin { plugin, .. } = self else {
+            return table.clone();
+        };
+        let d = plugin.description();
+        TableConfig {
+            columns: d
+                .columns
+                .iter()
+                .map(|c| Column {
+                    name: c.name.clone(),
+                    declared: if c.nullable {
+                        c.ty.ddl()
+                    } else {
+                        format!("{} NOT NULL", c.ty.ddl())
+                    },
+                    ty: c.ty.engine_type(),
+                })
+                .collect(),
+            partition_by: d.partition_column.clone(),
+            ..table.clone()
+        }
+    }
+
+    /// What lineage's `transform` column says: `identity` or `name@version`.
+    fn label(&self) -> String {
+        match self {
+            Transform::Identity => IDENTITY_TRANSFORM.to_owned(),
+            Transform::Plugin { plugin, .. } => {
+                let d = plugin.description();
+                format!("{}@{}", d.name, d.version)
+            }
+        }
+    }
+}
+
+/// The compiled-plugin cache of a config: `[engine] plugin_cache` is not a setting;
+/// `$WEIR_PLUGIN_CACHE`, else the user's cache folder (see [`PluginHost`]).
+pub fn plugin_host() -> Arc<PluginHost> {
+    Arc::new(PluginHost::new(PluginHost::default_cache_dir()))
 }
 
 /// Runs blocking stage work off the async threads.
@@ -114,16 +239,20 @@ pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineErro
     }
     let mut client = target::connect(dsn).await?;
     target::ensure_weir_schema(&client).await?;
+    let host = plugin_host();
     let mut tables = Vec::new();
     for table in &resolved {
-        let prepared = target::prepare_table(&mut client, table, true).await?;
+        let transform = Transform::load(&host, table).await?;
+        let view = transform.target_view(table);
+        let prepared = target::prepare_table(&mut client, &view, true).await?;
         tables.push(format!(
-            "{} -> {} ({} columns, partition by {} {})",
+            "{} -> {} ({} columns, partition by {} {}; transform {})",
             table.source,
             prepared.name,
             prepared.columns.len(),
-            table.partition_by,
-            table.grain
+            view.partition_by,
+            table.grain,
+            transform.label()
         ));
     }
     let path = config.stage_path.clone();
@@ -212,16 +341,23 @@ pub struct RunReport {
     pub partitions_written: usize,
     pub rows_written: u64,
     pub dead_letters: usize,
+    /// Partition writes that failed (they stay dirty).
+    pub partitions_failed: usize,
+    /// Rows the plugins rejected into `weir.dead_letter`.
+    pub rows_rejected: u64,
 }
 
 /// A stage and a target, wired for one config.
 pub struct Pipeline {
     config: Config,
     stage: Arc<Stage>,
-    /// Target tables by source table name.
-    tables: HashMap<String, (TableConfig, TargetTable)>,
+    /// Target tables and transforms by source table name.
+    tables: HashMap<String, (TableConfig, TargetTable, Transform)>,
     dsn: Dsn,
     clients: Mutex<Vec<Client>>,
+    /// Partitions whose last write failed deterministically (a plugin's verdict), with
+    /// the generation that failed: not retried until the partition changes.
+    failed: std::sync::Mutex<HashMap<(String, Partition), u64>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -241,10 +377,17 @@ impl Pipeline {
             clients.push(target::connect(&dsn).await?);
         }
         config.tables = resolve_tables(&config, clients.first()).await?;
+        let host = plugin_host();
         let mut tables = HashMap::new();
         for table in &config.tables {
-            let prepared = target::prepare_table(&mut clients[0], table, false).await?;
-            tables.insert(table.source.to_string(), (table.clone(), prepared));
+            let transform = Transform::load(&host, table).await?;
+            let prepared =
+                target::prepare_table(&mut clients[0], &transform.target_view(table), false)
+                    .await?;
+            tables.insert(
+                table.source.to_string(),
+                (table.clone(), prepared, transform),
+            );
         }
         let path = config.stage_path.clone();
         if !path.join("CURRENT").exists() {
@@ -258,6 +401,7 @@ impl Pipeline {
             tables,
             dsn,
             clients: Mutex::new(clients),
+            failed: std::sync::Mutex::default(),
         })
     }
 
@@ -277,7 +421,7 @@ impl Pipeline {
         let tables = self
             .tables
             .values()
-            .map(|(t, _)| t.clone())
+            .map(|(t, _, _)| t.clone())
             .collect::<Vec<_>>();
         let mut source = match &self.config.source {
             SourceConfig::Jsonl {
@@ -384,7 +528,7 @@ impl Pipeline {
             if !once && last_flush.elapsed() >= flush_interval {
                 self.stage_batch(&mut source, &mut batch, &mut report)
                     .await?;
-                self.write_round(&mut report).await?;
+                self.write_round_inner(&mut report, true).await?;
                 last_flush = Instant::now();
             }
         }
@@ -429,10 +573,26 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Writes staged dead letters, then every dirty partition.
+    /// Writes staged dead letters, then every dirty partition. A partition that fails
+    /// does not stop the others: with `keep_going` (live mode) its error is logged and
+    /// it stays dirty (a plugin's failure waits for the partition to change; any other
+    /// is retried next round); otherwise the first error is returned after the round.
     pub async fn write_round(&self, report: &mut RunReport) -> Result<(), PipelineError> {
+        self.write_round_inner(report, false).await
+    }
+
+    async fn write_round_inner(
+        &self,
+        report: &mut RunReport,
+        keep_going: bool,
+    ) -> Result<(), PipelineError> {
         report.dead_letters += self.flush_dead_letters().await?;
-        let dirty = self.stage.dirty_partitions()?;
+        let mut dirty = self.stage.dirty_partitions()?;
+        if keep_going && let Ok(failed) = self.failed.lock() {
+            dirty.retain(|d| {
+                failed.get(&(d.table.clone(), d.partition.clone())) != Some(&d.generation)
+            });
+        }
         if dirty.is_empty() {
             return Ok(());
         }
@@ -452,10 +612,17 @@ impl Pipeline {
                 Ok(Some(summary)) => {
                     partitions += 1;
                     rows += summary.rows;
+                    report.rows_rejected += summary.rejected;
                 }
                 Ok(None) => {}
                 Err(error) => {
-                    tracing::error!(table = %d.table, partition = %d.partition, error = %error, "partition write failed");
+                    tracing::error!(table = %d.table, partition = %d.partition, error = %error_chain(&error), "partition write failed; the other partitions go on");
+                    report.partitions_failed += 1;
+                    if error.is_deterministic()
+                        && let Ok(mut failed) = self.failed.lock()
+                    {
+                        failed.insert((d.table.clone(), d.partition.clone()), d.generation);
+                    }
                     first_error.get_or_insert(PipelineError::Partition {
                         table: d.table.clone(),
                         partition: d.partition.to_string(),
@@ -472,7 +639,10 @@ impl Pipeline {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "partitions written"
         );
-        first_error.map_or(Ok(()), Err)
+        match first_error {
+            Some(e) if !keep_going => Err(e),
+            _ => Ok(()),
+        }
     }
 
     async fn flush_dead_letters(&self) -> Result<usize, PipelineError> {
@@ -509,7 +679,7 @@ impl Pipeline {
         partition: &Partition,
         only_if_dirty: bool,
     ) -> Result<Option<WriteSummary>, PipelineError> {
-        let (table_config, target_table) = self
+        let (table_config, target_table, transform) = self
             .tables
             .get(table)
             .ok_or_else(|| PipelineError::UnknownTable(table.to_owned()))?;
@@ -519,23 +689,58 @@ impl Pipeline {
         if only_if_dirty && read.dirty.is_none() {
             return Ok(None);
         }
-        let rows = identity(table_config, read.rows);
+        let (rows, rejections) = match transform {
+            Transform::Identity => (identity(table_config, read.rows), Vec::new()),
+            Transform::Plugin {
+                plugin, settings, ..
+            } => {
+                run_plugin(
+                    table_config,
+                    target_table,
+                    plugin,
+                    settings,
+                    partition,
+                    read.rows,
+                )
+                .await?
+            }
+        };
+        let (plugin_sha256, config_hash) = match transform {
+            Transform::Identity => (None, None),
+            Transform::Plugin {
+                plugin,
+                config_hash,
+                ..
+            } => (Some(plugin.sha256_hex()), Some(config_hash.as_str())),
+        };
+        let label = transform.label();
+        let source_id = self.config.source_id();
         let mut client = self.client().await?;
         let result = target::replace_partition(
             &mut client,
             target_table,
             &PartitionWrite {
+                source_id: &source_id,
                 source_table: table,
                 partition,
                 generation: read.generation,
                 source_position: read.checkpoint.position,
-                transform: IDENTITY_TRANSFORM,
+                transform: &label,
                 rows: &rows,
+                plugin_sha256: plugin_sha256.as_deref(),
+                config_hash,
+                rejections: &rejections,
             },
         )
         .await;
         self.clients.lock().await.push(client);
         let summary = result?;
+        if let Ok(mut failed) = self.failed.lock() {
+            failed.remove(&(table.to_owned(), partition.clone()));
+        }
+        if !rejections.is_empty() {
+            tracing::warn!(table, partition = %partition, rejected = rejections.len(), "rows rejected by the plugin were written to weir.dead_letter");
+        }
         if let Some(dirty) = read.dirty {
             let cleared = self.stage.clear_dirty(table, partition, dirty)?;
             if !cleared {
@@ -586,6 +791,66 @@ impl ChangeSource for AnySource {
             AnySource::Postgres(s) => s.acknowledge(checkpoint).await,
         }
     }
+}
+
+/// Runs a table's plugin over a partition's staged rows; returns the output rows and
+/// the rejections (or fails on one, with `on_reject = "fail"`).
+async fn run_plugin(
+    table: &TableConfig,
+    target: &TargetTable,
+    plugin: &Arc<Plugin>,
+    settings: &PluginConfig,
+    partition: &Partition,
+    rows: Vec<StagedRow>,
+) -> Result<(Vec<Vec<Value>>, Vec<target::RejectedRow>), PipelineError> {
+    let input: Vec<InputRow> = rows
+        .into_iter()
+        .map(|r| InputRow {
+            key: table
+                .key
+                .iter()
+                .map(|k| {
+                    r.values
+                        .iter()
+                        .find(|(name, _)| name == k)
+                        .map_or(Value::Null, |(_, v)| v.clone())
+                })
+                .collect(),
+            op: r.op,
+            commit_position: r.commit_position,
+            commit_time: r.commit_time_us,
+            columns: r.values,
+        })
+        .collect();
+    let job = OwnedJob {
+        table: target.name.to_string(),
+        partition: partition.clone(),
+        grain: table.grain,
+        config: settings.config.clone(),
+    };
+    let (input, output) =
+        plugin::run_job_on_thread(Arc::clone(plugin), settings.limits.clone(), job, input).await;
+    let output = output?;
+    let mut rejections = Vec::with_capacity(output.rejections.len());
+    for r in &output.rejections {
+        let key = plugin::json::key_text(&r.key);
+        if settings.on_reject == OnReject::Fail {
+            return Err(PipelineError::Rejected {
+                table: table.source.to_string(),
+                partition: partition.to_string(),
+                key,
+                reason: r.reason.clone(),
+            });
+        }
+        let row = &input[r.input];
+        rejections.push(target::RejectedRow {
+            key,
+            reason: r.reason.clone(),
+            input: plugin::json::plain_row(&row.columns),
+            source_position: row.commit_position,
+        });
+    }
+    Ok((output.rows, rejections))
 }
 
 /// The identity transform: each staged row's values in the table's column order

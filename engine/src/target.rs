@@ -56,6 +56,19 @@ CREATE TABLE IF NOT EXISTS weir.dead_letter (
     recorded_at     timestamptz NOT NULL DEFAULT now()
 );
 CREATE UNIQUE INDEX IF NOT EXISTS dead_letter_bad_record ON weir.dead_letter (source, source_position) WHERE kind = 'bad-record';
+-- Plugins (added after the first release of this schema; idempotent on either).
+ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS plugin_sha256 text;
+ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS config_hash text;
+COMMENT ON COLUMN weir.partitions.plugin_sha256 IS 'sha256 of the plugin component that wrote the partition (NULL: identity transform).';
+COMMENT ON COLUMN weir.partitions.config_hash IS 'sha256 of the plugin config the partition was written with (NULL: identity transform).';
+ALTER TABLE weir.dead_letter ALTER COLUMN raw DROP NOT NULL;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS target_table text;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS partition text;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS row_key jsonb;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS input jsonb;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS plugin_sha256 text;
+CREATE INDEX IF NOT EXISTS dead_letter_rejected ON weir.dead_letter (target_table, partition) WHERE kind = 'rejected';
+COMMENT ON COLUMN weir.dead_letter.kind IS 'bad-record: the source could not read it (raw holds it); rejected: the table''s plugin rejected the row (input holds it; replaced with its partition).';
 COMMENT ON TABLE weir.dead_letter IS 'Records weir could not process, with the reason and the raw record.';
 "#;
 
@@ -274,6 +287,8 @@ async fn expected_columns(
 /// What one partition write is made of.
 #[derive(Debug, Clone)]
 pub struct PartitionWrite<'a> {
+    /// The feed's identity (`Config::source_id`), recorded with rejections.
+    pub source_id: &'a str,
     pub source_table: &'a str,
     pub partition: &'a Partition,
     /// The stage generation the rows were read at.
@@ -284,6 +299,23 @@ pub struct PartitionWrite<'a> {
     pub transform: &'a str,
     /// Output rows in target column order, in the order to COPY them.
     pub rows: &'a [Vec<Value>],
+    /// The plugin's sha256 and config hash (both `None` for the identity transform).
+    pub plugin_sha256: Option<&'a str>,
+    pub config_hash: Option<&'a str>,
+    /// Input rows the plugin rejected: they replace the partition's earlier rejections.
+    pub rejections: &'a [RejectedRow],
+}
+
+/// An input row a plugin rejected, as it is recorded in `weir.dead_letter`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RejectedRow {
+    /// The row's key, as JSON text (`[42]`).
+    pub key: String,
+    pub reason: String,
+    /// The input row as plain JSON.
+    pub input: serde_json::Value,
+    /// Source position of the transaction that wrote the row.
+    pub source_position: u64,
 }
 
 /// The lineage of a written partition.
@@ -291,6 +323,8 @@ pub struct PartitionWrite<'a> {
 pub struct WriteSummary {
     pub rows: u64,
     pub checksum: String,
+    /// Input rows the plugin rejected (recorded in `weir.dead_letter`).
+    pub rejected: u64,
 }
 
 /// An order-independent checksum of rows: the wrapping sum of each row's 128-bit
@@ -426,15 +460,52 @@ pub async fn replace_partition(
     let summary = WriteSummary {
         rows: copied,
         checksum: checksum(write.rows),
+        rejected: write.rejections.len() as u64,
     };
+    // The partition's rejections are part of its output: replaced with it.
+    let target_name = table.name.to_string();
     tx.execute(
-        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, written_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now()) \
+        "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2",
+        &[&target_name, &partition_name],
+    )
+    .await
+    .map_err(query_err("clear the partition's rejections"))?;
+    if !write.rejections.is_empty() {
+        let insert = tx
+            .prepare(
+                "INSERT INTO weir.dead_letter (kind, source, source_position, source_table, target_table, partition, row_key, reason, input, plugin_sha256) \
+                 VALUES ('rejected', $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9)",
+            )
+            .await
+            .map_err(query_err("prepare the rejection insert"))?;
+        for r in write.rejections {
+            tx.execute(
+                &insert,
+                &[
+                    &write.source_id,
+                    &i64::try_from(r.source_position).unwrap_or(i64::MAX),
+                    &write.source_table,
+                    &target_name,
+                    &partition_name,
+                    &r.key,
+                    &r.reason,
+                    &r.input,
+                    &write.plugin_sha256,
+                ],
+            )
+            .await
+            .map_err(query_err("record rejected rows"))?;
+        }
+    }
+    tx.execute(
+        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, written_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now()) \
          ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, \
            stage_generation = EXCLUDED.stage_generation, source_position = EXCLUDED.source_position, \
-           transform = EXCLUDED.transform, row_count = EXCLUDED.row_count, checksum = EXCLUDED.checksum, written_at = EXCLUDED.written_at",
+           transform = EXCLUDED.transform, row_count = EXCLUDED.row_count, checksum = EXCLUDED.checksum, \
+           plugin_sha256 = EXCLUDED.plugin_sha256, config_hash = EXCLUDED.config_hash, written_at = EXCLUDED.written_at",
         &[
-            &table.name.to_string(),
+            &target_name,
             &partition_name,
             &write.source_table,
             &i64::try_from(write.generation).unwrap_or(i64::MAX),
@@ -442,6 +513,8 @@ pub async fn replace_partition(
             &write.transform,
             &i64::try_from(summary.rows).unwrap_or(i64::MAX),
             &summary.checksum,
+            &write.plugin_sha256,
+            &write.config_hash,
         ],
     )
     .await
@@ -496,6 +569,8 @@ pub struct LineageRow {
     pub transform: String,
     pub row_count: i64,
     pub checksum: String,
+    pub plugin_sha256: Option<String>,
+    pub config_hash: Option<String>,
     pub written_at: String,
 }
 
@@ -504,7 +579,7 @@ pub async fn recent_writes(client: &Client, limit: i64) -> Result<Vec<LineageRow
     let rows = client
         .query(
             "SELECT target_table, partition, stage_generation, source_position, transform, row_count, checksum, \
-             to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
+             plugin_sha256, config_hash, to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
              FROM weir.partitions ORDER BY written_at DESC, target_table, partition LIMIT $1",
             &[&limit],
         )
@@ -523,7 +598,9 @@ pub async fn recent_writes(client: &Client, limit: i64) -> Result<Vec<LineageRow
             transform: r.get(4),
             row_count: r.get(5),
             checksum: r.get(6),
-            written_at: r.get(7),
+            plugin_sha256: r.get(7),
+            config_hash: r.get(8),
+            written_at: r.get(9),
         })
         .collect())
 }

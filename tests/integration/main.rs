@@ -7,6 +7,7 @@ mod demo;
 mod grains;
 mod harness;
 mod pipeline;
+mod plugins;
 mod postgres_source;
 mod secrets;
 mod stage_crash;

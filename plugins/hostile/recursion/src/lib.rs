@@ -9,14 +9,23 @@ use weir_plugin::{
 #[derive(Debug)]
 pub struct Recursion;
 
-/// Never returns normally: each call keeps a live frame (the array is used after the
-/// recursive call), so the compiler cannot turn it into a loop.
+/// Never returns normally. The frame lives in wasm locals (the engine's stack), not in
+/// linear memory: five values stay live across the call, and the result is combined
+/// with them by a non-associative step, so the compiler can neither turn the
+/// recursion into a loop nor move the frame to the guest's shadow stack. What
+/// overflows is the wasm stack the host bounds, not the guest's own stack in linear
+/// memory (which would trap as an out-of-bounds access instead).
 #[inline(never)]
 #[allow(unconditional_recursion)]
-fn deeper(depth: u64) -> u64 {
-    let frame = std::hint::black_box([depth; 16]);
-    let below = deeper(std::hint::black_box(depth.wrapping_add(1)));
-    below.wrapping_add(frame[(depth % 16) as usize])
+fn deeper(a: u64, b: u64, c: u64, d: u64, e: u64) -> u64 {
+    let below = deeper(
+        a.wrapping_add(1),
+        b ^ a.rotate_left(7),
+        c.wrapping_mul(31).wrapping_add(d),
+        d.rotate_right(3) ^ e,
+        e.wrapping_add(b),
+    );
+    below.rotate_left((a % 63) as u32) ^ b.wrapping_mul(c) ^ d.wrapping_sub(e)
 }
 
 impl RowPlugin for Recursion {
@@ -34,7 +43,8 @@ impl RowPlugin for Recursion {
     }
 
     fn transform(&self, row: &Input) -> Result<Option<Row>, Reject> {
-        let depth = deeper(0) as i64;
+        let seed = row.int("id")? as u64;
+        let depth = deeper(0, seed, seed ^ 0x9e37, seed.rotate_left(9), 5) as i64;
         Ok(Some(
             Row::new()
                 .set("id", row.int("id")?)

@@ -1,0 +1,909 @@
+//! WebAssembly transform plugins: the shared cases in every language, plugins in a
+//! pipeline (output, rejections, lineage), the partition check, and the hostile plugins
+//! against the sandbox, through the `weir` binary and against real PostgreSQL.
+//!
+//! The components come from `scripts/build-plugins` (which `scripts/test` runs first)
+//! in `$WEIR_PLUGINS_DIR` (default `$CARGO_TARGET_DIR/plugins`, else
+//! `~/.cache/weir-target/plugins`).
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value as J, json};
+use sha2::{Digest, Sha256};
+use weir::partition::{Grain, Partition};
+use weir::plugin::{JobSpec, PluginError, PluginHost, SandboxLimits, json as pjson};
+use weir::procmem::{self, Process};
+
+use crate::harness::{TestDb, text};
+
+/// The orders plugin in every language; all must agree byte for byte.
+const ORDERS_PLUGINS: [&str; 3] = ["orders-rust", "orders-python", "orders-js"];
+
+fn plugins_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("WEIR_PLUGINS_DIR") {
+        return PathBuf::from(dir);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/weir-target"),
+        PathBuf::from,
+    );
+    target.join("plugins")
+}
+
+/// The path of a built component; fails the test (never skips it) when it is missing.
+fn plugin(name: &str) -> PathBuf {
+    let path = plugins_dir().join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: build the plugins with `scripts/build-plugins {}` (scripts/test does)",
+        path.display(),
+        plugins_dir().display()
+    );
+    path
+}
+
+fn sha256_file(path: &Path) -> String {
+    hex::encode(Sha256::digest(std::fs::read(path).expect("read plugin")))
+}
+
+fn cases() -> Vec<J> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../plugins/examples/orders-cases.jsonl"
+    );
+    std::fs::read_to_string(path)
+        .expect("read orders cases")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("case is JSON"))
+        .collect()
+}
+
+/// Runs one case through a loaded plugin in the host; returns what `weir plugin test`
+/// would print, or the error as `{"kind": "message"}`.
+fn run_case(plugin: &weir::plugin::Plugin, case: &J) -> Result<String, J> {
+    let mut input_text = String::new();
+    for chunk in case["chunks"].as_array().expect("chunks") {
+        for row in chunk.as_array().expect("chunk") {
+            input_text.push_str(&row.to_string());
+            input_text.push('\n');
+        }
+    }
+    let input = pjson::read_input_rows(&input_text, "case", &[]).expect("case rows");
+    let config: Vec<(String, String)> = case["config"]
+        .as_object()
+        .expect("config")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().expect("config text").to_owned()))
+        .collect();
+    let config = weir::plugin::normalize_config(&config);
+    let partition = match case["partition"]["name"].as_str().expect("name") {
+        Partition::NULL_NAME => Partition::Null,
+        name => Partition::Key(name.into()),
+    };
+    let spec = JobSpec {
+        table: case["partition"]["table"].as_str().expect("table"),
+        partition: &partition,
+        grain: Grain::Day,
+        config: &config,
+    };
+    match plugin.run_job(&SandboxLimits::default(), &spec, &input) {
+        Ok(out) => {
+            let d = plugin.description();
+            let mut text = String::new();
+            for row in &out.rows {
+                text.push_str(&json!({ "row": pjson::tagged_row(&d.columns, row) }).to_string());
+                text.push('\n');
+            }
+            for r in &out.rejections {
+                let key: Vec<J> = r.key.iter().map(pjson::tagged).collect();
+                text.push_str(&json!({"rejection": {"key": key, "reason": r.reason}}).to_string());
+                text.push('\n');
+            }
+            Ok(text)
+        }
+        Err(PluginError::Guest { kind, message, .. }) => {
+            let kind = match kind {
+                "invalid config" => "invalid-config",
+                "invalid input" => "invalid-input",
+                _ => "other",
+            };
+            Err(json!({ kind: message }))
+        }
+        Err(other) => panic!("case {}: {other}", case["case"]),
+    }
+}
+
+/// The expected output of a case, rendered as `run_case` renders it.
+fn expected(case: &J, columns: &[String]) -> Result<String, J> {
+    let expect = &case["expect"];
+    if let Some(error) = expect.get("error") {
+        return Err(error.clone());
+    }
+    let mut text = String::new();
+    for row in expect["rows"].as_array().expect("rows") {
+        let ordered: serde_json::Map<String, J> = columns
+            .iter()
+            .map(|c| (c.clone(), row.get(c).cloned().unwrap_or(J::Null)))
+            .collect();
+        text.push_str(&json!({ "row": ordered }).to_string());
+        text.push('\n');
+    }
+    for r in expect["rejections"].as_array().expect("rejections") {
+        text.push_str(&json!({"rejection": {"key": r["key"], "reason": r["reason"]}}).to_string());
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+#[test]
+fn the_orders_cases_pass_in_rust_python_and_javascript_with_identical_bytes() {
+    let cases = cases();
+    assert!(cases.len() >= 30, "the shared cases are all there");
+    let host = PluginHost::new(None);
+    let mut outputs: Vec<(String, Vec<Result<String, J>>)> = Vec::new();
+    for name in ORDERS_PLUGINS {
+        let p = host
+            .load(&plugin(name), &SandboxLimits::default())
+            .unwrap_or_else(|e| panic!("load {name}: {e}"));
+        let d = p.description();
+        assert_eq!(
+            (d.name.as_str(), d.partition_column.as_str()),
+            ("orders", "order_date")
+        );
+        let columns: Vec<String> = d.columns.iter().map(|c| c.name.clone()).collect();
+        let mut got = Vec::new();
+        let mut failures = Vec::new();
+        for case in &cases {
+            let out = run_case(&p, case);
+            let want = expected(case, &columns);
+            if out != want {
+                failures.push(format!(
+                    "{name}: case {}:\n  got  {out:?}\n  want {want:?}",
+                    case["case"]
+                ));
+            }
+            got.push(out);
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        outputs.push((name.to_owned(), got));
+    }
+    for (name, out) in &outputs[1..] {
+        assert_eq!(
+            out, &outputs[0].1,
+            "{name} and {} differ in bytes",
+            outputs[0].0
+        );
+    }
+}
+
+/// One Debezium line for `table` (an orders-shaped row).
+fn line(table: &str, op: &str, id: i64, day: &str, amount: &str, status: &str) -> String {
+    let after = json!({"id": id, "customer": format!("c{}", id % 7), "order_date": day, "amount": amount, "status": status});
+    let l = json!({
+        "op": op,
+        "before": null,
+        "after": after,
+        "source": {"schema": "public", "table": table, "ts_ms": 1_772_323_200_000u64},
+        "ts_ms": 1_772_323_200_000u64,
+    });
+    format!("{l}\n")
+}
+
+fn orders_table(source: &str, target: &str, plugin_path: &Path, extra: &str) -> String {
+    format!(
+        r#"
+[[table]]
+source = "{source}"
+target = "{target}"
+key = ["id"]
+partition_by = "order_date"
+grain = "day"
+columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text" }}
+plugin = "{}"
+{extra}
+"#,
+        plugin_path.display()
+    )
+}
+
+fn write_config(db: &TestDb, tables: &str) {
+    let text = format!(
+        r#"[source]
+kind = "jsonl"
+path = "feed.jsonl"
+
+[stage]
+path = "stage"
+
+[target]
+kind = "postgres"
+dsn_env = "WEIR_TARGET_DSN"
+
+[engine]
+flush_interval_ms = 100
+{tables}"#
+    );
+    std::fs::write(db.config_path(), text).expect("write config");
+}
+
+/// 60 orders over three days; every 20th has a negative amount.
+fn orders_feed() -> Vec<String> {
+    (1..=60)
+        .map(|id| {
+            let day = format!("2026-03-0{}", 1 + id % 3);
+            let amount = if id % 20 == 0 {
+                format!("-{id}.50")
+            } else {
+                format!("{}.{:02}", id * 3, id % 100)
+            };
+            line(
+                "orders",
+                "c",
+                id,
+                &day,
+                &amount,
+                if id % 2 == 0 { "new" } else { "Shipped" },
+            )
+        })
+        .collect()
+}
+
+async fn target_text(db: &TestDb, table: &str) -> Vec<String> {
+    db.client()
+        .await
+        .query(&format!("SELECT t::text FROM {table} t ORDER BY id"), &[])
+        .await
+        .expect("read target")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipeline_writes_plugin_output_with_rejections_and_lineage_identically_in_every_language()
+{
+    let mut contents = Vec::new();
+    for name in ORDERS_PLUGINS {
+        let db = TestDb::new(&format!("plugin_e2e_{}", name.replace('-', "_"))).await;
+        let wasm = plugin(name);
+        write_config(
+            &db,
+            &orders_table(
+                "public.orders",
+                "analytics.orders_eur",
+                &wasm,
+                "[table.plugin_config]\nrate = \"1.0825\"\n",
+            ),
+        );
+        db.write_feed(&orders_feed());
+        let init = db.weir_ok(&["init"]);
+        assert!(init.contains("transform orders@"), "{init}");
+        let out = db.weir_ok(&["run", "--once"]);
+        assert!(out.contains("3 rows rejected by plugins"), "{out}");
+        let client = db.client().await;
+
+        // The target has the plugin's declared columns and types.
+        let columns: Vec<(String, String)> = client
+            .query(
+                "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute \
+                 WHERE attrelid = 'analytics.orders_eur'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                &[],
+            )
+            .await
+            .expect("columns")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("id", "bigint"),
+                ("customer", "text"),
+                ("order_date", "date"),
+                ("amount", "numeric(12,2)"),
+                ("amount_eur", "numeric(14,2)"),
+                ("status", "text")
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        );
+        let row = client
+            .query_one(
+                "SELECT amount::text, amount_eur::text, status FROM analytics.orders_eur WHERE id = 3",
+                &[],
+            )
+            .await
+            .expect("order 3");
+        // 9.03 × 1.0825 = 9.774975, to 9.77.
+        assert_eq!(
+            (
+                row.get::<_, String>(0),
+                row.get::<_, String>(1),
+                row.get::<_, String>(2)
+            ),
+            ("9.03".into(), "9.77".into(), "SHIPPED".into())
+        );
+        let count: i64 = client
+            .query_one("SELECT count(*) FROM analytics.orders_eur", &[])
+            .await
+            .expect("count")
+            .get(0);
+        assert_eq!(count, 57, "60 orders, 3 rejected");
+
+        // Rejections: in the dead-letter table with key, reason, input and plugin sha256.
+        let sha = sha256_file(&wasm);
+        let rejected = client
+            .query(
+                "SELECT row_key::text, reason, input->>'amount', plugin_sha256, partition, source_table \
+                 FROM weir.dead_letter WHERE kind = 'rejected' ORDER BY row_key::text",
+                &[],
+            )
+            .await
+            .expect("dead letters");
+        let rejected: Vec<(String, String, String, String, String, String)> = rejected
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+            .collect();
+        assert_eq!(rejected.len(), 3, "{rejected:?}");
+        assert_eq!(
+            rejected[0],
+            (
+                "[20]".to_owned(),
+                "amount is negative".to_owned(),
+                "-20.50".to_owned(),
+                sha.clone(),
+                "2026-03-03".to_owned(),
+                "public.orders".to_owned()
+            )
+        );
+
+        // Lineage: the plugin's sha256 and the config's hash on every partition.
+        let lineage = client
+            .query(
+                "SELECT partition, transform, plugin_sha256, config_hash FROM weir.partitions ORDER BY partition",
+                &[],
+            )
+            .await
+            .expect("lineage");
+        assert_eq!(lineage.len(), 3);
+        let config_hash: String = lineage[0].get(3);
+        for l in &lineage {
+            assert_eq!(l.get::<_, String>(1), "orders@0.1.0");
+            assert_eq!(l.get::<_, String>(2), sha);
+            assert_eq!(l.get::<_, String>(3), config_hash);
+        }
+
+        // Running again writes nothing and leaves the dead letters as they are.
+        let again = db.weir_ok(&["run", "--once"]);
+        assert!(again.contains("wrote 0 partitions"), "{again}");
+        contents.push((name, target_text(&db, "analytics.orders_eur").await));
+
+        if name == "orders-rust" {
+            lineage_follows_config_and_bytes(&db, &config_hash, &sha).await;
+            a_rejection_fails_the_partition_with_on_reject_fail(&db).await;
+        }
+    }
+    for (name, rows) in &contents[1..] {
+        assert_eq!(
+            rows, &contents[0].1,
+            "target contents of {name} and {} differ",
+            contents[0].0
+        );
+    }
+}
+
+/// Changing the config, then the plugin's bytes, changes the lineage of the partitions
+/// written after.
+async fn lineage_follows_config_and_bytes(db: &TestDb, config_hash: &str, sha: &str) {
+    let client = db.client().await;
+    let lineage_of = |day: &'static str| {
+        let client = &client;
+        async move {
+            let r = client
+                .query_one(
+                    "SELECT plugin_sha256, config_hash FROM weir.partitions WHERE partition = $1",
+                    &[&day],
+                )
+                .await
+                .expect("lineage row");
+            (r.get::<_, String>(0), r.get::<_, String>(1))
+        }
+    };
+    write_config(
+        db,
+        &orders_table(
+            "public.orders",
+            "analytics.orders_eur",
+            &plugin("orders-rust"),
+            "[table.plugin_config]\nrate = \"2\"\n",
+        ),
+    );
+    db.append_feed(&[line("orders", "c", 1000, "2026-03-01", "1.00", "new")]);
+    db.weir_ok(&["run", "--once"]);
+    let (new_sha, new_hash) = lineage_of("2026-03-01").await;
+    assert_eq!(new_sha, sha);
+    assert_ne!(new_hash, config_hash, "a new config, a new config hash");
+    assert_eq!(lineage_of("2026-03-02").await.1, config_hash, "untouched");
+    let eur: String = client
+        .query_one(
+            "SELECT amount_eur::text FROM analytics.orders_eur WHERE id = 1000",
+            &[],
+        )
+        .await
+        .expect("order 1000")
+        .get(0);
+    assert_eq!(eur, "2.00");
+
+    // The same logic in other bytes (the Python build): a new sha256, same config hash.
+    write_config(
+        db,
+        &orders_table(
+            "public.orders",
+            "analytics.orders_eur",
+            &plugin("orders-python"),
+            "[table.plugin_config]\nrate = \"2\"\n",
+        ),
+    );
+    db.append_feed(&[line("orders", "c", 1001, "2026-03-01", "1.00", "new")]);
+    db.weir_ok(&["run", "--once"]);
+    let (py_sha, py_hash) = lineage_of("2026-03-01").await;
+    assert_eq!(py_sha, sha256_file(&plugin("orders-python")));
+    assert_ne!(py_sha, sha);
+    assert_eq!(py_hash, new_hash);
+}
+
+/// With `on_reject = "fail"`, a partition holding a rejected row fails, names the key
+/// and the reason, and is not written; the other partitions are.
+async fn a_rejection_fails_the_partition_with_on_reject_fail(db: &TestDb) {
+    write_config(
+        db,
+        &orders_table(
+            "public.orders",
+            "analytics.orders_eur",
+            &plugin("orders-rust"),
+            "on_reject = \"fail\"\n[table.plugin_config]\nrate = \"2\"\n",
+        ),
+    );
+    let client = db.client().await;
+    let before: i64 = client
+        .query_one(
+            "SELECT count(*) FROM analytics.orders_eur WHERE order_date = '2026-03-02'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    db.append_feed(&[
+        line("orders", "c", 2000, "2026-03-02", "-1.00", "new"),
+        line("orders", "c", 2001, "2026-03-01", "1.00", "new"),
+    ]);
+    let out = db.weir(&["run", "--once"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("rejected the row with key [2000]: amount is negative"),
+        "{stderr}"
+    );
+    let after: i64 = client
+        .query_one(
+            "SELECT count(*) FROM analytics.orders_eur WHERE order_date = '2026-03-02'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(before, after, "the failed partition is untouched");
+    let other: i64 = client
+        .query_one(
+            "SELECT count(*) FROM analytics.orders_eur WHERE id = 2001",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(other, 1, "the other partition is written");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_row_of_another_partition_fails_its_job_and_leaves_the_target_untouched() {
+    let db = TestDb::new("plugin_wrong_partition").await;
+    // The stage partitions by `ship_date`; the plugin's partition column is its
+    // `order_date` (copied from the input): a row shipped on another day than ordered
+    // lands in a job whose partition its output does not belong to.
+    let table = format!(
+        r#"
+[[table]]
+source = "public.orders"
+target = "analytics.orders_eur"
+key = ["id"]
+partition_by = "ship_date"
+grain = "day"
+columns = {{ id = "bigint", customer = "text", order_date = "date", ship_date = "date", amount = "numeric(12,2)", status = "text" }}
+plugin = "{}"
+[table.plugin_config]
+rate = "1"
+"#,
+        plugin("orders-rust").display()
+    );
+    write_config(&db, &table);
+    let with_ship = |id: i64, ordered: &str, shipped: &str| {
+        line("orders", "c", id, ordered, "1.00", "new").replace(
+            "\"order_date\":",
+            &format!("\"ship_date\":\"{shipped}\",\"order_date\":"),
+        )
+    };
+    db.write_feed(&[
+        with_ship(1, "2026-03-01", "2026-03-01"),
+        with_ship(7, "2026-03-03", "2026-03-02"),
+    ]);
+    db.weir_ok(&["init"]);
+    let out = db.weir(&["run", "--once"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("belongs to partition `2026-03-03`, not `2026-03-02` (row id = 7)"),
+        "{stderr}"
+    );
+    let client = db.client().await;
+    let ids: Vec<i64> = client
+        .query("SELECT id FROM analytics.orders_eur ORDER BY id", &[])
+        .await
+        .expect("ids")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, [1], "only the good partition is written");
+    let written: Vec<String> = client
+        .query("SELECT partition FROM weir.partitions ORDER BY 1", &[])
+        .await
+        .expect("lineage")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(written, ["2026-03-01"]);
+}
+
+/// `weir plugin test` as a child process, with JSON logs; returns (exit code, stdout,
+/// the closing `plugin test runs done` fields, stderr).
+fn plugin_test(wasm: &Path, input: &str, args: &[&str]) -> (Option<i32>, String, J, String) {
+    plugin_test_in(wasm, input, "2026-03-01", args)
+}
+
+fn plugin_test_in(
+    wasm: &Path,
+    input: &str,
+    partition: &str,
+    args: &[&str],
+) -> (Option<i32>, String, J, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rows = dir.path().join("rows.jsonl");
+    std::fs::write(&rows, input).expect("write rows");
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--log-format", "json", "plugin", "test"])
+        .arg(wasm)
+        .arg("--input")
+        .arg(&rows)
+        .args(["--partition", partition])
+        .args(args)
+        .env("RUST_LOG", "info")
+        .env("WEIR_PLUGIN_CACHE", dir.path().join("cache"))
+        .output()
+        .expect("run weir plugin test");
+    let stderr = text(&out.stderr);
+    let summary = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<J>(l).ok())
+        .find(|j| j["fields"]["message"] == "plugin test runs done")
+        .map(|j| j["fields"].clone())
+        .unwrap_or(J::Null);
+    (out.status.code(), text(&out.stdout), summary, stderr)
+}
+
+const ONE_ROW: &str = "{\"key\":[{\"integer\":1}],\"commit_time\":1772323200000000,\"columns\":{\"id\":{\"integer\":1},\"order_date\":{\"date\":20513}}}\n";
+
+#[test]
+fn hostile_plugins_hit_the_sandbox_limits_with_clear_errors() {
+    // An endless loop: the wall-clock backstop ends it within its budget plus 100 ms…
+    let (code, _, summary, stderr) =
+        plugin_test(&plugin("hostile-loop"), ONE_ROW, &["--timeout-ms", "500"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("CPU budget exceeded") && stderr.contains("500 ms"),
+        "{stderr}"
+    );
+    let ms = summary["slowest_ms"].as_u64().expect("slowest_ms");
+    assert!(ms < 600, "the loop ran {ms} ms against a 500 ms budget");
+    // …and fuel ends it deterministically.
+    let (code, _, _, stderr) = plugin_test(
+        &plugin("hostile-loop"),
+        ONE_ROW,
+        &["--fuel-per-call", "50000000"],
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("CPU budget exceeded: the call used its 50000000 units of fuel"),
+        "{stderr}"
+    );
+
+    // 4 GiB in 64 MiB blocks: the fourth block passes the 256 MiB cap and traps.
+    let (code, _, summary, stderr) = plugin_test(&plugin("hostile-alloc"), ONE_ROW, &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("memory cap exceeded") && stderr.contains("the cap is 268435456 bytes"),
+        "{stderr}"
+    );
+    let peak = summary["peak_rss_kib"].as_u64().expect("peak");
+    assert!(
+        peak < (256 + 25) * 1024 + 64 * 1024,
+        "peak RSS {peak} KiB: the cap plus 10% over a base of at most 64 MiB"
+    );
+
+    // Unbounded recursion: a wasm stack overflow trap, not a crashed process.
+    let (code, _, _, stderr) = plugin_test(&plugin("hostile-recursion"), ONE_ROW, &[]);
+    assert_eq!(code, Some(1), "the process exits normally: {stderr}");
+    assert!(stderr.contains("wasm stack overflow"), "{stderr}");
+
+    // 1,000 hostile calls of each kind in one process: memory does not grow.
+    for (name, args) in [
+        ("hostile-alloc", vec!["--memory-mb", "16"]),
+        ("hostile-loop", vec!["--fuel-per-call", "5000000"]),
+        ("hostile-recursion", vec![]),
+        ("hostile-snoop", vec![]),
+    ] {
+        let mut all = args.clone();
+        all.extend(["--repeat", "1000"]);
+        let (_, _, summary, stderr) = plugin_test(&plugin(name), ONE_ROW, &all);
+        let first = summary["rss_after_first_kib"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{stderr}"));
+        let last = summary["rss_kib"].as_u64().expect("rss");
+        assert_eq!(summary["runs"], 1000);
+        assert!(
+            last <= first + 16 * 1024,
+            "{name}: RSS grew from {first} KiB after one call to {last} KiB after 1000 (bound: 16 MiB)"
+        );
+    }
+}
+
+#[test]
+fn a_snooping_plugin_sees_nothing_and_the_same_values_at_any_time() {
+    let wasm = plugin("hostile-snoop");
+    let (code, first, _, stderr) = plugin_test(&wasm, ONE_ROW, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    std::thread::sleep(Duration::from_millis(1100));
+    let (_, second, _, _) = plugin_test(&wasm, ONE_ROW, &[]);
+    assert_eq!(
+        first, second,
+        "two runs a second apart give identical output"
+    );
+    let row: J = serde_json::from_str(first.lines().next().expect("a row")).expect("json");
+    let row = &row["row"];
+    assert!(
+        row["file"]["text"]
+            .as_str()
+            .expect("file")
+            .starts_with("error:"),
+        "{row}"
+    );
+    assert!(
+        row["directory"]["text"]
+            .as_str()
+            .expect("dir")
+            .starts_with("error:"),
+        "{row}"
+    );
+    assert_eq!(row["environment"]["text"], "");
+    assert_eq!(row["arguments"]["text"], "");
+    // Both clocks read the job's instant: the newest commit time of its rows.
+    assert_eq!(row["wall_clock_1"]["timestamp"], 1_772_323_200_000_000i64);
+    assert_eq!(row["wall_clock_2"], row["wall_clock_1"]);
+    assert_eq!(row["monotonic_1"]["integer"], 1_772_323_200_000_000_000i64);
+    assert_eq!(row["monotonic_2"], row["monotonic_1"]);
+    assert_ne!(row["random"], row["insecure_random"]);
+    // Another partition draws other random bytes.
+    let other_partition = ONE_ROW.replace("20513", "20514");
+    let (_, other, _, _) = plugin_test_in(&wasm, &other_partition, "2026-03-02", &[]);
+    let other: J = serde_json::from_str(other.lines().next().expect("row")).expect("json");
+    assert_ne!(other["row"]["random"], row["random"]);
+}
+
+#[test]
+fn plugin_inspect_shows_the_contract_and_the_imports() {
+    let wasm = plugin("orders-rust");
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["plugin", "inspect", "--json"])
+        .arg(&wasm)
+        .env(
+            "WEIR_PLUGIN_CACHE",
+            tempfile::tempdir().expect("dir").path(),
+        )
+        .output()
+        .expect("inspect");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let j: J = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(j["name"], "orders");
+    assert_eq!(j["kind"], "row");
+    assert_eq!(j["grain_key"], json!(["id"]));
+    assert_eq!(j["partition_column"], "order_date");
+    assert_eq!(j["sha256"], sha256_file(&wasm));
+    assert_eq!(
+        j["columns"][4],
+        json!({"name": "amount_eur", "type": "numeric", "precision": 14, "scale": 2, "nullable": true})
+    );
+    let imports: Vec<&str> = j["imports"]
+        .as_array()
+        .expect("imports")
+        .iter()
+        .filter_map(J::as_str)
+        .collect();
+    assert!(
+        imports
+            .iter()
+            .all(|i| i.starts_with("wasi:") || i.starts_with("weir:transform/")),
+        "{imports:?}"
+    );
+    assert!(!imports.iter().any(|i| i.starts_with("wasi:http")));
+
+    let missing = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["plugin", "inspect", "/nonexistent/plugin.wasm"])
+        .output()
+        .expect("inspect");
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).contains("cannot read plugin /nonexistent/plugin.wasm"));
+    let not_wasm = tempfile::NamedTempFile::new().expect("file");
+    std::fs::write(not_wasm.path(), b"not a component").expect("write");
+    let bad = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["plugin", "inspect"])
+        .arg(not_wasm.path())
+        .output()
+        .expect("inspect");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        text(&bad.stderr).contains("is not a usable weir:transform@0.1.0 component"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
+
+/// A live `weir run` whose stderr is collected line by line.
+struct Live {
+    child: Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Live {
+    fn start(db: &TestDb) -> Live {
+        let mut child = db
+            .weir_command(&["run"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start weir run");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = std::sync::Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().expect("lines").push(l);
+            }
+        });
+        Live { child, lines }
+    }
+
+    fn wait_for_log(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if self
+                .lines
+                .lock()
+                .expect("lines")
+                .iter()
+                .any(|l| l.contains(needle))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "no log line with `{needle}` within 60 s:\n{}",
+            self.lines.lock().expect("lines").join("\n")
+        );
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn wait_for_rows(db: &TestDb, table: &str, count: i64) {
+    let client = db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n: i64 = client
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        if n >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{table} has {n} rows, want {count}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_others() {
+    let db = TestDb::new("plugin_hostile_live").await;
+    let hostile = |name: &str, extra: &str| {
+        orders_table(
+            &format!("public.{}", name.replace('-', "_")),
+            &format!("analytics.{}", name.replace('-', "_")),
+            &plugin(name),
+            extra,
+        )
+    };
+    let tables = [
+        orders_table(
+            "public.orders",
+            "analytics.orders_eur",
+            &plugin("orders-rust"),
+            "[table.plugin_config]\nrate = \"1\"\n",
+        ),
+        hostile("hostile-loop", "plugin_timeout_ms = 500\n"),
+        hostile("hostile-alloc", ""),
+        hostile("hostile-recursion", ""),
+    ]
+    .concat();
+    write_config(&db, &tables);
+    db.write_feed(&[line("orders", "c", 1, "2026-03-01", "1.00", "new")]);
+    db.weir_ok(&["init"]);
+    let live = Live::start(&db);
+    wait_for_rows(&db, "analytics.orders_eur", 1).await;
+    let pid = live.child.id();
+    let base_peak = procmem::peak_rss_kib(Process::Pid(pid));
+
+    db.append_feed(&[
+        line("hostile_loop", "c", 1, "2026-03-01", "1.00", "new"),
+        line("hostile_alloc", "c", 1, "2026-03-01", "1.00", "new"),
+        line("hostile_recursion", "c", 1, "2026-03-01", "1.00", "new"),
+    ]);
+    live.wait_for_log("CPU budget exceeded");
+    live.wait_for_log("memory cap exceeded");
+    live.wait_for_log("wasm stack overflow");
+    let peak = procmem::peak_rss_kib(Process::Pid(pid));
+    assert!(
+        peak <= base_peak + 256 * 1024 * 11 / 10,
+        "peak RSS grew from {base_peak} KiB to {peak} KiB: more than the 256 MiB cap plus 10%"
+    );
+
+    // The engine is alive and keeps writing the other partitions and tables.
+    db.append_feed(&[
+        line("orders", "c", 2, "2026-03-02", "2.00", "new"),
+        line("orders", "c", 3, "2026-03-01", "3.00", "new"),
+    ]);
+    wait_for_rows(&db, "analytics.orders_eur", 3).await;
+    let mut live = live;
+    assert!(
+        live.child.try_wait().expect("child").is_none(),
+        "the engine is still running"
+    );
+    let client = db.client().await;
+    for t in ["hostile_loop", "hostile_alloc", "hostile_recursion"] {
+        let n: i64 = client
+            .query_one(&format!("SELECT count(*) FROM analytics.{t}"), &[])
+            .await
+            .expect("count")
+            .get(0);
+        assert_eq!(n, 0, "{t} wrote nothing");
+    }
+}
