@@ -292,8 +292,10 @@ async fn resolve_tables(
         let mut columns = postgres::source_columns(&client, &table.source).await?;
         // Running against an existing target: its columns are the ones written. A source
         // column the target lacks (added since `init`) is staged, not written; a target
-        // column the source lost stops the table.
+        // column the source lost stops the table. With a plugin the target holds the
+        // plugin's declared output instead, and the plugin sees every source column.
         if let Some(target) = target
+            && table.plugin.is_none()
             && let Some(existing) = target::column_names(target, &table.target).await?
         {
             if let Some(lost) = existing

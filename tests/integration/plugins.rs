@@ -34,7 +34,7 @@ fn plugins_dir() -> PathBuf {
 }
 
 /// The path of a built component; fails the test (never skips it) when it is missing.
-fn plugin(name: &str) -> PathBuf {
+pub fn plugin(name: &str) -> PathBuf {
     let path = plugins_dir().join(format!("{name}.wasm"));
     assert!(
         path.is_file(),

@@ -773,9 +773,21 @@ async fn three_tables_under_concurrent_writers_end_exact() {
         .iter()
         .map(|t| format!("CREATE TABLE {t} (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);"))
         .collect();
+    // orders_c goes through the Rust orders plugin (rate 1: amount_eur = amount,
+    // status upper-cased); the others through the identity.
+    let orders_plugin = crate::plugins::plugin("orders-rust");
     let config_tables = tables
         .iter()
-        .map(|t| format!("source = \"public.{t}\"\ntarget = \"analytics.{t}\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\""))
+        .map(|t| {
+            let mut table = format!("source = \"public.{t}\"\ntarget = \"analytics.{t}\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"");
+            if *t == "orders_c" {
+                table.push_str(&format!(
+                    "\nplugin = \"{}\"\n[table.plugin_config]\nrate = \"1\"",
+                    orders_plugin.display()
+                ));
+            }
+            table
+        })
         .collect::<Vec<_>>()
         .join("\n[[table]]\n");
     let (source_dsn, source) = source_fixture(
@@ -792,7 +804,7 @@ async fn three_tables_under_concurrent_writers_end_exact() {
         .env("WEIR_SOURCE_DSN", &source_dsn)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(db.path("run.log")).expect("log file"))
         .spawn()
         .expect("spawn weir run");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
@@ -837,7 +849,8 @@ async fn three_tables_under_concurrent_writers_end_exact() {
     }
     assert!(
         child.try_wait().expect("poll").is_none(),
-        "weir run stayed up under the writers"
+        "weir run stayed up under the writers; its log:\n{}",
+        std::fs::read_to_string(db.path("run.log")).unwrap_or_default()
     );
     child.kill().expect("stop");
     child.wait().expect("reap");
@@ -848,9 +861,32 @@ async fn three_tables_under_concurrent_writers_end_exact() {
         crate::harness::text(&out.stderr)
     );
     let target = db.client().await;
-    for table in tables {
+    for table in ["orders_a", "orders_b"] {
         assert_same_rows(&source, table, &target, &format!("analytics.{table}")).await;
     }
+    // Through the plugin: the source's rows with the status upper-cased, and amount_eur
+    // equal to amount.
+    let want: Vec<String> = source
+        .query("SELECT format('%s|%s|%s|%s|%s', id, customer, order_date, amount, upper(status)) FROM orders_c ORDER BY id", &[])
+        .await
+        .expect("source rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let got: Vec<String> = target
+        .query("SELECT format('%s|%s|%s|%s|%s', id, customer, order_date, amount, status) FROM analytics.orders_c WHERE amount_eur = amount ORDER BY id", &[])
+        .await
+        .expect("target rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        want == got,
+        "analytics.orders_c (through the orders plugin) differs from the source: {} rows in the source, {} in the target",
+        want.len(),
+        got.len()
+    );
+    assert!(want.len() > 50, "the writers left rows in orders_c");
     assert!(total > 100, "the writers wrote ({total} transactions)");
 }
 
