@@ -253,6 +253,7 @@ impl PluginHost {
         let engine = Engine::new(&config).map_err(|e| format!("{e:#}"))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| format!("{e:#}"))?;
+        sandbox::link_stopped_time(&mut linker).map_err(|e| format!("{e:#}"))?;
         bindings::Plugin::add_to_linker::<JobState, HasSelf<JobState>>(&mut linker, |s| s)
             .map_err(|e| format!("{e:#}"))?;
         let set = Arc::new(EngineSet {

@@ -177,6 +177,42 @@ impl rand_core::TryRng for JobRng {
     }
 }
 
+/// A subscription that is ready at once: in the sandbox time does not pass, so a
+/// guest's sleep or timeout on the monotonic clock returns immediately instead of
+/// blocking the host thread (where neither fuel nor the epoch deadline could end it).
+/// A guest that waits for the clock to advance spins, and its CPU budget ends it.
+struct Elapsed;
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Elapsed {
+    async fn ready(&mut self) {}
+}
+
+/// The WASI package whose monotonic clock the host links (wasmtime-wasi's own; a
+/// component importing an older 0.2 version is matched to it).
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// Replaces the monotonic clock's `subscribe-duration` and `subscribe-instant` (which
+/// sleep in real time) with subscriptions that are ready at once (see [`Elapsed`]).
+pub fn link_stopped_time(
+    linker: &mut wasmtime::component::Linker<JobState>,
+) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+    for name in ["subscribe-duration", "subscribe-instant"] {
+        clock.func_wrap(
+            name,
+            |mut store: wasmtime::StoreContextMut<'_, JobState>, (_,): (u64,)| {
+                let table = &mut store.data_mut().table;
+                let elapsed = table.push(Elapsed)?;
+                Ok((wasmtime_wasi::p2::subscribe(table, elapsed)?,))
+            },
+        )?;
+    }
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
 /// A wall and monotonic clock stopped at the job's instant.
 #[derive(Debug, Clone, Copy)]
 pub struct FixedClock {
@@ -514,6 +550,28 @@ mod tests {
         assert_eq!(HostWallClock::now(&c), Duration::from_millis(1500));
         assert_eq!(HostMonotonicClock::now(&c), 1_500_000_000);
         assert_eq!(FixedClock::new(-5).nanos(), 0);
+    }
+
+    #[test]
+    fn the_log_keeps_to_its_budget_per_call_and_cuts_long_lines() {
+        let limits = SandboxLimits {
+            log_messages_per_call: 2,
+            log_message_bytes: 8,
+            ..SandboxLimits::default()
+        };
+        let mut sink = LogSink::new("p", "t", "x", &limits);
+        sink.write(0, b"one\ntwo\nthree\nfour");
+        assert_eq!((sink.emitted, sink.dropped), (2, 1));
+        assert_eq!(sink.partial[0], b"four");
+        sink.write(1, b"0123456789abcdef");
+        assert_eq!(
+            sink.partial[1].len(),
+            8,
+            "an endless line is kept to the cut"
+        );
+        sink.new_call();
+        assert_eq!((sink.emitted, sink.dropped), (0, 0));
+        assert!(sink.partial.iter().all(Vec::is_empty));
     }
 
     #[test]
