@@ -10,6 +10,7 @@
 // own cache, `plugin::cache::load`), with its SAFETY argument.
 #![deny(unsafe_code)]
 
+pub mod backfill;
 pub mod config;
 pub mod demo;
 pub mod localpg;

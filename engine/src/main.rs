@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use weir::backfill;
 use weir::config::{Config, ConfigError};
 use weir::pipeline::{self, Pipeline};
 use weir::stage::Stage;
@@ -49,6 +50,50 @@ enum Command {
         /// Drain what is available now, write every dirty partition, and exit.
         #[arg(long)]
         once: bool,
+    },
+    /// Rebuild the partitions of a window (or the stale ones) from the stage through
+    /// the current transform, with replace semantics; safe beside a live `weir run`.
+    Backfill {
+        /// The table (source or target name); optional with --stale (all tables).
+        #[arg(long, required_unless_present = "stale")]
+        table: Option<String>,
+        /// First partition of the window (e.g. 2026-01-01 for grain day).
+        #[arg(long, requires = "to", conflicts_with = "stale")]
+        from: Option<String>,
+        /// End of the window, exclusive.
+        #[arg(long, requires = "from", conflicts_with = "stale")]
+        to: Option<String>,
+        /// The partitions whose lineage names another plugin or config than the config's.
+        #[arg(long, required_unless_present = "from")]
+        stale: bool,
+        /// Partition jobs at once.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+        parallel: u16,
+        /// List the partitions with their staged rows and what would change; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Allow a window without staged rows (it empties those target partitions).
+        #[arg(long)]
+        allow_empty: bool,
+    },
+    /// The double-run test: compute each partition of the window twice from the stage and
+    /// compare the runs with each other and with the target; exit 1 naming any failure.
+    Verify {
+        /// The table (source or target name).
+        #[arg(long)]
+        table: String,
+        /// First partition of the window.
+        #[arg(long)]
+        from: String,
+        /// End of the window, exclusive.
+        #[arg(long)]
+        to: String,
+        /// Partitions checked at once.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+        parallel: u16,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Show the stage position, dirty partitions and the last writes.
     Status {
@@ -210,9 +255,12 @@ fn main() -> ExitCode {
 
 /// Configuration errors are the user's to fix before anything runs: exit code 2.
 fn is_usage_error(error: &anyhow::Error) -> bool {
-    error
-        .chain()
-        .any(|cause| cause.downcast_ref::<ConfigError>().is_some())
+    error.chain().any(|cause| {
+        cause.downcast_ref::<ConfigError>().is_some()
+            || cause
+                .downcast_ref::<weir::backfill::BackfillError>()
+                .is_some_and(weir::backfill::BackfillError::is_usage)
+    })
 }
 
 fn init_logging(format: LogFormat) {
@@ -230,6 +278,93 @@ fn init_logging(format: LogFormat) {
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Plugin { command } => plugin_command(command).await,
+        Command::Backfill {
+            table,
+            from,
+            to,
+            stale: _,
+            parallel,
+            dry_run,
+            allow_empty,
+        } => {
+            let config = Config::load(&cli.config)?;
+            let dsn = config.target_dsn()?;
+            let pipeline = Pipeline::open_read_only(config, dsn).await?;
+            let scope = match (from, to) {
+                (Some(from), Some(to)) => backfill::Scope::Window { from, to },
+                _ => backfill::Scope::Stale,
+            };
+            backfill_command(
+                &pipeline,
+                table.as_deref(),
+                &scope,
+                parallel.into(),
+                dry_run,
+                allow_empty,
+            )
+            .await
+        }
+        Command::Verify {
+            table,
+            from,
+            to,
+            parallel,
+            json,
+        } => {
+            let config = Config::load(&cli.config)?;
+            let dsn = config.target_dsn()?;
+            let pipeline = Pipeline::open_read_only(config, dsn).await?;
+            let table = backfill::find_table(&pipeline, &table)?.to_owned();
+            let scope = backfill::Scope::Window { from, to };
+            let entries = backfill::plan(&pipeline, &table, &scope, true).await?;
+            let reporter = Reporter::new("verify", entries.len());
+            let rows =
+                backfill::verify(&pipeline, entries, parallel.into(), &|p| reporter.update(p))
+                    .await?;
+            reporter.finish();
+            let mut out = std::io::stdout().lock();
+            if json {
+                serde_json::to_writer_pretty(&mut out, &rows)?;
+                writeln!(out)?;
+            } else {
+                writeln!(
+                    out,
+                    "{:<14} {:>9} {:<34} {:>9} {:<7} verdict",
+                    "partition", "rows", "checksum", "target", "matches"
+                )?;
+                for r in &rows {
+                    writeln!(
+                        out,
+                        "{:<14} {:>9} {:<34} {:>9} {:<7} {}",
+                        r.partition,
+                        r.rows,
+                        r.checksum,
+                        r.target_rows,
+                        if r.target_matches { "yes" } else { "NO" },
+                        r.reason
+                            .as_deref()
+                            .map_or_else(|| "ok".to_owned(), |why| format!("FAIL: {why}"))
+                    )?;
+                }
+            }
+            let failed: Vec<&str> = rows
+                .iter()
+                .filter(|r| !r.ok)
+                .map(|r| r.partition.as_str())
+                .collect();
+            if !failed.is_empty() {
+                anyhow::bail!(
+                    "verify failed for {} of {} partitions: {}",
+                    failed.len(),
+                    rows.len(),
+                    failed.join(", ")
+                );
+            }
+            if !json {
+                writeln!(out, "verify passed: {} partitions", rows.len())?;
+            }
+            Ok(())
+        }
         Command::Demo { keep } => weir::demo::run(&mut std::io::stdout(), keep)
             .await
             .context("the demo failed"),
@@ -472,6 +607,168 @@ async fn plugin_command(command: PluginCommand) -> anyhow::Result<()> {
     }
 }
 
+/// Progress of a long command: a bar on a terminal, a log line every few seconds
+/// otherwise.
+struct Reporter {
+    bar: Option<indicatif::ProgressBar>,
+    what: &'static str,
+    last: std::sync::Mutex<std::time::Instant>,
+    started: std::time::Instant,
+}
+
+impl Reporter {
+    /// Seconds between progress log lines when stderr is not a terminal.
+    const LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+    fn new(what: &'static str, total: usize) -> Reporter {
+        use std::io::IsTerminal as _;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} {bar:30} {pos}/{len} partitions, {per_sec}, ETA {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.set_message(what);
+            bar
+        });
+        Reporter {
+            bar,
+            what,
+            last: std::sync::Mutex::new(std::time::Instant::now()),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn update(&self, p: weir::backfill::Progress) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(p.done as u64);
+            return;
+        }
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if last.elapsed() >= Self::LOG_EVERY || p.done == p.total {
+            *last = std::time::Instant::now();
+            let secs = self.started.elapsed().as_secs_f64().max(0.001);
+            tracing::info!(
+                command = self.what,
+                done = p.done,
+                total = p.total,
+                rows = p.rows,
+                rows_per_s = (p.rows as f64 / secs) as u64,
+                eta_s = ((p.total - p.done) as f64 * secs / p.done.max(1) as f64) as u64,
+                "progress"
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+async fn backfill_command(
+    pipeline: &Pipeline,
+    table: Option<&str>,
+    scope: &backfill::Scope,
+    parallel: usize,
+    dry_run: bool,
+    allow_empty: bool,
+) -> anyhow::Result<()> {
+    let tables: Vec<String> = match table {
+        Some(t) => vec![backfill::find_table(pipeline, t)?.to_owned()],
+        None => {
+            let mut all: Vec<String> = pipeline.tables().map(|(s, _)| s.clone()).collect();
+            all.sort();
+            all
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let mut failures = Vec::new();
+    for table in tables {
+        let entries = backfill::plan(pipeline, &table, scope, allow_empty).await?;
+        if dry_run {
+            writeln!(out, "{table}: {} partitions", entries.len())?;
+            for e in &entries {
+                writeln!(
+                    out,
+                    "  {:<14} {:>9} staged rows  {}",
+                    e.partition, e.staged_rows, e.change
+                )?;
+            }
+            continue;
+        }
+        if entries.is_empty() {
+            writeln!(out, "{table}: nothing to backfill")?;
+            continue;
+        }
+        let reporter = Reporter::new("backfill", entries.len());
+        let report = backfill::backfill(
+            pipeline,
+            scope,
+            entries,
+            parallel,
+            &|p| reporter.update(p),
+            async {
+                let _ = tokio::signal::ctrl_c().await;
+            },
+        )
+        .await?;
+        reporter.finish();
+        writeln!(
+            out,
+            "{table}: wrote {} partitions ({} rows){}{}",
+            report.written.len(),
+            report.rows,
+            if report.already_done > 0 {
+                format!(
+                    "; {} already done by the interrupted run",
+                    report.already_done
+                )
+            } else {
+                String::new()
+            },
+            if report.superseded.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} left to the live engine's newer writes ({})",
+                    report.superseded.len(),
+                    report.superseded.join(", ")
+                )
+            }
+        )?;
+        for (p, why) in &report.failed {
+            writeln!(out, "  failed: {p}: {why}")?;
+            failures.push(format!("{table} {p}"));
+        }
+        if report.interrupted {
+            writeln!(
+                out,
+                "interrupted: {} partitions written stay committed; {} not written (in-flight ones rolled back): {}",
+                report.written.len(),
+                report.not_written.len(),
+                report.not_written.join(", ")
+            )?;
+            anyhow::bail!(
+                "backfill interrupted: run the same command again to finish it (it resumes)"
+            );
+        }
+    }
+    if !failures.is_empty() {
+        anyhow::bail!(
+            "backfill failed for {} partitions: {}",
+            failures.len(),
+            failures.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// A job's output as `weir plugin test` prints it: one JSON line per output row, then
 /// one per rejection.
 fn render_output(d: &weir::plugin::Description, output: &weir::plugin::JobOutput) -> String {
@@ -671,6 +968,16 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
             "dead letters waiting to be written: {}",
             s.pending_dead_letters
         )?;
+    }
+    if !s.stale_partitions.is_empty() {
+        writeln!(
+            out,
+            "stale:      {} partitions written by another plugin or config (weir backfill --stale rebuilds them)",
+            s.stale_partitions.len()
+        )?;
+        for p in s.stale_partitions.iter().take(50) {
+            writeln!(out, "  {} {}", p.table, p.partition)?;
+        }
     }
     if let Some(e) = &s.target_error {
         writeln!(out, "target:     unavailable: {e}")?;

@@ -40,8 +40,9 @@ pub enum PipelineError {
     Stage(#[from] StageError),
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// Boxed: the target's errors are large and rare.
     #[error(transparent)]
-    Target(#[from] TargetError),
+    Target(Box<TargetError>),
     #[error("partition {partition} of {table} failed")]
     Partition {
         table: String,
@@ -75,6 +76,12 @@ pub enum PipelineError {
         key: String,
         reason: String,
     },
+}
+
+impl From<TargetError> for PipelineError {
+    fn from(e: TargetError) -> Self {
+        PipelineError::Target(Box::new(e))
+    }
 }
 
 impl PipelineError {
@@ -173,7 +180,7 @@ impl Transform {
     }
 
     /// What lineage's `transform` column says: `identity` or `name@version`.
-    fn label(&self) -> String {
+    pub fn label(&self) -> String {
         match self {
             Transform::Identity => IDENTITY_TRANSFORM.to_owned(),
             Transform::Plugin { plugin, .. } => {
@@ -360,6 +367,24 @@ pub struct Pipeline {
     /// Partitions whose last write failed deterministically (a plugin's verdict), with
     /// the generation that failed: not retried until the partition changes.
     failed: std::sync::Mutex<HashMap<(String, Partition), u64>>,
+    /// Whether the stage is open for writing (`run`), or read-only beside a live engine
+    /// (`backfill`, `verify`): then dirty marks are left to the engine, and a write
+    /// never replaces a partition lineage says is newer.
+    writable: bool,
+}
+
+/// A partition's output, computed from the stage and not yet written.
+#[derive(Debug, Clone)]
+pub struct PartitionOutput {
+    pub rows: Vec<Vec<Value>>,
+    pub rejections: Vec<target::RejectedRow>,
+    /// The stage generation and source position the rows were read at.
+    pub generation: u64,
+    pub source_position: u64,
+    /// The dirty mark seen with the read.
+    pub dirty: Option<u64>,
+    /// Staged rows read.
+    pub staged_rows: u64,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -372,7 +397,21 @@ impl std::fmt::Debug for Pipeline {
 
 impl Pipeline {
     /// Opens the stage (which `init` created) and checks every target table.
-    pub async fn open(mut config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
+    pub async fn open(config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
+        Self::open_with(config, dsn, true).await
+    }
+
+    /// Opens the stage read-only, beside a `weir run` that may be live on it: for
+    /// `backfill` and `verify`. It sees the stage as of opening.
+    pub async fn open_read_only(config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
+        Self::open_with(config, dsn, false).await
+    }
+
+    async fn open_with(
+        mut config: Config,
+        dsn: Dsn,
+        writable: bool,
+    ) -> Result<Pipeline, PipelineError> {
         // The target first: a mismatched table is the first thing to know.
         let mut clients = Vec::with_capacity(config.engine.parallelism);
         for _ in 0..config.engine.parallelism {
@@ -396,7 +435,16 @@ impl Pipeline {
             return Err(StageError::Missing { path }.into());
         }
         let source_id = config.source_id();
-        let stage = Arc::new(blocking(move || Stage::open(&path, &source_id)).await?);
+        let stage = Arc::new(
+            blocking(move || {
+                if writable {
+                    Stage::open(&path, &source_id)
+                } else {
+                    Stage::open_read_only(&path)
+                }
+            })
+            .await?,
+        );
         Ok(Pipeline {
             config,
             stage,
@@ -404,6 +452,7 @@ impl Pipeline {
             dsn,
             clients: Mutex::new(clients),
             failed: std::sync::Mutex::default(),
+            writable,
         })
     }
 
@@ -681,16 +730,60 @@ impl Pipeline {
         partition: &Partition,
         only_if_dirty: bool,
     ) -> Result<Option<WriteSummary>, PipelineError> {
-        let (table_config, target_table, transform) = self
-            .tables
+        let Some(output) = self
+            .compute_partition(table, partition, only_if_dirty)
+            .await?
+        else {
+            return Ok(None);
+        };
+        self.write_output(table, partition, output).await.map(Some)
+    }
+
+    /// A table's config, target and transform.
+    pub fn table(
+        &self,
+        table: &str,
+    ) -> Result<&(TableConfig, TargetTable, Transform), PipelineError> {
+        self.tables
             .get(table)
-            .ok_or_else(|| PipelineError::UnknownTable(table.to_owned()))?;
+            .ok_or_else(|| PipelineError::UnknownTable(table.to_owned()))
+    }
+
+    /// The tables by source name.
+    pub fn tables(
+        &self,
+    ) -> impl Iterator<Item = (&String, &(TableConfig, TargetTable, Transform))> {
+        self.tables.iter()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn stage_arc(&self) -> Arc<Stage> {
+        Arc::clone(&self.stage)
+    }
+
+    pub fn dsn(&self) -> &Dsn {
+        &self.dsn
+    }
+
+    /// Reads a partition from the stage and runs the table's transform over it (a
+    /// fresh plugin instance each time). With `only_if_dirty`, `None` for a clean one.
+    pub async fn compute_partition(
+        &self,
+        table: &str,
+        partition: &Partition,
+        only_if_dirty: bool,
+    ) -> Result<Option<PartitionOutput>, PipelineError> {
+        let (table_config, target_table, transform) = self.table(table)?;
         let stage = Arc::clone(&self.stage);
         let (t, p) = (table.to_owned(), partition.clone());
         let read = blocking(move || stage.read_partition(&t, &p)).await?;
         if only_if_dirty && read.dirty.is_none() {
             return Ok(None);
         }
+        let staged_rows = read.rows.len() as u64;
         let (rows, rejections) = match transform {
             Transform::Identity => (identity(table_config, read.rows), Vec::new()),
             Transform::Plugin {
@@ -707,6 +800,33 @@ impl Pipeline {
                 .await?
             }
         };
+        Ok(Some(PartitionOutput {
+            rows,
+            rejections,
+            generation: read.generation,
+            source_position: read.checkpoint.position,
+            dirty: read.dirty,
+            staged_rows,
+        }))
+    }
+
+    /// Writes a computed partition (see the target's invariant), then clears its dirty
+    /// mark if the stage is writable and still holds the generation read.
+    pub async fn write_output(
+        &self,
+        table: &str,
+        partition: &Partition,
+        output: PartitionOutput,
+    ) -> Result<WriteSummary, PipelineError> {
+        let (_, target_table, transform) = self.table(table)?;
+        let PartitionOutput {
+            rows,
+            rejections,
+            generation,
+            source_position,
+            dirty,
+            ..
+        } = output;
         let (plugin_sha256, config_hash) = match transform {
             Transform::Identity => (None, None),
             Transform::Plugin {
@@ -725,13 +845,14 @@ impl Pipeline {
                 source_id: &source_id,
                 source_table: table,
                 partition,
-                generation: read.generation,
-                source_position: read.checkpoint.position,
+                generation,
+                source_position,
                 transform: &label,
                 rows: &rows,
                 plugin_sha256: plugin_sha256.as_deref(),
                 config_hash,
                 rejections: &rejections,
+                skip_if_newer: !self.writable,
             },
         )
         .await;
@@ -743,13 +864,15 @@ impl Pipeline {
         if !rejections.is_empty() {
             tracing::warn!(table, partition = %partition, rejected = rejections.len(), "rows rejected by the plugin were written to weir.dead_letter");
         }
-        if let Some(dirty) = read.dirty {
+        if let Some(dirty) = dirty
+            && self.writable
+        {
             let cleared = self.stage.clear_dirty(table, partition, dirty)?;
             if !cleared {
                 tracing::debug!(table, partition = %partition, "partition changed while written; it stays dirty");
             }
         }
-        Ok(Some(summary))
+        Ok(summary)
     }
 
     /// Rewrites the given partitions of `table` from the stage, dirty or not. The
@@ -886,6 +1009,9 @@ pub struct Status {
     pub dirty_partitions: Vec<DirtyStatus>,
     pub pending_dead_letters: usize,
     pub last_writes: Vec<target::LineageRow>,
+    /// Partitions written by another plugin or config than the config's now
+    /// (`weir backfill --stale` rebuilds them).
+    pub stale_partitions: Vec<StaleStatus>,
     /// Why `last_writes` could not be read, if it could not.
     pub target_error: Option<String>,
     /// PostgreSQL source: the slot's `wal_status` and the WAL it holds back, in bytes.
@@ -893,6 +1019,15 @@ pub struct Status {
     pub slot_lag_bytes: Option<i64>,
     /// Why the slot could not be read, if it could not.
     pub source_error: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StaleStatus {
+    pub table: String,
+    pub partition: String,
+    /// What lineage says wrote it (`None`: the identity).
+    pub plugin_sha256: Option<String>,
+    pub config_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -925,6 +1060,7 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
             .collect(),
         pending_dead_letters: stage.dead_letters(usize::MAX)?.len(),
         last_writes: Vec::new(),
+        stale_partitions: Vec::new(),
         target_error: None,
         slot_wal_status: None,
         slot_lag_bytes: None,
@@ -947,10 +1083,35 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
         }
     }
     match target::connect(dsn).await {
-        Ok(client) => match target::recent_writes(&client, last_writes).await {
-            Ok(rows) => status.last_writes = rows,
-            Err(e) => status.target_error = Some(error_chain(&e)),
-        },
+        Ok(client) => {
+            match target::recent_writes(&client, last_writes).await {
+                Ok(rows) => status.last_writes = rows,
+                Err(e) => status.target_error = Some(error_chain(&e)),
+            }
+            for table in &config.tables {
+                let expected = match crate::backfill::expected_transform(table) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        status.target_error = Some(error_chain(&e));
+                        continue;
+                    }
+                };
+                match target::table_lineage(&client, &table.target).await {
+                    Ok(lineage) => status.stale_partitions.extend(
+                        lineage
+                            .into_iter()
+                            .filter(|(_, l)| crate::backfill::is_stale(l, &expected))
+                            .map(|(partition, l)| StaleStatus {
+                                table: table.target.to_string(),
+                                partition,
+                                plugin_sha256: l.plugin_sha256,
+                                config_hash: l.config_hash,
+                            }),
+                    ),
+                    Err(e) => status.target_error = Some(error_chain(&e)),
+                }
+            }
+        }
         Err(e) => status.target_error = Some(error_chain(&e)),
     }
     Ok(status)

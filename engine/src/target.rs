@@ -68,6 +68,15 @@ ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS row_key jsonb;
 ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS input jsonb;
 ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS plugin_sha256 text;
 CREATE INDEX IF NOT EXISTS dead_letter_rejected ON weir.dead_letter (target_table, partition) WHERE kind = 'rejected';
+CREATE TABLE IF NOT EXISTS weir.backfills (
+    target_table text        NOT NULL,
+    window_from  text        NOT NULL,
+    window_to    text        NOT NULL,
+    started_at   timestamptz NOT NULL,
+    finished_at  timestamptz,
+    PRIMARY KEY (target_table, window_from, window_to)
+);
+COMMENT ON TABLE weir.backfills IS 'Backfills by window: an unfinished one is resumed (partitions written since it started are done).';
 COMMENT ON COLUMN weir.dead_letter.kind IS 'bad-record: the source could not read it (raw holds it); rejected: the table''s plugin rejected the row (input holds it; replaced with its partition).';
 COMMENT ON TABLE weir.dead_letter IS 'Records weir could not process, with the reason and the raw record.';
 "#;
@@ -99,6 +108,8 @@ pub enum TargetError {
         #[source]
         source: EncodeError,
     },
+    #[error("{table}: cannot read back a value: {message}")]
+    Decode { table: TableName, message: String },
     #[error("partition `{partition}` of {table} has no SQL form for grain {grain}")]
     BadPartition {
         table: TableName,
@@ -304,6 +315,9 @@ pub struct PartitionWrite<'a> {
     pub config_hash: Option<&'a str>,
     /// Input rows the plugin rejected: they replace the partition's earlier rejections.
     pub rejections: &'a [RejectedRow],
+    /// A backfill reads a stage that a live engine may be writing past: it does not
+    /// replace a partition that lineage says was written from a newer generation.
+    pub skip_if_newer: bool,
 }
 
 /// An input row a plugin rejected, as it is recorded in `weir.dead_letter`.
@@ -325,6 +339,8 @@ pub struct WriteSummary {
     pub checksum: String,
     /// Input rows the plugin rejected (recorded in `weir.dead_letter`).
     pub rejected: u64,
+    /// With `skip_if_newer`: nothing was written, lineage holds this newer generation.
+    pub superseded_by: Option<u64>,
 }
 
 /// An order-independent checksum of rows: the wrapping sum of each row's 128-bit
@@ -382,6 +398,27 @@ pub async fn replace_partition(
     )
     .await
     .map_err(query_err("take the partition lock"))?;
+    if write.skip_if_newer {
+        let newer: Option<i64> = tx
+            .query_opt(
+                "SELECT stage_generation FROM weir.partitions WHERE target_table = $1 AND partition = $2",
+                &[&table.name.to_string(), &partition_name],
+            )
+            .await
+            .map_err(query_err("read the partition's lineage"))?
+            .map(|r| r.get(0));
+        if let Some(newer) = newer.and_then(|g| u64::try_from(g).ok())
+            && newer > write.generation
+        {
+            tx.rollback().await.map_err(query_err("rollback"))?;
+            return Ok(WriteSummary {
+                rows: 0,
+                checksum: String::new(),
+                rejected: 0,
+                superseded_by: Some(newer),
+            });
+        }
+    }
     let delete = format!("DELETE FROM {} WHERE ", table.name.quoted());
     let deleted = match &pred {
         PartitionPredicate::IsNull => tx.execute(&format!("{delete}{column} IS NULL"), &[]).await,
@@ -461,6 +498,7 @@ pub async fn replace_partition(
         rows: copied,
         checksum: checksum(write.rows),
         rejected: write.rejections.len() as u64,
+        superseded_by: None,
     };
     // The partition's rejections are part of its output: replaced with it.
     let target_name = table.name.to_string();
@@ -557,6 +595,163 @@ pub async fn write_dead_letters(
         .map_err(query_err("write dead letters"))?;
     }
     tx.commit().await.map_err(query_err("commit dead letters"))
+}
+
+/// What lineage says of one partition.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PartitionLineage {
+    pub stage_generation: i64,
+    pub transform: String,
+    pub row_count: i64,
+    pub checksum: String,
+    pub plugin_sha256: Option<String>,
+    pub config_hash: Option<String>,
+    /// Microseconds since the epoch, by the target's clock.
+    pub written_at_us: i64,
+}
+
+/// The lineage of every partition of a target table, by partition name.
+pub async fn table_lineage(
+    client: &Client,
+    table: &TableName,
+) -> Result<std::collections::BTreeMap<String, PartitionLineage>, TargetError> {
+    let rows = client
+        .query(
+            "SELECT partition, stage_generation, transform, row_count, checksum, plugin_sha256, config_hash, \
+             (extract(epoch FROM written_at) * 1000000)::bigint FROM weir.partitions WHERE target_table = $1",
+            &[&table.to_string()],
+        )
+        .await
+        .map_err(query_err(format!("read the lineage of {table}")))?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                PartitionLineage {
+                    stage_generation: r.get(1),
+                    transform: r.get(2),
+                    row_count: r.get(3),
+                    checksum: r.get(4),
+                    plugin_sha256: r.get(5),
+                    config_hash: r.get(6),
+                    written_at_us: r.get(7),
+                },
+            )
+        })
+        .collect())
+}
+
+/// Starts (or resumes) the backfill of a window: returns when it started, in
+/// microseconds by the target's clock (an unfinished earlier run's start: resumed).
+pub async fn begin_backfill(
+    client: &Client,
+    table: &TableName,
+    from: &str,
+    to: &str,
+) -> Result<(i64, bool), TargetError> {
+    let row = client
+        .query_one(
+            "INSERT INTO weir.backfills (target_table, window_from, window_to, started_at) VALUES ($1, $2, $3, now()) \
+             ON CONFLICT (target_table, window_from, window_to) DO UPDATE SET \
+               started_at = CASE WHEN weir.backfills.finished_at IS NULL THEN weir.backfills.started_at ELSE now() END, \
+               finished_at = NULL \
+             RETURNING (extract(epoch FROM started_at) * 1000000)::bigint, started_at < now()",
+            &[&table.to_string(), &from, &to],
+        )
+        .await
+        .map_err(query_err("record the backfill"))?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Marks the backfill of a window finished.
+pub async fn finish_backfill(
+    client: &Client,
+    table: &TableName,
+    from: &str,
+    to: &str,
+) -> Result<(), TargetError> {
+    client
+        .execute(
+            "UPDATE weir.backfills SET finished_at = now() WHERE target_table = $1 AND window_from = $2 AND window_to = $3",
+            &[&table.to_string(), &from, &to],
+        )
+        .await
+        .map_err(query_err("record the end of the backfill"))?;
+    Ok(())
+}
+
+/// The rows a target partition holds now, decoded from PostgreSQL's text output as the
+/// replication source decodes it (UTC, ISO dates, shortest exact floats).
+pub async fn read_partition(
+    client: &Client,
+    table: &TargetTable,
+    partition: &Partition,
+) -> Result<Vec<Vec<Value>>, TargetError> {
+    let pred = predicate(table.partition_type, table.grain, partition).ok_or_else(|| {
+        TargetError::BadPartition {
+            table: table.name.clone(),
+            partition: partition.name().to_owned(),
+            grain: table.grain,
+        }
+    })?;
+    let column = quote_ident(&table.partition_column);
+    let condition = match &pred {
+        PartitionPredicate::IsNull => format!("{column} IS NULL"),
+        PartitionPredicate::Equals(v) => format!("{column} = {}", sql_literal(v)),
+        PartitionPredicate::Range { lower, upper } => format!(
+            "{column} >= {} AND {column} < {}",
+            sql_literal(lower),
+            sql_literal(upper)
+        ),
+    };
+    let cols = table
+        .columns
+        .iter()
+        .map(|(c, _)| quote_ident(c))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET extra_float_digits = 1; SET bytea_output = 'hex'; \
+         SELECT {cols} FROM {} WHERE {condition}",
+        table.name.quoted()
+    );
+    let messages = client.simple_query(&sql).await.map_err(query_err(format!(
+        "read partition {partition} of {}",
+        table.name
+    )))?;
+    let mut out = Vec::new();
+    for m in messages {
+        let tokio_postgres::SimpleQueryMessage::Row(row) = m else {
+            continue;
+        };
+        let mut values = Vec::with_capacity(table.columns.len());
+        for (i, (name, ty)) in table.columns.iter().enumerate() {
+            let value = match row.get(i) {
+                None => Value::Null,
+                Some(text) => {
+                    crate::source::pgtypes::decode_text(name, ty.oid(), -1, text.as_bytes())
+                        .map_err(|e| TargetError::Decode {
+                            table: table.name.clone(),
+                            message: e.to_string(),
+                        })?
+                }
+            };
+            values.push(value);
+        }
+        out.push(values);
+    }
+    Ok(out)
+}
+
+/// A value as an SQL literal, for the few types a partition predicate holds.
+fn sql_literal(v: &Value) -> String {
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Int(i) => i.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => format!("'{}'", other.to_string().replace('\'', "''")),
+    }
 }
 
 /// A lineage row, for `status`.

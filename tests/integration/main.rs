@@ -1,6 +1,7 @@
 //! Integration tests against a real PostgreSQL, started by the harness. One binary with
 //! modules, so the cluster is started once per run.
 
+mod backfill;
 mod bad_input;
 mod checkpoint;
 mod demo;

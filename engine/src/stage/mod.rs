@@ -743,6 +743,39 @@ impl Stage {
         Ok(out)
     }
 
+    /// Every partition of `table` the stage knows (any that ever held a row), with its
+    /// generation and its number of staged rows now (0: emptied), from one snapshot.
+    /// Reads keys only as far as RocksDB allows: values are not decoded.
+    pub fn partitions(&self, table: &str) -> Result<BTreeMap<Partition, (u64, u64)>, StageError> {
+        let mut prefix = Vec::new();
+        push_table(&mut prefix, table);
+        let snapshot = self.db.snapshot();
+        let mut out: BTreeMap<Partition, (u64, u64)> = BTreeMap::new();
+        for (cf, what) in [(CF_GENERATIONS, "generation"), (CF_ROWS, "row")] {
+            let mut opts = ReadOptions::default();
+            opts.set_snapshot(&snapshot);
+            opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+            let mode = IteratorMode::From(&prefix, Direction::Forward);
+            for item in self.db.iterator_cf_opt(self.cf(cf), opts, mode) {
+                let (k, v) = item.map_err(db_err("read partitions"))?;
+                let (_, rest) = split_table(&k).ok_or_else(|| corrupt("partition key"))?;
+                let (partition, _) = split_partition(rest)
+                    .ok_or_else(|| corrupt(format!("{what} key partition")))?;
+                let entry = out.entry(partition).or_insert((0, 0));
+                if cf == CF_GENERATIONS {
+                    entry.0 = v
+                        .as_ref()
+                        .try_into()
+                        .map(u64::from_be_bytes)
+                        .map_err(|_| corrupt("generation record"))?;
+                } else {
+                    entry.1 += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Clears the dirty mark of a partition only if it still holds `generation`, the
     /// one the job read. Returns whether it cleared.
     pub fn clear_dirty(
