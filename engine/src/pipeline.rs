@@ -28,6 +28,11 @@ use crate::stage::{ApplyOutcome, DirtyPartition, Stage, StageError, StagedRow};
 use crate::target::{self, PartitionWrite, TargetError, TargetTable, WriteSummary};
 use crate::value::Value;
 
+/// Bounds of the wait added to the flush interval after a round whose writes failed in
+/// a way a retry may cure (doubling from the first to the second).
+const WRITE_BACKOFF_MIN: Duration = Duration::from_millis(500);
+const WRITE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
 /// Dead letters moved from the stage to the target per round trip.
 const DEAD_LETTERS_PER_WRITE: usize = 1000;
 
@@ -520,6 +525,7 @@ impl Pipeline {
         let mut report = RunReport::default();
         let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
         let mut last_flush = Instant::now();
+        let mut backoff = Duration::ZERO;
         let mut batch: Vec<Transaction> = Vec::new();
         // Whether the stage's pending area holds chunks of the transaction being read.
         let mut chunked = false;
@@ -576,10 +582,23 @@ impl Pipeline {
                     return Err(e.into());
                 }
             }
-            if !once && last_flush.elapsed() >= flush_interval {
+            if !once && last_flush.elapsed() >= flush_interval + backoff {
                 self.stage_batch(&mut source, &mut batch, &mut report)
                     .await?;
-                self.write_round_inner(&mut report, true).await?;
+                let transient = self.write_round_inner(&mut report, true).await?;
+                // Failures a retry may cure (the target down): wait longer each time,
+                // up to a bound, while staging goes on; the first good round resets it.
+                backoff = if transient > 0 {
+                    let next = (backoff * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX);
+                    tracing::warn!(
+                        failed = transient,
+                        retry_in_ms = next.as_millis() as u64,
+                        "partition writes failed; staging goes on, writes are retried"
+                    );
+                    next
+                } else {
+                    Duration::ZERO
+                };
                 last_flush = Instant::now();
             }
         }
@@ -629,15 +648,25 @@ impl Pipeline {
     /// it stays dirty (a plugin's failure waits for the partition to change; any other
     /// is retried next round); otherwise the first error is returned after the round.
     pub async fn write_round(&self, report: &mut RunReport) -> Result<(), PipelineError> {
-        self.write_round_inner(report, false).await
+        self.write_round_inner(report, false).await.map(drop)
     }
 
+    /// One round; returns the number of failures that a retry may cure (the target
+    /// unreachable, a connection lost), which the live loop backs off on.
     async fn write_round_inner(
         &self,
         report: &mut RunReport,
         keep_going: bool,
-    ) -> Result<(), PipelineError> {
-        report.dead_letters += self.flush_dead_letters().await?;
+    ) -> Result<usize, PipelineError> {
+        match self.flush_dead_letters().await {
+            Ok(n) => report.dead_letters += n,
+            // The target is down: dead letters stay staged, and partitions are tried
+            // (and fail the same way, counted) so the round's outcome says so.
+            Err(error @ PipelineError::Target(_)) if keep_going => {
+                tracing::warn!(error = %error_chain(&error), "dead letters not written; they stay staged and are retried");
+            }
+            Err(error) => return Err(error),
+        }
         let mut dirty = self.stage.dirty_partitions()?;
         if keep_going && let Ok(failed) = self.failed.lock() {
             dirty.retain(|d| {
@@ -645,9 +674,10 @@ impl Pipeline {
             });
         }
         if dirty.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let started = Instant::now();
+        let mut transient = 0;
         let results: Vec<_> = futures_util::stream::iter(dirty)
             .map(|d: DirtyPartition| async move {
                 let outcome = self.write_partition(&d.table, &d.partition, true).await;
@@ -669,9 +699,9 @@ impl Pipeline {
                 Err(error) => {
                     tracing::error!(table = %d.table, partition = %d.partition, error = %error_chain(&error), "partition write failed; the other partitions go on");
                     report.partitions_failed += 1;
-                    if error.is_deterministic()
-                        && let Ok(mut failed) = self.failed.lock()
-                    {
+                    if !error.is_deterministic() {
+                        transient += 1;
+                    } else if let Ok(mut failed) = self.failed.lock() {
                         failed.insert((d.table.clone(), d.partition.clone()), d.generation);
                     }
                     first_error.get_or_insert(PipelineError::Partition {
@@ -692,7 +722,7 @@ impl Pipeline {
         );
         match first_error {
             Some(e) if !keep_going => Err(e),
-            _ => Ok(()),
+            _ => Ok(transient),
         }
     }
 
