@@ -206,6 +206,22 @@ pub struct TableConfig {
     pub columns: Vec<Column>,
     /// The table's transform plugin; `None`: the identity transform.
     pub plugin: Option<PluginConfig>,
+    /// How the target table is laid out.
+    pub target_partitioning: TargetPartitioning,
+}
+
+/// The layout of a target table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetPartitioning {
+    /// One plain table with an index on the partition column; a partition is replaced
+    /// with DELETE.
+    #[default]
+    Plain,
+    /// A PostgreSQL partitioned table (RANGE by time grain, LIST by value) with one
+    /// child table per partition, created on demand; a partition is replaced with
+    /// TRUNCATE of its child.
+    Native,
 }
 
 /// A table's WebAssembly transform plugin.
@@ -387,6 +403,7 @@ struct RawTable {
     grain: Grain,
     on_null_partition: Option<OnNullPartition>,
     on_truncate: Option<OnTruncate>,
+    target_partitioning: Option<TargetPartitioning>,
     #[serde(default)]
     columns: IndexMap<String, String>,
     plugin: Option<String>,
@@ -777,6 +794,7 @@ impl Validator<'_> {
             on_truncate: raw.on_truncate.unwrap_or(OnTruncate::Fail),
             columns,
             plugin,
+            target_partitioning: raw.target_partitioning.unwrap_or_default(),
         };
         if !from_source_catalog {
             table

@@ -18,7 +18,7 @@ use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
 use sha2::{Digest, Sha256};
 use tokio_postgres::{Client, GenericClient, NoTls};
 
-use crate::config::{Column, Dsn, TableConfig, TableName, quote_ident};
+use crate::config::{Column, Dsn, TableConfig, TableName, TargetPartitioning, quote_ident};
 use crate::partition::{Grain, Partition, PartitionPredicate, predicate};
 use crate::source::BadRecord;
 use crate::value::{ColumnType, EncodeError, Value};
@@ -152,6 +152,110 @@ pub struct TargetTable {
     pub partition_column: String,
     pub partition_type: ColumnType,
     pub grain: Grain,
+    pub partitioning: TargetPartitioning,
+}
+
+/// Where a native partition's rows live.
+enum NativeChild {
+    /// A child table of its own (`FOR VALUES FROM … TO …` or `IN (…)`): replaced by
+    /// TRUNCATE.
+    Own { name: TableName, bound: String },
+    /// The RANGE table's DEFAULT child, shared by the NULL and infinity partitions:
+    /// replaced by DELETE through the parent.
+    Default,
+}
+
+/// The child table of a native partition: `<table>_p_<partition>`, lower-case letters,
+/// digits and `_`; a hash of the partition name is added when that changed it or when
+/// it had to be cut to PostgreSQL's 63 bytes.
+fn child_table_name(table: &TableName, partition: &Partition) -> TableName {
+    let raw = partition.name();
+    let clean: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut name = format!("{}_p_{clean}", table.name);
+    let exact = clean == raw.replace(['-', 'T', ':'], "_").to_ascii_lowercase()
+        && raw
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | 'T' | ':'));
+    if !exact || name.len() > 63 {
+        let digest = hex::encode(&Sha256::digest(raw.as_bytes())[..4]);
+        name.truncate(63 - 9);
+        while !name.is_char_boundary(name.len()) {
+            name.pop();
+        }
+        name = format!("{name}_{digest}");
+    }
+    TableName {
+        schema: table.schema.clone(),
+        name,
+    }
+}
+
+/// A partition bound value as SQL: timestamps with an explicit UTC offset (ignored
+/// by `timestamp`, required by `timestamptz`).
+fn bound_literal(v: &Value) -> String {
+    match v {
+        Value::Timestamp(_) => format!("'{v} +00'"),
+        other => sql_literal(other),
+    }
+}
+
+fn native_child(
+    table: &TargetTable,
+    partition: &Partition,
+    pred: &PartitionPredicate,
+) -> NativeChild {
+    let name = child_table_name(&table.name, partition);
+    match (table.grain, pred) {
+        (Grain::Value, PartitionPredicate::IsNull) => NativeChild::Own {
+            name,
+            bound: "FOR VALUES IN (NULL)".into(),
+        },
+        (Grain::Value, PartitionPredicate::Equals(v)) => NativeChild::Own {
+            name,
+            bound: format!("FOR VALUES IN ({})", bound_literal(v)),
+        },
+        (_, PartitionPredicate::Range { lower, upper }) => NativeChild::Own {
+            name,
+            bound: format!(
+                "FOR VALUES FROM ({}) TO ({})",
+                bound_literal(lower),
+                bound_literal(upper)
+            ),
+        },
+        _ => NativeChild::Default,
+    }
+}
+
+/// Creates a native partition's child table if it is missing, in a transaction of its
+/// own (before the partition's write, so that the write holds no lock on the parent).
+async fn ensure_child(
+    client: &Client,
+    table: &TargetTable,
+    child: &NativeChild,
+) -> Result<(), TargetError> {
+    let NativeChild::Own { name, bound } = child else {
+        return Ok(());
+    };
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} {bound}",
+            name.quoted(),
+            table.name.quoted()
+        ))
+        .await
+        .map_err(query_err(format!(
+            "create partition {name} of {}",
+            table.name
+        )))
 }
 
 /// Checks the target table of `table` against its declared columns; creates it when
@@ -174,18 +278,66 @@ pub async fn prepare_table(
                 table: name.clone(),
             });
         }
-        let ddl = format!(
-            "CREATE SCHEMA IF NOT EXISTS {schema};\nCREATE TABLE {table} ({cols});\nCREATE INDEX ON {table} ({part});",
-            schema = quote_ident(&name.schema),
-            table = name.quoted(),
-            cols = column_ddl(&table.columns),
-            part = quote_ident(&table.partition_by),
-        );
+        let ddl = match table.target_partitioning {
+            TargetPartitioning::Plain => format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema};\nCREATE TABLE {table} ({cols});\nCREATE INDEX ON {table} ({part});",
+                schema = quote_ident(&name.schema),
+                table = name.quoted(),
+                cols = column_ddl(&table.columns),
+                part = quote_ident(&table.partition_by),
+            ),
+            // Children are made on demand; a RANGE table's DEFAULT child takes the NULL
+            // and infinity partitions.
+            TargetPartitioning::Native => format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema};\nCREATE TABLE {table} ({cols}) PARTITION BY {method} ({part});{default}",
+                schema = quote_ident(&name.schema),
+                table = name.quoted(),
+                cols = column_ddl(&table.columns),
+                method = if table.grain == Grain::Value {
+                    "LIST"
+                } else {
+                    "RANGE"
+                },
+                part = quote_ident(&table.partition_by),
+                default = if table.grain == Grain::Value {
+                    String::new()
+                } else {
+                    let default = TableName {
+                        schema: name.schema.clone(),
+                        name: format!("{}_p_default", name.name),
+                    };
+                    format!(
+                        "\nCREATE TABLE {} PARTITION OF {} DEFAULT;",
+                        default.quoted(),
+                        name.quoted()
+                    )
+                },
+            ),
+        };
         client
             .batch_execute(&ddl)
             .await
             .map_err(query_err(format!("create {name}")))?;
         tracing::info!(table = %name, "created target table");
+    }
+    let partitioned: bool = client
+        .query_one(
+            "SELECT relkind = 'p' FROM pg_class WHERE oid = $1::text::regclass",
+            &[&name.quoted()],
+        )
+        .await
+        .map_err(query_err(format!("look up {name}")))?
+        .get(0);
+    let wanted = table.target_partitioning == TargetPartitioning::Native;
+    if partitioned != wanted {
+        return Err(TargetError::SchemaMismatch {
+            table: name.clone(),
+            differences: vec![if wanted {
+                "it is a plain table; the config says target_partitioning = \"native\"".into()
+            } else {
+                "it is a partitioned table; the config says target_partitioning = \"plain\"".into()
+            }],
+        });
     }
     let actual = table_columns(client, &name.quoted()).await?;
     let expected = expected_columns(client, &table.columns).await?;
@@ -217,6 +369,7 @@ pub async fn prepare_table(
         partition_column: table.partition_by.clone(),
         partition_type: table.partition_column().ty,
         grain: table.grain,
+        partitioning: table.target_partitioning,
     })
 }
 
@@ -391,6 +544,16 @@ pub async fn replace_partition(
         }
     })?;
     let column = quote_ident(&table.partition_column);
+    let child = (table.partitioning == TargetPartitioning::Native)
+        .then(|| native_child(table, write.partition, &pred));
+    if let Some(child) = &child {
+        ensure_child(client, table, child).await?;
+    }
+    // Where the COPY goes: the partition's own child, or the table.
+    let copy_target = match &child {
+        Some(NativeChild::Own { name, .. }) => name.clone(),
+        _ => table.name.clone(),
+    };
     let tx = client.transaction().await.map_err(query_err("begin"))?;
     tx.execute(
         "SELECT pg_advisory_xact_lock($1)",
@@ -420,21 +583,32 @@ pub async fn replace_partition(
         }
     }
     let delete = format!("DELETE FROM {} WHERE ", table.name.quoted());
-    let deleted = match &pred {
-        PartitionPredicate::IsNull => tx.execute(&format!("{delete}{column} IS NULL"), &[]).await,
-        PartitionPredicate::Equals(v) => tx.execute(&format!("{delete}{column} = $1"), &[v]).await,
-        PartitionPredicate::Range { lower, upper } => {
-            tx.execute(
-                &format!("{delete}{column} >= $1 AND {column} < $2"),
-                &[lower, upper],
-            )
+    let deleted = if let Some(NativeChild::Own { name, .. }) = &child {
+        tx.execute(&format!("TRUNCATE {}", name.quoted()), &[])
             .await
+            .map_err(query_err(format!("truncate {name}")))?;
+        0
+    } else {
+        match &pred {
+            PartitionPredicate::IsNull => {
+                tx.execute(&format!("{delete}{column} IS NULL"), &[]).await
+            }
+            PartitionPredicate::Equals(v) => {
+                tx.execute(&format!("{delete}{column} = $1"), &[v]).await
+            }
+            PartitionPredicate::Range { lower, upper } => {
+                tx.execute(
+                    &format!("{delete}{column} >= $1 AND {column} < $2"),
+                    &[lower, upper],
+                )
+                .await
+            }
         }
-    }
-    .map_err(query_err(format!(
-        "delete partition {partition_name} of {}",
-        table.name
-    )))?;
+        .map_err(query_err(format!(
+            "delete partition {partition_name} of {}",
+            table.name
+        )))?
+    };
 
     let mut cols = String::new();
     for (i, (name, _)) in table.columns.iter().enumerate() {
@@ -447,7 +621,7 @@ pub async fn replace_partition(
     let sink = tx
         .copy_in(&format!(
             "COPY {} ({cols}) FROM STDIN (FORMAT binary)",
-            table.name.quoted()
+            copy_target.quoted()
         ))
         .await
         .map_err(query_err(format!("start COPY into {}", table.name)))?;

@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceAny};
 use wasmtime::{Engine, Store, Trap};
 
-use crate::partition::{Grain, Partition, partition_of};
+use crate::partition::{Grain, Partition, PartitionPredicate, partition_of, predicate};
 use crate::source::Op;
 use crate::value::Value;
 
@@ -614,11 +614,14 @@ impl Plugin {
             .map_err(|e| fail(&store, e))?;
         fuel += Self::fuel_used(&store, limits);
 
-        // Keys pushed, to check rejections against.
-        let mut pushed: HashMap<Vec<u8>, usize> = HashMap::with_capacity(input.len());
+        // Keys pushed so far, to check rejections against: made on the first rejection
+        // (most jobs have none), from the rows pushed until then.
+        // It covers the first `.1` rows of the input and grows as rejections need it.
+        let mut pushed: (HashMap<Vec<u8>, usize>, usize) = (HashMap::new(), 0);
         let mut output = JobOutput::default();
         let collect = |result: Result<wit::PushOutput, wty::Error>,
-                       pushed: &HashMap<Vec<u8>, usize>,
+                       pushed: &mut (HashMap<Vec<u8>, usize>, usize),
+                       pushed_rows: &[InputRow],
                        output: &mut JobOutput|
          -> Result<(), PluginError> {
             let out = result.map_err(|e| {
@@ -639,7 +642,12 @@ impl Plugin {
             for r in out.rejections {
                 let key: Vec<Value> = r.key.into_iter().map(from_wit).collect();
                 let bytes = schema::key_bytes(&key.iter().collect::<Vec<_>>());
-                let Some(&index) = pushed.get(&bytes) else {
+                let (index_of, covered) = pushed;
+                for (i, r) in pushed_rows.iter().enumerate().skip(*covered) {
+                    index_of.insert(schema::key_bytes(&r.key.iter().collect::<Vec<_>>()), i);
+                }
+                *covered = pushed_rows.len();
+                let Some(&index) = index_of.get(&bytes) else {
                     return Err(PluginError::Output {
                         job: job.clone(),
                         message: format!(
@@ -658,31 +666,21 @@ impl Plugin {
         };
         let mut offset = 0;
         for chunk in input.chunks(CHUNK_ROWS) {
-            let rows: Vec<wit::StagedRow> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    pushed.insert(
-                        schema::key_bytes(&r.key.iter().collect::<Vec<_>>()),
-                        offset + i,
-                    );
-                    to_wit_row(r)
-                })
-                .collect();
+            let rows: Vec<wit::StagedRow> = chunk.iter().map(to_wit_row).collect();
             offset += chunk.len();
             Self::arm(&mut store, limits);
             let result = session_api
                 .call_push(&mut store, session, &rows)
                 .map_err(|e| fail(&store, e))?;
             fuel += Self::fuel_used(&store, limits);
-            collect(result, &pushed, &mut output)?;
+            collect(result, &mut pushed, &input[..offset], &mut output)?;
         }
         Self::arm(&mut store, limits);
         let result = session_api
             .call_finish(&mut store, session)
             .map_err(|e| fail(&store, e))?;
         fuel += Self::fuel_used(&store, limits);
-        collect(result, &pushed, &mut output)?;
+        collect(result, &mut pushed, input, &mut output)?;
         // The store (and with it the instance and every resource) is dropped here.
         output.fuel = fuel;
         output.peak_memory_bytes = store.data().memory.peak;
@@ -700,17 +698,39 @@ impl Plugin {
     ) -> Result<(), PluginError> {
         let d = self.description();
         let mut grains = std::collections::HashSet::with_capacity(output.rows.len());
+        // The job's partition as a predicate on the value, computed once: most rows are
+        // checked by a comparison; `partition_of` names the partition of one that fails.
+        let column_type = d.columns[d.partition_index].ty.engine_type();
+        let bounds = predicate(column_type, spec.grain, spec.partition);
         for row in &output.rows {
             d.check_row(row).map_err(|message| PluginError::Output {
                 job: job.to_owned(),
                 message,
             })?;
             let grain: Vec<&Value> = d.grain_indexes.iter().map(|&i| &row[i]).collect();
-            let found = partition_of(&d.partition_column, spec.grain, &row[d.partition_index])
-                .map_err(|e| PluginError::Output {
-                    job: job.to_owned(),
-                    message: e.to_string(),
-                })?;
+            let value = &row[d.partition_index];
+            let inside = match &bounds {
+                Some(PartitionPredicate::IsNull) => value.is_null(),
+                Some(PartitionPredicate::Equals(v)) => value == v,
+                Some(PartitionPredicate::Range { lower, upper }) => match (value, lower, upper) {
+                    (Value::Date(x), Value::Date(lo), Value::Date(hi)) => lo <= x && x < hi,
+                    (Value::Timestamp(x), Value::Timestamp(lo), Value::Timestamp(hi)) => {
+                        lo <= x && x < hi
+                    }
+                    _ => false,
+                },
+                None => false,
+            };
+            let found = if inside {
+                spec.partition.clone()
+            } else {
+                partition_of(&d.partition_column, spec.grain, value).map_err(|e| {
+                    PluginError::Output {
+                        job: job.to_owned(),
+                        message: e.to_string(),
+                    }
+                })?
+            };
             if &found != spec.partition {
                 return Err(PluginError::WrongPartition {
                     job: job.to_owned(),

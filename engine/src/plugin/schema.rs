@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use crate::value::{ColumnType, Value, canonical_decimal};
+use crate::value::{ColumnType, Value};
 
 /// The declared type of an output column (the WIT `column-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -274,12 +274,17 @@ fn check_value(column: &OutputColumn, value: &Value) -> Result<(), String> {
 /// `numeric(p, s)`, that it fits without rounding.
 fn check_decimal(text: &str, typmod: Option<(u32, u32)>) -> Result<(), String> {
     let special = matches!(text, "NaN" | "Infinity" | "-Infinity");
-    if !special && canonical_decimal(text).as_deref() != Some(text) {
+    let digits = if special {
+        Some((0, 0))
+    } else {
+        canonical_digits(text)
+    };
+    let Some((int_digits, frac_digits)) = digits else {
         return Err(format!(
             "`{}` is not a decimal in PostgreSQL's output form (digits, optional `-` and `.`; no exponent, `+` or leading zeros)",
             text.chars().take(40).collect::<String>()
         ));
-    }
+    };
     let Some((p, s)) = typmod else {
         return Ok(());
     };
@@ -290,13 +295,10 @@ fn check_decimal(text: &str, typmod: Option<(u32, u32)>) -> Result<(), String> {
             Err(format!("{text} does not fit numeric({p},{s})"))
         };
     }
-    let digits = text.trim_start_matches('-');
-    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
-    let int_digits = int.trim_start_matches('0').len() as u32;
-    if frac.len() as u32 > s {
+    let int_digits = int_digits as u32;
+    if frac_digits as u32 > s {
         return Err(format!(
-            "{text} has {} fraction digits; numeric({p},{s}) takes {s} (the host rejects rather than rounds)",
-            frac.len()
+            "{text} has {frac_digits} fraction digits; numeric({p},{s}) takes {s} (the host rejects rather than rounds)"
         ));
     }
     if int_digits > p - s {
@@ -306,6 +308,37 @@ fn check_decimal(text: &str, typmod: Option<(u32, u32)>) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The significant integer digits and the fraction digits of a decimal in PostgreSQL's
+/// output form, or `None` if it is not in that form (checked without allocating: it
+/// runs for every decimal a plugin outputs). The form: an optional `-`, `0` or digits
+/// not starting with `0`, optionally `.` and one or more digits; no `-` on zero.
+fn canonical_digits(text: &str) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let (negative, rest) = match bytes.split_first()? {
+        (b'-', rest) => (true, rest),
+        _ => (false, bytes),
+    };
+    let dot = rest.iter().position(|b| *b == b'.');
+    let (int, frac) = match dot {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, &[][..]),
+    };
+    let all_digits = |d: &[u8]| d.iter().all(u8::is_ascii_digit);
+    if int.is_empty() || !all_digits(int) || !all_digits(frac) || (dot.is_some() && frac.is_empty())
+    {
+        return None;
+    }
+    if int.len() > 1 && int[0] == b'0' {
+        return None;
+    }
+    let zero = int == b"0" && frac.iter().all(|d| *d == b'0');
+    if negative && zero {
+        return None;
+    }
+    let significant = if int == b"0" { 0 } else { int.len() };
+    Some((significant, frac.len()))
 }
 
 fn is_uuid(s: &str) -> bool {
@@ -377,6 +410,19 @@ mod tests {
         );
         assert!(check_value(&unbounded, &Value::Decimal("-Infinity".into())).is_ok());
         assert!(check_value(&unbounded, &Value::Decimal("123456789.123456789".into())).is_ok());
+    }
+
+    #[test]
+    fn the_canonical_form_agrees_with_the_engine_s() {
+        for text in [
+            "0", "7", "-7", "0.50", "-12.340", "100.00", "0.000", "-0.001", "10", "01", "-0",
+            "-0.00", "1.", ".5", "+1", "1e5", "", "-", "1.2.3", "١", "12a", "00.1",
+        ] {
+            let canonical = crate::value::canonical_decimal(text).as_deref() == Some(text);
+            assert_eq!(canonical_digits(text).is_some(), canonical, "{text:?}");
+        }
+        assert_eq!(canonical_digits("-12.340"), Some((2, 3)));
+        assert_eq!(canonical_digits("0.50"), Some((0, 2)));
     }
 
     #[test]
