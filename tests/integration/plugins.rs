@@ -860,6 +860,7 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
         hostile("hostile-loop", "plugin_timeout_ms = 500\n"),
         hostile("hostile-alloc", ""),
         hostile("hostile-recursion", ""),
+        hostile("hostile-snoop", ""),
     ]
     .concat();
     write_config(&db, &tables);
@@ -874,6 +875,7 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
         line("hostile_loop", "c", 1, "2026-03-01", "1.00", "new"),
         line("hostile_alloc", "c", 1, "2026-03-01", "1.00", "new"),
         line("hostile_recursion", "c", 1, "2026-03-01", "1.00", "new"),
+        line("hostile_snoop", "c", 1, "2026-03-01", "1.00", "new"),
     ]);
     live.wait_for_log("CPU budget exceeded");
     live.wait_for_log("memory cap exceeded");
@@ -896,6 +898,17 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
         "the engine is still running"
     );
     let client = db.client().await;
+    // The snooping plugin's partition is written, with what the sandbox let it see.
+    let snooped = client
+        .query_one(
+            "SELECT file, environment, wall_clock_1 = wall_clock_2 FROM analytics.hostile_snoop",
+            &[],
+        )
+        .await
+        .expect("snoop row");
+    assert!(snooped.get::<_, String>(0).starts_with("error:"));
+    assert_eq!(snooped.get::<_, String>(1), "");
+    assert!(snooped.get::<_, bool>(2));
     for t in ["hostile_loop", "hostile_alloc", "hostile_recursion"] {
         let n: i64 = client
             .query_one(&format!("SELECT count(*) FROM analytics.{t}"), &[])
@@ -904,4 +917,50 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
             .get(0);
         assert_eq!(n, 0, "{t} wrote nothing");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_plugin_writes_one_aggregate_row_per_group() {
+    let db = TestDb::new("plugin_daily_totals").await;
+    write_config(
+        &db,
+        &orders_table(
+            "public.orders",
+            "analytics.daily_totals",
+            &plugin("daily-totals-rust"),
+            "",
+        ),
+    );
+    db.write_feed(&orders_feed());
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    // The same totals, computed from the feed's orders.
+    let mut want: std::collections::BTreeMap<(String, String), (i64, i64)> = Default::default();
+    for id in 1..=60i64 {
+        let day = format!("2026-03-0{}", 1 + id % 3);
+        let status = if id % 2 == 0 { "new" } else { "Shipped" };
+        let cents = if id % 20 == 0 {
+            -(id * 100 + 50)
+        } else {
+            id * 300 + id % 100
+        };
+        let e = want.entry((day, status.to_owned())).or_default();
+        e.0 += 1;
+        e.1 += cents;
+    }
+    let got: std::collections::BTreeMap<(String, String), (i64, i64)> = db
+        .client()
+        .await
+        .query(
+            "SELECT order_date::text, status, orders, (amount * 100)::bigint FROM analytics.daily_totals",
+            &[],
+        )
+        .await
+        .expect("totals")
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), (r.get(2), r.get(3))))
+        .collect();
+    assert_eq!(got, want);
+    let again = db.weir_ok(&["run", "--once"]);
+    assert!(again.contains("wrote 0 partitions"), "{again}");
 }
