@@ -298,12 +298,18 @@ async fn native_partitions_hold_exactly_what_a_plain_table_holds() {
                 .expect("children")
                 .get(0);
             if layout == "native" {
-                assert!(children > 2, "{name}: one child per partition, got {children}");
+                assert!(
+                    children > 2,
+                    "{name}: one child per partition, got {children}"
+                );
             } else {
                 assert_eq!(children, 0);
             }
             let rows: Vec<String> = client
-                .query("SELECT t::text FROM analytics.fact_orders t ORDER BY id", &[])
+                .query(
+                    "SELECT t::text FROM analytics.fact_orders t ORDER BY id",
+                    &[],
+                )
                 .await
                 .expect("rows")
                 .iter()
