@@ -44,7 +44,12 @@ enum LogFormat {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Validate the config; create the stage, the target's weir schema and the target tables.
-    Init,
+    Init {
+        /// Add the declared nullable columns an existing target table lacks (e.g. a
+        /// plugin's new output column) instead of refusing the table.
+        #[arg(long)]
+        allow_add_columns: bool,
+    },
     /// Tail the feed, stage it, and write dirty partitions.
     Run {
         /// Drain what is available now, write every dirty partition, and exit.
@@ -368,9 +373,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Demo { keep } => weir::demo::run(&mut std::io::stdout(), keep)
             .await
             .context("the demo failed"),
-        Command::Init => {
+        Command::Init { allow_add_columns } => {
             let config = Config::load(&cli.config)?;
-            let report = pipeline::init(&config, &config.target_dsn()?).await?;
+            let report =
+                pipeline::init_with(&config, &config.target_dsn()?, allow_add_columns).await?;
             let mut out = std::io::stdout().lock();
             writeln!(out, "stage: {}", report.stage)?;
             for line in report.source {

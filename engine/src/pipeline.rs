@@ -223,6 +223,16 @@ pub struct InitReport {
 /// Validates connectivity and creates what is missing: the stage, the target's `weir`
 /// schema, and each target table (or refuses one that does not match). Safe to re-run.
 pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineError> {
+    init_with(config, dsn, false).await
+}
+
+/// [`init`], adding declared nullable columns an existing target table lacks when
+/// `allow_add_columns` (`weir init --allow-add-columns`).
+pub async fn init_with(
+    config: &Config,
+    dsn: &Dsn,
+    allow_add_columns: bool,
+) -> Result<InitReport, PipelineError> {
     let mut source_lines = Vec::new();
     let resolved = resolve_tables(config, None).await?;
     if let SourceConfig::Postgres {
@@ -256,7 +266,16 @@ pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineErro
     for table in &resolved {
         let transform = Transform::load(&host, table).await?;
         let view = transform.target_view(table);
-        let prepared = target::prepare_table(&mut client, &view, true).await?;
+        let prepared = target::prepare_table(
+            &mut client,
+            &view,
+            if allow_add_columns {
+                target::Prepare::CreateOrAddColumns
+            } else {
+                target::Prepare::Create
+            },
+        )
+        .await?;
         tables.push(format!(
             "{} -> {} ({} columns, partition by {} {}; transform {})",
             table.source,
@@ -427,9 +446,12 @@ impl Pipeline {
         let mut tables = HashMap::new();
         for table in &config.tables {
             let transform = Transform::load(&host, table).await?;
-            let prepared =
-                target::prepare_table(&mut clients[0], &transform.target_view(table), false)
-                    .await?;
+            let prepared = target::prepare_table(
+                &mut clients[0],
+                &transform.target_view(table),
+                target::Prepare::Check,
+            )
+            .await?;
             tables.insert(
                 table.source.to_string(),
                 (table.clone(), prepared, transform),
@@ -676,6 +698,8 @@ impl Pipeline {
         if dirty.is_empty() {
             return Ok(0);
         }
+        // Oldest change first: a partition waits at most one round behind newer ones.
+        dirty.sort_by_key(|d| d.generation);
         let started = Instant::now();
         let mut transient = 0;
         let results: Vec<_> = futures_util::stream::iter(dirty)

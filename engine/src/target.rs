@@ -258,14 +258,27 @@ async fn ensure_child(
         )))
 }
 
+/// What `prepare_table` may change in the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepare {
+    /// Check only (`run`, `backfill`, `verify`).
+    Check,
+    /// Create the table if it is missing (`init`).
+    Create,
+    /// Also add declared nullable columns the table lacks (`init --allow-add-columns`).
+    CreateOrAddColumns,
+}
+
 /// Checks the target table of `table` against its declared columns; creates it when
-/// missing if `create`, otherwise refuses. A table whose columns differ is refused
-/// with every difference listed.
+/// missing (unless `Prepare::Check`), otherwise refuses. A table whose columns differ
+/// is refused with every difference listed, except that declared nullable columns it
+/// lacks are added with `Prepare::CreateOrAddColumns`.
 pub async fn prepare_table(
     client: &mut Client,
     table: &TableConfig,
-    create: bool,
+    prepare: Prepare,
 ) -> Result<TargetTable, TargetError> {
+    let create = prepare != Prepare::Check;
     let name = &table.target;
     let exists: Option<String> = client
         .query_one("SELECT to_regclass($1)::text", &[&name.quoted()])
@@ -339,11 +352,37 @@ pub async fn prepare_table(
             }],
         });
     }
-    let actual = table_columns(client, &name.quoted()).await?;
+    let mut actual = table_columns(client, &name.quoted()).await?;
     let expected = expected_columns(client, &table.columns).await?;
+    // Declared nullable columns the table lacks: added on request, else a difference
+    // whose message says how to add them.
+    let addable: Vec<&Column> = table
+        .columns
+        .iter()
+        .filter(|c| {
+            !actual.iter().any(|(a, _, _)| *a == c.name)
+                && !c.declared.to_ascii_uppercase().contains("NOT NULL")
+        })
+        .collect();
+    if prepare == Prepare::CreateOrAddColumns && !addable.is_empty() {
+        let adds = addable
+            .iter()
+            .map(|c| format!("ADD COLUMN {} {}", quote_ident(&c.name), c.declared))
+            .collect::<Vec<_>>()
+            .join(", ");
+        client
+            .batch_execute(&format!("ALTER TABLE {} {adds}", name.quoted()))
+            .await
+            .map_err(query_err(format!("add columns to {name}")))?;
+        tracing::info!(table = %name, columns = %addable.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "), "added nullable columns to the target table");
+        actual = table_columns(client, &name.quoted()).await?;
+    }
     let mut differences = Vec::new();
     for (col, ty, _) in &expected {
         match actual.iter().find(|(c, _, _)| c == col) {
+            None if addable.iter().any(|c| c.name == *col) => differences.push(format!(
+                "column `{col}` ({ty}, nullable) is missing: `weir init --allow-add-columns` adds it"
+            )),
             None => differences.push(format!("column `{col}` ({ty}) is missing")),
             Some((_, actual_ty, _)) if actual_ty != ty => differences.push(format!(
                 "column `{col}` is {actual_ty}, config declares {ty}"

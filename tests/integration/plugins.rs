@@ -964,3 +964,45 @@ async fn a_partition_plugin_writes_one_aggregate_row_per_group() {
     let again = db.weir_ok(&["run", "--once"]);
     assert!(again.contains("wrote 0 partitions"), "{again}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn init_adds_a_plugin_s_new_nullable_columns_only_when_asked() {
+    let db = TestDb::new("plugin_add_columns").await;
+    let table = |name: &str| orders_table("public.orders", "analytics.probe", &plugin(name), "");
+    // hostile-loop declares (id, order_date); init only calls `describe`.
+    write_config(&db, &table("hostile-loop"));
+    db.write_feed(&[line("orders", "c", 1, "2026-03-01", "1.00", "new")]);
+    db.weir_ok(&["init"]);
+
+    // hostile-snoop declares the same and nine nullable columns more.
+    write_config(&db, &table("hostile-snoop"));
+    let refused = db.weir(&["init"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = text(&refused.stderr);
+    assert!(
+        stderr.contains(
+            "column `file` (text, nullable) is missing: `weir init --allow-add-columns` adds it"
+        ),
+        "{stderr}"
+    );
+    db.weir_ok(&["init", "--allow-add-columns"]);
+    db.weir_ok(&["run", "--once"]);
+    let file: String = db
+        .client()
+        .await
+        .query_one("SELECT file FROM analytics.probe WHERE id = 1", &[])
+        .await
+        .expect("row")
+        .get(0);
+    assert!(file.starts_with("error:"), "{file}");
+
+    // A missing NOT NULL column is never added: hostile-alloc's `allocated`.
+    write_config(&db, &table("hostile-alloc"));
+    let refused = db.weir(&["init", "--allow-add-columns"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("column `allocated` (bigint) is missing"),
+        "{}",
+        text(&refused.stderr)
+    );
+}
