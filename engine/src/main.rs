@@ -975,6 +975,16 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
             s.pending_dead_letters
         )?;
     }
+    if !s.failed_partitions.is_empty() {
+        writeln!(
+            out,
+            "failed:     {} partitions (retried when they change)",
+            s.failed_partitions.len()
+        )?;
+        for f in s.failed_partitions.iter().take(50) {
+            writeln!(out, "  {} {}: {}", f.table, f.partition, f.error)?;
+        }
+    }
     if !s.stale_partitions.is_empty() {
         writeln!(
             out,

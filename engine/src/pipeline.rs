@@ -725,8 +725,20 @@ impl Pipeline {
                     report.partitions_failed += 1;
                     if !error.is_deterministic() {
                         transient += 1;
-                    } else if let Ok(mut failed) = self.failed.lock() {
-                        failed.insert((d.table.clone(), d.partition.clone()), d.generation);
+                    } else {
+                        if let Ok(mut failed) = self.failed.lock() {
+                            failed.insert((d.table.clone(), d.partition.clone()), d.generation);
+                        }
+                        // For `weir status`, until the partition is written.
+                        let failure = crate::stage::PartitionFailure {
+                            table: d.table.clone(),
+                            partition: d.partition.clone(),
+                            generation: d.generation,
+                            error: error_chain(&error),
+                        };
+                        if let Err(e) = self.stage.record_failure(&failure) {
+                            tracing::warn!(error = %error_chain(&e), "partition failure not recorded");
+                        }
                     }
                     first_error.get_or_insert(PipelineError::Partition {
                         table: d.table.clone(),
@@ -915,6 +927,9 @@ impl Pipeline {
         if let Ok(mut failed) = self.failed.lock() {
             failed.remove(&(table.to_owned(), partition.clone()));
         }
+        if self.writable && summary.superseded_by.is_none() {
+            self.stage.clear_failure(table, partition)?;
+        }
         if !rejections.is_empty() {
             tracing::warn!(table, partition = %partition, rejected = rejections.len(), "rows rejected by the plugin were written to weir.dead_letter");
         }
@@ -1061,6 +1076,9 @@ pub struct Status {
     /// Size of the stage's files on disk, in bytes.
     pub stage_size_bytes: u64,
     pub dirty_partitions: Vec<DirtyStatus>,
+    /// Partitions whose last write failed for good (a plugin's verdict): they are
+    /// retried when they change.
+    pub failed_partitions: Vec<FailedStatus>,
     pub pending_dead_letters: usize,
     pub last_writes: Vec<target::LineageRow>,
     /// Partitions written by another plugin or config than the config's now
@@ -1073,6 +1091,14 @@ pub struct Status {
     pub slot_lag_bytes: Option<i64>,
     /// Why the slot could not be read, if it could not.
     pub source_error: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FailedStatus {
+    pub table: String,
+    pub partition: String,
+    pub generation: u64,
+    pub error: String,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -1110,6 +1136,16 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
                 table: d.table,
                 partition: d.partition.to_string(),
                 generation: d.generation,
+            })
+            .collect(),
+        failed_partitions: stage
+            .failures()?
+            .into_iter()
+            .map(|f| FailedStatus {
+                table: f.table,
+                partition: f.partition.to_string(),
+                generation: f.generation,
+                error: f.error,
             })
             .collect(),
         pending_dead_letters: stage.dead_letters(usize::MAX)?.len(),

@@ -558,6 +558,23 @@ rate = "1"
         .map(|r| r.get(0))
         .collect();
     assert_eq!(written, ["2026-03-01"]);
+    // `status` shows the failed partition and why, until it is written.
+    let status: J = serde_json::from_str(&db.weir_ok(&["status", "--json"])).expect("status");
+    let failed = status["failed_partitions"].as_array().expect("failed");
+    assert_eq!(failed.len(), 1, "{status}");
+    assert_eq!(failed[0]["partition"], "2026-03-02");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .expect("error")
+            .contains("belongs to partition `2026-03-03`"),
+        "{status}"
+    );
+    // Shipped the same day after all: the partition is written and the failure gone.
+    db.append_feed(&[with_ship(7, "2026-03-02", "2026-03-02")]);
+    db.weir_ok(&["run", "--once"]);
+    let status: J = serde_json::from_str(&db.weir_ok(&["status", "--json"])).expect("status");
+    assert_eq!(status["failed_partitions"], json!([]), "{status}");
 }
 
 /// `weir plugin test` as a child process, with JSON logs; returns (exit code, stdout,

@@ -70,6 +70,20 @@ const META_SOURCE_ID: &[u8] = b"source_id";
 const META_GENERATION: &[u8] = b"generation";
 const META_APPLYING: &[u8] = b"applying";
 const META_SOURCE_STATE: &[u8] = b"source_state";
+/// Prefix of the records of partitions whose last write failed for good (until they
+/// change): `failed\0` + the partition key.
+const META_FAILED_PREFIX: &[u8] = b"failed\0";
+
+/// A partition whose last write failed in a way a retry would repeat (a plugin's
+/// verdict), recorded for `weir status` until the partition is written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionFailure {
+    pub table: String,
+    pub partition: Partition,
+    /// The stage generation that failed; a change to the partition retries it.
+    pub generation: u64,
+    pub error: String,
+}
 const POSITION_KEY: &[u8] = b"checkpoint";
 
 /// One staged row: the current image of a key, with where it came from.
@@ -366,6 +380,38 @@ impl Stage {
         self.db
             .put_cf_opt(self.cf(CF_META), key, value, &opts)
             .map_err(db_err("write meta"))
+    }
+
+    /// Records a partition's failure (replacing an earlier one of the partition).
+    pub fn record_failure(&self, failure: &PartitionFailure) -> Result<(), StageError> {
+        let mut key = META_FAILED_PREFIX.to_vec();
+        key.extend_from_slice(&partition_key(&failure.table, &failure.partition));
+        let value = postcard::to_stdvec(failure).map_err(|_| corrupt("failure record"))?;
+        self.db
+            .put_cf(self.cf(CF_META), key, value)
+            .map_err(db_err("record a partition failure"))
+    }
+
+    /// Forgets a partition's failure (it was written).
+    pub fn clear_failure(&self, table: &str, partition: &Partition) -> Result<(), StageError> {
+        let mut key = META_FAILED_PREFIX.to_vec();
+        key.extend_from_slice(&partition_key(table, partition));
+        self.db
+            .delete_cf(self.cf(CF_META), key)
+            .map_err(db_err("clear a partition failure"))
+    }
+
+    /// Partitions whose last write failed for good, in (table, partition) order.
+    pub fn failures(&self) -> Result<Vec<PartitionFailure>, StageError> {
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_range(rocksdb::PrefixRange(META_FAILED_PREFIX));
+        let mode = IteratorMode::From(META_FAILED_PREFIX, Direction::Forward);
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf_opt(self.cf(CF_META), opts, mode) {
+            let (_, v) = item.map_err(db_err("read partition failures"))?;
+            out.push(postcard::from_bytes(&v).map_err(|_| corrupt("failure record"))?);
+        }
+        Ok(out)
     }
 
     /// The feed this stage was filled from.
