@@ -38,36 +38,19 @@ fn cents(id: i64) -> i64 {
 
 /// Writes the config: orders through the Rust orders plugin at `rate`.
 fn write_config(db: &TestDb, rate: &str, extra_tables: &str) {
-    let text = format!(
-        r#"[source]
-kind = "jsonl"
-path = "feed.jsonl"
-
-[stage]
-path = "stage"
-
-[target]
-kind = "postgres"
-dsn_env = "WEIR_TARGET_DSN"
-
-[engine]
-flush_interval_ms = 200
-parallelism = 2
-
-[[table]]
-source = "public.orders"
-target = "analytics.orders"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text" }}
-plugin = "{}"
-[table.plugin_config]
-rate = "{rate}"
-{extra_tables}"#,
-        plugin("orders-rust").display()
+    let orders = crate::harness::orders_table(
+        "public.orders",
+        "analytics.orders",
+        &format!(
+            "plugin = \"{}\"\n[table.plugin_config]\nrate = \"{rate}\"",
+            plugin("orders-rust").display()
+        ),
     );
-    std::fs::write(db.config_path(), text).expect("write config");
+    db.write_feed_config(
+        "",
+        "flush_interval_ms = 200\nparallelism = 2",
+        &format!("{orders}{extra_tables}"),
+    );
 }
 
 /// `rows` orders spread over the 90 days.
@@ -182,15 +165,9 @@ async fn a_ninety_day_window_is_rebuilt_beside_the_live_engine_and_again_changes
     updated.dedup();
     let expected_cents: i64 = (1..=rows).map(cents).sum::<i64>() + 100 * updated.len() as i64;
     assert_eq!(target_summary(&db).await, (rows, expected_cents, 0, 0));
-    let client = db.client().await;
-    let paid: i64 = client
-        .query_one(
-            "SELECT count(*) FROM analytics.orders WHERE status = 'PAID'",
-            &[],
-        )
-        .await
-        .expect("paid")
-        .get(0);
+    let paid: i64 = db
+        .count("SELECT count(*) FROM analytics.orders WHERE status = 'PAID'")
+        .await;
     assert_eq!(paid, updated.len() as i64, "every update is in the target");
     let before = lineage(&db).await;
     assert_eq!(
@@ -345,14 +322,9 @@ async fn sigint_stops_a_backfill_cleanly_and_the_rerun_finishes_only_the_rest() 
         .spawn()
         .expect("start backfill");
     // Wait until some partitions are rebuilt, then SIGINT.
-    let client = db.client().await;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let done: i64 = client
-            .query_one("SELECT count(*) FROM analytics.orders WHERE amount_eur = amount * 2 AND amount > 0", &[])
-            .await
-            .expect("count")
-            .get(0);
+        let done: i64 = db.count("SELECT count(*) FROM analytics.orders WHERE amount_eur = amount * 2 AND amount > 0").await;
         if done > 0 {
             break;
         }
@@ -375,15 +347,12 @@ async fn sigint_stops_a_backfill_cleanly_and_the_rerun_finishes_only_the_rest() 
     assert!(stdout.contains("interrupted:"), "{stdout}");
     assert!(text(&out.stderr).contains("run the same command again"));
     // Whole partitions only: each is all at the new rate or all at the old.
-    let torn: i64 = client
-        .query_one(
+    let torn: i64 = db
+        .count(
             "SELECT count(*) FROM (SELECT order_date FROM analytics.orders GROUP BY order_date \
              HAVING count(DISTINCT amount_eur = amount * 2) > 1) t",
-            &[],
         )
-        .await
-        .expect("torn")
-        .get(0);
+        .await;
     assert_eq!(torn, 0, "no partition is half written");
 
     let rerun = db.weir_ok(&backfill_args("2"));
@@ -393,14 +362,9 @@ async fn sigint_stops_a_backfill_cleanly_and_the_rerun_finishes_only_the_rest() 
     );
     let (count, sum, _, upper) = target_summary(&db).await;
     assert_eq!((count, sum, upper), (expected.0, expected.1, 0));
-    let at_new_rate: i64 = client
-        .query_one(
-            "SELECT count(*) FROM analytics.orders WHERE amount_eur = amount * 2",
-            &[],
-        )
-        .await
-        .expect("count")
-        .get(0);
+    let at_new_rate: i64 = db
+        .count("SELECT count(*) FROM analytics.orders WHERE amount_eur = amount * 2")
+        .await;
     assert_eq!(at_new_rate, count, "every partition is rebuilt");
     // Finished: the next backfill of the window starts afresh (rewrites all).
     let fresh = db.weir_ok(&backfill_args("2"));
@@ -463,15 +427,8 @@ async fn after_a_plugin_change_backfill_stale_rebuilds_exactly_the_stale_partiti
         Some(0)
     );
     let wrong: i64 = db
-        .client()
-        .await
-        .query_one(
-            "SELECT count(*) FROM analytics.orders WHERE amount_eur <> amount * 3",
-            &[],
-        )
-        .await
-        .expect("count")
-        .get(0);
+        .count("SELECT count(*) FROM analytics.orders WHERE amount_eur <> amount * 3")
+        .await;
     assert_eq!(wrong, 0);
 
     // A window whose partitions have no staged rows left (every order of 2026-01-21

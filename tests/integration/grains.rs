@@ -225,7 +225,7 @@ async fn init_refuses_a_mismatched_target_table_listing_the_differences() {
     for want in [
         "does not match the configured columns",
         "column `id` is integer, config declares bigint",
-        "column `status` (text) is missing",
+        "column `status` (text, nullable) is missing: `weir init --allow-add-columns` adds it",
         "column `note` (text) is not in the config",
     ] {
         assert!(stderr.contains(want), "want `{want}` in: {stderr}");

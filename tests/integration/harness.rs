@@ -68,6 +68,16 @@ impl TestDb {
     /// Writes `weir.toml` for the orders feed `feed.jsonl`; `source_extra` and
     /// `table_extra` are added to the `[source]` and `[[table]]` sections.
     pub fn write_config(&self, source_extra: &str, table_extra: &str, engine: &str) {
+        self.write_feed_config(
+            source_extra,
+            engine,
+            &orders_table("public.orders", "analytics.fact_orders", table_extra),
+        );
+    }
+
+    /// Writes `weir.toml` for the JSON-lines feed `feed.jsonl` with the given `[engine]`
+    /// settings and `[[table]]` sections.
+    pub fn write_feed_config(&self, source_extra: &str, engine: &str, tables: &str) {
         let text = format!(
             r#"[source]
 kind = "jsonl"
@@ -83,18 +93,19 @@ dsn_env = "WEIR_TARGET_DSN"
 
 [engine]
 {engine}
-
-[[table]]
-source = "public.orders"
-target = "analytics.fact_orders"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text" }}
-{table_extra}
-"#
+{tables}"#
         );
         std::fs::write(self.config_path(), text).expect("write config");
+    }
+
+    /// The one `bigint` a query returns (`SELECT count(*) …`).
+    pub async fn count(&self, sql: &str) -> i64 {
+        self.client()
+            .await
+            .query_one(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0)
     }
 
     pub fn write_feed(&self, lines: &[String]) {
@@ -149,6 +160,23 @@ columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "nu
         tokio::spawn(connection);
         client
     }
+}
+
+/// A `[[table]]` of the orders feed (`public.orders`-shaped rows) partitioned by day on
+/// `order_date`, with `extra` lines added (a plugin, its config, …).
+pub fn orders_table(source: &str, target: &str, extra: &str) -> String {
+    format!(
+        r#"
+[[table]]
+source = "{source}"
+target = "{target}"
+key = ["id"]
+partition_by = "order_date"
+grain = "day"
+columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text" }}
+{extra}
+"#
+    )
 }
 
 pub fn text(bytes: &[u8]) -> String {

@@ -194,40 +194,15 @@ fn line(table: &str, op: &str, id: i64, day: &str, amount: &str, status: &str) -
 }
 
 fn orders_table(source: &str, target: &str, plugin_path: &Path, extra: &str) -> String {
-    format!(
-        r#"
-[[table]]
-source = "{source}"
-target = "{target}"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text" }}
-plugin = "{}"
-{extra}
-"#,
-        plugin_path.display()
+    crate::harness::orders_table(
+        source,
+        target,
+        &format!("plugin = \"{}\"\n{extra}", plugin_path.display()),
     )
 }
 
 fn write_config(db: &TestDb, tables: &str) {
-    let text = format!(
-        r#"[source]
-kind = "jsonl"
-path = "feed.jsonl"
-
-[stage]
-path = "stage"
-
-[target]
-kind = "postgres"
-dsn_env = "WEIR_TARGET_DSN"
-
-[engine]
-flush_interval_ms = 100
-{tables}"#
-    );
-    std::fs::write(db.config_path(), text).expect("write config");
+    db.write_feed_config("", "flush_interval_ms = 100", tables);
 }
 
 /// 60 orders over three days; every 20th has a negative amount.
@@ -326,11 +301,7 @@ async fn a_pipeline_writes_plugin_output_with_rejections_and_lineage_identically
             ),
             ("9.03".into(), "9.77".into(), "SHIPPED".into())
         );
-        let count: i64 = client
-            .query_one("SELECT count(*) FROM analytics.orders_eur", &[])
-            .await
-            .expect("count")
-            .get(0);
+        let count: i64 = db.count("SELECT count(*) FROM analytics.orders_eur").await;
         assert_eq!(count, 57, "60 orders, 3 rejected");
 
         // Rejections: in the dead-letter table with key, reason, input and plugin sha256.
@@ -467,7 +438,6 @@ async fn a_rejection_fails_the_partition_with_on_reject_fail(db: &TestDb) {
             "on_reject = \"fail\"\n[table.plugin_config]\nrate = \"2\"\n",
         ),
     );
-    let client = db.client().await;
     // Two new days: the partitions of the earlier (dead-lettered) rejections stay clean.
     db.append_feed(&[
         line("orders", "c", 2000, "2026-03-05", "-1.00", "new"),
@@ -481,23 +451,13 @@ async fn a_rejection_fails_the_partition_with_on_reject_fail(db: &TestDb) {
         stderr.contains("rejected the row with key [2000]: amount is negative"),
         "{stderr}"
     );
-    let failed: i64 = client
-        .query_one(
-            "SELECT count(*) FROM analytics.orders_eur WHERE order_date = '2026-03-05'",
-            &[],
-        )
-        .await
-        .expect("count")
-        .get(0);
+    let failed: i64 = db
+        .count("SELECT count(*) FROM analytics.orders_eur WHERE order_date = '2026-03-05'")
+        .await;
     assert_eq!(failed, 0, "the failed partition is not written");
-    let other: i64 = client
-        .query_one(
-            "SELECT count(*) FROM analytics.orders_eur WHERE id = 2001",
-            &[],
-        )
-        .await
-        .expect("count")
-        .get(0);
+    let other: i64 = db
+        .count("SELECT count(*) FROM analytics.orders_eur WHERE id = 2001")
+        .await;
     assert_eq!(other, 1, "the other partition is written");
 }
 
@@ -927,11 +887,9 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
     assert_eq!(snooped.get::<_, String>(1), "");
     assert!(snooped.get::<_, bool>(2));
     for t in ["hostile_loop", "hostile_alloc", "hostile_recursion"] {
-        let n: i64 = client
-            .query_one(&format!("SELECT count(*) FROM analytics.{t}"), &[])
-            .await
-            .expect("count")
-            .get(0);
+        let n: i64 = db
+            .count(&format!("SELECT count(*) FROM analytics.{t}"))
+            .await;
         assert_eq!(n, 0, "{t} wrote nothing");
     }
 }
