@@ -12,9 +12,24 @@
 //!    from identical pgoutput slots by Weir (slot → stage, and `run --once` into a
 //!    target), by `pg_recvlogical` (the decode limit) and by a native subscription (the
 //!    peer), one after the other, each from the same backlog.
+//! 5. WASM transform plugins: the `orders` plugin as Rust, Python and JavaScript
+//!    components through Weir's plugin host (partition jobs of `--plugin-rows` rows,
+//!    rows/s; cold and warm start; component size) against the same Rust logic compiled
+//!    natively (the baseline). Components are read from `$WEIR_PLUGINS_DIR` (default
+//!    `$CARGO_TARGET_DIR/plugins`), where `scripts/bench` builds them.
+//! 6. Backfill: a window of `--backfill-days` day partitions (`--backfill-rows` orders
+//!    staged and written once beforehand) rebuilt by `weir::backfill` with 1, 2 and 4
+//!    partition jobs at once, rows/s and partitions/s; against one binary COPY of the
+//!    same final rows into an empty table of the same shape.
+//!
+//! `--only SECTION` runs one section and replaces it in the existing report, which
+//! keeps the rest.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout)]
+
+mod backfill;
+mod plugins;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -47,7 +62,8 @@ struct Args {
     /// Days the orders spread over (one partition each).
     #[arg(long, default_value_t = 30)]
     days: u64,
-    /// Repetitions of each end-to-end measurement; the median is reported.
+    /// Repetitions of each end-to-end, replication and backfill measurement; the median
+    /// is reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
     /// Single-row transactions staged per group-commit size.
@@ -60,6 +76,31 @@ struct Args {
     /// inserts, 1 update, then alternately 1 update or 1 delete).
     #[arg(long, default_value_t = 200_000)]
     pg_changes: u64,
+    /// Rows of one plugin partition job (pushed in chunks of 4096).
+    #[arg(long, default_value_t = 40_960)]
+    plugin_rows: usize,
+    /// Plugin jobs (and native ones) are timed until at least this many seconds have
+    /// passed, at least one job each.
+    #[arg(long, default_value_t = 2.0)]
+    plugin_seconds: f64,
+    /// Loads of each plugin for its cold and for its warm start; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    plugin_starts: usize,
+    /// Orders staged and written once, then backfilled (one insert each).
+    #[arg(long, default_value_t = 500_000)]
+    backfill_rows: u64,
+    /// Days the backfilled orders spread over: the window's day partitions.
+    #[arg(long, default_value_t = 90)]
+    backfill_days: u64,
+    /// The folder of the plugin components (`orders-rust.wasm`, `orders-python.wasm`,
+    /// `orders-js.wasm`); default `$CARGO_TARGET_DIR/plugins`, the target folder
+    /// defaulting to `$HOME/.cache/weir-target`.
+    #[arg(long, env = "WEIR_PLUGINS_DIR")]
+    plugins_dir: Option<PathBuf>,
+    /// Run only this section and replace it in the existing report (`--out`), keeping
+    /// the rest; by default every section runs and the report is written anew.
+    #[arg(long, value_enum)]
+    only: Option<Section>,
     /// Where to write the report.
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
@@ -101,20 +142,164 @@ async fn main() -> anyhow::Result<()> {
     if let Some(config) = &args.child_pipeline {
         return child_pipeline(config, args.child_init).await;
     }
-    let mut report = String::new();
-    header(&mut report, &args)?;
-    let pg = tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??;
-    pg_settings(&mut report, &pg).await?;
-    end_to_end(&mut report, &args, &pg).await?;
-    staging(&mut report, &args)?;
-    large_transaction(&mut report, &args).await?;
-    replication(&mut report, &args, &pg).await?;
+    let command = command_line(&args);
+    let plugin_args = plugins::PluginBenchArgs {
+        rows: args.plugin_rows,
+        seconds: args.plugin_seconds,
+        starts: args.plugin_starts,
+        dir: args
+            .plugins_dir
+            .clone()
+            .unwrap_or_else(plugins::default_plugins_dir),
+        command: command.clone(),
+    };
+    let Some(only) = args.only else {
+        let mut report = String::new();
+        header(&mut report, &command)?;
+        let pg =
+            tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??;
+        pg_settings(&mut report, &pg).await?;
+        end_to_end(&mut report, &args, &pg).await?;
+        staging(&mut report, &args)?;
+        large_transaction(&mut report, &args).await?;
+        replication(&mut report, &args, &pg).await?;
+        plugins::plugins(&mut report, &plugin_args).await?;
+        backfill::backfill(&mut report, &args, &pg).await?;
+        std::fs::write(&args.out, &report)?;
+        println!("{report}");
+        return Ok(());
+    };
+    // One section: measured alone, then put in place of its old text (or appended).
+    let pg = if matches!(
+        only,
+        Section::EndToEnd | Section::Replication | Section::Backfill
+    ) {
+        Some(tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??)
+    } else {
+        None
+    };
+    let mut section = String::new();
+    match (only, &pg) {
+        (Section::EndToEnd, Some(pg)) => end_to_end(&mut section, &args, pg).await?,
+        (Section::Staging, _) => staging(&mut section, &args)?,
+        (Section::LargeTransaction, _) => large_transaction(&mut section, &args).await?,
+        (Section::Replication, Some(pg)) => replication(&mut section, &args, pg).await?,
+        (Section::Plugins, _) => plugins::plugins(&mut section, &plugin_args).await?,
+        (Section::Backfill, Some(pg)) => backfill::backfill(&mut section, &args, pg).await?,
+        (Section::EndToEnd | Section::Replication | Section::Backfill, None) => {
+            anyhow::bail!("no PostgreSQL for a section that needs one")
+        }
+    }
+    if only != Section::Plugins {
+        // The plugins section names its command itself.
+        writeln!(
+            section,
+            "\nMeasured on {} by `{command}` (this section alone).",
+            chrono::Utc::now().format("%Y-%m-%d")
+        )?;
+    }
+    let report = match std::fs::read_to_string(&args.out) {
+        Ok(existing) => splice_section(&existing, &section),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut report = String::new();
+            header(&mut report, &command)?;
+            if let Some(pg) = &pg {
+                pg_settings(&mut report, pg).await?;
+            }
+            report.push_str(&section);
+            report
+        }
+        Err(e) => return Err(e).with_context(|| format!("read {}", args.out.display())),
+    };
     std::fs::write(&args.out, &report)?;
-    println!("{report}");
+    println!("{section}");
     Ok(())
 }
 
-fn header(out: &mut String, args: &Args) -> anyhow::Result<()> {
+/// A section of the report, for `--only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Section {
+    /// 1: JSON lines → stage → partitions, against raw binary COPY.
+    EndToEnd,
+    /// 2: staging with sync on, by group-commit size.
+    Staging,
+    /// 3: one transaction larger than memory.
+    LargeTransaction,
+    /// 4: PostgreSQL logical replication.
+    Replication,
+    /// 5: WASM transform plugins.
+    Plugins,
+    /// 6: backfill of a window of partitions, by parallelism, against raw binary COPY.
+    Backfill,
+}
+
+/// The `scripts/bench` command line of this run, with the sizes that matter to what
+/// it measures.
+fn command_line(args: &Args) -> String {
+    let end_to_end = format!(
+        "--rows {} --days {} --repeat {}",
+        args.rows, args.days, args.repeat
+    );
+    let staging = format!("--stage-transactions {}", args.stage_transactions);
+    let large = format!("--large-rows {}", args.large_rows);
+    let replication = format!("--pg-changes {} --repeat {}", args.pg_changes, args.repeat);
+    let plugins = format!(
+        "--plugin-rows {} --plugin-seconds {} --plugin-starts {}",
+        args.plugin_rows, args.plugin_seconds, args.plugin_starts
+    );
+    let backfill = format!(
+        "--backfill-rows {} --backfill-days {}",
+        args.backfill_rows, args.backfill_days
+    );
+    match args.only {
+        None => format!(
+            "scripts/bench {end_to_end} {staging} {large} --pg-changes {} {plugins} {backfill}",
+            args.pg_changes
+        ),
+        Some(Section::EndToEnd) => format!("scripts/bench --only end-to-end {end_to_end}"),
+        Some(Section::Staging) => format!("scripts/bench --only staging {staging}"),
+        Some(Section::LargeTransaction) => {
+            format!("scripts/bench --only large-transaction {large}")
+        }
+        Some(Section::Replication) => format!("scripts/bench --only replication {replication}"),
+        Some(Section::Plugins) => format!("scripts/bench --only plugins {plugins}"),
+        Some(Section::Backfill) => format!(
+            "scripts/bench --only backfill {backfill} --repeat {}",
+            args.repeat
+        ),
+    }
+}
+
+/// `doc` with the section of the same `## ` heading as `section` replaced by it, or
+/// with `section` appended. Sections start with an empty line and their heading; one
+/// ends where the next `## ` heading begins.
+fn splice_section(doc: &str, section: &str) -> String {
+    let heading = section
+        .lines()
+        .find(|l| l.starts_with("## "))
+        .unwrap_or_default();
+    let mut out = String::with_capacity(doc.len() + section.len());
+    match doc.find(&format!("\n{heading}\n")) {
+        Some(start) if !heading.is_empty() => {
+            let end = doc[start + 1..]
+                .find("\n## ")
+                .map_or(doc.len(), |i| start + 1 + i);
+            out.push_str(&doc[..start]);
+            out.push_str(section);
+            out.push_str(&doc[end..]);
+        }
+        _ => {
+            out.push_str(doc);
+            if !doc.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(section);
+        }
+    }
+    out
+}
+
+fn header(out: &mut String, command: &str) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
@@ -137,13 +322,9 @@ fn header(out: &mut String, args: &Args) -> anyhow::Result<()> {
     writeln!(out, "# Benchmarks\n")?;
     writeln!(
         out,
-        "Every figure below comes from one run of:\n\n```\nscripts/bench --rows {} --days {} --repeat {} --stage-transactions {} --large-rows {} --pg-changes {}\n```\n",
-        args.rows,
-        args.days,
-        args.repeat,
-        args.stage_transactions,
-        args.large_rows,
-        args.pg_changes
+        "Every figure below comes from one run of:\n\n```\n{command}\n```\n\n\
+         A section run alone (`scripts/bench --only SECTION`) replaces its text here and ends with the command \
+         and date that produced it instead.\n"
     )?;
     writeln!(
         out,
@@ -177,16 +358,18 @@ async fn pg_settings(out: &mut String, pg: &LocalPg) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Section 1: JSON lines → committed partitions, against raw binary COPY.
-async fn end_to_end(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Result<()> {
+/// The end-to-end feed of `rows` orders (one insert each, transactions of 8 lines) over
+/// `days` days from 2026-03-01, as Debezium JSON lines, and its final rows in the
+/// columns of `analytics.fact_orders` (id, customer, order_date, amount, status).
+fn orders_feed(rows: u64, days: u64) -> anyhow::Result<(String, Vec<Vec<Value>>)> {
     let mut seq = Sequence::new(11);
-    let mut feed = String::with_capacity(args.rows as usize * 220);
-    let mut rows: Vec<Vec<Value>> = Vec::with_capacity(args.rows as usize);
-    for id in 1..=args.rows {
-        let d = day(seq.below(args.days));
+    let mut feed = String::with_capacity(rows as usize * 220);
+    let mut out: Vec<Vec<Value>> = Vec::with_capacity(rows as usize);
+    for id in 1..=rows {
+        let d = day(seq.below(days));
         let cents = seq.below(1_000_000);
         feed.push_str(&order_line('c', Some(id / 8), id, &d, cents, "new"));
-        rows.push(vec![
+        out.push(vec![
             Value::Int(id as i64),
             Value::Text(format!("c{}", id % 97)),
             Value::Date(weir::value::parse_date(&d).context("date")?),
@@ -194,6 +377,59 @@ async fn end_to_end(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Resu
             Value::Text("new".into()),
         ]);
     }
+    Ok((feed, out))
+}
+
+/// The raw binary COPY baseline: `rows` (of [`orders_feed`]) into `table`, a table of
+/// the shape of `analytics.fact_orders`, in one COPY (one transaction); its time, from
+/// starting the COPY until the server confirmed it.
+async fn copy_orders(
+    client: &tokio_postgres::Client,
+    table: &str,
+    rows: &[Vec<Value>],
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let sink = client
+        .copy_in(&format!(
+            "COPY {table} (id, customer, order_date, amount, status) FROM STDIN (FORMAT binary)"
+        ))
+        .await?;
+    let writer = BinaryCopyInWriter::new(
+        sink,
+        &[
+            Type::INT8,
+            Type::TEXT,
+            Type::DATE,
+            Type::NUMERIC,
+            Type::TEXT,
+        ],
+    );
+    pin_mut!(writer);
+    for row in rows {
+        let refs: Vec<&(dyn ToSql + Sync)> = row.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        writer.as_mut().write(&refs).await?;
+    }
+    let copied = writer.finish().await?;
+    let elapsed = started.elapsed();
+    anyhow::ensure!(
+        copied == rows.len() as u64,
+        "COPY wrote {copied} rows, expected {}",
+        rows.len()
+    );
+    Ok(elapsed)
+}
+
+/// The 1-minute load average now, from `/proc/loadavg`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Section 1: JSON lines → committed partitions, against raw binary COPY.
+async fn end_to_end(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Result<()> {
+    let (feed, rows) = orders_feed(args.rows, args.days)?;
     let (mut weir_times, mut copy_times) = (Vec::new(), Vec::new());
     for i in 0..args.repeat {
         let dsn = Dsn::new(pg.create_database(&format!("bench_{i}")).await?);
@@ -218,34 +454,11 @@ async fn end_to_end(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Resu
         );
         drop(pipeline);
 
-        let (client, connection) =
-            tokio_postgres::connect(dsn.expose(), tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
+        let client = connect(dsn.expose()).await?;
         client
             .batch_execute("TRUNCATE analytics.fact_orders")
             .await?;
-        let started = Instant::now();
-        let sink = client
-            .copy_in("COPY analytics.fact_orders (id, customer, order_date, amount, status) FROM STDIN (FORMAT binary)")
-            .await?;
-        let writer = BinaryCopyInWriter::new(
-            sink,
-            &[
-                Type::INT8,
-                Type::TEXT,
-                Type::DATE,
-                Type::NUMERIC,
-                Type::TEXT,
-            ],
-        );
-        pin_mut!(writer);
-        for row in &rows {
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                row.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            writer.as_mut().write(&refs).await?;
-        }
-        writer.finish().await?;
-        copy_times.push(started.elapsed());
+        copy_times.push(copy_orders(&client, "analytics.fact_orders", &rows).await?);
         println!(
             "end to end, run {}: weir {:?}, copy {:?}",
             i + 1,
@@ -964,10 +1177,7 @@ async fn replication(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Res
         rounds * SLOTS_PER_ROUND
     );
     // Other processes share this machine: say how busy it was.
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "unknown".into());
+    let load = load_average();
     let source_dsn = Dsn::new(pg.create_database(REPL_SOURCE_DB).await?);
     let source = connect(source_dsn.expose()).await?;
     source
