@@ -204,10 +204,19 @@ impl PluginHost {
             std::thread::Builder::new()
                 .name("weir-plugin-epoch".into())
                 .spawn(move || {
+                    // Ticks follow the clock, not the count of sleeps: a tick that comes
+                    // late (a busy machine) is caught up at once, so a deadline is never
+                    // later than its time plus one tick and one scheduling delay.
+                    let started = Instant::now();
+                    let mut ticks: u128 = 0;
                     while !stop.load(Ordering::Relaxed) {
                         std::thread::sleep(EPOCH_TICK);
+                        let due = started.elapsed().as_millis() / EPOCH_TICK.as_millis();
                         if let Ok(engines) = ticked.lock() {
-                            engines.iter().for_each(Engine::increment_epoch);
+                            while ticks < due {
+                                engines.iter().for_each(Engine::increment_epoch);
+                                ticks += 1;
+                            }
                         }
                     }
                 })
