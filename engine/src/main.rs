@@ -408,6 +408,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 report.dead_letters,
                 report.rows_rejected
             )?;
+            if report.changes > 0 && report.rows_written > 0 {
+                // Rows the target rewrote per change staged: the price of whole-partition
+                // replace; a longer flush interval coalesces more changes per rewrite.
+                writeln!(
+                    std::io::stdout().lock(),
+                    "write amplification: {:.1} rows written per changed row",
+                    report.rows_written as f64 / report.changes as f64
+                )?;
+            }
             Ok(())
         }
         Command::Checkpoint { command } => {
