@@ -10,7 +10,7 @@ use weir::demo::DEMO_CONFIG;
 use weir::localpg::LocalPg;
 use weir::pipeline::{self, Pipeline};
 
-use crate::{Args, connect, copy_orders, day, load_average, median, orders_feed};
+use crate::{Args, connect, copy_orders, day, load_average, median, orders_feed, seconds_list};
 
 /// Partition jobs at once, one backfill each per repetition.
 const PARALLEL: [usize; 3] = [1, 2, 4];
@@ -185,12 +185,6 @@ pub(crate) async fn backfill(out: &mut String, args: &Args, pg: &LocalPg) -> any
 
     let copy = median(&copy_times);
     let copy_rate = args.backfill_rows as f64 / copy.as_secs_f64();
-    let all = |v: &[Duration]| {
-        v.iter()
-            .map(|d| format!("{:.2}", d.as_secs_f64()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     writeln!(
         out,
         "\n## Backfill: rebuilding a window of partitions, by parallelism, against raw binary COPY\n"
@@ -254,7 +248,7 @@ pub(crate) async fn backfill(out: &mut String, args: &Args, pg: &LocalPg) -> any
         .enumerate()
         .map(|(p, n)| {
             let times: Vec<Duration> = runs[p].iter().map(|r| r.time).collect();
-            format!("parallel {n} {}", all(&times))
+            format!("parallel {n} {}", seconds_list(&times))
         })
         .collect::<Vec<_>>()
         .join("; ");
@@ -263,7 +257,7 @@ pub(crate) async fn backfill(out: &mut String, args: &Args, pg: &LocalPg) -> any
         "\nRate over parallel 1: {:.2} with 2 jobs, {:.2} with 4. All runs (s): {per_parallel}; COPY {}.\n",
         speedup(1),
         speedup(2),
-        all(&copy_times)
+        seconds_list(&copy_times)
     )?;
     writeln!(
         out,

@@ -124,6 +124,14 @@ fn reset_peak_rss() {
     weir::procmem::reset_peak();
 }
 
+/// Durations as seconds with two decimals, comma-separated (every run of a figure).
+fn seconds_list(v: &[Duration]) -> String {
+    v.iter()
+        .map(|d| format!("{:.2}", d.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn median(v: &[Duration]) -> Duration {
     let mut v = v.to_vec();
     v.sort();
@@ -468,12 +476,6 @@ async fn end_to_end(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Resu
     }
     let (weir, copy) = (median(&weir_times), median(&copy_times));
     let rate = |d: Duration| args.rows as f64 / d.as_secs_f64();
-    let all = |v: &[Duration]| {
-        v.iter()
-            .map(|d| format!("{:.2}", d.as_secs_f64()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     writeln!(
         out,
         "\n## JSON lines → stage → partitions, against raw binary COPY\n"
@@ -508,8 +510,8 @@ async fn end_to_end(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Resu
         out,
         "\nWeir / limit: {:.2} of the raw COPY rate. All runs (s): Weir {}; COPY {}.",
         rate(weir) / rate(copy),
-        all(&weir_times),
-        all(&copy_times)
+        seconds_list(&weir_times),
+        seconds_list(&copy_times)
     )?;
     Ok(())
 }
