@@ -208,6 +208,30 @@ pub struct TableConfig {
     pub plugin: Option<PluginConfig>,
     /// How the target table is laid out.
     pub target_partitioning: TargetPartitioning,
+    /// How a dirty partition is written.
+    pub write: WriteMode,
+}
+
+/// How a dirty partition reaches the target (`write = "replace" | "merge"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Delete the partition and COPY the output of all its staged rows.
+    #[default]
+    Replace,
+    /// Delete the target rows of the keys changed since the partition's last write and
+    /// COPY their new output. For the identity and `row`-kind plugins whose grain key
+    /// is the table's key; a partition never written, or written by another plugin or
+    /// config, is replaced instead.
+    Merge,
+}
+
+impl WriteMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteMode::Replace => "replace",
+            WriteMode::Merge => "merge",
+        }
+    }
 }
 
 /// The layout of a target table.
@@ -735,21 +759,16 @@ impl Validator<'_> {
             )
         })?;
         let plugin = self.plugin(i, &raw)?;
-        match raw.write.as_deref() {
-            None | Some("replace") => {}
-            Some("merge") => {
-                return Err(self.invalid(
-                    field("write"),
-                    "merge is not in this build yet: use \"replace\"",
-                ));
-            }
+        let write = match raw.write.as_deref() {
+            None | Some("replace") => WriteMode::Replace,
+            Some("merge") => WriteMode::Merge,
             Some(other) => {
                 return Err(self.invalid(
                     field("write"),
-                    format!("unknown write mode `{other}`: use \"replace\""),
+                    format!("unknown write mode `{other}`: use \"replace\" or \"merge\""),
                 ));
             }
-        }
+        };
         let from_source_catalog = self.postgres_source;
         if raw.columns.is_empty() && !from_source_catalog {
             return Err(self.invalid(
@@ -795,6 +814,7 @@ impl Validator<'_> {
             columns,
             plugin,
             target_partitioning: raw.target_partitioning.unwrap_or_default(),
+            write,
         };
         if !from_source_catalog {
             table

@@ -1011,13 +1011,17 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
     for w in &s.last_writes {
         writeln!(
             out,
-            "  {} {:<14} rows={:<7} generation={:<6} position={:<10} checksum={} at {}",
+            "  {} {:<14} rows={:<7} generation={:<6} position={:<10} {} at {}",
             w.target_table,
             w.partition,
             w.row_count,
             w.stage_generation,
             w.source_position,
-            w.checksum,
+            if w.write_mode == "merge" {
+                "merged (no checksum)".to_owned()
+            } else {
+                format!("checksum={}", w.checksum)
+            },
             w.written_at
         )?;
     }

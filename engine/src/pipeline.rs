@@ -18,14 +18,16 @@ use futures_util::StreamExt;
 use tokio::sync::Mutex;
 use tokio_postgres::Client;
 
-use crate::config::{Column, Config, Dsn, OnReject, PluginConfig, SourceConfig, TableConfig};
+use crate::config::{
+    Column, Config, Dsn, OnReject, PluginConfig, SourceConfig, TableConfig, WriteMode,
+};
 use crate::partition::Partition;
-use crate::plugin::{self, InputRow, OwnedJob, Plugin, PluginError, PluginHost};
+use crate::plugin::{self, InputRow, Kind, OwnedJob, Plugin, PluginError, PluginHost};
 use crate::source::jsonl::JsonlSource;
 use crate::source::postgres::{self, PgSourceError};
 use crate::source::{ChangeSource, SourceError, SourceEvent, Transaction};
-use crate::stage::{ApplyOutcome, DirtyPartition, Stage, StageError, StagedRow};
-use crate::target::{self, PartitionWrite, TargetError, TargetTable, WriteSummary};
+use crate::stage::{ApplyOutcome, DirtyPartition, Stage, StageError, StagedRow, encode_key};
+use crate::target::{self, MergeKeys, PartitionWrite, TargetError, TargetTable, WriteSummary};
 use crate::value::Value;
 
 /// Bounds of the wait added to the flush interval after a round whose writes failed in
@@ -73,6 +75,14 @@ pub enum PipelineError {
     #[error(transparent)]
     Plugin(#[from] PluginError),
     #[error(
+        "{table}, partition {partition}: write = \"merge\": the plugin output a row with grain key {key}, which is not the key of a changed input row; merge needs each output row's grain key to be its input row's key (use write = \"replace\")"
+    )]
+    MergeKey {
+        table: String,
+        partition: String,
+        key: String,
+    },
+    #[error(
         "{table}, partition {partition}: the plugin rejected the row with key {key}: {reason} (on_reject = \"fail\"; set on_reject = \"dead-letter\" to record rejected rows and write the rest)"
     )]
     Rejected {
@@ -96,7 +106,7 @@ impl PipelineError {
     fn is_deterministic(&self) -> bool {
         match self {
             PipelineError::Partition { source, .. } => source.is_deterministic(),
-            PipelineError::Rejected { .. } => true,
+            PipelineError::Rejected { .. } | PipelineError::MergeKey { .. } => true,
             // A wall-clock timeout is not strictly a function of the input, but retrying
             // a job that ran out of time every round would keep a worker busy forever:
             // like the others, it waits for the partition to change (or a restart).
@@ -184,6 +194,33 @@ impl Transform {
         }
     }
 
+    /// Whether the table's write mode suits this transform: `merge` needs the identity
+    /// or a `row`-kind plugin whose grain key is the table's key, so that the target
+    /// rows of a changed key are exactly those with that grain key.
+    pub fn check_write_mode(&self, table: &TableConfig) -> Result<(), String> {
+        let Transform::Plugin { plugin, .. } = self else {
+            return Ok(());
+        };
+        if table.write != WriteMode::Merge {
+            return Ok(());
+        }
+        let d = plugin.description();
+        if d.kind != Kind::Row {
+            return Err(format!(
+                "plugin {} is a `partition`-kind plugin (its output may aggregate rows), so its partitions cannot be merged: use write = \"replace\"",
+                d.name
+            ));
+        }
+        if d.grain_key != table.key {
+            return Err(format!(
+                "merge needs the plugin's grain key ({}) to be the table's key ({}): a changed key must name the target rows it produced; use write = \"replace\"",
+                d.grain_key.join(", "),
+                table.key.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
     /// What lineage's `transform` column says: `identity` or `name@version`.
     pub fn label(&self) -> String {
         match self {
@@ -265,6 +302,7 @@ pub async fn init_with(
     let mut tables = Vec::new();
     for table in &resolved {
         let transform = Transform::load(&host, table).await?;
+        check_write_mode(config, table, &transform)?;
         let view = transform.target_view(table);
         let prepared = target::prepare_table(
             &mut client,
@@ -294,6 +332,21 @@ pub async fn init_with(
         source: source_lines,
         tables,
     })
+}
+
+fn check_write_mode(
+    config: &Config,
+    table: &TableConfig,
+    transform: &Transform,
+) -> Result<(), PipelineError> {
+    transform
+        .check_write_mode(table)
+        .map_err(|message| PipelineError::Table {
+            config: config.path.clone(),
+            table: table.source.to_string(),
+            field: "write",
+            message,
+        })
 }
 
 /// The source DSN of a PostgreSQL source.
@@ -446,6 +499,7 @@ impl Pipeline {
         let mut tables = HashMap::new();
         for table in &config.tables {
             let transform = Transform::load(&host, table).await?;
+            check_write_mode(&config, table, &transform)?;
             let prepared = target::prepare_table(
                 &mut clients[0],
                 &transform.target_view(table),
@@ -699,7 +753,12 @@ impl Pipeline {
             return Ok(0);
         }
         // Oldest change first: a partition waits at most one round behind newer ones.
-        dirty.sort_by_key(|d| d.generation);
+        // Among changes of one age, the largest partition first, so that the longest
+        // jobs do not start last and hold the round open on one worker.
+        let bytes = self.stage.approximate_bytes(&dirty);
+        let mut order: Vec<(DirtyPartition, u64)> = dirty.into_iter().zip(bytes).collect();
+        order.sort_by_key(|(d, bytes)| (d.generation, std::cmp::Reverse(*bytes)));
+        let dirty: Vec<DirtyPartition> = order.into_iter().map(|(d, _)| d).collect();
         let started = Instant::now();
         let mut transient = 0;
         let results: Vec<_> = futures_util::stream::iter(dirty)
@@ -796,6 +855,14 @@ impl Pipeline {
         partition: &Partition,
         only_if_dirty: bool,
     ) -> Result<Option<WriteSummary>, PipelineError> {
+        let (table_config, _, _) = self.table(table)?;
+        if only_if_dirty && self.writable && table_config.write == WriteMode::Merge {
+            match self.merge_partition(table, partition).await? {
+                Merge::Clean => return Ok(None),
+                Merge::Merged(summary) => return Ok(Some(summary)),
+                Merge::Replace => {}
+            }
+        }
         let Some(output) = self
             .compute_partition(table, partition, only_if_dirty)
             .await?
@@ -803,6 +870,97 @@ impl Pipeline {
             return Ok(None);
         };
         self.write_output(table, partition, output).await.map(Some)
+    }
+
+    /// Merges a dirty partition: the transform runs over the rows of the keys changed
+    /// since its last write, and the target replaces those keys' rows only.
+    async fn merge_partition(
+        &self,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<Merge, PipelineError> {
+        let (table_config, target_table, transform) = self.table(table)?;
+        let stage = Arc::clone(&self.stage);
+        let (t, p) = (table.to_owned(), partition.clone());
+        let changes = blocking(move || stage.read_changes(&t, &p)).await?;
+        if changes.dirty.is_none() {
+            return Ok(Merge::Clean);
+        }
+        if changes.whole {
+            return Ok(Merge::Replace);
+        }
+        let mut keys = Vec::with_capacity(changes.keys.len());
+        let mut rows = Vec::new();
+        let mut changed = std::collections::HashSet::with_capacity(changes.keys.len());
+        for (key, row) in changes.keys {
+            keys.push(crate::stage::decode_key(&key)?);
+            rows.extend(row);
+            changed.insert(key);
+        }
+        let staged_rows = rows.len() as u64;
+        let (rows, rejections) = match transform {
+            Transform::Identity => (identity(table_config, rows), Vec::new()),
+            Transform::Plugin {
+                plugin, settings, ..
+            } => {
+                run_plugin(
+                    table_config,
+                    target_table,
+                    plugin,
+                    settings,
+                    partition,
+                    rows,
+                )
+                .await?
+            }
+        };
+        // The target columns of the key, which `check_write_mode` made the grain key.
+        let columns = table_config
+            .key
+            .iter()
+            .map(|k| target_table.columns.iter().position(|(name, _)| name == k))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| PipelineError::Table {
+                config: self.config.path.clone(),
+                table: table.to_owned(),
+                field: "write",
+                message: "merge needs every key column in the target table".into(),
+            })?;
+        for row in &rows {
+            let grain: Vec<&Value> = columns.iter().map(|&c| &row[c]).collect();
+            let known = encode_key(&grain)
+                .map(|k| changed.contains(&k))
+                .unwrap_or(false);
+            if !known {
+                return Err(PipelineError::MergeKey {
+                    table: table.to_owned(),
+                    partition: partition.to_string(),
+                    key: plugin::json::key_text(&grain.into_iter().cloned().collect::<Vec<_>>()),
+                });
+            }
+        }
+        let merge = MergeKeys {
+            columns,
+            rejection_keys: keys.iter().map(|k| plugin::json::key_text(k)).collect(),
+            keys,
+        };
+        let output = PartitionOutput {
+            rows,
+            rejections,
+            generation: changes.generation,
+            source_position: changes.checkpoint.position,
+            dirty: changes.dirty,
+            staged_rows,
+        };
+        Ok(
+            match self
+                .write_computed(table, partition, output, Some(&merge))
+                .await?
+            {
+                Some(summary) => Merge::Merged(summary),
+                None => Merge::Replace,
+            },
+        )
     }
 
     /// A table's config, target and transform.
@@ -884,6 +1042,20 @@ impl Pipeline {
         partition: &Partition,
         output: PartitionOutput,
     ) -> Result<WriteSummary, PipelineError> {
+        self.write_computed(table, partition, output, None)
+            .await?
+            .ok_or_else(|| PipelineError::UnknownTable(table.to_owned()))
+    }
+
+    /// Replaces the partition (`merge`: `None`) or merges the given keys; a merge that
+    /// lineage refuses (`Ok(None)`) changed nothing.
+    async fn write_computed(
+        &self,
+        table: &str,
+        partition: &Partition,
+        output: PartitionOutput,
+        merge: Option<&MergeKeys>,
+    ) -> Result<Option<WriteSummary>, PipelineError> {
         let (_, target_table, transform) = self.table(table)?;
         let PartitionOutput {
             rows,
@@ -903,27 +1075,30 @@ impl Pipeline {
         };
         let label = transform.label();
         let source_id = self.config.source_id();
+        let write = PartitionWrite {
+            source_id: &source_id,
+            source_table: table,
+            partition,
+            generation,
+            source_position,
+            transform: &label,
+            rows: &rows,
+            plugin_sha256: plugin_sha256.as_deref(),
+            config_hash,
+            rejections: &rejections,
+            skip_if_newer: !self.writable,
+        };
         let mut client = self.client().await?;
-        let result = target::replace_partition(
-            &mut client,
-            target_table,
-            &PartitionWrite {
-                source_id: &source_id,
-                source_table: table,
-                partition,
-                generation,
-                source_position,
-                transform: &label,
-                rows: &rows,
-                plugin_sha256: plugin_sha256.as_deref(),
-                config_hash,
-                rejections: &rejections,
-                skip_if_newer: !self.writable,
-            },
-        )
-        .await;
+        let result = match merge {
+            None => target::replace_partition(&mut client, target_table, &write)
+                .await
+                .map(Some),
+            Some(merge) => target::merge_partition(&mut client, target_table, &write, merge).await,
+        };
         self.clients.lock().await.push(client);
-        let summary = result?;
+        let Some(summary) = result? else {
+            return Ok(None);
+        };
         if let Ok(mut failed) = self.failed.lock() {
             failed.remove(&(table.to_owned(), partition.clone()));
         }
@@ -941,7 +1116,7 @@ impl Pipeline {
                 tracing::debug!(table, partition = %partition, "partition changed while written; it stays dirty");
             }
         }
-        Ok(summary)
+        Ok(Some(summary))
     }
 
     /// Rewrites the given partitions of `table` from the stage, dirty or not. The
@@ -959,6 +1134,16 @@ impl Pipeline {
         }
         Ok(out)
     }
+}
+
+/// What a merge of a dirty partition came to.
+#[derive(Debug)]
+enum Merge {
+    /// Not dirty (another job wrote it).
+    Clean,
+    Merged(WriteSummary),
+    /// Replace it instead: every key changed, or lineage names another transform.
+    Replace,
 }
 
 /// The configured source.

@@ -16,9 +16,11 @@ use bytes::{BufMut, BytesMut};
 use futures_util::{SinkExt, pin_mut};
 use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
 use sha2::{Digest, Sha256};
-use tokio_postgres::{Client, GenericClient, NoTls};
+use tokio_postgres::{Client, GenericClient, NoTls, Transaction};
 
-use crate::config::{Column, Dsn, TableConfig, TableName, TargetPartitioning, quote_ident};
+use crate::config::{
+    Column, Dsn, TableConfig, TableName, TargetPartitioning, WriteMode, quote_ident,
+};
 use crate::partition::{Grain, Partition, PartitionPredicate, predicate};
 use crate::source::BadRecord;
 use crate::value::{ColumnType, EncodeError, Value};
@@ -67,6 +69,8 @@ ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS partition text;
 ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS row_key jsonb;
 ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS input jsonb;
 ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS plugin_sha256 text;
+ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS write_mode text NOT NULL DEFAULT 'replace';
+COMMENT ON COLUMN weir.partitions.write_mode IS 'replace: the partition was rewritten whole (checksum covers it); merge: only its changed keys were (checksum is empty).';
 CREATE INDEX IF NOT EXISTS dead_letter_rejected ON weir.dead_letter (target_table, partition) WHERE kind = 'rejected';
 CREATE TABLE IF NOT EXISTS weir.backfills (
     target_table text        NOT NULL,
@@ -649,6 +653,32 @@ pub async fn replace_partition(
         )))?
     };
 
+    let copied = copy_rows(&tx, table, &copy_target, &partition_name, write.rows).await?;
+    let summary = WriteSummary {
+        rows: copied,
+        checksum: checksum(write.rows),
+        rejected: write.rejections.len() as u64,
+        superseded_by: None,
+    };
+    // The partition's rejections are part of its output: replaced with it.
+    replace_rejections(&tx, table, write, None).await?;
+    record_lineage(&tx, table, write, &summary, WriteMode::Replace).await?;
+    tx.commit().await.map_err(query_err(format!(
+        "commit partition {partition_name} of {}",
+        table.name
+    )))?;
+    tracing::debug!(table = %table.name, partition = %partition_name, deleted, rows = summary.rows, "partition replaced");
+    Ok(summary)
+}
+
+/// Streams `rows` into `copy_target` with a binary COPY; returns the rows copied.
+async fn copy_rows(
+    tx: &Transaction<'_>,
+    table: &TargetTable,
+    copy_target: &TableName,
+    partition_name: &str,
+    rows: &[Vec<Value>],
+) -> Result<u64, TargetError> {
     let mut cols = String::new();
     for (i, (name, _)) in table.columns.iter().enumerate() {
         if i > 0 {
@@ -674,7 +704,7 @@ pub async fn replace_partition(
     buf.put_i32(0); // flags
     buf.put_i32(0); // header extension length
     let mut value_bytes = Vec::new();
-    for row in write.rows {
+    for row in rows {
         buf.put_i16(fields);
         for ((name, ty), value) in table.columns.iter().zip(row) {
             if value.is_null() {
@@ -686,7 +716,7 @@ pub async fn replace_partition(
                 .encode_binary(ty, &mut value_bytes)
                 .map_err(|source| TargetError::Encode {
                     table: table.name.clone(),
-                    partition: partition_name.clone(),
+                    partition: partition_name.to_owned(),
                     column: name.clone(),
                     source,
                 })?;
@@ -702,62 +732,88 @@ pub async fn replace_partition(
     }
     buf.put_i16(-1); // trailer
     sink.as_mut().send(buf.freeze()).await.map_err(copy_err())?;
-    let copied = sink
-        .as_mut()
+    sink.as_mut()
         .finish()
         .await
-        .map_err(query_err(format!("finish COPY into {}", table.name)))?;
-    let summary = WriteSummary {
-        rows: copied,
-        checksum: checksum(write.rows),
-        rejected: write.rejections.len() as u64,
-        superseded_by: None,
-    };
-    // The partition's rejections are part of its output: replaced with it.
+        .map_err(query_err(format!("finish COPY into {}", table.name)))
+}
+
+/// Replaces the partition's rejections in `weir.dead_letter` with `write.rejections`:
+/// all of them (`keys`: `None`), or only those of the given keys (JSON text, `[42]`).
+async fn replace_rejections(
+    tx: &Transaction<'_>,
+    table: &TargetTable,
+    write: &PartitionWrite<'_>,
+    keys: Option<&[String]>,
+) -> Result<(), TargetError> {
     let target_name = table.name.to_string();
-    tx.execute(
-        "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2",
-        &[&target_name, &partition_name],
-    )
-    .await
-    .map_err(query_err("clear the partition's rejections"))?;
-    if !write.rejections.is_empty() {
-        let insert = tx
-            .prepare(
-                "INSERT INTO weir.dead_letter (kind, source, source_position, source_table, target_table, partition, row_key, reason, input, plugin_sha256) \
-                 VALUES ('rejected', $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9)",
+    let partition_name = write.partition.name();
+    match keys {
+        None => tx
+            .execute(
+                "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2",
+                &[&target_name, &partition_name],
             )
-            .await
-            .map_err(query_err("prepare the rejection insert"))?;
-        for r in write.rejections {
-            tx.execute(
-                &insert,
-                &[
-                    &write.source_id,
-                    &i64::try_from(r.source_position).unwrap_or(i64::MAX),
-                    &write.source_table,
-                    &target_name,
-                    &partition_name,
-                    &r.key,
-                    &r.reason,
-                    &r.input,
-                    &write.plugin_sha256,
-                ],
+            .await,
+        Some(keys) => tx
+            .execute(
+                "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2 \
+                 AND row_key = ANY($3::text[]::jsonb[])",
+                &[&target_name, &partition_name, &keys],
             )
-            .await
-            .map_err(query_err("record rejected rows"))?;
-        }
+            .await,
     }
+    .map_err(query_err("clear the partition's rejections"))?;
+    if write.rejections.is_empty() {
+        return Ok(());
+    }
+    let insert = tx
+        .prepare(
+            "INSERT INTO weir.dead_letter (kind, source, source_position, source_table, target_table, partition, row_key, reason, input, plugin_sha256) \
+             VALUES ('rejected', $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9)",
+        )
+        .await
+        .map_err(query_err("prepare the rejection insert"))?;
+    for r in write.rejections {
+        tx.execute(
+            &insert,
+            &[
+                &write.source_id,
+                &i64::try_from(r.source_position).unwrap_or(i64::MAX),
+                &write.source_table,
+                &target_name,
+                &partition_name,
+                &r.key,
+                &r.reason,
+                &r.input,
+                &write.plugin_sha256,
+            ],
+        )
+        .await
+        .map_err(query_err("record rejected rows"))?;
+    }
+    Ok(())
+}
+
+/// Upserts the partition's lineage row.
+async fn record_lineage(
+    tx: &Transaction<'_>,
+    table: &TargetTable,
+    write: &PartitionWrite<'_>,
+    summary: &WriteSummary,
+    mode: WriteMode,
+) -> Result<(), TargetError> {
     tx.execute(
-        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, written_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now()) \
+        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, written_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now()) \
          ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, \
            stage_generation = EXCLUDED.stage_generation, source_position = EXCLUDED.source_position, \
            transform = EXCLUDED.transform, row_count = EXCLUDED.row_count, checksum = EXCLUDED.checksum, \
-           plugin_sha256 = EXCLUDED.plugin_sha256, config_hash = EXCLUDED.config_hash, written_at = EXCLUDED.written_at",
+           plugin_sha256 = EXCLUDED.plugin_sha256, config_hash = EXCLUDED.config_hash, \
+           write_mode = EXCLUDED.write_mode, written_at = EXCLUDED.written_at",
         &[
-            &target_name,
-            &partition_name,
+            &table.name.to_string(),
+            &write.partition.name(),
             &write.source_table,
             &i64::try_from(write.generation).unwrap_or(i64::MAX),
             &i64::try_from(write.source_position).unwrap_or(i64::MAX),
@@ -766,6 +822,7 @@ pub async fn replace_partition(
             &summary.checksum,
             &write.plugin_sha256,
             &write.config_hash,
+            &mode.as_str(),
         ],
     )
     .await
@@ -773,12 +830,147 @@ pub async fn replace_partition(
         Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => TargetError::MissingWeirSchema,
         _ => TargetError::Query { what: "record lineage".into(), source },
     })?;
+    Ok(())
+}
+
+/// The keys a merge rewrites: each changed key's values, in the order of `columns`
+/// (indexes into the target's columns), and the same keys as rejection keys (`[42]`).
+#[derive(Debug, Clone, Default)]
+pub struct MergeKeys {
+    pub columns: Vec<usize>,
+    pub keys: Vec<Vec<Value>>,
+    pub rejection_keys: Vec<String>,
+}
+
+/// Merges one partition in one transaction: under the partition's lock, deletes the
+/// target rows of the changed keys in the partition, COPYs their new output, replaces
+/// their rejections and updates lineage (row count by the difference; no checksum).
+///
+/// A merge is only right on top of what the same transform wrote: `Ok(None)`, with
+/// nothing changed, when lineage has no row for the partition or names another
+/// transform, plugin or config. The caller then replaces the partition.
+pub async fn merge_partition(
+    client: &mut Client,
+    table: &TargetTable,
+    write: &PartitionWrite<'_>,
+    merge: &MergeKeys,
+) -> Result<Option<WriteSummary>, TargetError> {
+    let partition_name = write.partition.name().to_owned();
+    let pred = predicate(table.partition_type, table.grain, write.partition).ok_or_else(|| {
+        TargetError::BadPartition {
+            table: table.name.clone(),
+            partition: partition_name.clone(),
+            grain: table.grain,
+        }
+    })?;
+    let column = quote_ident(&table.partition_column);
+    let child = (table.partitioning == TargetPartitioning::Native)
+        .then(|| native_child(table, write.partition, &pred));
+    if let Some(child) = &child {
+        ensure_child(client, table, child).await?;
+    }
+    let copy_target = match &child {
+        Some(NativeChild::Own { name, .. }) => name.clone(),
+        _ => table.name.clone(),
+    };
+    let tx = client.transaction().await.map_err(query_err("begin"))?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[&lock_key(&table.name, write.partition)],
+    )
+    .await
+    .map_err(query_err("take the partition lock"))?;
+    let target_name = table.name.to_string();
+    let lineage = tx
+        .query_opt(
+            "SELECT row_count, transform, plugin_sha256, config_hash FROM weir.partitions \
+             WHERE target_table = $1 AND partition = $2",
+            &[&target_name, &partition_name],
+        )
+        .await
+        .map_err(|source| match source.code() {
+            Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => {
+                TargetError::MissingWeirSchema
+            }
+            _ => TargetError::Query {
+                what: "read the partition's lineage".into(),
+                source,
+            },
+        })?;
+    let previous_rows = match lineage {
+        Some(row)
+            if row.get::<_, String>(1) == write.transform
+                && row.get::<_, Option<String>>(2).as_deref() == write.plugin_sha256
+                && row.get::<_, Option<String>>(3).as_deref() == write.config_hash =>
+        {
+            row.get::<_, i64>(0)
+        }
+        _ => {
+            tx.rollback().await.map_err(query_err("rollback"))?;
+            return Ok(None);
+        }
+    };
+    // DELETE … WHERE <partition> AND (k1, k2) IN (SELECT * FROM unnest($3::t1[], $4::t2[]))
+    let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+    let condition = match &pred {
+        PartitionPredicate::IsNull => format!("{column} IS NULL"),
+        PartitionPredicate::Equals(v) => {
+            params.push(Box::new(v.clone()));
+            format!("{column} = $1")
+        }
+        PartitionPredicate::Range { lower, upper } => {
+            params.push(Box::new(lower.clone()));
+            params.push(Box::new(upper.clone()));
+            format!("{column} >= $1 AND {column} < $2")
+        }
+    };
+    let mut key_cols = Vec::with_capacity(merge.columns.len());
+    let mut arrays = Vec::with_capacity(merge.columns.len());
+    for (i, &c) in merge.columns.iter().enumerate() {
+        let (name, ty) = &table.columns[c];
+        key_cols.push(quote_ident(name));
+        params.push(Box::new(
+            merge
+                .keys
+                .iter()
+                .map(|k| k.get(i).cloned().unwrap_or(Value::Null))
+                .collect::<Vec<Value>>(),
+        ));
+        arrays.push(format!("${}::{}[]", params.len(), quote_ident(ty.name())));
+    }
+    let delete = format!(
+        "DELETE FROM {} WHERE {condition} AND ({}) IN (SELECT * FROM unnest({}))",
+        table.name.quoted(),
+        key_cols.join(", "),
+        arrays.join(", ")
+    );
+    let refs: Vec<&(dyn ToSql + Sync)> = params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect();
+    let deleted = tx.execute(&delete, &refs).await.map_err(query_err(format!(
+        "delete the changed keys of partition {partition_name} of {}",
+        table.name
+    )))?;
+    let copied = copy_rows(&tx, table, &copy_target, &partition_name, write.rows).await?;
+    let rows = u64::try_from(previous_rows)
+        .unwrap_or(0)
+        .saturating_sub(deleted)
+        .saturating_add(copied);
+    let summary = WriteSummary {
+        rows,
+        checksum: String::new(),
+        rejected: write.rejections.len() as u64,
+        superseded_by: None,
+    };
+    replace_rejections(&tx, table, write, Some(&merge.rejection_keys)).await?;
+    record_lineage(&tx, table, write, &summary, WriteMode::Merge).await?;
     tx.commit().await.map_err(query_err(format!(
         "commit partition {partition_name} of {}",
         table.name
     )))?;
-    tracing::debug!(table = %table.name, partition = %partition_name, deleted, rows = summary.rows, "partition replaced");
-    Ok(summary)
+    tracing::debug!(table = %table.name, partition = %partition_name, deleted, copied, rows, "partition merged");
+    Ok(Some(summary))
 }
 
 /// Writes bad records to `weir.dead_letter`; a record already there (same source and
@@ -980,6 +1172,8 @@ pub struct LineageRow {
     pub plugin_sha256: Option<String>,
     pub config_hash: Option<String>,
     pub written_at: String,
+    /// `replace` or `merge` (a merged partition has no checksum).
+    pub write_mode: String,
 }
 
 /// The most recent partition writes.
@@ -987,7 +1181,7 @@ pub async fn recent_writes(client: &Client, limit: i64) -> Result<Vec<LineageRow
     let rows = client
         .query(
             "SELECT target_table, partition, stage_generation, source_position, transform, row_count, checksum, \
-             plugin_sha256, config_hash, to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
+             plugin_sha256, config_hash, to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), write_mode \
              FROM weir.partitions ORDER BY written_at DESC, target_table, partition LIMIT $1",
             &[&limit],
         )
@@ -1009,6 +1203,7 @@ pub async fn recent_writes(client: &Client, limit: i64) -> Result<Vec<LineageRow
             plugin_sha256: r.get(7),
             config_hash: r.get(8),
             written_at: r.get(9),
+            write_mode: r.get(10),
         })
         .collect())
 }

@@ -7,6 +7,7 @@ mod checkpoint;
 mod demo;
 mod grains;
 mod harness;
+mod merge;
 mod outage;
 mod pipeline;
 mod plugins;

@@ -22,7 +22,7 @@ use crate::harness::{TestDb, text};
 /// The orders plugin in every language; all must agree byte for byte.
 const ORDERS_PLUGINS: [&str; 3] = ["orders-rust", "orders-python", "orders-js"];
 
-fn plugins_dir() -> PathBuf {
+pub fn plugins_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("WEIR_PLUGINS_DIR") {
         return PathBuf::from(dir);
     }

@@ -23,8 +23,9 @@
 //! Everything comes from one RocksDB snapshot, so the rows, the dirty marks and the
 //! position in a file always agree. The `keys` index is not exported (an import rebuilds
 //! it from the rows), nor is the pending area (chunks of a transaction that has not
-//! committed are not staged state); an export is refused while a large transaction is
-//! being applied. The file is written to `FILE.tmp`, synced, and renamed to `FILE`, so
+//! committed are not staged state), nor the `changed` keys: an imported dirty
+//! partition is replaced whole on its next write, even under `merge`. An export is
+//! refused while a large transaction is being applied. The file is written to `FILE.tmp`, synced, and renamed to `FILE`, so
 //! a killed export never leaves a truncated `FILE`.
 //!
 //! Postcard encodes an enum variant by its index: the variants of [`Record`] are

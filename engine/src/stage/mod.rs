@@ -8,6 +8,7 @@
 //! | `keys`        | table, key                            | partition the key is in        |
 //! | `generations` | table, partition                      | generation of its last change  |
 //! | `dirty`       | table, partition                      | generation not yet written     |
+//! | `changed`     | table, partition, key (empty: all)    | generation of the key's change |
 //! | `position`    | `checkpoint`                          | source position and cursor     |
 //! | `dead_letter` | source position of the record         | the bad record, until written  |
 //! | `meta`        | `format_version`, `source_id`, `generation` | stage metadata           |
@@ -54,7 +55,13 @@ const CF_POSITION: &str = "position";
 const CF_DEAD_LETTER: &str = "dead_letter";
 const CF_META: &str = "meta";
 const CF_PENDING: &str = "pending";
-const COLUMN_FAMILIES: [&str; 8] = [
+/// The keys changed in each partition since it was last written: what `merge` deletes
+/// and rewrites. An empty key stands for every key (a TRUNCATE): such a partition is
+/// replaced. Cleared with the dirty mark, for every write mode, so switching a table
+/// to `merge` never finds a partial record.
+const CF_CHANGED: &str = "changed";
+const COLUMN_FAMILIES: [&str; 9] = [
+    CF_CHANGED,
     CF_PENDING,
     CF_ROWS,
     CF_KEYS,
@@ -136,6 +143,21 @@ pub struct PartitionRows {
     pub checkpoint: Checkpoint,
     /// Rows in key order (deterministic).
     pub rows: Vec<StagedRow>,
+}
+
+/// The keys of a partition changed since it was last written, as of one snapshot.
+#[derive(Debug, Clone)]
+pub struct PartitionChanges {
+    /// As in [`PartitionRows`].
+    pub generation: u64,
+    pub dirty: Option<u64>,
+    pub checkpoint: Checkpoint,
+    /// Every key changed: the partition must be replaced, not merged (a TRUNCATE, or
+    /// a partition dirty from before the stage recorded changed keys).
+    pub whole: bool,
+    /// Each changed key (encoded, see [`encode_key`]) with its row if the key is in the
+    /// partition now (`None`: deleted or moved out), in key order.
+    pub keys: Vec<(Vec<u8>, Option<StagedRow>)>,
 }
 
 /// What [`Stage::apply`] did.
@@ -744,6 +766,74 @@ impl Stage {
         })
     }
 
+    /// The keys of one partition changed since its last write, each with its row if
+    /// it is still in the partition, from one snapshot (like [`Stage::read_partition`]).
+    pub fn read_changes(
+        &self,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<PartitionChanges, StageError> {
+        let snapshot = self.db.snapshot();
+        if snapshot
+            .get_cf(self.cf(CF_META), META_APPLYING)
+            .map_err(db_err("read meta"))?
+            .is_some()
+        {
+            return Err(StageError::Applying);
+        }
+        let prefix = partition_key(table, partition);
+        let read_generation = |cf: &'static str| -> Result<Option<u64>, StageError> {
+            snapshot
+                .get_cf(self.cf(cf), &prefix)
+                .map_err(db_err("read generation"))?
+                .map(|v| decode_generation(&v))
+                .transpose()
+        };
+        let generation = read_generation(CF_GENERATIONS)?.unwrap_or(0);
+        let dirty = read_generation(CF_DIRTY)?;
+        let checkpoint = snapshot
+            .get_cf(self.cf(CF_POSITION), POSITION_KEY)
+            .map_err(db_err("read position"))?
+            .map(|b| postcard::from_bytes(&b).map_err(|_| corrupt("position record")))
+            .transpose()?
+            .unwrap_or_default();
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&snapshot);
+        opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+        let mut whole = false;
+        let mut keys = Vec::new();
+        for item in self.db.iterator_cf_opt(
+            self.cf(CF_CHANGED),
+            opts,
+            IteratorMode::From(&prefix, Direction::Forward),
+        ) {
+            let (k, _) = item.map_err(db_err("read changed keys"))?;
+            let key = &k[prefix.len()..];
+            if key.is_empty() {
+                whole = true;
+                continue;
+            }
+            let row = snapshot
+                .get_cf(self.cf(CF_ROWS), row_key(table, partition, key))
+                .map_err(db_err("read a row"))?
+                .map(|v| {
+                    postcard::from_bytes(&v)
+                        .map_err(|_| corrupt(format!("row in {table} partition {partition}")))
+                })
+                .transpose()?;
+            keys.push((key.to_vec(), row));
+        }
+        // Dirty with nothing recorded: marked by a stage from before this record.
+        whole |= dirty.is_some() && keys.is_empty();
+        Ok(PartitionChanges {
+            generation,
+            dirty,
+            checkpoint,
+            whole,
+            keys,
+        })
+    }
+
     /// The staged row of `key` in `table`, wherever its partition (the `keys` index
     /// says where). For unchanged TOAST values, which the source leaves out.
     pub fn get_row(&self, table: &str, key: &[u8]) -> Result<Option<StagedRow>, StageError> {
@@ -822,6 +912,25 @@ impl Stage {
         Ok(out)
     }
 
+    /// The approximate staged bytes of each partition, from RocksDB's table-file
+    /// index (rows still only in the memtable are not counted): for ordering jobs,
+    /// never for correctness.
+    pub fn approximate_bytes(&self, partitions: &[DirtyPartition]) -> Vec<u64> {
+        let bounds: Vec<(Vec<u8>, Vec<u8>)> = partitions
+            .iter()
+            .map(|d| {
+                let start = partition_key(&d.table, &d.partition);
+                let end = prefix_end(&start);
+                (start, end)
+            })
+            .collect();
+        let ranges: Vec<rocksdb::Range<'_>> = bounds
+            .iter()
+            .map(|(start, end)| rocksdb::Range::new(start, end))
+            .collect();
+        self.db.get_approximate_sizes_cf(self.cf(CF_ROWS), &ranges)
+    }
+
     /// Clears the dirty mark of a partition only if it still holds `generation`, the
     /// one the job read. Returns whether it cleared.
     pub fn clear_dirty(
@@ -839,9 +948,21 @@ impl Stage {
         if current.as_deref() != Some(generation.to_be_bytes().as_slice()) {
             return Ok(false);
         }
-        self.db
-            .delete_cf(self.cf(CF_DIRTY), &key)
-            .map_err(db_err("clear dirty mark"))?;
+        // The mark still holds the generation read, so no key changed since: every
+        // changed-key record of the partition was in the job's read.
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(CF_DIRTY), &key);
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_range(rocksdb::PrefixRange(key.as_slice()));
+        for item in self.db.iterator_cf_opt(
+            self.cf(CF_CHANGED),
+            opts,
+            IteratorMode::From(&key, Direction::Forward),
+        ) {
+            let (k, _) = item.map_err(db_err("read changed keys"))?;
+            batch.delete_cf(self.cf(CF_CHANGED), k);
+        }
+        self.db.write(batch).map_err(db_err("clear dirty mark"))?;
         Ok(true)
     }
 
@@ -932,8 +1053,10 @@ impl StageBatch {
                     if let Some(old) = old.filter(|old| old != partition) {
                         self.batch
                             .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
+                        self.changed(stage, table, &old, key);
                         self.dirty.insert((table.clone(), old), self.generation);
                     }
+                    self.changed(stage, table, partition, key);
                     let value = postcard::to_allocvec(row)
                         .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
                     self.batch
@@ -974,11 +1097,22 @@ impl StageBatch {
                             .insert((table.clone(), partition), self.generation);
                     }
                     // Partitions filled earlier in this batch are in `dirty` already.
+                    // Every key of every partition changed: each is replaced whole.
+                    let partitions: Vec<Partition> = self
+                        .dirty
+                        .keys()
+                        .filter(|(t, _)| t == table)
+                        .map(|(_, p)| p.clone())
+                        .collect();
+                    for p in partitions {
+                        self.changed(stage, table, &p, &[]);
+                    }
                 }
                 StageChange::Delete { table, key } => {
                     if let Some(old) = self.current(stage, table, key)? {
                         self.batch
                             .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
+                        self.changed(stage, table, &old, key);
                         self.batch
                             .delete_cf(stage.cf(CF_KEYS), table_key(table, key));
                         self.keys.insert((table.clone(), key.clone()), None);
@@ -988,6 +1122,15 @@ impl StageBatch {
             }
         }
         Ok(changes.len())
+    }
+
+    /// Records that `key` (empty: every key) of a partition changed.
+    fn changed(&mut self, stage: &Stage, table: &str, partition: &Partition, key: &[u8]) {
+        self.batch.put_cf(
+            stage.cf(CF_CHANGED),
+            row_key(table, partition, key),
+            self.generation.to_be_bytes(),
+        );
     }
 
     fn bad_records(&mut self, stage: &Stage, records: &[BadRecord]) -> Result<(), StageError> {
@@ -1135,6 +1278,66 @@ pub fn encode_key(values: &[&Value]) -> Result<Vec<u8>, StageError> {
     Ok(out)
 }
 
+/// The key values [`encode_key`] encoded. Fails on bytes it did not make.
+pub fn decode_key(mut bytes: &[u8]) -> Result<Vec<Value>, StageError> {
+    let bad = || corrupt("encoded key");
+    let mut out = Vec::new();
+    while let Some((&tag, rest)) = bytes.split_first() {
+        let fixed = |n: usize| rest.get(..n).ok_or_else(bad);
+        let (value, used) = match tag {
+            0x08 => (Value::Bool(fixed(1)?[0] != 0), 1),
+            0x10 => {
+                let raw = u64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?);
+                (Value::Int((raw ^ (1 << 63)) as i64), 8)
+            }
+            0x11 => {
+                let raw = u32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?);
+                (Value::Date((raw ^ (1 << 31)) as i32), 4)
+            }
+            0x12 => {
+                let raw = u64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?);
+                (Value::Timestamp((raw ^ (1 << 63)) as i64), 8)
+            }
+            0x20 | 0x21 => {
+                let mut text = Vec::new();
+                let mut i = 0;
+                loop {
+                    match (rest.get(i), rest.get(i + 1)) {
+                        (Some(0), Some(0)) => break,
+                        (Some(0), Some(0xFF)) => {
+                            text.push(0);
+                            i += 2;
+                        }
+                        (Some(&b), _) if b != 0 => {
+                            text.push(b);
+                            i += 1;
+                        }
+                        _ => return Err(bad()),
+                    }
+                }
+                let text = String::from_utf8(text).map_err(|_| bad())?;
+                let value = if tag == 0x20 {
+                    Value::Text(text)
+                } else {
+                    Value::Decimal(text)
+                };
+                (value, i + 2)
+            }
+            _ => return Err(bad()),
+        };
+        out.push(value);
+        bytes = &rest[used..];
+    }
+    Ok(out)
+}
+
+fn decode_generation(bytes: &[u8]) -> Result<u64, StageError> {
+    bytes
+        .try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| corrupt("generation record"))
+}
+
 fn escaped(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
     out.push(tag);
     for &b in bytes {
@@ -1225,6 +1428,125 @@ mod tests {
                 .rows,
             [row(1, "d2", 20)]
         );
+    }
+
+    fn changed_ids(stage: &Stage, day: &str) -> (bool, Vec<(i64, bool)>) {
+        let changes = stage.read_changes("public.t", &p(day)).expect("changes");
+        let keys = changes
+            .keys
+            .iter()
+            .map(|(k, row)| match decode_key(k).expect("key").as_slice() {
+                [Value::Int(id)] => (*id, row.is_some()),
+                other => panic!("unexpected key {other:?}"),
+            })
+            .collect();
+        (changes.whole, keys)
+    }
+
+    #[test]
+    fn changed_keys_name_both_partitions_of_a_move_and_clear_with_the_mark() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage
+            .apply(&[txn(10, vec![upsert(1, "d1", 10), upsert(2, "d1", 10)])])
+            .expect("apply");
+        assert_eq!(
+            changed_ids(&stage, "d1"),
+            (false, vec![(1, true), (2, true)])
+        );
+        let gen1 = stage
+            .read_changes("public.t", &p("d1"))
+            .expect("read")
+            .dirty;
+        assert!(
+            stage
+                .clear_dirty("public.t", &p("d1"), gen1.expect("dirty"))
+                .expect("clear")
+        );
+        assert_eq!(changed_ids(&stage, "d1"), (false, vec![]));
+        // Key 1 moves to d2 and key 2 is deleted: d1 names both (neither is there now),
+        // d2 names key 1 with its row.
+        stage
+            .apply(&[txn(
+                20,
+                vec![
+                    upsert(1, "d2", 20),
+                    StageChange::Delete {
+                        table: "public.t".into(),
+                        key: encode_key(&[&Value::Int(2)]).expect("key"),
+                    },
+                ],
+            )])
+            .expect("apply");
+        assert_eq!(
+            changed_ids(&stage, "d1"),
+            (false, vec![(1, false), (2, false)])
+        );
+        assert_eq!(changed_ids(&stage, "d2"), (false, vec![(1, true)]));
+        // A mark set after the read is not cleared, and neither are its keys.
+        let read = stage.read_changes("public.t", &p("d2")).expect("read");
+        stage
+            .apply(&[txn(30, vec![upsert(3, "d2", 30)])])
+            .expect("apply");
+        assert!(
+            !stage
+                .clear_dirty("public.t", &p("d2"), read.dirty.expect("dirty"))
+                .expect("clear")
+        );
+        assert_eq!(
+            changed_ids(&stage, "d2"),
+            (false, vec![(1, true), (3, true)])
+        );
+        // A TRUNCATE changes every key: the partitions are replaced whole.
+        stage
+            .apply(&[txn(
+                40,
+                vec![StageChange::Truncate {
+                    table: "public.t".into(),
+                }],
+            )])
+            .expect("apply");
+        assert!(changed_ids(&stage, "d1").0);
+        assert!(changed_ids(&stage, "d2").0);
+    }
+
+    #[test]
+    fn a_larger_partition_reports_more_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        let mut changes: Vec<StageChange> = (0..2000).map(|i| upsert(i, "big", 10)).collect();
+        changes.extend((5000..5010).map(|i| upsert(i, "small", 10)));
+        stage.apply(&[txn(10, changes)]).expect("apply");
+        stage.flush().expect("flush");
+        let dirty = stage.dirty_partitions().expect("dirty");
+        let bytes = stage.approximate_bytes(&dirty);
+        let by_name: HashMap<String, u64> = dirty
+            .iter()
+            .map(|d| d.partition.to_string())
+            .zip(bytes)
+            .collect();
+        assert!(by_name["big"] > by_name["small"], "{by_name:?}");
+    }
+
+    #[test]
+    fn decode_key_inverts_encode_key() {
+        let tuples = [
+            vec![Value::Int(i64::MIN), Value::Text("a\0b".into())],
+            vec![Value::Date(-3), Value::Timestamp(1_700_000_000_000_000)],
+            vec![
+                Value::Bool(true),
+                Value::Decimal("-12.50".into()),
+                Value::Text(String::new()),
+            ],
+        ];
+        for tuple in tuples {
+            let refs: Vec<&Value> = tuple.iter().collect();
+            let bytes = encode_key(&refs).expect("encode");
+            assert_eq!(decode_key(&bytes).expect("decode"), tuple);
+        }
+        assert!(decode_key(&[0x10, 1, 2]).is_err());
+        assert!(decode_key(&[0x20, b'a', 0]).is_err());
+        assert!(decode_key(&[0x7F]).is_err());
     }
 
     #[test]
