@@ -14,3 +14,4 @@ mod plugins;
 mod postgres_source;
 mod secrets;
 mod stage_crash;
+mod writers;

@@ -1,0 +1,194 @@
+//! Writers of one target partition never overlap, in one process or across processes.
+//! A probe trigger on the target table takes a second advisory lock per partition (in a
+//! key space of its own) on every row written or deleted; a transaction that finds it
+//! held by another records an overlap. The probe is first shown to catch two bare
+//! transactions writing one partition; then a live `weir run` with parallelism 4 and
+//! repeated `weir backfill --parallel 4` processes write the same partitions while the
+//! feed grows, and the probe must record none. A second `weir run` on the same config is
+//! refused, naming the stage that is in use. The final target is exact.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+
+use crate::harness::{TestDb, Workload, assert_target_matches, file_len, text};
+
+/// Installs the probe on `table` (partitioned by the date column `order_date`).
+async fn install_probe(client: &Client, table: &str) {
+    client
+        .batch_execute(&format!(
+            r#"
+CREATE TABLE public.probe_log (partition text, overlap boolean, pid int, txid bigint, app text,
+                               UNIQUE (partition, overlap, txid));
+CREATE FUNCTION public.probe() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE p text := CASE WHEN TG_OP = 'DELETE' THEN OLD.order_date::text ELSE NEW.order_date::text END;
+BEGIN
+  IF pg_try_advisory_xact_lock(hashtext('weir-probe'), hashtext(coalesce(p, ''))) THEN
+    INSERT INTO public.probe_log VALUES (p, false, pg_backend_pid(), txid_current(), current_setting('application_name')) ON CONFLICT DO NOTHING;
+  ELSE
+    INSERT INTO public.probe_log VALUES (p, true, pg_backend_pid(), txid_current(), current_setting('application_name')) ON CONFLICT DO NOTHING;
+  END IF;
+  IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER probe BEFORE INSERT OR DELETE ON {table} FOR EACH ROW EXECUTE FUNCTION public.probe();
+"#
+        ))
+        .await
+        .expect("install the probe");
+}
+
+async fn overlaps(client: &Client) -> Vec<String> {
+    client
+        .query(
+            "SELECT partition || ' (pid ' || pid || ', txid ' || txid || ')' FROM public.probe_log WHERE overlap ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("read the probe log")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parallel_jobs_and_a_second_process_never_overlap_on_a_partition() {
+    let db = TestDb::new("writers_overlap").await;
+    let mut workload = Workload::new(47, 6);
+    db.write_feed(&workload.lines(3_000, 4));
+    db.write_config("", "", "flush_interval_ms = 100\nparallelism = 4");
+    db.weir_ok(&["init"]);
+    let client = db.client().await;
+    install_probe(&client, "analytics.fact_orders").await;
+
+    // The probe can fail: a second transaction writing a partition that an open one
+    // has written is caught.
+    let other = db.client().await;
+    client
+        .batch_execute(
+            "INSERT INTO analytics.fact_orders VALUES (-3, 'probe', '2026-03-02', 0, 'x')",
+        )
+        .await
+        .expect("seed row");
+    client
+        .batch_execute("BEGIN; DELETE FROM analytics.fact_orders WHERE id = -3")
+        .await
+        .expect("first writer");
+    other
+        .batch_execute(
+            "BEGIN; INSERT INTO analytics.fact_orders VALUES (-2, 'probe', '2026-03-02', 0, 'x'); \
+             DELETE FROM analytics.fact_orders WHERE id = -2; COMMIT",
+        )
+        .await
+        .expect("second writer commits");
+    client.batch_execute("ROLLBACK").await.expect("rollback");
+    client
+        .batch_execute("DELETE FROM analytics.fact_orders WHERE id = -3")
+        .await
+        .expect("remove the seed row");
+    assert_eq!(
+        overlaps(&client).await.len(),
+        1,
+        "the probe must catch two writers"
+    );
+    client
+        .batch_execute("TRUNCATE public.probe_log")
+        .await
+        .expect("reset the probe");
+
+    let log = db.path("run.log");
+    let mut live = db
+        .weir_command(&["run"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start weir run");
+    std::thread::sleep(Duration::from_millis(500));
+    // A second engine on the same stage is refused, naming it.
+    let second = db.weir(&["run", "--once"]);
+    assert!(
+        !second.status.success(),
+        "a second weir run must be refused"
+    );
+    let stderr = text(&second.stderr);
+    assert!(
+        stderr.contains("cannot open the stage") && stderr.contains("another `weir run`"),
+        "the refusal names the stage in use: {stderr}"
+    );
+
+    // Backfills of the whole window, 4 jobs each, beside the live engine's 4, while the
+    // feed grows: every partition is written by both processes, many times.
+    let started = Instant::now();
+    let mut backfills = 0;
+    while started.elapsed() < Duration::from_secs(12) {
+        db.append_feed(&workload.lines(300, 4));
+        // Its connections are named, so the probe log tells the processes apart.
+        let out = db
+            .weir_command(&[
+                "backfill",
+                "--table",
+                "public.orders",
+                "--from",
+                "2026-03-01",
+                "--to",
+                "2026-03-07",
+                "--parallel",
+                "4",
+            ])
+            .env(
+                "WEIR_TARGET_DSN",
+                format!("{}?application_name=backfill", db.dsn),
+            )
+            .output()
+            .expect("run weir backfill");
+        assert!(
+            out.status.success(),
+            "backfill failed: {}\n{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        backfills += 1;
+    }
+    let feed_len = file_len(&db.path("feed.jsonl"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&db.weir_ok(&["status", "--json"])).expect("status");
+        if status["position"].as_u64() == Some(feed_len)
+            && status["dirty_partitions"]
+                .as_array()
+                .is_some_and(Vec::is_empty)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the engine did not catch up: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    live.kill().expect("stop");
+    live.wait().expect("reap");
+
+    let found = overlaps(&client).await;
+    assert!(
+        found.is_empty(),
+        "overlapping writes of one partition: {found:?}"
+    );
+    // Both processes wrote partitions, many transactions each.
+    let (live_writes, backfill_writes): (i64, i64) = client
+        .query_one(
+            "SELECT count(DISTINCT txid) FILTER (WHERE app <> 'backfill'), \
+                    count(DISTINCT txid) FILTER (WHERE app = 'backfill') FROM public.probe_log",
+            &[],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .expect("probe log");
+    assert!(
+        live_writes >= 10 && backfill_writes >= 5,
+        "the probe saw {live_writes} live and {backfill_writes} backfill transactions over {backfills} backfills"
+    );
+    assert_target_matches(&client, "analytics.fact_orders", &workload.model).await;
+}
