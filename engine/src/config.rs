@@ -33,6 +33,8 @@ pub mod limits {
     pub const HEARTBEAT_INTERVAL_MS_MAX: u64 = 3_600_000;
     /// Rows of one snapshot chunk, held in memory between its two watermarks.
     pub const SNAPSHOT_CHUNK_ROWS_MAX: usize = 1_000_000;
+    /// `[stage] max_unwritten_mb` at most: 1 PiB, so the bytes fit a `u64` with room.
+    pub const MAX_UNWRITTEN_MB_MAX: u64 = 1 << 30;
 }
 
 /// A configuration error. Displays as `FILE: FIELD: what is wrong and what to do`.
@@ -363,6 +365,10 @@ pub struct Config {
     pub path: PathBuf,
     pub source: SourceConfig,
     pub stage_path: PathBuf,
+    /// `[stage] max_unwritten_mb`: the most bytes of staged changes not yet written to
+    /// the target; at the limit the live engine stops reading the source until its
+    /// writers catch up (`None`: no limit).
+    pub stage_max_unwritten_bytes: Option<u64>,
     pub target: TargetConfig,
     pub engine: EngineConfig,
     pub tables: Vec<TableConfig>,
@@ -399,6 +405,7 @@ struct RawSource {
 #[serde(deny_unknown_fields)]
 struct RawStage {
     path: String,
+    max_unwritten_mb: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -570,6 +577,19 @@ impl Validator<'_> {
         }
         check_env_name(&raw.target.dsn_env).map_err(|m| self.invalid("target.dsn_env", m))?;
         let engine = self.engine(raw.engine)?;
+        let stage_max_unwritten_bytes = match raw.stage.max_unwritten_mb {
+            None => None,
+            Some(mb) if (1..=limits::MAX_UNWRITTEN_MB_MAX).contains(&mb) => Some(mb << 20),
+            Some(_) => {
+                return Err(self.invalid(
+                    "stage.max_unwritten_mb",
+                    format!(
+                        "must be between 1 and {} (leave it out for no limit)",
+                        limits::MAX_UNWRITTEN_MB_MAX
+                    ),
+                ));
+            }
+        };
         if raw.tables.is_empty() {
             return Err(self.invalid("table", "no [[table]] is configured: add one with source, target, key, partition_by, grain and columns"));
         }
@@ -595,6 +615,7 @@ impl Validator<'_> {
             path: self.path.to_owned(),
             source,
             stage_path: self.resolve(&raw.stage.path),
+            stage_max_unwritten_bytes,
             target: TargetConfig {
                 dsn_env: raw.target.dsn_env,
             },

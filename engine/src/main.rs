@@ -408,6 +408,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 report.dead_letters,
                 report.rows_rejected
             )?;
+            if report.intake_pauses > 0 {
+                writeln!(
+                    std::io::stdout().lock(),
+                    "intake paused {} times at [stage] max_unwritten_mb",
+                    report.intake_pauses
+                )?;
+            }
             if report.changes > 0 && report.rows_written > 0 {
                 // Rows the target rewrote per change staged: the price of whole-partition
                 // replace; a longer flush interval coalesces more changes per rewrite.
@@ -962,6 +969,21 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
     )?;
     for (table, rows) in &s.staged_rows {
         writeln!(out, "staged:     {table}: {rows} rows")?;
+    }
+    let mib = |b: u64| b as f64 / 1_048_576.0;
+    match s.max_unwritten_bytes {
+        Some(limit) => writeln!(
+            out,
+            "unwritten:  {:.1} MiB of {:.1} MiB (max_unwritten_mb){}",
+            mib(s.unwritten_bytes),
+            mib(limit),
+            if s.intake_paused {
+                ": intake paused until the target catches up"
+            } else {
+                ""
+            }
+        )?,
+        None => writeln!(out, "unwritten:  {:.1} MiB", mib(s.unwritten_bytes))?,
     }
     if let (Some(wal_status), Some(lag)) = (&s.slot_wal_status, s.slot_lag_bytes) {
         writeln!(out, "slot:       wal_status {wal_status}, lag {lag} bytes")?;

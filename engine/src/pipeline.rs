@@ -431,6 +431,8 @@ pub struct RunReport {
     pub partitions_failed: usize,
     /// Rows the plugins rejected into `weir.dead_letter`.
     pub rows_rejected: u64,
+    /// Times intake paused at `[stage] max_unwritten_mb`.
+    pub intake_pauses: usize,
 }
 
 /// A stage and a target, wired for one config.
@@ -548,6 +550,95 @@ impl Pipeline {
         once: bool,
         shutdown: impl Future<Output = ()>,
     ) -> Result<RunReport, PipelineError> {
+        // `None` only while intake is paused with the stream closed (see pause_intake).
+        let mut slot = Some(self.open_source(once).await?);
+        let mut report = RunReport::default();
+        let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
+        let mut last_flush = Instant::now();
+        let mut backoff = Duration::ZERO;
+        let mut batch: Vec<Transaction> = Vec::new();
+        // Whether the stage's pending area holds chunks of the transaction being read.
+        let mut chunked = false;
+        tokio::pin!(shutdown);
+        loop {
+            let Some(source) = slot.as_mut() else {
+                slot = Some(self.open_source(once).await?);
+                continue;
+            };
+            let event = tokio::select! {
+                event = source.next() => event,
+                () = &mut shutdown => {
+                    tracing::info!("shutting down: staging what was read");
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.flush_stage().await?;
+                    return Ok(report);
+                }
+            };
+            match event {
+                Ok(SourceEvent::Chunk(changes)) => {
+                    // The pending area belongs to the next transaction to commit: stage
+                    // the whole ones read before it first.
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    let stage = Arc::clone(&self.stage);
+                    blocking(move || stage.append_pending(&changes)).await?;
+                    chunked = true;
+                }
+                Ok(SourceEvent::Abort) => {
+                    let stage = Arc::clone(&self.stage);
+                    blocking(move || stage.discard_pending()).await?;
+                    chunked = false;
+                }
+                Ok(SourceEvent::Transaction(txn)) => {
+                    batch.push(txn);
+                    if std::mem::take(&mut chunked)
+                        || batch.len() >= self.config.engine.batch_transactions_max
+                    {
+                        self.stage_batch(source, &mut batch, &mut report).await?;
+                    }
+                }
+                Ok(SourceEvent::Idle) => self.stage_batch(source, &mut batch, &mut report).await?,
+                Ok(SourceEvent::End) => {
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.write_round(&mut report).await?;
+                    self.flush_stage().await?;
+                    return Ok(report);
+                }
+                Err(e) => {
+                    // What came before the error is whole and good: keep it.
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    return Err(e.into());
+                }
+            }
+            if !once && last_flush.elapsed() >= flush_interval + backoff {
+                self.stage_batch(source, &mut batch, &mut report).await?;
+                let transient = self.write_round_inner(&mut report, true).await?;
+                // Failures a retry may cure (the target down): wait longer each time,
+                // up to a bound, while staging goes on; the first good round resets it.
+                backoff = if transient > 0 {
+                    let next = (backoff * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX);
+                    tracing::warn!(
+                        failed = transient,
+                        retry_in_ms = next.as_millis() as u64,
+                        "partition writes failed; staging goes on, writes are retried"
+                    );
+                    next
+                } else {
+                    Duration::ZERO
+                };
+                last_flush = Instant::now();
+                if !self
+                    .pause_intake(&mut slot, &mut report, &mut shutdown)
+                    .await?
+                {
+                    self.flush_stage().await?;
+                    return Ok(report);
+                }
+            }
+        }
+    }
+
+    /// Opens the configured source at the stage's position.
+    async fn open_source(&self, once: bool) -> Result<AnySource, PipelineError> {
         let checkpoint = self.stage.checkpoint()?;
         let chunk = self.config.engine.transaction_chunk_changes;
         let tables = self
@@ -555,7 +646,7 @@ impl Pipeline {
             .values()
             .map(|(t, _, _)| t.clone())
             .collect::<Vec<_>>();
-        let mut source = match &self.config.source {
+        Ok(match &self.config.source {
             SourceConfig::Jsonl {
                 path,
                 on_bad_record,
@@ -597,87 +688,65 @@ impl Pipeline {
                     .await?,
                 ))
             }
+        })
+    }
+
+    /// While the changes staged but not written reach `[stage] max_unwritten_mb`, stops
+    /// reading the source and only writes, until the backlog is below half the limit
+    /// (or empty). A PostgreSQL source's stream is closed meanwhile and reopened at the
+    /// stage's position after: an unread stream would miss the server's keepalives and
+    /// be cut; the slot keeps the WAL. A JSON-lines source is simply not read.
+    /// Returns `false` if `shutdown` came while paused.
+    async fn pause_intake(
+        &self,
+        source: &mut Option<AnySource>,
+        report: &mut RunReport,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<bool, PipelineError> {
+        let Some(limit) = self.config.stage_max_unwritten_bytes else {
+            return Ok(true);
         };
-        let mut report = RunReport::default();
+        let unwritten = self.stage.unwritten_bytes()?;
+        if unwritten < limit {
+            return Ok(true);
+        }
+        let started = Instant::now();
+        report.intake_pauses += 1;
+        tracing::warn!(
+            unwritten_bytes = unwritten,
+            limit_bytes = limit,
+            "intake paused: staged changes not yet written reached [stage] max_unwritten_mb; the source is not read until the target catches up"
+        );
+        if matches!(source, Some(AnySource::Postgres(_))) {
+            *source = None;
+        }
         let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
-        let mut last_flush = Instant::now();
         let mut backoff = Duration::ZERO;
-        let mut batch: Vec<Transaction> = Vec::new();
-        // Whether the stage's pending area holds chunks of the transaction being read.
-        let mut chunked = false;
-        tokio::pin!(shutdown);
         loop {
-            let event = tokio::select! {
-                event = source.next() => event,
-                () = &mut shutdown => {
-                    tracing::info!("shutting down: staging what was read");
-                    self.stage_batch(&mut source, &mut batch, &mut report).await?;
-                    self.flush_stage().await?;
-                    return Ok(report);
-                }
+            let transient = self.write_round_inner(report, true).await?;
+            backoff = if transient > 0 {
+                (backoff * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX)
+            } else {
+                Duration::ZERO
             };
-            match event {
-                Ok(SourceEvent::Chunk(changes)) => {
-                    // The pending area belongs to the next transaction to commit: stage
-                    // the whole ones read before it first.
-                    self.stage_batch(&mut source, &mut batch, &mut report)
-                        .await?;
-                    let stage = Arc::clone(&self.stage);
-                    blocking(move || stage.append_pending(&changes)).await?;
-                    chunked = true;
-                }
-                Ok(SourceEvent::Abort) => {
-                    let stage = Arc::clone(&self.stage);
-                    blocking(move || stage.discard_pending()).await?;
-                    chunked = false;
-                }
-                Ok(SourceEvent::Transaction(txn)) => {
-                    batch.push(txn);
-                    if std::mem::take(&mut chunked)
-                        || batch.len() >= self.config.engine.batch_transactions_max
-                    {
-                        self.stage_batch(&mut source, &mut batch, &mut report)
-                            .await?;
-                    }
-                }
-                Ok(SourceEvent::Idle) => {
-                    self.stage_batch(&mut source, &mut batch, &mut report)
-                        .await?
-                }
-                Ok(SourceEvent::End) => {
-                    self.stage_batch(&mut source, &mut batch, &mut report)
-                        .await?;
-                    self.write_round(&mut report).await?;
-                    self.flush_stage().await?;
-                    return Ok(report);
-                }
-                Err(e) => {
-                    // What came before the error is whole and good: keep it.
-                    self.stage_batch(&mut source, &mut batch, &mut report)
-                        .await?;
-                    return Err(e.into());
-                }
+            let unwritten = self.stage.unwritten_bytes()?;
+            if unwritten < limit / 2 || self.stage.dirty_partitions()?.is_empty() {
+                tracing::info!(
+                    unwritten_bytes = unwritten,
+                    paused_ms = started.elapsed().as_millis() as u64,
+                    "intake resumed"
+                );
+                break;
             }
-            if !once && last_flush.elapsed() >= flush_interval + backoff {
-                self.stage_batch(&mut source, &mut batch, &mut report)
-                    .await?;
-                let transient = self.write_round_inner(&mut report, true).await?;
-                // Failures a retry may cure (the target down): wait longer each time,
-                // up to a bound, while staging goes on; the first good round resets it.
-                backoff = if transient > 0 {
-                    let next = (backoff * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX);
-                    tracing::warn!(
-                        failed = transient,
-                        retry_in_ms = next.as_millis() as u64,
-                        "partition writes failed; staging goes on, writes are retried"
-                    );
-                    next
-                } else {
-                    Duration::ZERO
-                };
-                last_flush = Instant::now();
+            tokio::select! {
+                () = tokio::time::sleep(flush_interval.max(WRITE_BACKOFF_MIN / 5) + backoff) => {}
+                () = shutdown.as_mut() => return Ok(false),
             }
         }
+        if source.is_none() {
+            *source = Some(self.open_source(false).await?);
+        }
+        Ok(true)
     }
 
     /// On a clean stop: the stage's state goes to its table files, so the next start
@@ -775,7 +844,7 @@ impl Pipeline {
             match outcome {
                 Ok(Some(summary)) => {
                     partitions += 1;
-                    rows += summary.rows;
+                    rows += summary.copied;
                     report.rows_rejected += summary.rejected;
                 }
                 Ok(None) => {}
@@ -1260,6 +1329,11 @@ pub struct Status {
     pub staged_rows: std::collections::BTreeMap<String, u64>,
     /// Size of the stage's files on disk, in bytes.
     pub stage_size_bytes: u64,
+    /// Bytes of changes staged but not yet written to the target, and the
+    /// `[stage] max_unwritten_mb` limit in bytes; at the limit intake pauses.
+    pub unwritten_bytes: u64,
+    pub max_unwritten_bytes: Option<u64>,
+    pub intake_paused: bool,
     pub dirty_partitions: Vec<DirtyStatus>,
     /// Partitions whose last write failed for good (a plugin's verdict): they are
     /// retried when they change.
@@ -1309,12 +1383,18 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
     let stage = blocking(move || Stage::open_read_only(&path)).await?;
     let checkpoint = stage.checkpoint()?;
     let dirty = stage.dirty_partitions()?;
+    let unwritten_bytes = stage.unwritten_bytes()?;
     let mut status = Status {
         stage: config.stage_path.display().to_string(),
         source: stage.source_id()?,
         position: checkpoint.map(|c| c.position),
         staged_rows: stage.row_counts()?,
         stage_size_bytes: crate::stage::checkpoint::dir_size(&config.stage_path).unwrap_or(0),
+        unwritten_bytes,
+        max_unwritten_bytes: config.stage_max_unwritten_bytes,
+        intake_paused: config
+            .stage_max_unwritten_bytes
+            .is_some_and(|limit| unwritten_bytes >= limit),
         dirty_partitions: dirty
             .into_iter()
             .map(|d| DirtyStatus {

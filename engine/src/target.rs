@@ -531,7 +531,10 @@ pub struct RejectedRow {
 /// The lineage of a written partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteSummary {
+    /// Rows the partition holds after the write.
     pub rows: u64,
+    /// Rows this write copied (all of them for a replace; the changed keys' for a merge).
+    pub copied: u64,
     pub checksum: String,
     /// Input rows the plugin rejected (recorded in `weir.dead_letter`).
     pub rejected: u64,
@@ -619,6 +622,7 @@ pub async fn replace_partition(
             tx.rollback().await.map_err(query_err("rollback"))?;
             return Ok(WriteSummary {
                 rows: 0,
+                copied: 0,
                 checksum: String::new(),
                 rejected: 0,
                 superseded_by: Some(newer),
@@ -656,6 +660,7 @@ pub async fn replace_partition(
     let copied = copy_rows(&tx, table, &copy_target, &partition_name, write.rows).await?;
     let summary = WriteSummary {
         rows: copied,
+        copied,
         checksum: checksum(write.rows),
         rejected: write.rejections.len() as u64,
         superseded_by: None,
@@ -959,6 +964,7 @@ pub async fn merge_partition(
         .saturating_add(copied);
     let summary = WriteSummary {
         rows,
+        copied,
         checksum: String::new(),
         rejected: write.rejections.len() as u64,
         superseded_by: None,

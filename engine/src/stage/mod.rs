@@ -9,6 +9,7 @@
 //! | `generations` | table, partition                      | generation of its last change  |
 //! | `dirty`       | table, partition                      | generation not yet written     |
 //! | `changed`     | table, partition, key (empty: all)    | generation of the key's change |
+//! | `backlog`     | table, partition                      | bytes staged since last write  |
 //! | `position`    | `checkpoint`                          | source position and cursor     |
 //! | `dead_letter` | source position of the record         | the bad record, until written  |
 //! | `meta`        | `format_version`, `source_id`, `generation` | stage metadata           |
@@ -60,8 +61,12 @@ const CF_PENDING: &str = "pending";
 /// replaced. Cleared with the dirty mark, for every write mode, so switching a table
 /// to `merge` never finds a partial record.
 const CF_CHANGED: &str = "changed";
-const COLUMN_FAMILIES: [&str; 9] = [
+/// Bytes of changes staged into each dirty partition since its last write: the
+/// backlog that `[stage] max_unwritten_mb` bounds. Cleared with the dirty mark.
+const CF_BACKLOG: &str = "backlog";
+const COLUMN_FAMILIES: [&str; 10] = [
     CF_CHANGED,
+    CF_BACKLOG,
     CF_PENDING,
     CF_ROWS,
     CF_KEYS,
@@ -203,6 +208,11 @@ pub enum StageError {
     #[error("the stage at {} does not exist: run `weir init` first", path.display())]
     Missing { path: PathBuf },
     #[error(
+        "the stage at {} was written by an older weir and lacks its `{family}` records: run `weir init` once (it adds them), then retry",
+        path.display()
+    )]
+    NeedsUpgrade { path: PathBuf, family: &'static str },
+    #[error(
         "stage record is corrupt ({what}): run `weir checkpoint check`; restore the stage from an export or rebuild it from the feed"
     )]
     Corrupt { what: String },
@@ -328,6 +338,23 @@ impl Stage {
         if !path.join("CURRENT").exists() {
             return Err(StageError::Missing {
                 path: path.to_owned(),
+            });
+        }
+        // A read-only open cannot add the families a newer build added; a writable
+        // open (`init`, `run`) does.
+        let existing =
+            DB::list_cf(&Options::default(), path).map_err(|source| StageError::Open {
+                path: path.to_owned(),
+                hint: checkpoint::open_hint(&source, "is it a weir stage?"),
+                source,
+            })?;
+        if let Some(family) = COLUMN_FAMILIES
+            .iter()
+            .find(|f| !existing.iter().any(|e| e == *f))
+        {
+            return Err(StageError::NeedsUpgrade {
+                path: path.to_owned(),
+                family,
             });
         }
         let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
@@ -912,6 +939,20 @@ impl Stage {
         Ok(out)
     }
 
+    /// Bytes of changes staged but not yet written to the target: the sum of every
+    /// dirty partition's backlog. Read in full (one entry per dirty partition).
+    pub fn unwritten_bytes(&self) -> Result<u64, StageError> {
+        let mut total = 0u64;
+        for item in self
+            .db
+            .iterator_cf(self.cf(CF_BACKLOG), IteratorMode::Start)
+        {
+            let (_, v) = item.map_err(db_err("read the backlog"))?;
+            total = total.saturating_add(decode_generation(&v)?);
+        }
+        Ok(total)
+    }
+
     /// The approximate staged bytes of each partition, from RocksDB's table-file
     /// index (rows still only in the memtable are not counted): for ordering jobs,
     /// never for correctness.
@@ -952,6 +993,7 @@ impl Stage {
         // changed-key record of the partition was in the job's read.
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(CF_DIRTY), &key);
+        batch.delete_cf(self.cf(CF_BACKLOG), &key);
         let mut opts = ReadOptions::default();
         opts.set_iterate_range(rocksdb::PrefixRange(key.as_slice()));
         for item in self.db.iterator_cf_opt(
@@ -1010,6 +1052,8 @@ struct StageBatch {
     /// Tables truncated earlier in this batch: their keys are gone unless set again.
     truncated: std::collections::HashSet<String>,
     dirty: BTreeMap<(String, Partition), u64>,
+    /// Bytes staged into each partition by this batch.
+    bytes: BTreeMap<(String, Partition), u64>,
 }
 
 impl StageBatch {
@@ -1036,6 +1080,7 @@ impl StageBatch {
             keys: HashMap::new(),
             truncated: std::collections::HashSet::new(),
             dirty: BTreeMap::new(),
+            bytes: BTreeMap::new(),
         }
     }
 
@@ -1059,6 +1104,10 @@ impl StageBatch {
                     self.changed(stage, table, partition, key);
                     let value = postcard::to_allocvec(row)
                         .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
+                    *self
+                        .bytes
+                        .entry((table.clone(), partition.clone()))
+                        .or_insert(0) += value.len() as u64;
                     self.batch
                         .put_cf(stage.cf(CF_ROWS), row_key(table, partition, key), value);
                     self.batch.put_cf(
@@ -1126,6 +1175,10 @@ impl StageBatch {
 
     /// Records that `key` (empty: every key) of a partition changed.
     fn changed(&mut self, stage: &Stage, table: &str, partition: &Partition, key: &[u8]) {
+        *self
+            .bytes
+            .entry((table.to_owned(), partition.clone()))
+            .or_insert(0) += key.len() as u64;
         self.batch.put_cf(
             stage.cf(CF_CHANGED),
             row_key(table, partition, key),
@@ -1154,6 +1207,21 @@ impl StageBatch {
         position: Option<Checkpoint>,
         sync: bool,
     ) -> Result<(), StageError> {
+        for ((table, partition), added) in std::mem::take(&mut self.bytes) {
+            let key = partition_key(&table, &partition);
+            let before = stage
+                .db
+                .get_cf(stage.cf(CF_BACKLOG), &key)
+                .map_err(db_err("read the backlog"))?
+                .map(|v| decode_generation(&v))
+                .transpose()?
+                .unwrap_or(0);
+            self.batch.put_cf(
+                stage.cf(CF_BACKLOG),
+                key,
+                before.saturating_add(added).to_be_bytes(),
+            );
+        }
         for ((table, partition), generation) in std::mem::take(&mut self.dirty) {
             let key = partition_key(&table, &partition);
             self.batch
@@ -1331,6 +1399,7 @@ pub fn decode_key(mut bytes: &[u8]) -> Result<Vec<Value>, StageError> {
     Ok(out)
 }
 
+/// A big-endian `u64` record (a generation, or a backlog's bytes).
 fn decode_generation(bytes: &[u8]) -> Result<u64, StageError> {
     bytes
         .try_into()
@@ -1526,6 +1595,36 @@ mod tests {
             .zip(bytes)
             .collect();
         assert!(by_name["big"] > by_name["small"], "{by_name:?}");
+    }
+
+    #[test]
+    fn the_backlog_grows_with_staged_changes_and_clears_with_the_mark() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        assert_eq!(stage.unwritten_bytes().expect("backlog"), 0);
+        stage
+            .apply(&[txn(10, vec![upsert(1, "d1", 10), upsert(2, "d2", 10)])])
+            .expect("apply");
+        let first = stage.unwritten_bytes().expect("backlog");
+        assert!(first > 0);
+        stage
+            .apply(&[txn(20, vec![upsert(1, "d1", 20)])])
+            .expect("apply");
+        assert!(stage.unwritten_bytes().expect("backlog") > first);
+        // Applying the same transaction again is skipped: nothing added.
+        let before = stage.unwritten_bytes().expect("backlog");
+        stage
+            .apply(&[txn(20, vec![upsert(1, "d1", 20)])])
+            .expect("apply");
+        assert_eq!(stage.unwritten_bytes().expect("backlog"), before);
+        for d in stage.dirty_partitions().expect("dirty") {
+            assert!(
+                stage
+                    .clear_dirty(&d.table, &d.partition, d.generation)
+                    .expect("clear")
+            );
+        }
+        assert_eq!(stage.unwritten_bytes().expect("backlog"), 0);
     }
 
     #[test]
