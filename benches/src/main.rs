@@ -22,6 +22,11 @@
 //!    partition jobs at once, rows/s and partitions/s; against one binary COPY of the
 //!    same final rows into an empty table of the same shape.
 //!
+//! 7. Partition writers: one partition rewritten by replace (plain table: DELETE; native
+//!    partitions: TRUNCATE of the child) and by merge (every key; 1% of the keys), rows/s
+//!    against raw binary COPY; and the write amplification of a hot partition under
+//!    continuous updates at two flush intervals, in replace and merge mode.
+//!
 //! `--only SECTION` runs one section and replaces it in the existing report, which
 //! keeps the rest.
 
@@ -30,6 +35,7 @@
 
 mod backfill;
 mod plugins;
+mod writers;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -92,6 +98,16 @@ struct Args {
     /// Days the backfilled orders spread over: the window's day partitions.
     #[arg(long, default_value_t = 90)]
     backfill_days: u64,
+    /// Rows of the partition the writers section rewrites.
+    #[arg(long, default_value_t = 200_000)]
+    writer_rows: u64,
+    /// Rows of the hot partition, updated at `--hot-rate` updates/s for `--hot-seconds`.
+    #[arg(long, default_value_t = 20_000)]
+    hot_rows: u64,
+    #[arg(long, default_value_t = 2_000)]
+    hot_rate: u64,
+    #[arg(long, default_value_t = 10)]
+    hot_seconds: u64,
     /// The folder of the plugin components (`orders-rust.wasm`, `orders-python.wasm`,
     /// `orders-js.wasm`); default `$CARGO_TARGET_DIR/plugins`, the target folder
     /// defaulting to `$HOME/.cache/weir-target`.
@@ -173,6 +189,7 @@ async fn main() -> anyhow::Result<()> {
         replication(&mut report, &args, &pg).await?;
         plugins::plugins(&mut report, &plugin_args).await?;
         backfill::backfill(&mut report, &args, &pg).await?;
+        writers::writers(&mut report, &args, &pg).await?;
         std::fs::write(&args.out, &report)?;
         println!("{report}");
         return Ok(());
@@ -180,7 +197,7 @@ async fn main() -> anyhow::Result<()> {
     // One section: measured alone, then put in place of its old text (or appended).
     let pg = if matches!(
         only,
-        Section::EndToEnd | Section::Replication | Section::Backfill
+        Section::EndToEnd | Section::Replication | Section::Backfill | Section::Writers
     ) {
         Some(tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??)
     } else {
@@ -194,7 +211,8 @@ async fn main() -> anyhow::Result<()> {
         (Section::Replication, Some(pg)) => replication(&mut section, &args, pg).await?,
         (Section::Plugins, _) => plugins::plugins(&mut section, &plugin_args).await?,
         (Section::Backfill, Some(pg)) => backfill::backfill(&mut section, &args, pg).await?,
-        (Section::EndToEnd | Section::Replication | Section::Backfill, None) => {
+        (Section::Writers, Some(pg)) => writers::writers(&mut section, &args, pg).await?,
+        (Section::EndToEnd | Section::Replication | Section::Backfill | Section::Writers, None) => {
             anyhow::bail!("no PostgreSQL for a section that needs one")
         }
     }
@@ -239,6 +257,8 @@ enum Section {
     Plugins,
     /// 6: backfill of a window of partitions, by parallelism, against raw binary COPY.
     Backfill,
+    /// 7: partition rewrite cost by write mode; write amplification of a hot partition.
+    Writers,
 }
 
 /// The `scripts/bench` command line of this run, with the sizes that matter to what
@@ -259,10 +279,18 @@ fn command_line(args: &Args) -> String {
         "--backfill-rows {} --backfill-days {}",
         args.backfill_rows, args.backfill_days
     );
+    let writers = format!(
+        "--writer-rows {} --hot-rows {} --hot-rate {} --hot-seconds {}",
+        args.writer_rows, args.hot_rows, args.hot_rate, args.hot_seconds
+    );
     match args.only {
         None => format!(
-            "scripts/bench {end_to_end} {staging} {large} --pg-changes {} {plugins} {backfill}",
+            "scripts/bench {end_to_end} {staging} {large} --pg-changes {} {plugins} {backfill} {writers}",
             args.pg_changes
+        ),
+        Some(Section::Writers) => format!(
+            "scripts/bench --only writers {writers} --repeat {}",
+            args.repeat
         ),
         Some(Section::EndToEnd) => format!("scripts/bench --only end-to-end {end_to_end}"),
         Some(Section::Staging) => format!("scripts/bench --only staging {staging}"),

@@ -235,6 +235,9 @@ impl LimitArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    // Test builds only: arm the failpoints named in FAILPOINTS (engine/src/faults.rs).
+    #[cfg(feature = "failpoints")]
+    let _failpoints = weir::faults::setup();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

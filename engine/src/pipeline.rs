@@ -60,6 +60,8 @@ pub enum PipelineError {
     #[error("table `{0}` is not in the config")]
     UnknownTable(String),
     #[error(transparent)]
+    Injected(#[from] crate::faults::InjectedFault),
+    #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     PgSource(#[from] PgSourceError),
@@ -769,7 +771,20 @@ impl Pipeline {
         let txns = std::mem::take(batch);
         let stage = Arc::clone(&self.stage);
         let started = Instant::now();
+        if crate::faults::ack_before_stage()
+            && let Some(last) = txns.last()
+        {
+            // The broken build (test-only): the source hears "durable" before it is.
+            source
+                .acknowledge(crate::source::Checkpoint {
+                    position: last.end,
+                    cursor: last.cursor,
+                })
+                .await?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let outcome: ApplyOutcome = blocking(move || stage.apply(&txns)).await?;
+        crate::failpoint!("stage-before-ack");
         report.transactions += outcome.transactions;
         report.changes += outcome.changes;
         report.skipped_transactions += outcome.skipped;
@@ -777,6 +792,7 @@ impl Pipeline {
         if let Some(checkpoint) = checkpoint {
             source.acknowledge(checkpoint).await?;
         }
+        crate::failpoint!("stage-after-ack");
         tracing::info!(
             transactions = outcome.transactions,
             changes = outcome.changes,
@@ -1168,6 +1184,7 @@ impl Pipeline {
         let Some(summary) = result? else {
             return Ok(None);
         };
+        crate::failpoint!("target-after-commit");
         if let Ok(mut failed) = self.failed.lock() {
             failed.remove(&(table.to_owned(), partition.clone()));
         }

@@ -87,6 +87,8 @@ COMMENT ON TABLE weir.dead_letter IS 'Records weir could not process, with the r
 
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
+    #[error(transparent)]
+    Injected(#[from] crate::faults::InjectedFault),
     #[error("cannot connect to the target PostgreSQL")]
     Connect(#[source] tokio_postgres::Error),
     #[error("target query failed: {what}")]
@@ -657,7 +659,9 @@ pub async fn replace_partition(
         )))?
     };
 
+    crate::failpoint!("target-after-delete");
     let copied = copy_rows(&tx, table, &copy_target, &partition_name, write.rows).await?;
+    crate::failpoint!("target-after-copy");
     let summary = WriteSummary {
         rows: copied,
         copied,
@@ -957,7 +961,9 @@ pub async fn merge_partition(
         "delete the changed keys of partition {partition_name} of {}",
         table.name
     )))?;
+    crate::failpoint!("target-after-delete");
     let copied = copy_rows(&tx, table, &copy_target, &partition_name, write.rows).await?;
+    crate::failpoint!("target-after-copy");
     let rows = u64::try_from(previous_rows)
         .unwrap_or(0)
         .saturating_sub(deleted)

@@ -5,6 +5,7 @@ mod backfill;
 mod bad_input;
 mod checkpoint;
 mod demo;
+mod faults;
 mod grains;
 mod harness;
 mod merge;

@@ -105,6 +105,8 @@ impl Default for SandboxLimits {
 /// Why a plugin could not be loaded, or a job failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
+    #[error(transparent)]
+    Injected(#[from] crate::faults::InjectedFault),
     #[error("cannot read plugin {path}")]
     Read {
         path: PathBuf,
@@ -678,6 +680,7 @@ impl Plugin {
             let rows: Vec<wit::StagedRow> = chunk.iter().map(to_wit_row).collect();
             offset += chunk.len();
             Self::arm(&mut store, limits);
+            crate::failpoint!("plugin-call");
             let result = session_api
                 .call_push(&mut store, session, &rows)
                 .map_err(|e| fail(&store, e))?;

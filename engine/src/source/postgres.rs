@@ -53,6 +53,8 @@ const DRAIN_PREFIX: &str = "weir.drain";
 /// Errors of the PostgreSQL source.
 #[derive(Debug, thiserror::Error)]
 pub enum PgSourceError {
+    #[error(transparent)]
+    Injected(#[from] crate::faults::InjectedFault),
     #[error(
         "{table}: the source table changed: {change}. Nothing past this transaction was acknowledged; alter the target to match and restart, or take a new snapshot"
     )]
@@ -703,6 +705,7 @@ impl PostgresSource {
                     self.ready.extend(events);
                     if let (Watermark::High, Some(snapshot)) = (watermark, self.snapshot.as_mut()) {
                         let (table, rows, state) = snapshot.finish_chunk(&self.assembler.tables)?;
+                        crate::failpoint!("snapshot-chunk");
                         let events = self.assembler.push_snapshot(table, rows, state)?;
                         self.ready.extend(events);
                     }
