@@ -11,6 +11,7 @@
 //! record, so each source reports them with the record's own location.
 
 mod change;
+pub mod envelope;
 pub mod jsonl;
 pub mod pgoutput;
 pub mod pgtypes;
