@@ -5,7 +5,8 @@
 //! wrapped as `{"schema": …, "payload": {…}}` (Debezium's JSON converter with schemas
 //! on) is unwrapped. Consecutive lines sharing a `txId` form one transaction; a line
 //! without `txId` is a transaction of its own; the end of the input ends a transaction.
-//! Blank lines are not records and are passed over.
+//! Blank lines are not records and are passed over. Each line is decoded on its own by
+//! [`super::envelope`]; this module reads the feed and groups lines into transactions.
 //!
 //! The source position is the byte offset just past a transaction's last line. On
 //! restart the first `position` bytes are passed over without being parsed: a file is
@@ -21,15 +22,11 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{Map, Value as Json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncSeekExt, BufReader};
 
-use super::{
-    BadRecord, ChangeSource, Checkpoint, Op, Row, SourceError, SourceEvent, Transaction,
-    keyed_changes,
-};
-use crate::config::{OnBadRecord, TableConfig, TableName};
-use crate::value::Value;
+use super::envelope::{BadLine, TxId, decode_line};
+use super::{BadRecord, ChangeSource, Checkpoint, SourceError, SourceEvent, Transaction};
+use crate::config::{OnBadRecord, TableConfig};
 
 /// Longest line accepted. Bounds the memory one record can take; a longer line is a
 /// bad record, read and kept in bounded pieces only up to this size.
@@ -37,9 +34,6 @@ pub const LINE_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// How long a tailed file is left alone after reaching its end before it is read again.
 const FOLLOW_POLL_MS: u64 = 200;
-
-/// A transaction's identity in the feed.
-type TxId = Option<String>;
 
 /// A JSON-lines change feed.
 pub struct JsonlSource {
@@ -191,11 +185,11 @@ impl JsonlSource {
             return;
         }
         let decoded = if raw.len() > LINE_BYTES_MAX {
-            Err(Decoded::unknown(format!(
+            Err(BadLine::unknown(format!(
                 "line is longer than {LINE_BYTES_MAX} bytes"
             )))
         } else {
-            self.decode(body, end)
+            decode_line(&self.tables, body, end)
         };
         match decoded {
             Ok(line) => {
@@ -286,156 +280,6 @@ impl JsonlSource {
             self.pending_chunked = false;
         }
     }
-
-    fn decode(&self, body: &[u8], end: u64) -> Result<DecodedLine, Decoded> {
-        let text = std::str::from_utf8(body).map_err(|e| {
-            Decoded::unknown(format!(
-                "line is not valid UTF-8 (invalid byte at column {})",
-                e.valid_up_to() + 1
-            ))
-        })?;
-        let json: Json = serde_json::from_str(text)
-            .map_err(|e| Decoded::unknown(format!("malformed JSON ({e})")))?;
-        let Json::Object(mut envelope) = json else {
-            return Err(Decoded::unknown(
-                "a line must be a JSON object (a Debezium envelope)".into(),
-            ));
-        };
-        if envelope.contains_key("schema")
-            && let Some(Json::Object(payload)) = envelope.remove("payload")
-        {
-            envelope = payload;
-        }
-        let source = match envelope.get("source") {
-            Some(Json::Object(s)) => s,
-            _ => {
-                return Err(Decoded::unknown(
-                    "missing `source` object (with `schema` and `table`)".into(),
-                ));
-            }
-        };
-        let tx_id = match source.get("txId") {
-            None | Some(Json::Null) => None,
-            Some(Json::String(s)) => Some(s.clone()),
-            Some(Json::Number(n)) => Some(n.to_string()),
-            Some(_) => {
-                return Err(Decoded::unknown(
-                    "`source.txId` must be a number or a string".into(),
-                ));
-            }
-        };
-        let field = |name: &str| match source.get(name) {
-            Some(Json::String(s)) if !s.is_empty() => Ok(s.clone()),
-            _ => Err(Decoded::bad(
-                tx_id.clone(),
-                None,
-                format!("missing `source.{name}`"),
-            )),
-        };
-        let table_name = TableName {
-            schema: field("schema")?,
-            name: field("table")?,
-        };
-        let qualified = table_name.to_string();
-        let bad = |reason: String| Decoded::bad(tx_id.clone(), Some(qualified.clone()), reason);
-        let op = match envelope.get("op") {
-            Some(Json::String(op)) => match op.as_str() {
-                "c" => Op::Insert,
-                "u" => Op::Update,
-                "d" => Op::Delete,
-                "r" => Op::Read,
-                other => return Err(bad(format!("unknown op `{other}`: expected c, u, d or r"))),
-            },
-            Some(_) => return Err(bad("`op` must be a string".into())),
-            None => return Err(bad("missing field `op`".into())),
-        };
-        let table = self.tables.iter().find(|t| t.source == table_name).ok_or_else(|| {
-            bad(format!("table `{qualified}` is not configured: add a [[table]] with source = \"{qualified}\""))
-        })?;
-        let ts_ms = [source.get("ts_ms"), envelope.get("ts_ms")]
-            .into_iter()
-            .flatten()
-            .find_map(Json::as_i64);
-        let before = image(table, envelope.get("before"), "before").map_err(&bad)?;
-        let after = image(table, envelope.get("after"), "after").map_err(&bad)?;
-        let changes = keyed_changes(
-            table,
-            op,
-            before,
-            after,
-            end,
-            ts_ms.and_then(|ms| ms.checked_mul(1000)),
-        )
-        .map_err(&bad)?;
-        Ok(DecodedLine { tx_id, changes })
-    }
-}
-
-struct DecodedLine {
-    tx_id: TxId,
-    changes: Vec<crate::stage::StageChange>,
-}
-
-/// Why a line is bad, with what could be read of it.
-struct Decoded {
-    /// Whether the line's transaction could be read (`tx_id` is meaningful).
-    tx_known: bool,
-    tx_id: TxId,
-    table: Option<String>,
-    reason: String,
-}
-
-impl Decoded {
-    /// A line whose transaction is known.
-    fn bad(tx_id: TxId, table: Option<String>, reason: String) -> Decoded {
-        Decoded {
-            tx_known: true,
-            tx_id,
-            table,
-            reason,
-        }
-    }
-
-    /// A line too broken to say which transaction it belongs to.
-    fn unknown(reason: String) -> Decoded {
-        Decoded {
-            tx_known: false,
-            tx_id: None,
-            table: None,
-            reason,
-        }
-    }
-}
-
-/// Converts a before/after object into a row of the table's declared columns.
-fn image(table: &TableConfig, json: Option<&Json>, which: &str) -> Result<Option<Row>, String> {
-    let object: &Map<String, Json> = match json {
-        None | Some(Json::Null) => return Ok(None),
-        Some(Json::Object(o)) => o,
-        Some(_) => return Err(format!("`{which}` must be an object or null")),
-    };
-    if let Some(unknown) = object.keys().find(|k| table.column(k).is_none()) {
-        return Err(format!(
-            "column `{unknown}` in `{which}` is not declared in the columns of {}",
-            table.source
-        ));
-    }
-    let mut row = Vec::with_capacity(table.columns.len());
-    for column in &table.columns {
-        // An absent column stays absent (the key and partition checks name it); the
-        // transform reads it as NULL.
-        let Some(json) = object.get(&column.name) else {
-            continue;
-        };
-        let value = Value::from_json(column.ty, json).map_err(|e| {
-            format!(
-                "column `{}` ({}) in `{which}`: {e}",
-                column.name, column.declared
-            )
-        })?;
-        row.push((column.name.clone(), value));
-    }
-    Ok(Some(row))
 }
 
 impl ChangeSource for JsonlSource {

@@ -28,6 +28,7 @@
 #[cfg(test)]
 mod model_tests;
 
+mod change;
 pub mod checkpoint;
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,8 +42,10 @@ use rocksdb::{
 use serde::{Deserialize, Serialize};
 
 use crate::partition::Partition;
-use crate::source::{BadRecord, Checkpoint, Op, Row, Transaction};
+use crate::source::{BadRecord, Checkpoint, Transaction};
 use crate::value::Value;
+
+pub use change::{StageChange, StagedRow, UnkeyableValue, encode_key};
 
 /// The stage format this build writes. Bump it, with an upgrade step in
 /// [`Stage::open`], whenever a key or value layout changes.
@@ -97,37 +100,6 @@ pub struct PartitionFailure {
     pub error: String,
 }
 const POSITION_KEY: &[u8] = b"checkpoint";
-
-/// One staged row: the current image of a key, with where it came from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StagedRow {
-    /// Source position of the transaction that wrote this image.
-    pub commit_position: u64,
-    /// Commit time of that transaction, microseconds since the epoch, if the feed said.
-    pub commit_time_us: Option<i64>,
-    pub op: Op,
-    pub values: Row,
-}
-
-/// One change to apply to the stage.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum StageChange {
-    /// Set the row of `key` (moving it out of its old partition if it was elsewhere).
-    Upsert {
-        table: String,
-        key: Vec<u8>,
-        partition: Partition,
-        row: StagedRow,
-    },
-    /// Remove the row of `key`, wherever it is.
-    Delete { table: String, key: Vec<u8> },
-    /// Record the source's own resume state (a snapshot's progress) with the
-    /// transaction, so it is durable exactly when the transaction's rows are.
-    SourceState(Vec<u8>),
-    /// Remove every row of the table (a TRUNCATE); every partition it ever had is
-    /// marked dirty, so the target loses the rows too.
-    Truncate { table: String },
-}
 
 /// A partition with unwritten changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,8 +192,6 @@ pub enum StageError {
         "a large transaction is being applied to the stage; its partitions become readable when it commits"
     )]
     Applying,
-    #[error("a key value of this kind cannot be a key: {0}")]
-    UnkeyableValue(&'static str),
 }
 
 fn db_err(what: &'static str) -> impl FnOnce(rocksdb::Error) -> StageError {
@@ -1312,40 +1282,6 @@ fn row_key(table: &str, partition: &Partition, key: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Encodes key values as bytes whose order follows the values' order (integers,
-/// dates and timestamps numerically, text bytewise), and no encoding is a prefix of
-/// another: a tuple of keys encodes unambiguously.
-pub fn encode_key(values: &[&Value]) -> Result<Vec<u8>, StageError> {
-    let mut out = Vec::new();
-    for v in values {
-        match v {
-            Value::Bool(b) => out.extend_from_slice(&[0x08, u8::from(*b)]),
-            Value::Int(i) => {
-                out.push(0x10);
-                out.extend_from_slice(&((*i as u64) ^ (1 << 63)).to_be_bytes());
-            }
-            Value::Date(d) => {
-                out.push(0x11);
-                out.extend_from_slice(&((*d as u32) ^ (1 << 31)).to_be_bytes());
-            }
-            Value::Timestamp(t) => {
-                out.push(0x12);
-                out.extend_from_slice(&((*t as u64) ^ (1 << 63)).to_be_bytes());
-            }
-            Value::Text(s) => escaped(&mut out, 0x20, s.as_bytes()),
-            Value::Decimal(s) => escaped(&mut out, 0x21, s.as_bytes()),
-            Value::Null => return Err(StageError::UnkeyableValue("null")),
-            Value::Float(_) => return Err(StageError::UnkeyableValue("float")),
-            Value::Bytes(_) => return Err(StageError::UnkeyableValue("bytes")),
-            Value::Json(_) => return Err(StageError::UnkeyableValue("json")),
-            Value::Unsupported { .. } => {
-                return Err(StageError::UnkeyableValue("unsupported type"));
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// The key values [`encode_key`] encoded. Fails on bytes it did not make.
 pub fn decode_key(mut bytes: &[u8]) -> Result<Vec<Value>, StageError> {
     let bad = || corrupt("encoded key");
@@ -1407,20 +1343,10 @@ fn decode_generation(bytes: &[u8]) -> Result<u64, StageError> {
         .map_err(|_| corrupt("generation record"))
 }
 
-fn escaped(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
-    out.push(tag);
-    for &b in bytes {
-        out.push(b);
-        if b == 0 {
-            out.push(0xFF);
-        }
-    }
-    out.extend_from_slice(&[0, 0]);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::Op;
 
     fn row(id: i64, day: &str, pos: u64) -> StagedRow {
         StagedRow {

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
+use crate::source::Op;
 
 const TABLE: &str = "public.t";
 

@@ -1,0 +1,67 @@
+//! The sandbox limits of a plugin and the normalized form of its config: what the
+//! config file sets and checks. Kept apart from the wasmtime host (`super`), which
+//! re-exports them, so that the config parser builds without wasmtime (the fuzz crate
+//! compiles it on its own).
+
+use std::time::Duration;
+
+/// Default memory cap per instance. Threat: a plugin that allocates without bound
+/// takes the memory of the engine and of every other job.
+pub const DEFAULT_MEMORY_BYTES: u64 = 256 << 20;
+/// Default CPU budget per call, in fuel units (about one per wasm instruction).
+/// Threat: a call that never ends holds a worker forever. Fuel is deterministic: the
+/// same call runs out at the same instruction on any machine, so a retry cannot pass
+/// where the first run failed. About 10 s of a tight loop here.
+pub const DEFAULT_FUEL_PER_CALL: u64 = 20_000_000_000;
+/// Default wall-clock backstop per call. Threat: a call slow per unit of fuel (a host
+/// call that blocks, a pathological memory pattern) that fuel alone does not bound.
+pub const DEFAULT_TIMEOUT_PER_CALL: Duration = Duration::from_secs(60);
+/// Default maximum wasm stack. Threat: unbounded recursion overflowing the host
+/// thread's stack (which would abort the process rather than trap).
+pub const DEFAULT_MAX_STACK_BYTES: usize = 1 << 20;
+/// Default log messages (including stdout and stderr lines) per call. Threat: a plugin
+/// that floods the engine's log, hiding everything else and filling disks.
+pub const DEFAULT_LOG_MESSAGES_PER_CALL: u32 = 100;
+/// Default cut of one log message, in bytes. Threat: row data smuggled into logs in
+/// bulk, and unbounded log lines.
+pub const DEFAULT_LOG_MESSAGE_BYTES: usize = 2048;
+/// The largest thread stack the host gives a job; the wasm stack must fit in it with
+/// room for the host's own frames.
+pub const MAX_STACK_BYTES_LIMIT: usize = 64 << 20;
+
+/// The sandbox limits of a table's plugin (`[[table]]` keys `plugin_memory_mb`,
+/// `plugin_fuel_per_call`, `plugin_timeout_ms`, `plugin_max_stack_kb`,
+/// `plugin_log_messages_per_call`, `plugin_log_message_bytes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxLimits {
+    pub memory_bytes: u64,
+    pub fuel_per_call: u64,
+    pub timeout_per_call: Duration,
+    pub max_stack_bytes: usize,
+    pub log_messages_per_call: u32,
+    pub log_message_bytes: usize,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits {
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            fuel_per_call: DEFAULT_FUEL_PER_CALL,
+            timeout_per_call: DEFAULT_TIMEOUT_PER_CALL,
+            max_stack_bytes: DEFAULT_MAX_STACK_BYTES,
+            log_messages_per_call: DEFAULT_LOG_MESSAGES_PER_CALL,
+            log_message_bytes: DEFAULT_LOG_MESSAGE_BYTES,
+        }
+    }
+}
+
+/// The config as the plugin sees it: sorted by key, keys unique.
+pub fn normalize_config(config: &[(String, String)]) -> Vec<(String, String)> {
+    let map: std::collections::BTreeMap<&str, &str> = config
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    map.into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
