@@ -411,6 +411,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 report.dead_letters,
                 report.rows_rejected
             )?;
+            if report.source_reconnects > 0 {
+                writeln!(
+                    std::io::stdout().lock(),
+                    "reconnected to the source {} times",
+                    report.source_reconnects
+                )?;
+            }
             if report.intake_pauses > 0 {
                 writeln!(
                     std::io::stdout().lock(),

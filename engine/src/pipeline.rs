@@ -102,6 +102,15 @@ impl From<TargetError> for PipelineError {
 }
 
 impl PipelineError {
+    /// Whether this is a source that went away (see [`SourceError::is_transient`]).
+    pub fn is_transient_source(&self) -> bool {
+        match self {
+            PipelineError::Source(e) => e.is_transient(),
+            PipelineError::PgSource(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+
     /// Whether retrying the same partition at the same generation fails the same way
     /// (a plugin's verdict is a function of its input), so that it waits for new
     /// changes rather than being retried every round.
@@ -435,6 +444,8 @@ pub struct RunReport {
     pub rows_rejected: u64,
     /// Times intake paused at `[stage] max_unwritten_mb`.
     pub intake_pauses: usize,
+    /// Times the source connection was lost and opened again.
+    pub source_reconnects: usize,
 }
 
 /// A stage and a target, wired for one config.
@@ -564,7 +575,16 @@ impl Pipeline {
         tokio::pin!(shutdown);
         loop {
             let Some(source) = slot.as_mut() else {
-                slot = Some(self.open_source(once).await?);
+                match self
+                    .reconnect_source(once, &mut report, &mut shutdown)
+                    .await?
+                {
+                    Some(source) => slot = Some(source),
+                    None => {
+                        self.flush_stage().await?;
+                        return Ok(report);
+                    }
+                }
                 continue;
             };
             let event = tokio::select! {
@@ -608,7 +628,15 @@ impl Pipeline {
                 Err(e) => {
                     // What came before the error is whole and good: keep it.
                     self.stage_batch(source, &mut batch, &mut report).await?;
-                    return Err(e.into());
+                    if once || !e.is_transient() {
+                        return Err(e.into());
+                    }
+                    // The source went away (a restart, a cut connection): reconnect at
+                    // the stage's position; the slot kept everything not acknowledged.
+                    tracing::warn!(error = %error_chain(&e), "source connection lost; reconnecting");
+                    report.source_reconnects += 1;
+                    slot = None;
+                    continue;
                 }
             }
             if !once && last_flush.elapsed() >= flush_interval + backoff {
@@ -691,6 +719,38 @@ impl Pipeline {
                 ))
             }
         })
+    }
+
+    /// Opens the source again after it went away, waiting 0.5 s, then twice as long
+    /// each time up to 30 s, while dirty partitions are written meanwhile. `None` if
+    /// `shutdown` came first; a permanent error (say, the slot was dropped) ends it.
+    async fn reconnect_source(
+        &self,
+        once: bool,
+        report: &mut RunReport,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<AnySource>, PipelineError> {
+        let mut wait = WRITE_BACKOFF_MIN;
+        loop {
+            if let Err(error) = self.write_round_inner(report, true).await {
+                tracing::warn!(error = %error_chain(&error), "partition writes failed while the source is away");
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = shutdown.as_mut() => return Ok(None),
+            }
+            match self.open_source(once).await {
+                Ok(source) => {
+                    tracing::info!("source reconnected");
+                    return Ok(Some(source));
+                }
+                Err(error) if error.is_transient_source() => {
+                    wait = (wait * 2).min(WRITE_BACKOFF_MAX);
+                    tracing::warn!(error = %error_chain(&error), retry_in_ms = wait.as_millis() as u64, "source unavailable; retrying");
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// While the changes staged but not written reach `[stage] max_unwritten_mb`, stops
@@ -789,8 +849,15 @@ impl Pipeline {
         report.changes += outcome.changes;
         report.skipped_transactions += outcome.skipped;
         let checkpoint = self.stage.checkpoint()?;
-        if let Some(checkpoint) = checkpoint {
-            source.acknowledge(checkpoint).await?;
+        if let Some(checkpoint) = checkpoint
+            && let Err(error) = source.acknowledge(checkpoint).await
+        {
+            // The batch is synced: a source that went away re-sends it after the
+            // reconnect (and the stage skips it). Its next read fails the same way.
+            if !error.is_transient() {
+                return Err(error.into());
+            }
+            tracing::warn!(error = %error_chain(&error), "acknowledgement not sent; the source is reconnected");
         }
         crate::failpoint!("stage-after-ack");
         tracing::info!(

@@ -34,12 +34,13 @@ async fn the_target_down_for_thirty_seconds_while_changes_flow_loses_nothing() {
     db.write_config("", "", "flush_interval_ms = 200\nparallelism = 2");
     db.weir_ok(&["init"]);
     let log = db.path("run.log");
-    let mut live = db
-        .weir_command(&["run"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("start weir run");
+    let mut live = crate::harness::Reaped(
+        db.weir_command(&["run"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("start weir run"),
+    );
     let client = db.client().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while client
@@ -104,6 +105,7 @@ async fn the_target_down_for_thirty_seconds_while_changes_flow_loses_nothing() {
         "the outage was seen and retried:\n{text}"
     );
     assert_target_matches(&db.client().await, "analytics.fact_orders", &workload.model).await;
+    crate::faults::record("target down", 0, 0, 1, 0, 0);
 }
 
 /// With `[stage] max_unwritten_mb`, a target outage stops intake at the limit (the
@@ -136,12 +138,13 @@ async fn the_unwritten_limit_pauses_intake_during_an_outage_and_loses_nothing() 
     .expect("config");
     db.weir_ok(&["init"]);
     let log = db.path("run.log");
-    let mut live = db
-        .weir_command(&["run"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("start weir run");
+    let mut live = crate::harness::Reaped(
+        db.weir_command(&["run"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("start weir run"),
+    );
     let status = || -> serde_json::Value {
         serde_json::from_str(&db.weir_ok(&["status", "--json"])).expect("status")
     };
@@ -216,4 +219,236 @@ async fn the_unwritten_limit_pauses_intake_during_an_outage_and_loses_nothing() 
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(text.contains("intake resumed"), "{text}");
     assert_target_matches(&db.client().await, "analytics.fact_orders", &workload.model).await;
+}
+
+/// A writer of the source table that survives the source going away: each insert or
+/// update that commits is known (the table itself is the oracle at the end).
+fn source_writer(
+    dsn: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let mut committed = 0u64;
+        let mut id = 0i64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let Ok((client, connection)) =
+                tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await
+            else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            tokio::spawn(connection);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                id += 1;
+                let sql = "INSERT INTO orders VALUES ($1::bigint, 'w', DATE '2026-03-01' + ($1::bigint % 7)::int, $1::bigint % 1000, 'new') \
+                           ON CONFLICT (id) DO NOTHING; \
+                           ";
+                let moved = "UPDATE orders SET order_date = order_date + 1, status = 'paid' WHERE id = $1::bigint - 50";
+                let ok = client.execute(sql, &[&id]).await.is_ok()
+                    && client.execute(moved, &[&id]).await.is_ok();
+                if !ok {
+                    break;
+                }
+                committed += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        committed
+    })
+}
+
+/// Polls until the target holds exactly the source's rows, or fails after `secs`.
+async fn wait_exact(
+    source: &tokio_postgres::Client,
+    db: &TestDb,
+    secs: u64,
+    log: &std::path::Path,
+) {
+    let target = db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let want = crate::postgres_source::dump(source, "orders").await;
+        let got = crate::postgres_source::dump(&target, "analytics.fact_orders").await;
+        if want == got {
+            return;
+        }
+        let missing = want
+            .iter()
+            .filter(|r| got.binary_search(r).is_err())
+            .count();
+        assert!(
+            Instant::now() < deadline,
+            "the target did not reach the source's rows: {missing} missing, {} rows against {}\n{}",
+            got.len(),
+            want.len(),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The engine's peak memory stays within the stage's budget plus a margin.
+fn assert_bounded_memory(pid: u32) {
+    let peak_mib = weir::procmem::peak_rss_kib(weir::procmem::Process::Pid(pid)) / 1024;
+    assert!(peak_mib > 0, "no memory reading for pid {pid}");
+    assert!(
+        peak_mib < 512,
+        "weir run peaked at {peak_mib} MiB (stage budget {} MiB)",
+        weir::stage::MEMORY_BUDGET_BYTES >> 20
+    );
+}
+
+/// The source PostgreSQL restarts twice while changes flow: the live engine reconnects
+/// at its position (the slot survives), writes meanwhile, and ends exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_source_restarting_while_changes_flow_loses_nothing() {
+    let source_pg = tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default()))
+        .await
+        .expect("cluster thread")
+        .expect("start the source cluster");
+    let source_dsn = source_pg
+        .create_database("restart_source")
+        .await
+        .expect("database");
+    let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
+        .await
+        .expect("source");
+    tokio::spawn(connection);
+    source
+        .batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)")
+        .await
+        .expect("ddl");
+    drop(source);
+    let db = TestDb::new("source_restart").await;
+    std::fs::write(
+        db.config_path(),
+        "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"restart\"\npublication = \"restart\"\n\
+         [stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n\
+         [engine]\nflush_interval_ms = 200\n\
+         [[table]]\nsource = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"\n",
+    )
+    .expect("config");
+    let out = crate::postgres_source::weir_pg(&db, &source_dsn, &["init"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let log = db.path("run.log");
+    let mut live = crate::harness::Reaped(
+        db.weir_command(&["run"])
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("start weir run"),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = source_writer(source_dsn.clone(), std::sync::Arc::clone(&stop));
+    let source_pg = std::sync::Arc::new(source_pg);
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let pg = std::sync::Arc::clone(&source_pg);
+        tokio::task::spawn_blocking(move || {
+            pg.stop()?;
+            std::thread::sleep(Duration::from_secs(2));
+            pg.restart()
+        })
+        .await
+        .expect("restart thread")
+        .unwrap_or_else(|e| {
+            panic!(
+                "restart the source: {e}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let committed = writer.await.expect("writer");
+    assert!(
+        committed > 100,
+        "the writer committed only {committed} changes"
+    );
+    let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
+        .await
+        .expect("source");
+    tokio::spawn(connection);
+    wait_exact(&source, &db, 90, &log).await;
+    assert!(
+        live.try_wait().expect("poll").is_none(),
+        "weir run exited:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_bounded_memory(live.id());
+    live.kill().expect("stop");
+    live.wait().expect("reap");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("source reconnected"), "{text}");
+    crate::faults::record("source restarted twice", 0, 0, 2, 0, 0);
+}
+
+/// Every connection of the engine, replication and target alike, is cut with
+/// `pg_terminate_backend` ten times while changes flow: it reconnects and ends exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_terminated_repeatedly_lose_nothing() {
+    let db = TestDb::new("terminate_target").await;
+    let (source_dsn, source) = crate::postgres_source::source_fixture(
+        &db,
+        "weir_terminate",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);",
+        "[engine]\nflush_interval_ms = 200",
+        "source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
+    )
+    .await;
+    let out = crate::postgres_source::weir_pg(&db, &source_dsn, &["init"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let log = db.path("run.log");
+    let mut live = crate::harness::Reaped(
+        db.weir_command(&["run"])
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("start weir run"),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = source_writer(source_dsn.clone(), std::sync::Arc::clone(&stop));
+    let mut terminated = 0i64;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        // The engine's walsender, and its sessions in the target database.
+        let n: i64 = source
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE pid <> pg_backend_pid() AND (datname = $1 AND backend_type = 'client backend' AND application_name <> 'weir-test' \
+                        OR pid IN (SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'weir_terminate'))",
+                &[&db.name],
+            )
+            .await
+            .expect("terminate")
+            .get(0);
+        terminated += n;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.expect("writer");
+    assert!(
+        terminated >= 10,
+        "only {terminated} connections were terminated:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    wait_exact(&source, &db, 90, &log).await;
+    assert!(
+        live.try_wait().expect("poll").is_none(),
+        "weir run exited:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_bounded_memory(live.id());
+    live.kill().expect("stop");
+    live.wait().expect("reap");
+    crate::faults::record("pg_terminate_backend x10", 0, 0, 1, 0, 0);
 }

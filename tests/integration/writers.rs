@@ -98,12 +98,13 @@ async fn parallel_jobs_and_a_second_process_never_overlap_on_a_partition() {
         .expect("reset the probe");
 
     let log = db.path("run.log");
-    let mut live = db
-        .weir_command(&["run"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("start weir run");
+    let mut live = crate::harness::Reaped(
+        db.weir_command(&["run"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("start weir run"),
+    );
     std::thread::sleep(Duration::from_millis(500));
     // A second engine on the same stage is refused, naming it.
     let second = db.weir(&["run", "--once"]);

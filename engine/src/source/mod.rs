@@ -103,6 +103,18 @@ pub enum SourceError {
     Postgres(#[source] Box<postgres::PgSourceError>),
 }
 
+impl SourceError {
+    /// Whether the error is the source going away (the server restarting, the
+    /// connection cut), which a reconnect may cure; the stage's position is untouched.
+    /// Every other error (bad data, a schema change, a missing slot) is permanent.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            SourceError::Postgres(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+}
+
 /// A feed of committed transactions.
 ///
 /// Guarantees a source must give:

@@ -481,7 +481,11 @@ pub struct PostgresSourceOptions {
 
 /// A PostgreSQL logical replication slot as a [`ChangeSource`]. The flush position it
 /// reports to the server is the last position the engine acknowledged, i.e. the
-/// stage's synced position, never beyond: the slot keeps every change not yet staged.
+/// stage's synced position: the slot keeps every change not yet staged. Only when the
+/// stream is caught up (every transaction handed out is acknowledged, none is being
+/// assembled or waiting, no snapshot runs) does it report the position the server says
+/// it has sent: the WAL up to there holds nothing more for Weir, and a server shutting
+/// down waits for exactly that confirmation.
 pub struct PostgresSource {
     slot: String,
     stream: ReplicationStream,
@@ -491,6 +495,8 @@ pub struct PostgresSource {
     ready: VecDeque<SourceEvent>,
     /// The last position acknowledged (synced in the stage).
     acknowledged: u64,
+    /// The end of the last transaction handed to the engine.
+    emitted: u64,
     /// The furthest WAL position the server reported.
     received: u64,
     /// `once`: the LSN of the drain message; a commit past it ends the feed.
@@ -579,6 +585,7 @@ impl PostgresSource {
             stage,
             ready: VecDeque::new(),
             acknowledged: start,
+            emitted: start,
             received: start,
             drain_after,
             drained: false,
@@ -593,8 +600,17 @@ impl PostgresSource {
 
     async fn send_status(&mut self) -> Result<(), PgSourceError> {
         let written = self.received.max(self.acknowledged);
+        let caught_up = self.ready.is_empty()
+            && !self.assembler.in_transaction()
+            && self.snapshot.is_none()
+            && self.emitted <= self.acknowledged;
+        let flushed = if caught_up {
+            written
+        } else {
+            self.acknowledged
+        };
         self.stream
-            .send_status(written, self.acknowledged, self.acknowledged, false)
+            .send_status(written, flushed, flushed, false)
             .await?;
         self.last_status = Instant::now();
         Ok(())
@@ -635,6 +651,9 @@ impl PostgresSource {
     async fn receive(&mut self) -> Result<Option<SourceEvent>, PgSourceError> {
         loop {
             if let Some(event) = self.ready.pop_front() {
+                if let SourceEvent::Transaction(txn) = &event {
+                    self.emitted = self.emitted.max(txn.end);
+                }
                 return Ok(Some(event));
             }
             if self.drained && self.snapshot.is_none() && !self.assembler.in_transaction() {
@@ -674,6 +693,12 @@ impl PostgresSource {
                     if reply_requested {
                         self.send_status().await?;
                     }
+                    // A keepalive says the server has nothing more right now: the engine
+                    // stages (and acknowledges) what it holds. Without this, keepalives
+                    // coming faster than the idle timeout (a server shutting down asks
+                    // for a reply again each time it gets one) would starve the engine
+                    // of the Idle that makes it acknowledge, and the shutdown would wait.
+                    return Ok(Some(SourceEvent::Idle));
                 }
                 Some(ReplicationEvent::XLogData {
                     wal_start, data, ..
@@ -768,6 +793,34 @@ impl ChangeSource for PostgresSource {
                 .map_err(|e| SourceError::Postgres(Box::new(e)))?;
         }
         Ok(())
+    }
+}
+
+impl PgSourceError {
+    /// Whether a reconnect may cure it: the connection failed or was closed, or the
+    /// server refused or ended it for a reason of its own (SQLSTATE classes 08
+    /// connection exception and 57 operator intervention: a shutdown, a restart,
+    /// `pg_terminate_backend`), or the slot is still held by the previous connection's
+    /// walsender (55006).
+    pub fn is_transient(&self) -> bool {
+        let transient_code =
+            |code: &str| code.starts_with("08") || code.starts_with("57") || code == "55006";
+        match self {
+            PgSourceError::Replication(e) => match e {
+                ReplicationError::Connect { .. }
+                | ReplicationError::Io { .. }
+                | ReplicationError::Closed
+                | ReplicationError::Unusable => true,
+                other => other.code().is_some_and(transient_code),
+            },
+            PgSourceError::Query { source, .. } => {
+                source.is_closed()
+                    || source
+                        .code()
+                        .map_or(source.as_db_error().is_none(), |c| transient_code(c.code()))
+            }
+            _ => false,
+        }
     }
 }
 

@@ -1433,6 +1433,15 @@ impl ReplicationStream {
                     tracing::info!("the server ended the replication stream");
                     return Ok(None);
                 }
+                backend::Message::CommandComplete(_) => {
+                    // A walsender that shuts down (the server stopping) ends the stream
+                    // with CommandComplete alone, once it has sent everything and we
+                    // confirmed it, and exits: no CopyDone, no ReadyForQuery follows.
+                    self.conn.busy = true;
+                    self.state = StreamState::Ended;
+                    tracing::info!("the server ended the replication stream (it is shutting down)");
+                    return Ok(None);
+                }
                 backend::Message::ErrorResponse(body) => return Err(server_error(&body)),
                 backend::Message::NoticeResponse(body) => log_notice(&body),
                 backend::Message::ParameterStatus(_)
