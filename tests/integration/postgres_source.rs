@@ -464,7 +464,7 @@ async fn a_populated_table_is_snapshotted_while_it_changes_and_survives_kills() 
 }
 
 /// Runs `weir` with this test's config, target and source.
-fn weir_pg(db: &TestDb, source_dsn: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn weir_pg(db: &TestDb, source_dsn: &str, args: &[&str]) -> std::process::Output {
     db.weir_command(args)
         .env("WEIR_SOURCE_DSN", source_dsn)
         .output()
@@ -490,7 +490,7 @@ const ORDERS_COPY_TABLE: &str = "source = \"public.orders\"\ntarget = \"public.o
 
 /// A source database for one test, with its own table and a config for it; `extra`
 /// goes into `[source]` and may open further sections (e.g. `[engine]`).
-async fn source_fixture(
+pub(crate) async fn source_fixture(
     db: &TestDb,
     name: &str,
     ddl: &str,
