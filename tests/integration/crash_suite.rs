@@ -1556,3 +1556,67 @@ async fn the_checker_reports_deleted_duplicated_and_stale_rows() {
     );
     drop_slot(&source, slot).await;
 }
+
+/// A payload PostgreSQL stores out of line: 3,000 letters that do not compress.
+fn toasted(seed: u64) -> String {
+    let mut rng = Rng::new(seed);
+    (0..3000)
+        .map(|_| char::from(b'a' + rng.below(26) as u8))
+        .collect()
+}
+
+/// An update that leaves an out-of-line (TOAST) value alone arrives as an
+/// "unchanged" marker, whose value is the row's previous version: found when that
+/// version is in the same transaction, in an earlier transaction not yet staged, or not
+/// yet read by the initial snapshot; never the older staged version.
+#[tokio::test(flavor = "multi_thread")]
+async fn unchanged_toast_values_resolve_to_the_previous_version_of_the_row() {
+    for (name, identity) in [("toast_default", "DEFAULT"), ("toast_full", "FULL")] {
+        let db = TestDb::new(&format!("{name}_target")).await;
+        let (p1, p2, p3) = (toasted(1), toasted(2), toasted(3));
+        // Row 1 exists before the slot and is updated before the snapshot reads it.
+        let ddl = format!(
+            "{}INSERT INTO oracle VALUES (1, 1, 1, '2026-03-01', '{p1}');",
+            oracle_ddl(identity, 1, 0)
+        );
+        let (source_dsn, source, target) = setup(&db, name, &ddl, "").await;
+        assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
+        source
+            .batch_execute(&format!(
+                "UPDATE oracle SET seq = 2 WHERE id = 1;
+                 BEGIN; INSERT INTO oracle VALUES (2, 1, 3, '2026-03-02', '{p2}'); UPDATE oracle SET seq = 4, day = '2026-03-03' WHERE id = 2; COMMIT;
+                 INSERT INTO oracle VALUES (3, 1, 5, '2026-03-04', '{p1}');
+                 UPDATE oracle SET seq = 6, payload = '{p3}' WHERE id = 3;
+                 UPDATE oracle SET seq = 7 WHERE id = 3;"
+            ))
+            .await
+            .expect("changes");
+        let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+        assert!(
+            out.status.success(),
+            "{identity}: {}",
+            text(&out.stderr)
+        );
+        let expected: Rows = [
+            (1, 2, "2026-03-01", &p1),
+            (2, 4, "2026-03-03", &p2),
+            (3, 7, "2026-03-04", &p3),
+        ]
+        .into_iter()
+        .map(|(id, seq, day, payload)| {
+            (
+                id,
+                OracleRow {
+                    writer: 1,
+                    seq,
+                    day: day.to_owned(),
+                    payload: Some(payload.clone()),
+                },
+            )
+        })
+        .collect();
+        let report = check_target(&target, "analytics.oracle", &expected).await;
+        assert!(report.is_exact(), "{identity}: {}", report.render());
+        drop_slot(&source, name).await;
+    }
+}
