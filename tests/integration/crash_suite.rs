@@ -464,7 +464,9 @@ impl Writer {
                 // A partition move: another day, a new seq, the payload unchanged.
                 let mut to = day(self.rng.below(DAYS as u64) as i64);
                 if to == row.day {
-                    to = day((self.rng.below(DAYS as u64 - 1) as i64 + 1 + day_index(&row.day)) % DAYS);
+                    to = day(
+                        (self.rng.below(DAYS as u64 - 1) as i64 + 1 + day_index(&row.day)) % DAYS,
+                    );
                 }
                 row.day = to;
                 row.seq = self.next_seq();
@@ -935,12 +937,7 @@ async fn drop_slot(source: &Client, slot: &str) {
 }
 
 /// The source, target client, and config of a crash test.
-async fn setup(
-    db: &TestDb,
-    slot: &str,
-    ddl: &str,
-    source_extra: &str,
-) -> (String, Client, Client) {
+async fn setup(db: &TestDb, slot: &str, ddl: &str, source_extra: &str) -> (String, Client, Client) {
     let (source_dsn, source) =
         source_fixture(db, slot, ddl, &format!("{source_extra}\n{ENGINE}"), TABLE).await;
     (source_dsn, source, db.client().await)
@@ -1020,8 +1017,13 @@ async fn crash_suite_kill_loop_under_concurrent_writers_ends_exact() {
     let kills_wanted = kills_wanted();
     let db = TestDb::new("crash_loop_target").await;
     let slot = "crash_loop";
-    let (source_dsn, source, target) =
-        setup(&db, slot, &oracle_ddl("DEFAULT", 3, 0), "snapshot_chunk_rows = 1000").await;
+    let (source_dsn, source, target) = setup(
+        &db,
+        slot,
+        &oracle_ddl("DEFAULT", 3, 0),
+        "snapshot_chunk_rows = 1000",
+    )
+    .await;
     let shape = Shape {
         large_one_in: 600,
         large_rows: (1200, 3000),
@@ -1036,7 +1038,9 @@ async fn crash_suite_kill_loop_under_concurrent_writers_ends_exact() {
     if !out.status.success() {
         campaign.fail(&db, &format!("weir init failed: {}", text(&out.stderr)));
     }
-    let writers = pre.take().unwrap_or_else(|| Writers::start(&campaign, &source_dsn, 3, 0, shape));
+    let writers = pre
+        .take()
+        .unwrap_or_else(|| Writers::start(&campaign, &source_dsn, 3, 0, shape));
     let mut rng = campaign.rng(1);
     let started = Instant::now();
     let (mut kills, mut runs, mut refused) = (0usize, 0usize, 0usize);
@@ -1222,7 +1226,10 @@ async fn crash_suite_kills_during_a_backfill_end_exact() {
     if !report.is_exact() {
         campaign.fail(
             &db,
-            &format!("the target is not exact before any kill:\n{}", report.render()),
+            &format!(
+                "the target is not exact before any kill:\n{}",
+                report.render()
+            ),
         );
     }
     let mut rng = campaign.rng(3);
@@ -1302,7 +1309,15 @@ async fn crash_suite_kills_during_a_backfill_end_exact() {
     let verify = weir_pg(
         &db,
         &source_dsn,
-        &["verify", "--table", "public.oracle", "--from", WINDOW.0, "--to", WINDOW.1],
+        &[
+            "verify",
+            "--table",
+            "public.oracle",
+            "--from",
+            WINDOW.0,
+            "--to",
+            WINDOW.1,
+        ],
     );
     let verified = text(&verify.stdout);
     if !verify.status.success() || !verified.contains(&format!("verify passed: {DAYS} partitions"))
@@ -1378,7 +1393,13 @@ async fn crash_suite_kills_during_checkpoint_export_leave_the_live_engine_exact(
     let started = Instant::now();
     let first = weir_pg(&db, &source_dsn, &["checkpoint", "export", &file_arg]);
     if !first.status.success() {
-        campaign.fail(&db, &format!("an export beside the live engine failed: {}", text(&first.stderr)));
+        campaign.fail(
+            &db,
+            &format!(
+                "an export beside the live engine failed: {}",
+                text(&first.stderr)
+            ),
+        );
     }
     let full = started.elapsed();
     let mut rng = campaign.rng(4);
@@ -1405,7 +1426,10 @@ async fn crash_suite_kills_during_checkpoint_export_leave_the_live_engine_exact(
             mid_export += 1;
         }
         if let Some(status) = live.try_wait().expect("poll the live engine") {
-            campaign.fail(&db, &format!("the live engine stopped ({status}) after a killed export"));
+            campaign.fail(
+                &db,
+                &format!("the live engine stopped ({status}) after a killed export"),
+            );
         }
     }
     let (expected, stats) = writers.finish(&campaign, &db).await;
@@ -1439,7 +1463,13 @@ async fn crash_suite_kills_during_checkpoint_export_leave_the_live_engine_exact(
     live.kill().expect("stop the live engine");
     live.wait().expect("reap the live engine");
     if !second.status.success() {
-        campaign.fail(&db, &format!("the export after the kills failed: {}", text(&second.stderr)));
+        campaign.fail(
+            &db,
+            &format!(
+                "the export after the kills failed: {}",
+                text(&second.stderr)
+            ),
+        );
     }
     let shown: serde_json::Value =
         serde_json::from_slice(&shown.stdout).expect("checkpoint show --json");
@@ -1500,8 +1530,7 @@ async fn crash_suite_kills_during_checkpoint_export_leave_the_live_engine_exact(
 async fn the_checker_reports_deleted_duplicated_and_stale_rows() {
     let db = TestDb::new("crash_checker_target").await;
     let slot = "crash_checker";
-    let (source_dsn, source, target) =
-        setup(&db, slot, &oracle_ddl("DEFAULT", 1, 200), "").await;
+    let (source_dsn, source, target) = setup(&db, slot, &oracle_ddl("DEFAULT", 1, 200), "").await;
     assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
     let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -1592,11 +1621,7 @@ async fn unchanged_toast_values_resolve_to_the_previous_version_of_the_row() {
             .await
             .expect("changes");
         let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
-        assert!(
-            out.status.success(),
-            "{identity}: {}",
-            text(&out.stderr)
-        );
+        assert!(out.status.success(), "{identity}: {}", text(&out.stderr));
         let expected: Rows = [
             (1, 2, "2026-03-01", &p1),
             (2, 4, "2026-03-03", &p2),

@@ -205,7 +205,8 @@ impl Assembler {
                     .map(|old| key_image(table, &relation.columns, old))
                     .transpose()?;
                 let source = table.source.to_string();
-                let (mut after, mut unchanged) = tuple_values(table, &relation.columns, &update.new)?;
+                let (mut after, mut unchanged) =
+                    tuple_values(table, &relation.columns, &update.new)?;
                 if !unchanged.is_empty()
                     && let Some(OldTuple::Full(old)) = &update.old
                 {

@@ -1353,7 +1353,13 @@ mod tests {
         stage
             .apply(&[
                 // The same transaction: inserted, then updated (and moved).
-                txn(10, vec![noted(1, "d1", 10, "one"), note_unchanged(1, "d2", 10, false)]),
+                txn(
+                    10,
+                    vec![
+                        noted(1, "d1", 10, "one"),
+                        note_unchanged(1, "d2", 10, false),
+                    ],
+                ),
                 // Staged before in the stage, changed in one transaction of a group
                 // commit, then updated again in the next: the new note, not the staged one.
                 txn(20, vec![noted(2, "d1", 20, "two")]),
@@ -1390,12 +1396,18 @@ mod tests {
         stage
             .apply(&[txn(
                 70,
-                vec![note_unchanged(5, "d4", 70, false), note_unchanged(1, "d1", 70, false)],
+                vec![
+                    note_unchanged(5, "d4", 70, false),
+                    note_unchanged(1, "d1", 70, false),
+                ],
             )])
             .expect("commit the large transaction");
         assert_eq!(note_of(&stage, 5), Some(("d4".into(), text("five"))));
         assert_eq!(note_of(&stage, 1), Some(("d1".into(), text("one, again"))));
-        assert_eq!(stage.checkpoint().expect("position").map(|c| c.position), Some(70));
+        assert_eq!(
+            stage.checkpoint().expect("position").map(|c| c.position),
+            Some(70)
+        );
     }
 
     #[test]
