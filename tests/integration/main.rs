@@ -4,6 +4,7 @@
 mod backfill;
 mod bad_input;
 mod checkpoint;
+mod crash_suite;
 mod demo;
 mod faults;
 mod grains;

@@ -149,10 +149,20 @@ impl Assembler {
 
     /// Handles one message. `staged` looks up the staged row of (table, key), for
     /// unchanged TOAST values.
+    ///
+    /// An update's unchanged TOAST values are the row's previous version's: taken from
+    /// the old tuple when it is whole (REPLICA IDENTITY FULL), or from the snapshot
+    /// chunk in flight when it read the row and the stream has not changed it since
+    /// (`unstaged`), or else left for the stage to fill when it applies the change
+    /// ([`StageChange::UpsertUnchanged`]), from the row's image at that point, which
+    /// includes every earlier change (of the same transaction, of transactions not yet
+    /// staged, of earlier chunks of a large transaction). Never from a lookup at
+    /// decoding time, which would see an older version or none.
     pub fn handle(
         &mut self,
         message: PgOutputMessage,
         staged: &dyn Fn(&str, &[u8]) -> Option<StagedRow>,
+        unstaged: &dyn Fn(usize, &str, &[u8]) -> Unstaged,
     ) -> Result<Vec<SourceEvent>, PgSourceError> {
         match message {
             PgOutputMessage::Begin(begin) => {
@@ -197,9 +207,44 @@ impl Assembler {
                     .map(|old| key_image(table, &relation.columns, old))
                     .transpose()?;
                 let source = table.source.to_string();
-                let lookup = |key: &[u8]| staged(&source, key);
-                let after = row(table, &relation.columns, &update.new, Some(&lookup))?;
-                self.push(t, Op::Update, before, Some(after))
+                let (mut after, mut unchanged) =
+                    tuple_values(table, &relation.columns, &update.new)?;
+                if !unchanged.is_empty()
+                    && let Some(OldTuple::Full(old)) = &update.old
+                {
+                    // REPLICA IDENTITY FULL: PostgreSQL logs the old row whole, with
+                    // its TOAST values inline.
+                    let (old_row, _) = tuple_values(table, &relation.columns, old)?;
+                    take_unchanged(&mut after, &mut unchanged, &old_row);
+                }
+                if unchanged
+                    .iter()
+                    .any(|c| table.key.contains(c) || *c == table.partition_by)
+                {
+                    // A key or the partition column held out of line: they are needed
+                    // now, to key and place the change; only the staged image has them.
+                    let lookup = |key: &[u8]| staged(&source, key);
+                    let after = row(table, &relation.columns, &update.new, Some(&lookup))?;
+                    return self.push(t, Op::Update, before, Some(after));
+                }
+                let mut skip_if_absent = false;
+                if !unchanged.is_empty() {
+                    let key = key_of(table, &after)?;
+                    match unstaged(t, &source, &key) {
+                        Unstaged::ChunkRow(image) => {
+                            take_unchanged(&mut after, &mut unchanged, &image);
+                            if let Some(column) = unchanged.first() {
+                                return Err(PgSourceError::ToastWithoutRow {
+                                    table: source,
+                                    column: column.clone(),
+                                });
+                            }
+                        }
+                        Unstaged::NotRead => skip_if_absent = true,
+                        Unstaged::Staged => {}
+                    }
+                }
+                self.push_update(t, before, after, unchanged, skip_if_absent)
             }
             PgOutputMessage::Delete(delete) => {
                 let Some((t, relation)) = self.table_of(delete.relation_oid)? else {
@@ -331,6 +376,78 @@ impl Assembler {
         Ok(events)
     }
 
+    /// An update whose `unchanged` columns (not in `after`) the stage fills from the
+    /// row's previous image when it applies it; see [`StageChange::UpsertUnchanged`].
+    fn push_update(
+        &mut self,
+        table: usize,
+        before: Option<Row>,
+        after: Row,
+        unchanged: Vec<String>,
+        skip_if_absent: bool,
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        if unchanged.is_empty() {
+            return self.push(table, Op::Update, before, Some(after));
+        }
+        let table = &self.tables[table];
+        let txn = self
+            .current
+            .as_mut()
+            .ok_or(PgSourceError::OutsideTransaction {
+                what: "a row change",
+            })?;
+        let changes = keyed_changes(
+            table,
+            Op::Update,
+            before,
+            Some(after),
+            txn.commit_lsn,
+            Some(txn.commit_time_us),
+        )
+        .map_err(|reason| PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason,
+        })?;
+        let mut previous_key = None;
+        let mut upsert = None;
+        for change in changes {
+            match change {
+                StageChange::Delete { key, .. } => previous_key = Some(key),
+                StageChange::Upsert {
+                    table,
+                    key,
+                    partition,
+                    row,
+                } => upsert = Some((table, key, partition, row)),
+                _ => {}
+            }
+        }
+        let (name, key, partition, row) = upsert.ok_or_else(|| PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason: "an update without its new row".into(),
+        })?;
+        // The new key's row first: a changed key's unchanged values are the old key's,
+        // whose row the delete after it removes.
+        txn.changes.push(StageChange::UpsertUnchanged {
+            table: name.clone(),
+            previous_key: previous_key.clone().unwrap_or_else(|| key.clone()),
+            key,
+            partition,
+            row,
+            unchanged,
+            // A changed key may be one the snapshot has passed: skipping could lose the
+            // row, so an unknown value stops the source instead.
+            skip_if_absent: skip_if_absent && previous_key.is_none(),
+        });
+        if let Some(key) = previous_key {
+            txn.changes.push(StageChange::Delete { table: name, key });
+        }
+        if txn.changes.len() >= self.chunk_changes_max {
+            return Ok(vec![SourceEvent::Chunk(std::mem::take(&mut txn.changes))]);
+        }
+        Ok(vec![])
+    }
+
     fn push(
         &mut self,
         table: usize,
@@ -367,6 +484,89 @@ impl Assembler {
 
 /// Looks up the staged row of a key of the table at hand.
 type KeyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<StagedRow>;
+
+/// Where the previous version of an updated row is, besides the stream, for the
+/// values an update leaves out (unchanged TOAST values).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unstaged {
+    /// In the stage (or in changes before this one that the stage will have applied):
+    /// no snapshot is running, or the snapshot has read the row's whole table.
+    Staged,
+    /// The snapshot chunk in flight read the row, and the stream has not changed it
+    /// since the chunk's low watermark: this is its version.
+    ChunkRow(Row),
+    /// The initial snapshot runs and may not have read the row yet: if the stage has
+    /// no version of it, the snapshot's later read of the row supersedes this update.
+    NotRead,
+}
+
+/// The values of a tuple, and the columns whose values are unchanged TOAST values
+/// (left out of the row).
+fn tuple_values(
+    table: &TableConfig,
+    columns: &[RelationColumn],
+    tuple: &[TupleValue],
+) -> Result<(Row, Vec<String>), PgSourceError> {
+    if columns.len() != tuple.len() {
+        return Err(PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason: format!(
+                "a tuple of {} columns for a relation of {}",
+                tuple.len(),
+                columns.len()
+            ),
+        });
+    }
+    let mut out = Vec::with_capacity(columns.len());
+    let mut unchanged = Vec::new();
+    for (column, value) in columns.iter().zip(tuple) {
+        match pgtypes::decode_tuple_value(
+            &column.name,
+            column.type_oid,
+            column.type_modifier,
+            value,
+        ) {
+            Ok(Some(v)) => out.push((column.name.clone(), v)),
+            Ok(None) => unchanged.push(column.name.clone()),
+            Err(source) => {
+                return Err(PgSourceError::Value {
+                    table: table.source.to_string(),
+                    column: column.name.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok((out, unchanged))
+}
+
+/// Moves the `unchanged` columns that `image` has into `row`.
+fn take_unchanged(row: &mut Row, unchanged: &mut Vec<String>, image: &[(String, Value)]) {
+    unchanged.retain(|column| match image.iter().find(|(c, _)| c == column) {
+        Some((_, value)) => {
+            row.push((column.clone(), value.clone()));
+            false
+        }
+        None => true,
+    });
+}
+
+/// The encoded key of a row of `table`.
+fn key_of(table: &TableConfig, row: &Row) -> Result<Vec<u8>, PgSourceError> {
+    let values = table
+        .key
+        .iter()
+        .map(|k| row.iter().find(|(c, _)| c == k).map(|(_, v)| v))
+        .collect::<Option<Vec<&Value>>>()
+        .ok_or_else(|| PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason: "a row without its key".into(),
+        })?;
+    crate::stage::encode_key(&values).map_err(|e| PgSourceError::BadChange {
+        table: table.source.to_string(),
+        reason: e.to_string(),
+    })
+}
 
 /// The values of a tuple as a row. Unchanged TOAST values come from the staged image
 /// of the row's key (`staged`), which only updates have.
@@ -723,7 +923,12 @@ impl PostgresSource {
                     let stage = Arc::clone(&self.stage);
                     let lookup =
                         move |table: &str, key: &[u8]| stage.get_row(table, key).ok().flatten();
-                    let events = self.assembler.handle(message, &lookup)?;
+                    let snapshot = &self.snapshot;
+                    let unstaged = |table: usize, name: &str, key: &[u8]| match snapshot {
+                        None => Unstaged::Staged,
+                        Some(snapshot) => snapshot.unstaged(table, name, key),
+                    };
+                    let events = self.assembler.handle(message, &lookup, &unstaged)?;
                     if let Some(snapshot) = self.snapshot.as_mut() {
                         snapshot.observe(&events);
                     }
@@ -1038,6 +1243,8 @@ struct ChunkInFlight {
     /// the stream's version of those rows wins over the chunk's.
     changed: std::collections::HashSet<Vec<u8>>,
     last_key: Option<Vec<Option<String>>>,
+    /// The encoded key of each row: its index in `rows`.
+    index: HashMap<Vec<u8>, usize>,
 }
 
 /// Which watermark a logical message is.
@@ -1278,6 +1485,10 @@ impl Snapshot {
             );
             decoded.push(row);
         }
+        let mut keys = HashMap::with_capacity(decoded.len());
+        for (i, row) in decoded.iter().enumerate() {
+            keys.insert(key_of(table, row)?, i);
+        }
         tracing::debug!(table = %name, read = rows.len(), "snapshot chunk read");
         let parse = |lsn: &str| {
             super::replication::parse_lsn(lsn)
@@ -1290,6 +1501,7 @@ impl Snapshot {
             seen_low: false,
             rows: decoded,
             changed: std::collections::HashSet::new(),
+            index: keys,
             last_key: if rows.len() < self.chunk_rows {
                 None
             } else {
@@ -1297,6 +1509,22 @@ impl Snapshot {
             },
         });
         Ok(true)
+    }
+
+    /// Where the previous version of a row of table `table` (named `name`) is, for an
+    /// update's unchanged values; see [`Unstaged`].
+    fn unstaged(&self, table: usize, name: &str, key: &[u8]) -> Unstaged {
+        if self.progress.done.iter().any(|t| t == name) {
+            return Unstaged::Staged;
+        }
+        match &self.in_flight {
+            Some(chunk) if chunk.table == table && !chunk.changed.contains(key) => chunk
+                .index
+                .get(key)
+                .and_then(|i| chunk.rows.get(*i))
+                .map_or(Unstaged::NotRead, |row| Unstaged::ChunkRow(row.clone())),
+            _ => Unstaged::NotRead,
+        }
     }
 
     /// Whether the logical message at `lsn` is this chunk's low or high watermark.
@@ -1324,7 +1552,10 @@ impl Snapshot {
                 _ => continue,
             };
             for change in changes {
-                if let StageChange::Upsert { key, .. } | StageChange::Delete { key, .. } = change {
+                if let StageChange::Upsert { key, .. }
+                | StageChange::UpsertUnchanged { key, .. }
+                | StageChange::Delete { key, .. } = change
+                {
                     chunk.changed.insert(key.clone());
                 }
             }

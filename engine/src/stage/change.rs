@@ -38,6 +38,26 @@ pub enum StageChange {
     /// Remove every row of the table (a TRUNCATE); every partition it ever had is
     /// marked dirty, so the target loses the rows too.
     Truncate { table: String },
+    /// Set the row of `key` like `Upsert`, except that the columns named in
+    /// `unchanged` are not in `row`: they keep their values from the current image of
+    /// `previous_key` (the row's key before this change; `key` unless the key changed).
+    /// For a source that leaves out values a change did not touch (PostgreSQL's
+    /// unchanged TOAST values). Resolved when the change is applied, so the current
+    /// image includes every change before it, of the same transaction, of earlier
+    /// transactions of the same batch, and of earlier chunks of a large transaction.
+    /// Without a current image the change is skipped if `skip_if_absent` (the source
+    /// will deliver the whole row later: a snapshot that has not read it yet), and is
+    /// an error otherwise. (Appended last: postcard encodes a variant by its index,
+    /// and chunks of the pending area are encoded changes.)
+    UpsertUnchanged {
+        table: String,
+        key: Vec<u8>,
+        partition: Partition,
+        row: StagedRow,
+        unchanged: Vec<String>,
+        previous_key: Vec<u8>,
+        skip_if_absent: bool,
+    },
 }
 
 /// A value of a kind that cannot be part of a key: its encoding would not compare as

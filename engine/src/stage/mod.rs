@@ -192,6 +192,10 @@ pub enum StageError {
         "a large transaction is being applied to the stage; its partitions become readable when it commits"
     )]
     Applying,
+    #[error(
+        "{table}: a change leaves column `{column}` unchanged (an unchanged TOAST value) for a row that is not staged, so its value is unknown; set REPLICA IDENTITY FULL on the source table, or take a new snapshot"
+    )]
+    UnchangedWithoutRow { table: String, column: String },
 }
 
 fn db_err(what: &'static str) -> impl FnOnce(rocksdb::Error) -> StageError {
@@ -1024,6 +1028,10 @@ struct StageBatch {
     dirty: BTreeMap<(String, Partition), u64>,
     /// Bytes staged into each partition by this batch.
     bytes: BTreeMap<(String, Partition), u64>,
+    /// Row images set earlier in this batch, encoded (`None`: deleted), for the
+    /// unchanged values of a later `UpsertUnchanged`: the batch is not readable
+    /// before it is written.
+    images: HashMap<(String, Vec<u8>), Option<Vec<u8>>>,
 }
 
 impl StageBatch {
@@ -1051,7 +1059,106 @@ impl StageBatch {
             truncated: std::collections::HashSet::new(),
             dirty: BTreeMap::new(),
             bytes: BTreeMap::new(),
+            images: HashMap::new(),
         }
+    }
+
+    /// The current image of `key`, as of the changes added so far.
+    fn current_row(
+        &self,
+        stage: &Stage,
+        table: &str,
+        key: &[u8],
+    ) -> Result<Option<StagedRow>, StageError> {
+        if let Some(image) = self.images.get(&(table.to_owned(), key.to_vec())) {
+            return image
+                .as_ref()
+                .map(|bytes| {
+                    postcard::from_bytes(bytes)
+                        .map_err(|_| corrupt(format!("row of {table} in a batch")))
+                })
+                .transpose();
+        }
+        if self.truncated.contains(table) {
+            return Ok(None);
+        }
+        stage.get_row(table, key)
+    }
+
+    /// The row of an `UpsertUnchanged` with its unchanged values filled from the
+    /// current image of `previous_key`; `None`: skip it (no image, `skip_if_absent`).
+    fn resolve_unchanged(
+        &self,
+        stage: &Stage,
+        table: &str,
+        previous_key: &[u8],
+        row: &StagedRow,
+        unchanged: &[String],
+        skip_if_absent: bool,
+    ) -> Result<Option<StagedRow>, StageError> {
+        let image = self.current_row(stage, table, previous_key)?;
+        let Some(image) = image else {
+            if skip_if_absent {
+                return Ok(None);
+            }
+            return Err(StageError::UnchangedWithoutRow {
+                table: table.to_owned(),
+                column: unchanged.first().cloned().unwrap_or_default(),
+            });
+        };
+        let mut row = row.clone();
+        for column in unchanged {
+            let value = image
+                .values
+                .iter()
+                .find(|(c, _)| c == column)
+                .map(|(_, v)| v.clone())
+                .ok_or_else(|| StageError::UnchangedWithoutRow {
+                    table: table.to_owned(),
+                    column: column.clone(),
+                })?;
+            row.values.push((column.clone(), value));
+        }
+        Ok(Some(row))
+    }
+
+    /// Sets the row of `key` (moving it out of its old partition if it was elsewhere).
+    fn upsert(
+        &mut self,
+        stage: &Stage,
+        table: &str,
+        key: &[u8],
+        partition: &Partition,
+        row: &StagedRow,
+    ) -> Result<(), StageError> {
+        let old = self.current(stage, table, key)?;
+        if let Some(old) = old.filter(|old| old != partition) {
+            self.batch
+                .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
+            self.changed(stage, table, &old, key);
+            self.dirty.insert((table.to_owned(), old), self.generation);
+        }
+        self.changed(stage, table, partition, key);
+        let value =
+            postcard::to_allocvec(row).map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
+        *self
+            .bytes
+            .entry((table.to_owned(), partition.clone()))
+            .or_insert(0) += value.len() as u64;
+        self.batch
+            .put_cf(stage.cf(CF_ROWS), row_key(table, partition, key), &value);
+        self.batch.put_cf(
+            stage.cf(CF_KEYS),
+            table_key(table, key),
+            partition.to_bytes(),
+        );
+        self.keys
+            .insert((table.to_owned(), key.to_vec()), Some(partition.clone()));
+        self.dirty
+            .insert((table.to_owned(), partition.clone()), self.generation);
+        self.images
+            .insert((table.to_owned(), key.to_vec()), Some(value));
+        Ok(())
     }
 
     /// Adds changes at the current generation; returns how many.
@@ -1063,32 +1170,26 @@ impl StageBatch {
                     key,
                     partition,
                     row,
+                } => self.upsert(stage, table, key, partition, row)?,
+                StageChange::UpsertUnchanged {
+                    table,
+                    key,
+                    partition,
+                    row,
+                    unchanged,
+                    previous_key,
+                    skip_if_absent,
                 } => {
-                    let old = self.current(stage, table, key)?;
-                    if let Some(old) = old.filter(|old| old != partition) {
-                        self.batch
-                            .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
-                        self.changed(stage, table, &old, key);
-                        self.dirty.insert((table.clone(), old), self.generation);
+                    if let Some(row) = self.resolve_unchanged(
+                        stage,
+                        table,
+                        previous_key,
+                        row,
+                        unchanged,
+                        *skip_if_absent,
+                    )? {
+                        self.upsert(stage, table, key, partition, &row)?;
                     }
-                    self.changed(stage, table, partition, key);
-                    let value = postcard::to_allocvec(row)
-                        .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
-                    *self
-                        .bytes
-                        .entry((table.clone(), partition.clone()))
-                        .or_insert(0) += value.len() as u64;
-                    self.batch
-                        .put_cf(stage.cf(CF_ROWS), row_key(table, partition, key), value);
-                    self.batch.put_cf(
-                        stage.cf(CF_KEYS),
-                        table_key(table, key),
-                        partition.to_bytes(),
-                    );
-                    self.keys
-                        .insert((table.clone(), key.clone()), Some(partition.clone()));
-                    self.dirty
-                        .insert((table.clone(), partition.clone()), self.generation);
                 }
                 StageChange::SourceState(state) => {
                     self.batch
@@ -1101,6 +1202,7 @@ impl StageBatch {
                     self.batch.delete_range_cf(stage.cf(CF_ROWS), &prefix, &end);
                     self.batch.delete_range_cf(stage.cf(CF_KEYS), &prefix, &end);
                     self.keys.retain(|(t, _), _| t != table);
+                    self.images.retain(|(t, _), _| t != table);
                     self.truncated.insert(table.clone());
                     let mode = IteratorMode::From(&prefix, Direction::Forward);
                     for item in stage.db.iterator_cf(stage.cf(CF_GENERATIONS), mode) {
@@ -1137,6 +1239,7 @@ impl StageBatch {
                         self.keys.insert((table.clone(), key.clone()), None);
                         self.dirty.insert((table.clone(), old), self.generation);
                     }
+                    self.images.insert((table.clone(), key.clone()), None);
                 }
             }
         }
@@ -1380,6 +1483,109 @@ mod tests {
 
     fn p(s: &str) -> Partition {
         Partition::Key(s.into())
+    }
+
+    /// Row `id` with a `note`: the column an `UpsertUnchanged` leaves out.
+    fn noted(id: i64, day: &str, pos: u64, note: &str) -> StageChange {
+        let mut r = row(id, day, pos);
+        r.values.push(("note".into(), Value::Text(note.into())));
+        StageChange::Upsert {
+            table: "public.t".into(),
+            key: encode_key(&[&Value::Int(id)]).expect("key"),
+            partition: p(day),
+            row: r,
+        }
+    }
+
+    /// Row `id` in `day`, its `note` unchanged.
+    fn note_unchanged(id: i64, day: &str, pos: u64, skip_if_absent: bool) -> StageChange {
+        let key = encode_key(&[&Value::Int(id)]).expect("key");
+        StageChange::UpsertUnchanged {
+            table: "public.t".into(),
+            key: key.clone(),
+            partition: p(day),
+            row: row(id, day, pos),
+            unchanged: vec!["note".into()],
+            previous_key: key,
+            skip_if_absent,
+        }
+    }
+
+    fn note_of(stage: &Stage, id: i64) -> Option<(String, Value)> {
+        let row = stage
+            .get_row("public.t", &encode_key(&[&Value::Int(id)]).expect("key"))
+            .expect("read")?;
+        let day = row.values.iter().find(|(c, _)| c == "day")?.1.to_string();
+        let note = row.values.iter().find(|(c, _)| c == "note")?.1.clone();
+        Some((day, note))
+    }
+
+    /// An unchanged value is the row's previous version's, wherever that version is:
+    /// earlier in the same transaction, in an earlier transaction of the same group
+    /// commit, staged before, or in an earlier chunk of a large transaction.
+    #[test]
+    fn unchanged_values_come_from_the_previous_version_of_the_row() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        let text = |s: &str| Value::Text(s.into());
+        stage
+            .apply(&[
+                // The same transaction: inserted, then updated (and moved).
+                txn(
+                    10,
+                    vec![
+                        noted(1, "d1", 10, "one"),
+                        note_unchanged(1, "d2", 10, false),
+                    ],
+                ),
+                // Staged before in the stage, changed in one transaction of a group
+                // commit, then updated again in the next: the new note, not the staged one.
+                txn(20, vec![noted(2, "d1", 20, "two")]),
+            ])
+            .expect("apply");
+        stage
+            .apply(&[
+                txn(30, vec![noted(2, "d1", 30, "two, corrected")]),
+                txn(40, vec![note_unchanged(2, "d3", 40, false)]),
+                // A row never staged: skipped (a snapshot will read it), or an error.
+                txn(50, vec![note_unchanged(3, "d1", 50, true)]),
+            ])
+            .expect("apply");
+        assert_eq!(note_of(&stage, 1), Some(("d2".into(), text("one"))));
+        assert_eq!(
+            note_of(&stage, 2),
+            Some(("d3".into(), text("two, corrected")))
+        );
+        assert_eq!(note_of(&stage, 3), None, "skipped");
+        let err = stage
+            .apply(&[txn(60, vec![note_unchanged(4, "d1", 60, false)])])
+            .expect_err("no previous version");
+        assert!(
+            matches!(&err, StageError::UnchangedWithoutRow { column, .. } if column == "note"),
+            "{err}"
+        );
+        // A large transaction: the new note in one chunk, the unchanged one in the next.
+        stage
+            .append_pending(&[noted(5, "d1", 70, "five")])
+            .expect("chunk");
+        stage
+            .append_pending(&[noted(1, "d2", 70, "one, again")])
+            .expect("chunk");
+        stage
+            .apply(&[txn(
+                70,
+                vec![
+                    note_unchanged(5, "d4", 70, false),
+                    note_unchanged(1, "d1", 70, false),
+                ],
+            )])
+            .expect("commit the large transaction");
+        assert_eq!(note_of(&stage, 5), Some(("d4".into(), text("five"))));
+        assert_eq!(note_of(&stage, 1), Some(("d1".into(), text("one, again"))));
+        assert_eq!(
+            stage.checkpoint().expect("position").map(|c| c.position),
+            Some(70)
+        );
     }
 
     #[test]
