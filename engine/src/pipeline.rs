@@ -574,6 +574,7 @@ impl Pipeline {
         let mut chunked = false;
         tokio::pin!(shutdown);
         loop {
+            let staged_before = report.transactions;
             let Some(source) = slot.as_mut() else {
                 match self
                     .reconnect_source(once, &mut report, &mut shutdown)
@@ -656,13 +657,17 @@ impl Pipeline {
                     Duration::ZERO
                 };
                 last_flush = Instant::now();
-                if !self
+            }
+            // After each staged batch: at `[stage] max_unwritten_mb`, write before
+            // reading on (the overshoot is one batch at most).
+            if !once
+                && report.transactions != staged_before
+                && !self
                     .pause_intake(&mut slot, &mut report, &mut shutdown)
                     .await?
-                {
-                    self.flush_stage().await?;
-                    return Ok(report);
-                }
+            {
+                self.flush_stage().await?;
+                return Ok(report);
             }
         }
     }
@@ -753,7 +758,8 @@ impl Pipeline {
         }
     }
 
-    /// While the changes staged but not written reach `[stage] max_unwritten_mb`, stops
+    /// While the changes staged but not written reach `[stage] max_unwritten_mb` (checked
+    /// after each staged batch), stops
     /// reading the source and only writes, until the backlog is below half the limit
     /// (or empty). A PostgreSQL source's stream is closed meanwhile and reopened at the
     /// stage's position after: an unread stream would miss the server's keepalives and
@@ -1031,7 +1037,7 @@ impl Pipeline {
         table: &str,
         partition: &Partition,
     ) -> Result<Merge, PipelineError> {
-        let (table_config, target_table, transform) = self.table(table)?;
+        let (table_config, target_table, _) = self.table(table)?;
         let stage = Arc::clone(&self.stage);
         let (t, p) = (table.to_owned(), partition.clone());
         let changes = blocking(move || stage.read_changes(&t, &p)).await?;
@@ -1050,22 +1056,7 @@ impl Pipeline {
             changed.insert(key);
         }
         let staged_rows = rows.len() as u64;
-        let (rows, rejections) = match transform {
-            Transform::Identity => (identity(table_config, rows), Vec::new()),
-            Transform::Plugin {
-                plugin, settings, ..
-            } => {
-                run_plugin(
-                    table_config,
-                    target_table,
-                    plugin,
-                    settings,
-                    partition,
-                    rows,
-                )
-                .await?
-            }
-        };
+        let (rows, rejections) = self.transform(table, partition, rows).await?;
         // The target columns of the key, which `check_write_mode` made the grain key.
         let columns = table_config
             .key
@@ -1152,7 +1143,7 @@ impl Pipeline {
         partition: &Partition,
         only_if_dirty: bool,
     ) -> Result<Option<PartitionOutput>, PipelineError> {
-        let (table_config, target_table, transform) = self.table(table)?;
+        self.table(table)?;
         let stage = Arc::clone(&self.stage);
         let (t, p) = (table.to_owned(), partition.clone());
         let read = blocking(move || stage.read_partition(&t, &p)).await?;
@@ -1160,8 +1151,28 @@ impl Pipeline {
             return Ok(None);
         }
         let staged_rows = read.rows.len() as u64;
-        let (rows, rejections) = match transform {
-            Transform::Identity => (identity(table_config, read.rows), Vec::new()),
+        let (rows, rejections) = self.transform(table, partition, read.rows).await?;
+        Ok(Some(PartitionOutput {
+            rows,
+            rejections,
+            generation: read.generation,
+            source_position: read.checkpoint.position,
+            dirty: read.dirty,
+            staged_rows,
+        }))
+    }
+
+    /// Runs the table's transform (a fresh plugin instance each time) over staged rows
+    /// of one partition: the output rows and the rejected input rows.
+    async fn transform(
+        &self,
+        table: &str,
+        partition: &Partition,
+        rows: Vec<StagedRow>,
+    ) -> Result<(Vec<Vec<Value>>, Vec<target::RejectedRow>), PipelineError> {
+        let (table_config, target_table, transform) = self.table(table)?;
+        match transform {
+            Transform::Identity => Ok((identity(table_config, rows), Vec::new())),
             Transform::Plugin {
                 plugin, settings, ..
             } => {
@@ -1171,19 +1182,11 @@ impl Pipeline {
                     plugin,
                     settings,
                     partition,
-                    read.rows,
+                    rows,
                 )
-                .await?
+                .await
             }
-        };
-        Ok(Some(PartitionOutput {
-            rows,
-            rejections,
-            generation: read.generation,
-            source_position: read.checkpoint.position,
-            dirty: read.dirty,
-            staged_rows,
-        }))
+        }
     }
 
     /// Writes a computed partition (see the target's invariant), then clears its dirty

@@ -577,27 +577,35 @@ fn lock_key(table: &TableName, partition: &Partition) -> i64 {
     i64::from_be_bytes(first)
 }
 
-/// Replaces one partition of `table` in one transaction. See the module invariant.
-pub async fn replace_partition(
-    client: &mut Client,
+/// A partition's write transaction, begun and holding the partition's lock.
+struct PartitionTx<'c> {
+    tx: Transaction<'c>,
+    pred: PartitionPredicate,
+    /// The native child the partition lives in, if the table is natively partitioned.
+    child: Option<NativeChild>,
+    /// Where the COPY goes: the partition's own child, or the table.
+    copy_target: TableName,
+}
+
+/// Creates a native partition's child if missing (in a transaction of its own), then
+/// begins the partition's write transaction and takes its advisory lock.
+async fn begin_partition_write<'c>(
+    client: &'c mut Client,
     table: &TargetTable,
-    write: &PartitionWrite<'_>,
-) -> Result<WriteSummary, TargetError> {
-    let partition_name = write.partition.name().to_owned();
-    let pred = predicate(table.partition_type, table.grain, write.partition).ok_or_else(|| {
+    partition: &Partition,
+) -> Result<PartitionTx<'c>, TargetError> {
+    let pred = predicate(table.partition_type, table.grain, partition).ok_or_else(|| {
         TargetError::BadPartition {
             table: table.name.clone(),
-            partition: partition_name.clone(),
+            partition: partition.name().to_owned(),
             grain: table.grain,
         }
     })?;
-    let column = quote_ident(&table.partition_column);
     let child = (table.partitioning == TargetPartitioning::Native)
-        .then(|| native_child(table, write.partition, &pred));
+        .then(|| native_child(table, partition, &pred));
     if let Some(child) = &child {
         ensure_child(client, table, child).await?;
     }
-    // Where the COPY goes: the partition's own child, or the table.
     let copy_target = match &child {
         Some(NativeChild::Own { name, .. }) => name.clone(),
         _ => table.name.clone(),
@@ -605,10 +613,32 @@ pub async fn replace_partition(
     let tx = client.transaction().await.map_err(query_err("begin"))?;
     tx.execute(
         "SELECT pg_advisory_xact_lock($1)",
-        &[&lock_key(&table.name, write.partition)],
+        &[&lock_key(&table.name, partition)],
     )
     .await
     .map_err(query_err("take the partition lock"))?;
+    Ok(PartitionTx {
+        tx,
+        pred,
+        child,
+        copy_target,
+    })
+}
+
+/// Replaces one partition of `table` in one transaction. See the module invariant.
+pub async fn replace_partition(
+    client: &mut Client,
+    table: &TargetTable,
+    write: &PartitionWrite<'_>,
+) -> Result<WriteSummary, TargetError> {
+    let partition_name = write.partition.name().to_owned();
+    let column = quote_ident(&table.partition_column);
+    let PartitionTx {
+        tx,
+        pred,
+        child,
+        copy_target,
+    } = begin_partition_write(client, table, write.partition).await?;
     if write.skip_if_newer {
         let newer: Option<i64> = tx
             .query_opt(
@@ -865,30 +895,13 @@ pub async fn merge_partition(
     merge: &MergeKeys,
 ) -> Result<Option<WriteSummary>, TargetError> {
     let partition_name = write.partition.name().to_owned();
-    let pred = predicate(table.partition_type, table.grain, write.partition).ok_or_else(|| {
-        TargetError::BadPartition {
-            table: table.name.clone(),
-            partition: partition_name.clone(),
-            grain: table.grain,
-        }
-    })?;
     let column = quote_ident(&table.partition_column);
-    let child = (table.partitioning == TargetPartitioning::Native)
-        .then(|| native_child(table, write.partition, &pred));
-    if let Some(child) = &child {
-        ensure_child(client, table, child).await?;
-    }
-    let copy_target = match &child {
-        Some(NativeChild::Own { name, .. }) => name.clone(),
-        _ => table.name.clone(),
-    };
-    let tx = client.transaction().await.map_err(query_err("begin"))?;
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($1)",
-        &[&lock_key(&table.name, write.partition)],
-    )
-    .await
-    .map_err(query_err("take the partition lock"))?;
+    let PartitionTx {
+        tx,
+        pred,
+        child: _,
+        copy_target,
+    } = begin_partition_write(client, table, write.partition).await?;
     let target_name = table.name.to_string();
     let lineage = tx
         .query_opt(

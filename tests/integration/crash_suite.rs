@@ -915,19 +915,6 @@ fn stage_position(db: &TestDb) -> Option<u64> {
         .map(|c| c.position)
 }
 
-/// The slot's confirmed flush position.
-async fn confirmed_flush(source: &Client, slot: &str) -> u64 {
-    let lsn: i64 = source
-        .query_one(
-            "SELECT pg_wal_lsn_diff(confirmed_flush_lsn, '0/0')::bigint FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await
-        .expect("read the slot's confirmed position")
-        .get(0);
-    lsn as u64
-}
-
 /// Drops the test's slot (best effort), so the cluster's slots and WAL are not held.
 async fn drop_slot(source: &Client, slot: &str) {
     wait_slot_free(source, slot).await;
@@ -952,9 +939,12 @@ struct PositionWatch {
 }
 
 impl PositionWatch {
-    /// After a kill: the stage position never moves back, and the slot's confirmed
-    /// position never passes it.
-    async fn check(&mut self, campaign: &Campaign, db: &TestDb, source: &Client, slot: &str) {
+    /// After a kill: the stage position never moves back. (The slot's confirmed
+    /// position may pass it: a caught-up stream confirms the server's sent position,
+    /// past WAL that holds nothing for Weir. That nothing acknowledged is lost is what
+    /// the final check shows, and `faults.rs` shows it catches a build that
+    /// acknowledges before staging.)
+    async fn check(&mut self, campaign: &Campaign, db: &TestDb) {
         let position = stage_position(db);
         if position < self.last {
             campaign.fail(
@@ -969,17 +959,6 @@ impl PositionWatch {
             self.advanced += 1;
         }
         self.last = position;
-        if let Some(position) = position {
-            let confirmed = confirmed_flush(source, slot).await;
-            if confirmed > position {
-                campaign.fail(
-                    db,
-                    &format!(
-                        "the slot's confirmed position {confirmed} passed the stage's {position}: acknowledged before staged"
-                    ),
-                );
-            }
-        }
     }
 }
 
@@ -1066,7 +1045,7 @@ async fn crash_suite_kill_loop_under_concurrent_writers_ends_exact() {
         child.kill().expect("SIGKILL weir run");
         child.wait().expect("reap weir run");
         kills += 1;
-        watch.check(&campaign, &db, &source, slot).await;
+        watch.check(&campaign, &db).await;
         if writers.failed() {
             writers.finish(&campaign, &db).await;
             campaign.fail(&db, "a writer stopped by itself");
@@ -1168,7 +1147,7 @@ async fn crash_suite_kills_during_the_initial_snapshot_end_exact() {
         if killed_mid_snapshot(&body) {
             mid_snapshot += 1;
         }
-        watch.check(&campaign, &db, &source, slot).await;
+        watch.check(&campaign, &db).await;
     }
     let (expected, stats) = writers.finish(&campaign, &db).await;
     eprintln!(
@@ -1416,8 +1395,21 @@ async fn crash_suite_kills_during_checkpoint_export_leave_the_live_engine_exact(
             &["checkpoint", "export", &file_arg],
             &format!("export-{i}.log"),
         );
-        let delay = full.mul_f64(rng.below(90) as f64 / 100.0);
-        tokio::time::sleep(delay).await;
+        if i % 2 == 0 {
+            // At a random moment of a run as long as the first export.
+            let delay = full.mul_f64(rng.below(90) as f64 / 100.0);
+            tokio::time::sleep(delay).await;
+        } else {
+            // While the file is being written: as soon as its temporary file exists
+            // (a loaded machine stretches the start, so a fixed delay may miss it).
+            let deadline = Instant::now() + full * 4;
+            while !tmp.exists() && Instant::now() < deadline {
+                if child.try_wait().expect("poll export").is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         if child.try_wait().expect("poll export").is_some() {
             continue;
         }

@@ -430,3 +430,42 @@ impl Drop for Reaped {
         let _ = self.0.wait();
     }
 }
+
+impl TestDb {
+    /// Starts a live `weir run` logging to `log`, with extra environment variables
+    /// (a source DSN); killed when dropped.
+    pub fn spawn_live(&self, env: &[(&str, &str)], log: &Path) -> Reaped {
+        let mut cmd = self.weir_command(&["run"]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Reaped(
+            cmd.stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(log).expect("log"))
+                .spawn()
+                .expect("start weir run"),
+        )
+    }
+
+    /// Waits until the live engine has staged the whole feed and written every dirty
+    /// partition (per `weir status`), or fails after `secs` with the status.
+    pub async fn wait_caught_up(&self, secs: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let status: serde_json::Value =
+                serde_json::from_str(&self.weir_ok(&["status", "--json"])).expect("status");
+            if status["position"].as_u64() == Some(file_len(&self.path("feed.jsonl")))
+                && status["dirty_partitions"]
+                    .as_array()
+                    .is_some_and(Vec::is_empty)
+            {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the engine did not catch up: {status}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+}

@@ -2,7 +2,6 @@
 //! retries its partition writes with a growing wait, catches up when the target is
 //! back, and loses nothing.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use weir::localpg::{LocalPg, LocalPgOptions};
@@ -34,13 +33,7 @@ async fn the_target_down_for_thirty_seconds_while_changes_flow_loses_nothing() {
     db.write_config("", "", "flush_interval_ms = 200\nparallelism = 2");
     db.weir_ok(&["init"]);
     let log = db.path("run.log");
-    let mut live = crate::harness::Reaped(
-        db.weir_command(&["run"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("start weir run"),
-    );
+    let mut live = db.spawn_live(&[], &log);
     let client = db.client().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while client
@@ -79,24 +72,8 @@ async fn the_target_down_for_thirty_seconds_while_changes_flow_loses_nothing() {
         "weir run stopped during the outage:\n{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-    let feed_len = file_len(&db.path("feed.jsonl"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let status: serde_json::Value =
-            serde_json::from_str(&db.weir_ok(&["status", "--json"])).expect("status");
-        if status["position"].as_u64() == Some(feed_len)
-            && status["dirty_partitions"]
-                .as_array()
-                .is_some_and(Vec::is_empty)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the engine did not catch up after the outage: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    db.wait_caught_up(120).await;
+    assert_bounded_memory(live.id());
     live.kill().expect("stop");
     live.wait().expect("reap");
     let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -138,13 +115,7 @@ async fn the_unwritten_limit_pauses_intake_during_an_outage_and_loses_nothing() 
     .expect("config");
     db.weir_ok(&["init"]);
     let log = db.path("run.log");
-    let mut live = crate::harness::Reaped(
-        db.weir_command(&["run"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("start weir run"),
-    );
+    let mut live = db.spawn_live(&[], &log);
     let status = || -> serde_json::Value {
         serde_json::from_str(&db.weir_ok(&["status", "--json"])).expect("status")
     };
@@ -165,17 +136,18 @@ async fn the_unwritten_limit_pauses_intake_during_an_outage_and_loses_nothing() 
         .await
         .expect("stop thread")
         .expect("stop the target");
-    // About 3 MB of changes against a 1 MB limit.
-    for _ in 0..10 {
-        db.append_feed(&workload.lines(3_000, 4));
-    }
+    // Changes against a 1 MB limit, until intake pauses, then 1 MB more.
     let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(&log)
         .unwrap_or_default()
         .contains("intake paused")
     {
         assert!(Instant::now() < deadline, "intake never paused");
+        db.append_feed(&workload.lines(1_000, 4));
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..10 {
+        db.append_feed(&workload.lines(1_000, 4));
     }
     let paused = status();
     assert_eq!(paused["intake_paused"], true, "{paused}");
@@ -186,7 +158,7 @@ async fn the_unwritten_limit_pauses_intake_during_an_outage_and_loses_nothing() 
     );
     let limit = paused["max_unwritten_bytes"].as_u64().expect("limit");
     let unwritten = paused["unwritten_bytes"].as_u64().expect("unwritten");
-    // Checked once per flush interval: the overshoot is one interval's intake at most.
+    // Checked after each staged batch: the overshoot is one batch at most.
     assert!(unwritten >= limit && unwritten < 4 * limit, "{paused}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -200,20 +172,7 @@ async fn the_unwritten_limit_pauses_intake_during_an_outage_and_loses_nothing() 
         .await
         .expect("restart thread")
         .expect("restart the target");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let s = status();
-        if s["position"].as_u64() == Some(feed_len())
-            && s["dirty_partitions"].as_array().is_some_and(Vec::is_empty)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the engine did not catch up: {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    db.wait_caught_up(120).await;
     live.kill().expect("stop");
     live.wait().expect("reap");
     let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -335,14 +294,7 @@ async fn the_source_restarting_while_changes_flow_loses_nothing() {
         crate::harness::text(&out.stderr)
     );
     let log = db.path("run.log");
-    let mut live = crate::harness::Reaped(
-        db.weir_command(&["run"])
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("start weir run"),
-    );
+    let mut live = db.spawn_live(&[("WEIR_SOURCE_DSN", &source_dsn)], &log);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = source_writer(source_dsn.clone(), std::sync::Arc::clone(&stop));
     let source_pg = std::sync::Arc::new(source_pg);
@@ -408,14 +360,7 @@ async fn connections_terminated_repeatedly_lose_nothing() {
         crate::harness::text(&out.stderr)
     );
     let log = db.path("run.log");
-    let mut live = crate::harness::Reaped(
-        db.weir_command(&["run"])
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("start weir run"),
-    );
+    let mut live = db.spawn_live(&[("WEIR_SOURCE_DSN", &source_dsn)], &log);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = source_writer(source_dsn.clone(), std::sync::Arc::clone(&stop));
     let mut terminated = 0i64;

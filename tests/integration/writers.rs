@@ -7,12 +7,11 @@
 //! feed grows, and the probe must record none. A second `weir run` on the same config is
 //! refused, naming the stage that is in use. The final target is exact.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
-use crate::harness::{TestDb, Workload, assert_target_matches, file_len, text};
+use crate::harness::{TestDb, Workload, assert_target_matches, text};
 
 /// Installs the probe on `table` (partitioned by the date column `order_date`).
 async fn install_probe(client: &Client, table: &str) {
@@ -98,13 +97,7 @@ async fn parallel_jobs_and_a_second_process_never_overlap_on_a_partition() {
         .expect("reset the probe");
 
     let log = db.path("run.log");
-    let mut live = crate::harness::Reaped(
-        db.weir_command(&["run"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("start weir run"),
-    );
+    let mut live = db.spawn_live(&[], &log);
     std::thread::sleep(Duration::from_millis(500));
     // A second engine on the same stage is refused, naming it.
     let second = db.weir(&["run", "--once"]);
@@ -151,24 +144,7 @@ async fn parallel_jobs_and_a_second_process_never_overlap_on_a_partition() {
         );
         backfills += 1;
     }
-    let feed_len = file_len(&db.path("feed.jsonl"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status: serde_json::Value =
-            serde_json::from_str(&db.weir_ok(&["status", "--json"])).expect("status");
-        if status["position"].as_u64() == Some(feed_len)
-            && status["dirty_partitions"]
-                .as_array()
-                .is_some_and(Vec::is_empty)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the engine did not catch up: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    db.wait_caught_up(60).await;
     live.kill().expect("stop");
     live.wait().expect("reap");
 

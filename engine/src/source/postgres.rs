@@ -576,36 +576,7 @@ fn row(
     tuple: &[TupleValue],
     staged: Option<KeyLookup<'_>>,
 ) -> Result<Row, PgSourceError> {
-    if columns.len() != tuple.len() {
-        return Err(PgSourceError::BadChange {
-            table: table.source.to_string(),
-            reason: format!(
-                "a tuple of {} columns for a relation of {}",
-                tuple.len(),
-                columns.len()
-            ),
-        });
-    }
-    let mut out = Vec::with_capacity(columns.len());
-    let mut unchanged = Vec::new();
-    for (column, value) in columns.iter().zip(tuple) {
-        match pgtypes::decode_tuple_value(
-            &column.name,
-            column.type_oid,
-            column.type_modifier,
-            value,
-        ) {
-            Ok(Some(v)) => out.push((column.name.clone(), v)),
-            Ok(None) => unchanged.push(column.name.clone()),
-            Err(source) => {
-                return Err(PgSourceError::Value {
-                    table: table.source.to_string(),
-                    column: column.name.clone(),
-                    source,
-                });
-            }
-        }
-    }
+    let (mut out, unchanged) = tuple_values(table, columns, tuple)?;
     if unchanged.is_empty() {
         return Ok(out);
     }

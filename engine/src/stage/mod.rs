@@ -708,14 +708,14 @@ impl Stage {
         Ok(out)
     }
 
-    /// Reads one partition's rows, its dirty generation and the position from one
-    /// snapshot, so staging that continues meanwhile cannot tear the read.
-    pub fn read_partition(
+    /// A partition's generation (0: never changed), its dirty mark and the stage's
+    /// position, as of `snapshot`; fails while a large transaction is being applied.
+    fn partition_state(
         &self,
+        snapshot: &rocksdb::Snapshot<'_>,
         table: &str,
         partition: &Partition,
-    ) -> Result<PartitionRows, StageError> {
-        let snapshot = self.db.snapshot();
+    ) -> Result<(u64, Option<u64>, Checkpoint), StageError> {
         if snapshot
             .get_cf(self.cf(CF_META), META_APPLYING)
             .map_err(db_err("read meta"))?
@@ -723,16 +723,12 @@ impl Stage {
         {
             return Err(StageError::Applying);
         }
+        let key = partition_key(table, partition);
         let read_generation = |cf: &'static str| -> Result<Option<u64>, StageError> {
             snapshot
-                .get_cf(self.cf(cf), partition_key(table, partition))
+                .get_cf(self.cf(cf), &key)
                 .map_err(db_err("read generation"))?
-                .map(|v| {
-                    v.as_slice()
-                        .try_into()
-                        .map(u64::from_be_bytes)
-                        .map_err(|_| corrupt("generation record"))
-                })
+                .map(|v| decode_generation(&v))
                 .transpose()
         };
         let generation = read_generation(CF_GENERATIONS)?.unwrap_or(0);
@@ -743,6 +739,18 @@ impl Stage {
             .map(|b| postcard::from_bytes(&b).map_err(|_| corrupt("position record")))
             .transpose()?
             .unwrap_or_default();
+        Ok((generation, dirty, checkpoint))
+    }
+
+    /// Reads one partition's rows, its dirty generation and the position from one
+    /// snapshot, so staging that continues meanwhile cannot tear the read.
+    pub fn read_partition(
+        &self,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<PartitionRows, StageError> {
+        let snapshot = self.db.snapshot();
+        let (generation, dirty, checkpoint) = self.partition_state(&snapshot, table, partition)?;
         let prefix = partition_key(table, partition);
         let mut opts = ReadOptions::default();
         opts.set_snapshot(&snapshot);
@@ -775,29 +783,8 @@ impl Stage {
         partition: &Partition,
     ) -> Result<PartitionChanges, StageError> {
         let snapshot = self.db.snapshot();
-        if snapshot
-            .get_cf(self.cf(CF_META), META_APPLYING)
-            .map_err(db_err("read meta"))?
-            .is_some()
-        {
-            return Err(StageError::Applying);
-        }
+        let (generation, dirty, checkpoint) = self.partition_state(&snapshot, table, partition)?;
         let prefix = partition_key(table, partition);
-        let read_generation = |cf: &'static str| -> Result<Option<u64>, StageError> {
-            snapshot
-                .get_cf(self.cf(cf), &prefix)
-                .map_err(db_err("read generation"))?
-                .map(|v| decode_generation(&v))
-                .transpose()
-        };
-        let generation = read_generation(CF_GENERATIONS)?.unwrap_or(0);
-        let dirty = read_generation(CF_DIRTY)?;
-        let checkpoint = snapshot
-            .get_cf(self.cf(CF_POSITION), POSITION_KEY)
-            .map_err(db_err("read position"))?
-            .map(|b| postcard::from_bytes(&b).map_err(|_| corrupt("position record")))
-            .transpose()?
-            .unwrap_or_default();
         let mut opts = ReadOptions::default();
         opts.set_snapshot(&snapshot);
         opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
