@@ -526,6 +526,12 @@ impl Pipeline {
                 (table.clone(), prepared, transform),
             );
         }
+        if writable && let Some(client) = clients.first() {
+            // The weir schema as this build writes it (idempotent), once the tables
+            // passed their checks: a target `init` prepared with an older build gains
+            // the lineage columns added since.
+            target::ensure_weir_schema(client).await?;
+        }
         let path = config.stage_path.clone();
         if !path.join("CURRENT").exists() {
             return Err(StageError::Missing { path }.into());
