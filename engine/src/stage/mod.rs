@@ -331,21 +331,37 @@ impl Stage {
                 family,
             });
         }
-        let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
-        let db = DB::open_cf_descriptors_read_only(
-            &db_options(&cache),
-            path,
-            cf_descriptors(&cache),
-            false,
-        )
-        .map_err(|source| StageError::Open {
-            path: path.to_owned(),
-            hint: checkpoint::open_hint(&source, "is it a weir stage?"),
-            source,
-        })?;
-        let stage = Stage::from_db(db, path);
-        stage.check_format(false)?;
-        Ok(stage)
+        // A read-only open replays the write-ahead logs that a live `weir run` may be
+        // flushing and deleting at that moment; it then sees a torn state (no format
+        // record, say) or fails. That is transient: open again. (A RocksDB secondary
+        // instance would not race, but it cannot take the snapshots consistent reads
+        // need.) A stage that is really damaged fails every attempt.
+        let mut attempt = 0u64;
+        loop {
+            let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+            let opened = DB::open_cf_descriptors_read_only(
+                &db_options(&cache),
+                path,
+                cf_descriptors(&cache),
+                false,
+            )
+            .map_err(|source| StageError::Open {
+                path: path.to_owned(),
+                hint: checkpoint::open_hint(&source, "is it a weir stage?"),
+                source,
+            })
+            .and_then(|db| {
+                let stage = Stage::from_db(db, path);
+                stage.check_format(false).map(|()| stage)
+            });
+            match opened {
+                Err(StageError::Open { .. } | StageError::Corrupt { .. }) if attempt < 3 => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50 * attempt));
+                }
+                other => return other,
+            }
+        }
     }
 
     fn from_db(db: DB, path: &Path) -> Stage {
