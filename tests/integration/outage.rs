@@ -8,26 +8,32 @@ use weir::localpg::{LocalPg, LocalPgOptions};
 
 use crate::harness::{TestDb, Workload, assert_target_matches, file_len};
 
+/// A target cluster of the test's own (the shared one serves every other test, and
+/// this one is stopped), with database `name` in it.
+async fn own_cluster(name: &str) -> (LocalPg, TestDb) {
+    let pg = tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default()))
+        .await
+        .expect("cluster thread")
+        .expect("start the target cluster");
+    let dsn = pg.create_database(name).await.expect("database");
+    let db = TestDb {
+        name: name.into(),
+        dsn,
+        dir: tempfile::Builder::new()
+            .prefix(&format!("weir-test-{name}-"))
+            .tempdir()
+            .expect("tempdir"),
+    };
+    (pg, db)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_target_down_for_thirty_seconds_while_changes_flow_loses_nothing() {
     let outage: u64 = std::env::var("WEIR_OUTAGE_SECONDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(30);
-    // A cluster of its own: the shared one serves every other test.
-    let pg = tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default()))
-        .await
-        .expect("cluster thread")
-        .expect("start the target cluster");
-    let dsn = pg.create_database("outage").await.expect("database");
-    let db = TestDb {
-        name: "outage".into(),
-        dsn,
-        dir: tempfile::Builder::new()
-            .prefix("weir-test-outage-")
-            .tempdir()
-            .expect("tempdir"),
-    };
+    let (pg, db) = own_cluster("outage").await;
     let mut workload = Workload::new(31, 10);
     db.write_feed(&workload.lines(2_000, 4));
     db.write_config("", "", "flush_interval_ms = 200\nparallelism = 2");
@@ -91,19 +97,7 @@ async fn the_target_down_for_thirty_seconds_while_changes_flow_loses_nothing() {
 /// and ends exact.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_unwritten_limit_pauses_intake_during_an_outage_and_loses_nothing() {
-    let pg = tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default()))
-        .await
-        .expect("cluster thread")
-        .expect("start the target cluster");
-    let dsn = pg.create_database("limit").await.expect("database");
-    let db = TestDb {
-        name: "limit".into(),
-        dsn,
-        dir: tempfile::Builder::new()
-            .prefix("weir-test-limit-")
-            .tempdir()
-            .expect("tempdir"),
-    };
+    let (pg, db) = own_cluster("limit").await;
     let mut workload = Workload::new(53, 10);
     db.write_feed(&workload.lines(500, 4));
     db.write_config("", "", "flush_interval_ms = 100\nparallelism = 2");
