@@ -585,9 +585,20 @@ fn header(out: &mut String, command: &str) -> anyhow::Result<()> {
          SECTION`) replaces its text here and ends with the command and date that produced it instead; the summary \
          above is rewritten by a full run only.\n"
     )?;
+    // Set for the build (`scripts/bench` builds in the same environment): RocksDB's C++
+    // came prebuilt rather than from this build's own `librocksdb-sys` compile.
+    let rocksdb = std::env::var("ROCKSDB_LIB_DIR").map_or_else(
+        |_| String::new(),
+        |dir| {
+            format!(
+                " RocksDB's C++ library was linked prebuilt from `ROCKSDB_LIB_DIR={dir}` (static) rather than \
+                 compiled by this build."
+            )
+        },
+    );
     writeln!(
         out,
-        "Machine: {cores} cores ({cpu}), {:.1} GiB memory. Release build.",
+        "Machine: {cores} cores ({cpu}), {:.1} GiB memory. Release build.{rocksdb}",
         mem_kib as f64 / 1_048_576.0
     )?;
     Ok(())
