@@ -39,7 +39,12 @@ async fn count(client: &tokio_postgres::Client, table: &str) -> anyhow::Result<u
 }
 
 /// Section 6: backfill rate by parallelism, against raw binary COPY.
-pub(crate) async fn backfill(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Result<()> {
+/// Returns the fastest parallelism, its rows/s and the COPY's rows/s.
+pub(crate) async fn backfill(
+    out: &mut String,
+    args: &Args,
+    pg: &LocalPg,
+) -> anyhow::Result<(usize, f64, f64)> {
     anyhow::ensure!(args.backfill_rows > 0, "--backfill-rows must be at least 1");
     anyhow::ensure!(args.backfill_days > 0, "--backfill-days must be at least 1");
     let repeat = args.repeat.max(1);
@@ -277,5 +282,10 @@ pub(crate) async fn backfill(out: &mut String, args: &Args, pg: &LocalPg) -> any
          taken; before each COPY the COPY table was truncated and a `CHECKPOINT` taken. The COPY baseline writes into an empty table and deletes nothing; the \
          backfill first deletes as many rows as it then copies."
     )?;
-    Ok(())
+    let (best, rate) = medians
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or((0, 0.0), |(p, r)| (PARALLEL[p], *r));
+    Ok((best, rate, copy_rate))
 }

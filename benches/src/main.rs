@@ -26,7 +26,14 @@
 //!    partitions: TRUNCATE of the child) and by merge (every key; 1% of the keys), rows/s
 //!    against raw binary COPY; and the write amplification of a hot partition under
 //!    continuous updates at two flush intervals, in replace and merge mode.
+//! 8. Streaming: the `weir` binary's live `run` with the Rust orders plugin, PostgreSQL
+//!    to PostgreSQL, against a native subscription: commit-to-visible latency (p50, p99)
+//!    at a steady offered rate, recorded by triggers on the targets; the rate of catching
+//!    up a backlog (with the plugin, with the identity, the peer, pg_recvlogical, raw
+//!    COPY); recovery after SIGKILL (restart → streaming again, → caught up).
 //!
+//! A full run puts a summary of the headline figures and ratios at the top of the
+//! report, then the command, the machine, PostgreSQL's settings and the run's wall time.
 //! `--only SECTION` runs one section and replaces it in the existing report, which
 //! keeps the rest.
 
@@ -35,6 +42,7 @@
 
 mod backfill;
 mod plugins;
+mod streaming;
 mod writers;
 
 use std::fmt::Write as _;
@@ -76,24 +84,24 @@ struct Args {
     #[arg(long, default_value_t = 20_000)]
     stage_transactions: usize,
     /// Rows of the one large transaction.
-    #[arg(long, default_value_t = 2_000_000)]
+    #[arg(long, default_value_t = 1_000_000)]
     large_rows: u64,
     /// Row changes of the PostgreSQL replication workload, in transactions of 10 (8
     /// inserts, 1 update, then alternately 1 update or 1 delete).
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 100_000)]
     pg_changes: u64,
     /// Rows of one plugin partition job (pushed in chunks of 4096).
     #[arg(long, default_value_t = 40_960)]
     plugin_rows: usize,
     /// Plugin jobs (and native ones) are timed until at least this many seconds have
     /// passed, at least one job each.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 1.0)]
     plugin_seconds: f64,
     /// Loads of each plugin for its cold and for its warm start; the median is reported.
     #[arg(long, default_value_t = 3)]
     plugin_starts: usize,
     /// Orders staged and written once, then backfilled (one insert each).
-    #[arg(long, default_value_t = 500_000)]
+    #[arg(long, default_value_t = 300_000)]
     backfill_rows: u64,
     /// Days the backfilled orders spread over: the window's day partitions.
     #[arg(long, default_value_t = 90)]
@@ -106,8 +114,29 @@ struct Args {
     hot_rows: u64,
     #[arg(long, default_value_t = 2_000)]
     hot_rate: u64,
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 5)]
     hot_seconds: u64,
+    /// Streaming: transactions a second (10 changes each) the steady writer commits.
+    #[arg(long, default_value_t = 100)]
+    stream_rate: u64,
+    /// Streaming: seconds of each latency run's steady writer.
+    #[arg(long, default_value_t = 10)]
+    stream_seconds: u64,
+    /// Streaming: `[engine] flush_interval_ms` of the live `weir run`s.
+    #[arg(long, default_value_t = 200)]
+    stream_flush_ms: u64,
+    /// Streaming: row changes of the backlog caught up by each consumer.
+    #[arg(long, default_value_t = 100_000)]
+    stream_backlog: u64,
+    /// Streaming: SIGKILLs of `weir run` under the steady writer.
+    #[arg(long, default_value_t = 3)]
+    recovery_kills: usize,
+    /// Streaming: seconds between a restart and the next kill.
+    #[arg(long, default_value_t = 4)]
+    recovery_period_s: u64,
+    /// Streaming: milliseconds between a kill and the restart.
+    #[arg(long, default_value_t = 1000)]
+    recovery_down_ms: u64,
     /// The folder of the plugin components (`orders-rust.wasm`, `orders-python.wasm`,
     /// `orders-js.wasm`); default `$CARGO_TARGET_DIR/plugins`, the target folder
     /// defaulting to `$HOME/.cache/weir-target`.
@@ -178,18 +207,28 @@ async fn main() -> anyhow::Result<()> {
         command: command.clone(),
     };
     let Some(only) = args.only else {
-        let mut report = String::new();
-        header(&mut report, &command)?;
+        let started = Instant::now();
+        let load = load_average();
         let pg =
             tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??;
+        let mut body = String::new();
+        let mut h = Headlines {
+            end_to_end: end_to_end(&mut body, &args, &pg).await?,
+            ..Headlines::default()
+        };
+        staging(&mut body, &args)?;
+        large_transaction(&mut body, &args).await?;
+        h.replication = replication(&mut body, &args, &pg).await?;
+        h.plugin_ratio = plugins::plugins(&mut body, &plugin_args).await?;
+        h.backfill = backfill::backfill(&mut body, &args, &pg).await?;
+        writers::writers(&mut body, &args, &pg).await?;
+        h.streaming = streaming::streaming(&mut body, &args, &pg).await?;
+        let mut report = String::from("# Benchmarks\n");
+        summary_table(&mut report, &h)?;
+        header(&mut report, &command)?;
         pg_settings(&mut report, &pg).await?;
-        end_to_end(&mut report, &args, &pg).await?;
-        staging(&mut report, &args)?;
-        large_transaction(&mut report, &args).await?;
-        replication(&mut report, &args, &pg).await?;
-        plugins::plugins(&mut report, &plugin_args).await?;
-        backfill::backfill(&mut report, &args, &pg).await?;
-        writers::writers(&mut report, &args, &pg).await?;
+        wall_time(&mut report, started.elapsed(), &load)?;
+        report.push_str(&body);
         std::fs::write(&args.out, &report)?;
         println!("{report}");
         return Ok(());
@@ -197,7 +236,11 @@ async fn main() -> anyhow::Result<()> {
     // One section: measured alone, then put in place of its old text (or appended).
     let pg = if matches!(
         only,
-        Section::EndToEnd | Section::Replication | Section::Backfill | Section::Writers
+        Section::EndToEnd
+            | Section::Replication
+            | Section::Backfill
+            | Section::Writers
+            | Section::Streaming
     ) {
         Some(tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??)
     } else {
@@ -205,16 +248,32 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut section = String::new();
     match (only, &pg) {
-        (Section::EndToEnd, Some(pg)) => end_to_end(&mut section, &args, pg).await?,
+        (Section::EndToEnd, Some(pg)) => {
+            end_to_end(&mut section, &args, pg).await?;
+        }
         (Section::Staging, _) => staging(&mut section, &args)?,
         (Section::LargeTransaction, _) => large_transaction(&mut section, &args).await?,
-        (Section::Replication, Some(pg)) => replication(&mut section, &args, pg).await?,
-        (Section::Plugins, _) => plugins::plugins(&mut section, &plugin_args).await?,
-        (Section::Backfill, Some(pg)) => backfill::backfill(&mut section, &args, pg).await?,
-        (Section::Writers, Some(pg)) => writers::writers(&mut section, &args, pg).await?,
-        (Section::EndToEnd | Section::Replication | Section::Backfill | Section::Writers, None) => {
-            anyhow::bail!("no PostgreSQL for a section that needs one")
+        (Section::Replication, Some(pg)) => {
+            replication(&mut section, &args, pg).await?;
         }
+        (Section::Plugins, _) => {
+            plugins::plugins(&mut section, &plugin_args).await?;
+        }
+        (Section::Backfill, Some(pg)) => {
+            backfill::backfill(&mut section, &args, pg).await?;
+        }
+        (Section::Writers, Some(pg)) => writers::writers(&mut section, &args, pg).await?,
+        (Section::Streaming, Some(pg)) => {
+            streaming::streaming(&mut section, &args, pg).await?;
+        }
+        (
+            Section::EndToEnd
+            | Section::Replication
+            | Section::Backfill
+            | Section::Writers
+            | Section::Streaming,
+            None,
+        ) => anyhow::bail!("no PostgreSQL for a section that needs one"),
     }
     if only != Section::Plugins {
         // The plugins section names its command itself.
@@ -227,7 +286,7 @@ async fn main() -> anyhow::Result<()> {
     let report = match std::fs::read_to_string(&args.out) {
         Ok(existing) => splice_section(&existing, &section),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut report = String::new();
+            let mut report = String::from("# Benchmarks\n");
             header(&mut report, &command)?;
             if let Some(pg) = &pg {
                 pg_settings(&mut report, pg).await?;
@@ -259,6 +318,8 @@ enum Section {
     Backfill,
     /// 7: partition rewrite cost by write mode; write amplification of a hot partition.
     Writers,
+    /// 8: streaming latency, sustained rate and recovery of a live `weir run`.
+    Streaming,
 }
 
 /// The `scripts/bench` command line of this run, with the sizes that matter to what
@@ -283,10 +344,25 @@ fn command_line(args: &Args) -> String {
         "--writer-rows {} --hot-rows {} --hot-rate {} --hot-seconds {}",
         args.writer_rows, args.hot_rows, args.hot_rate, args.hot_seconds
     );
+    let streaming = format!(
+        "--stream-rate {} --stream-seconds {} --stream-flush-ms {} --stream-backlog {} --recovery-kills {} \
+         --recovery-period-s {} --recovery-down-ms {}",
+        args.stream_rate,
+        args.stream_seconds,
+        args.stream_flush_ms,
+        args.stream_backlog,
+        args.recovery_kills,
+        args.recovery_period_s,
+        args.recovery_down_ms
+    );
     match args.only {
         None => format!(
-            "scripts/bench {end_to_end} {staging} {large} --pg-changes {} {plugins} {backfill} {writers}",
+            "scripts/bench {end_to_end} {staging} {large} --pg-changes {} {plugins} {backfill} {writers} {streaming}",
             args.pg_changes
+        ),
+        Some(Section::Streaming) => format!(
+            "scripts/bench --only streaming {streaming} --repeat {}",
+            args.repeat
         ),
         Some(Section::Writers) => format!(
             "scripts/bench --only writers {writers} --repeat {}",
@@ -335,6 +411,153 @@ fn splice_section(doc: &str, section: &str) -> String {
     out
 }
 
+/// The headline figures of a full run, for the summary at the top.
+#[derive(Debug, Default)]
+struct Headlines {
+    /// Rows/s: Weir end to end, raw COPY.
+    end_to_end: (f64, f64),
+    /// Changes/s: `run --once`, pg_recvlogical, the subscription.
+    replication: (f64, f64, f64),
+    /// The Rust component's time per row over native.
+    plugin_ratio: Option<f64>,
+    /// The fastest parallelism, its rows/s, the COPY's rows/s.
+    backfill: (usize, f64, f64),
+    streaming: streaming::Figures,
+}
+
+/// The summary table: headline figures and ratios of this run, each from its section.
+fn summary_table(out: &mut String, h: &Headlines) -> anyhow::Result<()> {
+    let s = &h.streaming;
+    let r = |weir: f64, other: f64| format!("{:.2}", weir / other);
+    writeln!(
+        out,
+        "\n## Summary\n\n\
+         Headline figures of the sections below, all from this run. *Limit*: what this machine's PostgreSQL does \
+         for the same rows without Weir (pg_recvlogical's decoding of the same slot, or one raw binary COPY of the \
+         same final rows); *peer*: native logical replication (`CREATE SUBSCRIPTION`) of the same workload. Ratios \
+         are Weir over the other: above 1 is faster for rates, slower for latencies and times.\n\n\
+         | figure | Weir | limit | peer | Weir / limit | Weir / peer |\n\
+         |---|---:|---:|---:|---:|---:|"
+    )?;
+    let (wl, pl) = (&s.weir_latency, &s.peer_latency);
+    writeln!(
+        out,
+        "| streaming latency p50, commit → visible, {:.0} changes/s offered, Rust plugin, flush every {} ms (ms) | \
+         {:.1} | — | {:.1} | — | {} |",
+        s.offered_changes_per_s,
+        s.flush_ms,
+        wl.p50,
+        pl.p50,
+        r(wl.p50, pl.p50)
+    )?;
+    writeln!(
+        out,
+        "| streaming latency p99, the same (ms) | {:.1} | — | {:.1} | — | {} |",
+        wl.p99,
+        pl.p99,
+        r(wl.p99, pl.p99)
+    )?;
+    writeln!(
+        out,
+        "| sustained rate: a backlog of {} changes caught up by live `weir run` + Rust plugin, against \
+         pg_recvlogical (changes/s) | {:.0} | {:.0} | {:.0} | {} | {} |",
+        s.backlog_changes,
+        s.rate(s.weir_plugin),
+        s.rate(s.recvlogical),
+        s.rate(s.peer),
+        r(s.rate(s.weir_plugin), s.rate(s.recvlogical)),
+        r(s.rate(s.weir_plugin), s.rate(s.peer))
+    )?;
+    let rows = s.backlog_rows as f64;
+    writeln!(
+        out,
+        "| the same backlog's {} final rows in the target, against one raw binary COPY of them (rows/s) | \
+         {:.0} | {:.0} | {:.0} | {} | {} |",
+        s.backlog_rows,
+        rows / s.weir_plugin.as_secs_f64(),
+        rows / s.copy.as_secs_f64(),
+        rows / s.peer.as_secs_f64(),
+        r(s.copy.as_secs_f64(), s.weir_plugin.as_secs_f64()),
+        r(s.peer.as_secs_f64(), s.weir_plugin.as_secs_f64())
+    )?;
+    writeln!(
+        out,
+        "| recovery after SIGKILL, restart → first new row visible, median of {} (s) | {:.2} | — | — | — | — |",
+        s.kills,
+        s.first_visible.as_secs_f64()
+    )?;
+    writeln!(
+        out,
+        "| recovery after SIGKILL, restart → every row committed before it visible (s) | {:.2} | — | — | — | — |",
+        s.caught_up.as_secs_f64()
+    )?;
+    writeln!(
+        out,
+        "| plugin overhead: backlog time with the Rust plugin / with the identity transform | {:.2} | — | — | — | — |",
+        s.weir_plugin.as_secs_f64() / s.weir_identity.as_secs_f64()
+    )?;
+    writeln!(
+        out,
+        "| plugin overhead: `orders-rust.wasm` time per row / the same Rust native | {} | — | — | — | — |",
+        h.plugin_ratio
+            .map_or_else(|| "not run".to_owned(), |p| format!("{p:.2}"))
+    )?;
+    let (parallel, backfill, copy) = h.backfill;
+    writeln!(
+        out,
+        "| backfill of a window, {parallel} partition jobs at once, against raw COPY (rows/s) | {backfill:.0} | \
+         {copy:.0} | — | {} | — |",
+        r(backfill, copy)
+    )?;
+    let (weir, copy) = h.end_to_end;
+    writeln!(
+        out,
+        "| JSON lines → stage → partitions, `run --once`, against raw COPY (rows/s) | {weir:.0} | {copy:.0} | — | \
+         {} | — |",
+        r(weir, copy)
+    )?;
+    let (run, recv, sub) = h.replication;
+    writeln!(
+        out,
+        "| PostgreSQL slot → stage → partitions, `run --once` on a backlog, identity (changes/s) | {run:.0} | \
+         {recv:.0} | {sub:.0} | {} | {} |",
+        r(run, recv),
+        r(run, sub)
+    )?;
+    Ok(())
+}
+
+/// The run's wall time, and how busy the machine was when it began.
+fn wall_time(out: &mut String, elapsed: Duration, load: &str) -> anyhow::Result<()> {
+    // `scripts/bench` passes its start (seconds since the epoch), before its builds.
+    let script = std::env::var("WEIR_BENCH_STARTED")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|t| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_secs_f64();
+            Some(now - t)
+        });
+    let total = script.map_or_else(String::new, |t| {
+        format!(
+            "`scripts/bench` took {t:.0} s ({:.0} s for `scripts/install-deps`, `scripts/build-plugins` and \
+             `cargo build`, all already up to date or not, then ",
+            t - elapsed.as_secs_f64()
+        )
+    });
+    let close = if script.is_some() { ")" } else { "" };
+    writeln!(
+        out,
+        "\nWall time: {total}{:.0} s for the benchmarks themselves, until this report was written{close}. The \
+         1-minute load average when the run began was {load} (other processes share the machine; each section \
+         gives it at its own start too).",
+        elapsed.as_secs_f64()
+    )?;
+    Ok(())
+}
+
 fn header(out: &mut String, command: &str) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -355,16 +578,27 @@ fn header(out: &mut String, command: &str) -> anyhow::Result<()> {
                 .and_then(|l| Some(l.split(':').nth(1)?.trim().to_owned()))
         })
         .unwrap_or_default();
-    writeln!(out, "# Benchmarks\n")?;
     writeln!(
         out,
-        "Every figure below comes from one run of:\n\n```\n{command}\n```\n\n\
-         A section run alone (`scripts/bench --only SECTION`) replaces its text here and ends with the command \
-         and date that produced it instead.\n"
+        "\nEvery figure in this file comes from one run of:\n\n```\n{command}\n```\n\n\
+         (`scripts/bench` with no arguments runs these defaults.) A section run alone (`scripts/bench --only \
+         SECTION`) replaces its text here and ends with the command and date that produced it instead; the summary \
+         above is rewritten by a full run only.\n"
     )?;
+    // Set for the build (`scripts/bench` builds in the same environment): RocksDB's C++
+    // came prebuilt rather than from this build's own `librocksdb-sys` compile.
+    let rocksdb = std::env::var("ROCKSDB_LIB_DIR").map_or_else(
+        |_| String::new(),
+        |dir| {
+            format!(
+                " RocksDB's C++ library was linked prebuilt from `ROCKSDB_LIB_DIR={dir}` (static) rather than \
+                 compiled by this build."
+            )
+        },
+    );
     writeln!(
         out,
-        "Machine: {cores} cores ({cpu}), {:.1} GiB memory. Release build.",
+        "Machine: {cores} cores ({cpu}), {:.1} GiB memory. Release build.{rocksdb}",
         mem_kib as f64 / 1_048_576.0
     )?;
     Ok(())
@@ -464,7 +698,8 @@ fn load_average() -> String {
 }
 
 /// Section 1: JSON lines → committed partitions, against raw binary COPY.
-async fn end_to_end(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Result<()> {
+/// Returns Weir's and the COPY's rows/s.
+async fn end_to_end(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Result<(f64, f64)> {
     let (feed, rows) = orders_feed(args.rows, args.days)?;
     let (mut weir_times, mut copy_times) = (Vec::new(), Vec::new());
     for i in 0..args.repeat {
@@ -541,7 +776,7 @@ async fn end_to_end(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Resu
         seconds_list(&weir_times),
         seconds_list(&copy_times)
     )?;
-    Ok(())
+    Ok((rate(weir), rate(copy)))
 }
 
 /// Single-row transactions of `public.orders`, positions 1, 2, ...
@@ -1055,42 +1290,56 @@ async fn write_orders_workload(client: &tokio_postgres::Client, txns: u64) -> an
     let mut seq = Sequence::new(23);
     let mut sql = String::with_capacity(500 * 700);
     for t in 0..txns {
-        sql.push_str("BEGIN; INSERT INTO orders VALUES ");
-        for k in 1..=8 {
-            let id = 8 * t + k;
-            let cents = seq.below(1_000_000);
-            write!(
-                sql,
-                "{}({id}, 'c{}', '{}', {}.{:02}, 'new')",
-                if k == 1 { "" } else { ", " },
-                id % 97,
-                day(seq.below(30)),
-                cents / 100,
-                cents % 100
-            )?;
-        }
-        let previous = 8 * t.saturating_sub(1);
-        write!(
-            sql,
-            "; UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id = {};",
-            previous + 2
-        )?;
-        if t % 2 == 0 {
-            write!(
-                sql,
-                " UPDATE orders SET status = 'shipped', order_date = order_date + 1 WHERE id = {};",
-                previous + 3
-            )?;
-        } else {
-            write!(sql, " DELETE FROM orders WHERE id = {};", previous + 4)?;
-        }
-        sql.push_str(" COMMIT;\n");
+        workload_transaction(&mut sql, &mut seq, t)?;
         if (t + 1) % 500 == 0 || t + 1 == txns {
             client.batch_execute(&sql).await?;
             sql.clear();
         }
     }
     Ok(())
+}
+
+/// Appends transaction `t` of the workload of [`write_orders_workload`] to `sql`
+/// (`BEGIN; … COMMIT;`, `seq` seeded 23 for the same rows); returns the id it deletes,
+/// if any.
+fn workload_transaction(
+    sql: &mut String,
+    seq: &mut Sequence,
+    t: u64,
+) -> anyhow::Result<Option<u64>> {
+    sql.push_str("BEGIN; INSERT INTO orders VALUES ");
+    for k in 1..=8 {
+        let id = 8 * t + k;
+        let cents = seq.below(1_000_000);
+        write!(
+            sql,
+            "{}({id}, 'c{}', '{}', {}.{:02}, 'new')",
+            if k == 1 { "" } else { ", " },
+            id % 97,
+            day(seq.below(30)),
+            cents / 100,
+            cents % 100
+        )?;
+    }
+    let previous = 8 * t.saturating_sub(1);
+    write!(
+        sql,
+        "; UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id = {};",
+        previous + 2
+    )?;
+    let deleted = if t.is_multiple_of(2) {
+        write!(
+            sql,
+            " UPDATE orders SET status = 'shipped', order_date = order_date + 1 WHERE id = {};",
+            previous + 3
+        )?;
+        None
+    } else {
+        write!(sql, " DELETE FROM orders WHERE id = {};", previous + 4)?;
+        Some(previous + 4)
+    };
+    sql.push_str(" COMMIT;\n");
+    Ok(deleted)
 }
 
 /// `(ppid, [utime, stime, cutime, cstime])` in seconds from `/proc/<pid>/stat` (in
@@ -1168,6 +1417,55 @@ async fn slot_released(client: &tokio_postgres::Client, slot: &str) -> anyhow::R
     Ok(())
 }
 
+/// The decode limit: `pg_recvlogical` reads `slot` of `db` (pgoutput, `publication`)
+/// to /dev/null up to `end_lsn`; its time from spawning it to its exit. Checked: it
+/// succeeded and the slot's confirmed position reached `end_lsn`; returns once no
+/// walsender serves the slot any more. `source` is a client of `db`.
+async fn recvlogical(
+    pg: &LocalPg,
+    source: &tokio_postgres::Client,
+    db: &str,
+    slot: &str,
+    publication: &str,
+    end_lsn: &str,
+) -> anyhow::Result<Duration> {
+    let port = pg.port().to_string();
+    let started = Instant::now();
+    let output = tokio::process::Command::new(pg.bin_dir().join("pg_recvlogical"))
+        .args(["-h", pg.host(), "-p", &port, "-U", "postgres"])
+        .args(["-d", db, "-S", slot, "--start", "--no-loop"])
+        .args([
+            "-f",
+            "/dev/null",
+            "--plugin=pgoutput",
+            "-o",
+            "proto_version=1",
+        ])
+        .args(["-o", &format!("publication_names={publication}")])
+        .arg(format!("--endpos={end_lsn}"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .context("run pg_recvlogical")?;
+    let elapsed = started.elapsed();
+    anyhow::ensure!(
+        output.status.success(),
+        "pg_recvlogical failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    slot_released(source, slot).await?;
+    let reached: bool = source
+        .query_one(
+            "SELECT confirmed_flush_lsn >= $1::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
+            &[&end_lsn, &slot],
+        )
+        .await?
+        .get(0);
+    anyhow::ensure!(reached, "pg_recvlogical stopped before the workload's end");
+    Ok(elapsed)
+}
+
 /// Times and CPU seconds of one path, one entry per run.
 #[derive(Debug, Default)]
 struct Measured {
@@ -1196,7 +1494,12 @@ fn summary(v: &[Duration]) -> (Duration, String) {
 }
 
 /// Section 4: Weir against pg_recvlogical and a native subscription, on one workload.
-async fn replication(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Result<()> {
+/// Returns the changes/s of `run --once`, pg_recvlogical and the subscription.
+async fn replication(
+    out: &mut String,
+    args: &Args,
+    pg: &LocalPg,
+) -> anyhow::Result<(f64, f64, f64)> {
     let txns = args.pg_changes / CHANGES_PER_TRANSACTION;
     anyhow::ensure!(txns >= 2, "--pg-changes must be at least 20");
     let changes = txns * CHANGES_PER_TRANSACTION;
@@ -1384,43 +1687,20 @@ async fn replication(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Res
 
         // The decode limit: pg_recvlogical to /dev/null, up to the workload's end.
         let slot = format!("recv_{i}");
-        let port = pg.port().to_string();
         let (server, client) = (cluster_cpu(pg)?, children_cpu());
-        let started = Instant::now();
-        let output = tokio::process::Command::new(pg.bin_dir().join("pg_recvlogical"))
-            .args(["-h", pg.host(), "-p", &port, "-U", "postgres"])
-            .args(["-d", REPL_SOURCE_DB, "-S", &slot, "--start", "--no-loop"])
-            .args([
-                "-f",
-                "/dev/null",
-                "--plugin=pgoutput",
-                "-o",
-                "proto_version=1",
-            ])
-            .args(["-o", &format!("publication_names={REPL_PUBLICATION}")])
-            .arg(format!("--endpos={end_lsn}"))
-            .stdin(std::process::Stdio::null())
-            .output()
-            .await
-            .context("run pg_recvlogical")?;
-        recv.times.push(started.elapsed());
-        recv.client_cpu.push(children_cpu() - client);
-        anyhow::ensure!(
-            output.status.success(),
-            "pg_recvlogical failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        slot_released(&source, &slot).await?;
-        recv.server_cpu.push(cluster_cpu(pg)? - server);
-        let reached: bool = source
-            .query_one(
-                "SELECT confirmed_flush_lsn >= $1::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
-                &[&end_lsn, &slot],
+        recv.times.push(
+            recvlogical(
+                pg,
+                &source,
+                REPL_SOURCE_DB,
+                &slot,
+                REPL_PUBLICATION,
+                &end_lsn,
             )
-            .await?
-            .get(0);
-        anyhow::ensure!(reached, "pg_recvlogical stopped before the workload's end");
+            .await?,
+        );
+        recv.client_cpu.push(children_cpu() - client);
+        recv.server_cpu.push(cluster_cpu(pg)? - server);
 
         // The peer: a subscription, enabled on the backlog; done when the workload's last
         // row is visible (transactions are applied whole, in commit order).
@@ -1586,5 +1866,5 @@ async fn replication(out: &mut String, args: &Args, pg: &LocalPg) -> anyhow::Res
          (settings above), so the subscription's apply never waits for a flush. On 2 cores the server's walsender \
          (decoding) and the consumer (Weir, pg_recvlogical or the apply worker) run side by side."
     )?;
-    Ok(())
+    Ok((rate(run_time), rate(recv_time), rate(sub_time)))
 }

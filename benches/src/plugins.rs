@@ -452,7 +452,8 @@ async fn measure_plugin(
 }
 
 /// Section 5: the orders plugin in three languages against its native Rust logic.
-pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result<()> {
+/// Returns the Rust component's time per row over the native one's, if it ran.
+pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result<Option<f64>> {
     anyhow::ensure!(args.rows > 0, "--plugin-rows must be at least 1");
     anyhow::ensure!(args.starts > 0, "--plugin-starts must be at least 1");
     let load = std::fs::read_to_string("/proc/loadavg")
@@ -661,5 +662,8 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
          processes share the machine).",
         args.command
     )?;
-    Ok(())
+    Ok(results.iter().find_map(|(s, _, m)| match m {
+        Some(Ok(m)) if *s == "orders-rust" => Some(native.rate() / m.throughput.rate()),
+        _ => None,
+    }))
 }
