@@ -365,6 +365,7 @@ pub async fn backfill(
     let mut finished: HashSet<String> = HashSet::new();
     let jobs = futures_util::stream::iter(todo)
         .map(|e| async move {
+            let started = std::time::Instant::now();
             let result = async {
                 let output = p
                     .compute_partition(&e.table, &e.partition_value, false)
@@ -373,6 +374,7 @@ pub async fn backfill(
                 p.write_output(&e.table, &e.partition_value, output).await
             }
             .await;
+            crate::metrics::partition_job(&e.table, started.elapsed(), result.is_err());
             (e, result)
         })
         .buffer_unordered(parallel.max(1));

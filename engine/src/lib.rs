@@ -15,6 +15,7 @@ pub mod config;
 pub mod demo;
 pub mod faults;
 pub mod localpg;
+pub mod metrics;
 pub mod partition;
 pub mod pipeline;
 pub mod plugin;

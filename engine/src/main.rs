@@ -55,6 +55,10 @@ enum Command {
         /// Drain what is available now, write every dirty partition, and exit.
         #[arg(long)]
         once: bool,
+        /// Serve Prometheus metrics at http://ADDR/metrics while running (e.g.
+        /// 127.0.0.1:9187).
+        #[arg(long, value_name = "IP:PORT")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Rebuild the partitions of a window (or the stale ones) from the stage through
     /// the current transform, with replace semantics; safe beside a live `weir run`.
@@ -80,6 +84,9 @@ enum Command {
         /// Allow a window without staged rows (it empties those target partitions).
         #[arg(long)]
         allow_empty: bool,
+        /// Serve Prometheus metrics at http://ADDR/metrics while running.
+        #[arg(long, value_name = "IP:PORT")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// The double-run test: compute each partition of the window twice from the stage and
     /// compare the runs with each other and with the target; exit 1 naming any failure.
@@ -266,16 +273,34 @@ fn is_usage_error(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause.downcast_ref::<ConfigError>().is_some()
             || cause
+                .downcast_ref::<weir::metrics::MetricsError>()
+                .is_some()
+            || cause
                 .downcast_ref::<weir::backfill::BackfillError>()
                 .is_some_and(weir::backfill::BackfillError::is_usage)
     })
 }
 
+/// Directives added to `RUST_LOG`'s, whatever it says: tokio-postgres logs a
+/// statement's parameters and a simple query's text at debug, and both can hold row
+/// values (a dead letter's input, a snapshot chunk's key bounds). Weir logs no row
+/// values, so its client library's debug lines stay off.
+const LOG_DIRECTIVES_ALWAYS: [&str; 1] = ["tokio_postgres=info"];
+
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    for directive in LOG_DIRECTIVES_ALWAYS {
+        if let Ok(directive) = directive.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
+    // Colours only for a person at a terminal: a log file or a collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -294,8 +319,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             parallel,
             dry_run,
             allow_empty,
+            metrics_addr,
         } => {
             let config = Config::load(&cli.config)?;
+            if let Some(addr) = metrics_addr {
+                weir::metrics::serve(addr)?;
+            }
             let dsn = config.target_dsn()?;
             let pipeline = Pipeline::open_read_only(config, dsn).await?;
             let scope = match (from, to) {
@@ -395,9 +424,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             )?;
             Ok(())
         }
-        Command::Run { once } => {
+        Command::Run { once, metrics_addr } => {
             let config = Config::load(&cli.config)?;
             let dsn = config.target_dsn()?;
+            if let Some(addr) = metrics_addr {
+                weir::metrics::serve(addr)?;
+            }
             let pipeline = Pipeline::open(config, dsn).await?;
             let report = pipeline.run(once, shutdown_signal()).await?;
             writeln!(

@@ -21,12 +21,15 @@ use tokio_postgres::Client;
 use crate::config::{
     Column, Config, Dsn, OnReject, PluginConfig, SourceConfig, TableConfig, WriteMode,
 };
+use crate::metrics::{self, Retry};
 use crate::partition::Partition;
 use crate::plugin::{self, InputRow, Kind, OwnedJob, Plugin, PluginError, PluginHost};
 use crate::source::jsonl::JsonlSource;
 use crate::source::postgres::{self, PgSourceError};
 use crate::source::{ChangeSource, SourceError, SourceEvent, Transaction};
-use crate::stage::{ApplyOutcome, DirtyPartition, Stage, StageError, StagedRow, encode_key};
+use crate::stage::{
+    ApplyOutcome, DirtyPartition, Stage, StageChange, StageError, StagedRow, encode_key,
+};
 use crate::target::{self, MergeKeys, PartitionWrite, TargetError, TargetTable, WriteSummary};
 use crate::value::Value;
 
@@ -571,6 +574,7 @@ impl Pipeline {
     ) -> Result<RunReport, PipelineError> {
         // `None` only while intake is paused with the stream closed (see pause_intake).
         let mut slot = Some(self.open_source(once).await?);
+        let _gauges = self.spawn_gauges();
         let mut report = RunReport::default();
         let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
         let mut last_flush = Instant::now();
@@ -608,6 +612,11 @@ impl Pipeline {
                     // The pending area belongs to the next transaction to commit: stage
                     // the whole ones read before it first.
                     self.stage_batch(source, &mut batch, &mut report).await?;
+                    if metrics::enabled() {
+                        // A large transaction's changes count as its chunks arrive.
+                        let counts = changes_by_table(&changes);
+                        metrics::staged(0, counts.iter().map(|(t, n)| (t.as_str(), *n)), None);
+                    }
                     let stage = Arc::clone(&self.stage);
                     blocking(move || stage.append_pending(&changes)).await?;
                     chunked = true;
@@ -651,6 +660,7 @@ impl Pipeline {
                 let transient = self.write_round_inner(&mut report, true).await?;
                 // Failures a retry may cure (the target down): wait longer each time,
                 // up to a bound, while staging goes on; the first good round resets it.
+                metrics::retried(Retry::TargetWrite, transient);
                 backoff = if transient > 0 {
                     let next = (backoff * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX);
                     tracing::warn!(
@@ -676,6 +686,70 @@ impl Pipeline {
                 return Ok(report);
             }
         }
+    }
+
+    /// With metrics served: a task that reads the state gauges again every
+    /// [`metrics::GAUGE_REFRESH`] (stage size, unwritten bytes, dirty partitions by
+    /// table, and a PostgreSQL slot's lag, asked of the source as `weir status` does),
+    /// until the returned guard is dropped. Reads only: it never touches the run.
+    fn spawn_gauges(&self) -> Option<AbortOnDrop> {
+        if !metrics::enabled() {
+            return None;
+        }
+        let stage = Arc::clone(&self.stage);
+        let stage_path = self.config.stage_path.clone();
+        let tables: Vec<String> = self.tables.keys().cloned().collect();
+        let slot = match &self.config.source {
+            SourceConfig::Postgres { slot, .. } => postgres_dsn(&self.config)
+                .ok()
+                .map(|dsn| (dsn, slot.clone())),
+            SourceConfig::Jsonl { .. } => None,
+        };
+        let task = tokio::spawn(async move {
+            let mut source: Option<Client> = None;
+            let mut tick = tokio::time::interval(metrics::GAUGE_REFRESH);
+            loop {
+                tick.tick().await;
+                let (stage, path, tables) =
+                    (Arc::clone(&stage), stage_path.clone(), tables.clone());
+                let read = tokio::task::spawn_blocking(move || {
+                    let dirty = stage.dirty_partitions()?;
+                    let unwritten = stage.unwritten_bytes()?;
+                    let size = crate::stage::checkpoint::dir_size(&path).unwrap_or(0);
+                    let by_table: Vec<(String, usize)> = tables
+                        .into_iter()
+                        .map(|t| {
+                            let n = dirty.iter().filter(|d| d.table == t).count();
+                            (t, n)
+                        })
+                        .collect();
+                    Ok::<_, StageError>((size, unwritten, by_table))
+                })
+                .await;
+                if let Ok(Ok((size, unwritten, by_table))) = read {
+                    metrics::stage_state(
+                        size,
+                        unwritten,
+                        by_table.iter().map(|(t, n)| (t.as_str(), *n)),
+                    );
+                }
+                let Some((dsn, slot)) = &slot else { continue };
+                if source.as_ref().is_none_or(Client::is_closed) {
+                    source = postgres::connect(dsn).await.ok();
+                }
+                if let Some(client) = &source {
+                    match postgres::slot_status(client, slot).await {
+                        Ok(Some((_, lag))) => metrics::slot_lag(lag),
+                        Ok(None) => {}
+                        Err(error) => {
+                            tracing::debug!(error = %error_chain(&error), "slot lag not read; tried again later");
+                            source = None;
+                        }
+                    }
+                }
+            }
+        });
+        Some(AbortOnDrop(task.abort_handle()))
     }
 
     /// Opens the configured source at the stage's position.
@@ -750,6 +824,7 @@ impl Pipeline {
                 () = tokio::time::sleep(wait) => {}
                 () = shutdown.as_mut() => return Ok(None),
             }
+            metrics::retried(Retry::SourceConnect, 1);
             match self.open_source(once).await {
                 Ok(source) => {
                     tracing::info!("source reconnected");
@@ -786,6 +861,7 @@ impl Pipeline {
         }
         let started = Instant::now();
         report.intake_pauses += 1;
+        metrics::intake_paused(true);
         tracing::warn!(
             unwritten_bytes = unwritten,
             limit_bytes = limit,
@@ -798,6 +874,7 @@ impl Pipeline {
         let mut backoff = Duration::ZERO;
         loop {
             let transient = self.write_round_inner(report, true).await?;
+            metrics::retried(Retry::TargetWrite, transient);
             backoff = if transient > 0 {
                 (backoff * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX)
             } else {
@@ -810,6 +887,7 @@ impl Pipeline {
                     paused_ms = started.elapsed().as_millis() as u64,
                     "intake resumed"
                 );
+                metrics::intake_paused(false);
                 break;
             }
             tokio::select! {
@@ -855,6 +933,18 @@ impl Pipeline {
                 .await?;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Changes by table of the transactions past the position (the rest are
+        // skipped), counted only for the metrics.
+        let changes_by_table = if metrics::enabled() {
+            let position = self.stage.checkpoint()?.map_or(0, |c| c.position);
+            changes_by_table(
+                txns.iter()
+                    .filter(|t| t.end > position)
+                    .flat_map(|t| &t.changes),
+            )
+        } else {
+            Vec::new()
+        };
         let outcome: ApplyOutcome = blocking(move || stage.apply(&txns)).await?;
         crate::failpoint!("stage-before-ack");
         report.transactions += outcome.transactions;
@@ -872,6 +962,11 @@ impl Pipeline {
             tracing::warn!(error = %error_chain(&error), "acknowledgement not sent; the source is reconnected");
         }
         crate::failpoint!("stage-after-ack");
+        metrics::staged(
+            outcome.transactions,
+            changes_by_table.iter().map(|(t, n)| (t.as_str(), *n)),
+            checkpoint.map(|c| c.position),
+        );
         tracing::info!(
             transactions = outcome.transactions,
             changes = outcome.changes,
@@ -899,7 +994,10 @@ impl Pipeline {
         keep_going: bool,
     ) -> Result<usize, PipelineError> {
         match self.flush_dead_letters().await {
-            Ok(n) => report.dead_letters += n,
+            Ok(n) => {
+                report.dead_letters += n;
+                metrics::dead_letters(n);
+            }
             // The target is down: dead letters stay staged, and partitions are tried
             // (and fail the same way, counted) so the round's outcome says so.
             Err(error @ PipelineError::Target(_)) if keep_going => {
@@ -927,7 +1025,9 @@ impl Pipeline {
         let mut transient = 0;
         let results: Vec<_> = futures_util::stream::iter(dirty)
             .map(|d: DirtyPartition| async move {
+                let started = Instant::now();
                 let outcome = self.write_partition(&d.table, &d.partition, true).await;
+                metrics::partition_job(&d.table, started.elapsed(), outcome.is_err());
                 (d, outcome)
             })
             .buffer_unordered(self.config.engine.parallelism)
@@ -1261,6 +1361,9 @@ impl Pipeline {
             return Ok(None);
         };
         crate::failpoint!("target-after-commit");
+        if summary.superseded_by.is_none() {
+            metrics::partition_written(table, summary.copied, summary.rejected);
+        }
         if let Ok(mut failed) = self.failed.lock() {
             failed.remove(&(table.to_owned(), partition.clone()));
         }
@@ -1295,6 +1398,16 @@ impl Pipeline {
             }
         }
         Ok(out)
+    }
+}
+
+/// Aborts a spawned task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -1372,6 +1485,11 @@ async fn run_plugin(
     let (input, output) =
         plugin::run_job_on_thread(Arc::clone(plugin), settings.limits.clone(), job, input).await;
     let output = output?;
+    metrics::plugin_job(
+        &table.source.to_string(),
+        output.fuel,
+        output.peak_memory_bytes,
+    );
     let mut rejections = Vec::with_capacity(output.rejections.len());
     for r in &output.rejections {
         let key = plugin::json::key_text(&r.key);
@@ -1392,6 +1510,25 @@ async fn run_plugin(
         });
     }
     Ok((output.rows, rejections))
+}
+
+/// Row changes by table (a few tables: a list beats a map).
+fn changes_by_table<'a>(changes: impl IntoIterator<Item = &'a StageChange>) -> Vec<(String, u64)> {
+    let mut counts: Vec<(String, u64)> = Vec::new();
+    for change in changes {
+        let table = match change {
+            StageChange::Upsert { table, .. }
+            | StageChange::UpsertUnchanged { table, .. }
+            | StageChange::Delete { table, .. }
+            | StageChange::Truncate { table } => table,
+            StageChange::SourceState(_) => continue,
+        };
+        match counts.iter_mut().find(|(t, _)| t == table) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((table.clone(), 1)),
+        }
+    }
+    counts
 }
 
 /// The identity transform: each staged row's values in the table's column order

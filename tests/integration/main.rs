@@ -10,6 +10,7 @@ mod faults;
 mod grains;
 mod harness;
 mod merge;
+mod observability;
 mod outage;
 mod pipeline;
 mod plugins;
