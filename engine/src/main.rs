@@ -125,9 +125,17 @@ enum Command {
     },
     /// Run a self-contained demo on a throwaway local PostgreSQL.
     Demo {
-        /// Keep the cluster and files until Ctrl-C, to query the result.
+        /// Keep the cluster and the live `weir run` up until Ctrl-C, to query them.
         #[arg(long)]
         keep: bool,
+        /// The orders plugin component (default: $WEIR_PLUGINS_DIR/orders-rust.wasm, else
+        /// the usual build folders; `scripts/demo` builds it).
+        #[arg(long)]
+        plugin: Option<PathBuf>,
+        /// How long the workload writes, in seconds.
+        #[arg(long, default_value_t = weir::demo::WORKLOAD_SECONDS_DEFAULT,
+              value_parser = clap::value_parser!(u64).range(weir::demo::WORKLOAD_SECONDS_MIN..=weir::demo::WORKLOAD_SECONDS_MAX))]
+        seconds: u64,
     },
 }
 
@@ -402,9 +410,20 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Demo { keep } => weir::demo::run(&mut std::io::stdout(), keep)
-            .await
-            .context("the demo failed"),
+        Command::Demo {
+            keep,
+            plugin,
+            seconds,
+        } => {
+            let options = weir::demo::DemoOptions {
+                plugin,
+                keep,
+                workload_seconds: seconds,
+            };
+            weir::demo::run(&mut std::io::stdout(), &options)
+                .await
+                .context("the demo failed")
+        }
         Command::Init { allow_add_columns } => {
             let config = Config::load(&cli.config)?;
             let report =
