@@ -259,6 +259,34 @@ grain = "day"
 }
 
 /// Waits (bounded) until a walsender serves `slot`: its consumer is streaming.
+/// A source database `name` and a live `weir run` of it through the plugin into
+/// `{name}_target`, whose table records when each id is first seen; returned once the
+/// slot is active and the engine has had two flush intervals to settle.
+async fn live_consumer(
+    weir: &Path,
+    pg: &LocalPg,
+    name: &str,
+    plugin: &Path,
+    flush_ms: u64,
+) -> anyhow::Result<(
+    tokio_postgres::Client,
+    WeirConsumer,
+    tokio_postgres::Client,
+    tokio::process::Child,
+)> {
+    let source = source_database(pg, name).await?;
+    let target_db = format!("{name}_target");
+    let mut consumer =
+        WeirConsumer::new(weir, pg, name, &target_db, Some(plugin), flush_ms).await?;
+    let target = connect(&consumer.target_dsn).await?;
+    target.batch_execute(SEEN_DDL).await?;
+    target.batch_execute(SEEN_STATEMENT_TRIGGER).await?;
+    let child = consumer.spawn(weir)?;
+    slot_active(&source, &consumer.slot).await?;
+    tokio::time::sleep(Duration::from_millis(2 * flush_ms + 500)).await;
+    Ok((source, consumer, target, child))
+}
+
 async fn slot_active(source: &tokio_postgres::Client, slot: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
@@ -538,22 +566,8 @@ pub(crate) async fn streaming(
     };
 
     // -- Latency at a steady rate: Weir with the plugin, then the peer. --------------
-    let source = source_database(pg, "stream_latency_weir").await?;
-    let mut consumer = WeirConsumer::new(
-        &weir,
-        pg,
-        "stream_latency_weir",
-        "stream_latency_weir_target",
-        Some(&plugin),
-        flush_ms,
-    )
-    .await?;
-    let target = connect(&consumer.target_dsn).await?;
-    target.batch_execute(SEEN_DDL).await?;
-    target.batch_execute(SEEN_STATEMENT_TRIGGER).await?;
-    let mut child = consumer.spawn(&weir)?;
-    slot_active(&source, &consumer.slot).await?;
-    tokio::time::sleep(Duration::from_millis(2 * flush_ms + 500)).await;
+    let (source, mut consumer, target, mut child) =
+        live_consumer(&weir, pg, "stream_latency_weir", &plugin, flush_ms).await?;
     let server = cluster_cpu(pg)?;
     let written = steady_writer(
         consumer.source_dsn.clone(),
@@ -608,22 +622,8 @@ pub(crate) async fn streaming(
     println!("streaming latency, peer: {:?}", figures.peer_latency);
 
     // -- Recovery: SIGKILL and restart while the steady workload runs. ----------------
-    let source = source_database(pg, "stream_recovery").await?;
-    let mut consumer = WeirConsumer::new(
-        &weir,
-        pg,
-        "stream_recovery",
-        "stream_recovery_target",
-        Some(&plugin),
-        flush_ms,
-    )
-    .await?;
-    let target = connect(&consumer.target_dsn).await?;
-    target.batch_execute(SEEN_DDL).await?;
-    target.batch_execute(SEEN_STATEMENT_TRIGGER).await?;
-    let mut child = consumer.spawn(&weir)?;
-    slot_active(&source, &consumer.slot).await?;
-    tokio::time::sleep(Duration::from_millis(2 * flush_ms + 500)).await;
+    let (source, mut consumer, target, mut child) =
+        live_consumer(&weir, pg, "stream_recovery", &plugin, flush_ms).await?;
     let period = Duration::from_secs(args.recovery_period_s);
     let down = Duration::from_millis(args.recovery_down_ms);
     // The writer runs through every kill and a period after the last restart.
