@@ -566,7 +566,7 @@ pub(crate) async fn streaming(
     };
 
     // -- Latency at a steady rate: Weir with the plugin, then the peer. --------------
-    let (source, mut consumer, target, mut child) =
+    let (source, consumer, target, mut child) =
         live_consumer(&weir, pg, "stream_latency_weir", &plugin, flush_ms).await?;
     let server = cluster_cpu(pg)?;
     let written = steady_writer(
