@@ -961,3 +961,181 @@ async fn a_million_row_table_is_snapshotted_while_writers_change_it() {
     let target = db.client().await;
     assert_same_rows(&source, "orders", &target, "analytics.fact_orders").await;
 }
+
+/// The slot's `confirmed_flush_lsn`, as a number.
+async fn slot_confirmed(source: &tokio_postgres::Client, slot: &str) -> u64 {
+    let confirmed: i64 = source
+        .query_one(
+            "SELECT pg_wal_lsn_diff(confirmed_flush_lsn, '0/0')::bigint FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .expect("confirmed_flush_lsn")
+        .get(0);
+    u64::try_from(confirmed).expect("an LSN")
+}
+
+/// The stage's position, from `weir checkpoint show --json`.
+fn stage_position(db: &TestDb, source_dsn: &str) -> u64 {
+    let out = weir_pg(db, source_dsn, &["checkpoint", "show", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let shown: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("checkpoint show --json");
+    shown["checkpoint"]["position"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no position: {shown}"))
+}
+
+/// A slot cannot go back. Restoring an export older than what the slot confirmed
+/// would silently skip the changes in between; `weir run` refuses instead, names both
+/// positions and the ways out, and writes nothing. The newer stage put back goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_older_checkpoint_than_the_slot_confirmed_is_refused_not_skipped() {
+    let db = TestDb::new("pg_slot_ahead_target").await;
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "pg_slot_ahead",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders SELECT g, 'c' || g, date '2026-03-01' + (g % 5), g, 'new' FROM generate_series(1, 100) g",
+        "",
+        ORDERS_COPY_TABLE,
+    )
+    .await;
+    let ok = |args: &[&str]| {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(
+            out.status.success(),
+            "weir {args:?}: {}",
+            crate::harness::text(&out.stderr)
+        );
+    };
+    ok(&["init"]);
+    ok(&["run", "--once"]);
+    let old = db.path("old.ckpt");
+    ok(&["checkpoint", "export", old.to_str().expect("utf-8 path")]);
+    let old_position = stage_position(&db, &source_dsn);
+
+    // The feed goes on and the stage acknowledges it: the slot moves past the export.
+    source
+        .batch_execute(
+            "INSERT INTO orders SELECT g, 'c' || g, date '2026-03-10', g, 'new' FROM generate_series(101, 150) g;
+             UPDATE orders SET order_date = date '2026-03-11' WHERE id <= 10",
+        )
+        .await
+        .expect("more changes");
+    ok(&["run", "--once"]);
+    let confirmed = slot_confirmed(&source, "pg_slot_ahead").await;
+    assert!(confirmed > old_position);
+    let target = db.client().await;
+    assert_same_rows(&source, "orders", &target, "public.orders_copy").await;
+    let lineage_before = crate::harness::lineage(&target).await;
+
+    // The old export restored in place of the stage.
+    std::fs::rename(db.path("stage"), db.path("stage.newer")).expect("move the stage aside");
+    ok(&["checkpoint", "import", old.to_str().expect("utf-8 path")]);
+    source
+        .batch_execute("INSERT INTO orders VALUES (151, 'c151', date '2026-03-12', 1, 'new')")
+        .await
+        .expect("a change after the restore");
+    for args in [&["run", "--once"][..], &["run"][..]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        let stderr = crate::harness::text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "weir {args:?}: {stderr}");
+        assert!(
+            stderr.contains("replication slot `pg_slot_ahead` has confirmed the feed up to")
+                && stderr.contains(&format!(
+                    "past this stage's position {}",
+                    weir::source::replication::format_lsn(old_position)
+                ))
+                && stderr.contains("import a checkpoint of this feed at or past")
+                && stderr.contains("point `[stage] path` at a new folder"),
+            "weir {args:?}: {stderr}"
+        );
+    }
+    assert_eq!(stage_position(&db, &source_dsn), old_position);
+    assert_eq!(crate::harness::lineage(&target).await, lineage_before);
+    assert_eq!(
+        slot_confirmed(&source, "pg_slot_ahead").await,
+        confirmed,
+        "the refused runs moved the slot"
+    );
+
+    // The newer stage back in place: it goes on from where the slot is.
+    std::fs::remove_dir_all(db.path("stage")).expect("drop the restored stage");
+    std::fs::rename(db.path("stage.newer"), db.path("stage")).expect("put the newer stage back");
+    ok(&["run", "--once"]);
+    assert_same_rows(&source, "orders", &target, "public.orders_copy").await;
+}
+
+/// A caught-up stream confirms past WAL that holds nothing of its feed (another
+/// database's writes), with heartbeats off. The stage's position moves there first, so
+/// a restart after a SIGKILL is not mistaken for a slot that is ahead of its stage.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caught_up_stream_confirms_past_idle_wal_and_restarts_cleanly() {
+    let db = TestDb::new("pg_idle_confirm_target").await;
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "pg_idle_confirm",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders SELECT g, 'c' || g, date '2026-03-01' + (g % 3), g, 'new' FROM generate_series(1, 20) g",
+        "heartbeat_interval_ms = 3600000",
+        ORDERS_COPY_TABLE,
+    )
+    .await;
+    assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
+    let mut child = spawn_weir_pg(&db, &source_dsn);
+    let target = db.client().await;
+    // The snapshot staged and written, then another database's WAL only.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while db.count("SELECT count(*) FROM public.orders_copy").await < 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the snapshot was not written"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    target
+        .batch_execute("CREATE TABLE noise AS SELECT g, repeat('n', 100) AS pad FROM generate_series(1, 20000) g")
+        .await
+        .expect("noise");
+    let noise_end: i64 = source
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint",
+            &[],
+        )
+        .await
+        .expect("lsn")
+        .get(0);
+    let noise_end = u64::try_from(noise_end).expect("an LSN");
+    // Status goes out every 10 s: within two of them the slot passes the noise.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while slot_confirmed(&source, "pg_idle_confirm").await < noise_end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the caught-up stream never confirmed past the other database's WAL"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    let confirmed = slot_confirmed(&source, "pg_idle_confirm").await;
+    assert!(
+        stage_position(&db, &source_dsn) >= confirmed,
+        "the slot confirmed past the stage's position"
+    );
+    source
+        .batch_execute("INSERT INTO orders VALUES (21, 'c21', date '2026-03-05', 1, 'new')")
+        .await
+        .expect("a change after the restart");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    assert_same_rows(&source, "orders", &target, "public.orders_copy").await;
+}

@@ -35,7 +35,7 @@ use super::{
     ChangeSource, Checkpoint, Op, Row, SourceError, SourceEvent, Transaction, keyed_changes,
 };
 use crate::config::{Dsn, OnTruncate, TableConfig, TableName, quote_ident};
-use crate::stage::{Stage, StageChange, StagedRow};
+use crate::stage::{Stage, StageChange, StageError, StagedRow};
 use crate::value::Value;
 
 /// How long the source waits for the server before it reports `Idle`, so the engine
@@ -92,6 +92,18 @@ pub enum PgSourceError {
         "replication slot `{slot}` was invalidated by the server (wal_status = lost: it fell behind max_slot_wal_keep_size); changes are lost: drop the slot and run `weir init` for a fresh snapshot"
     )]
     SlotInvalidated { slot: String },
+    #[error(
+        "replication slot `{slot}` has confirmed the feed up to {confirmed}, past this stage's position {position}: the changes in between were acknowledged by some other stage (an older checkpoint imported with `weir checkpoint import`, or another engine using this slot) and the slot cannot send them again; import a checkpoint of this feed at or past {confirmed}, or take a fresh snapshot: point `[stage] path` at a new folder and run `weir init` and `weir run`"
+    )]
+    SlotAhead {
+        slot: String,
+        confirmed: String,
+        position: String,
+    },
+    #[error(transparent)]
+    Stage(#[from] StageError),
+    #[error("a stage task failed")]
+    Task(#[from] tokio::task::JoinError),
     #[error(transparent)]
     Replication(#[from] ReplicationError),
     #[error("undecodable pgoutput message")]
@@ -705,15 +717,13 @@ impl PostgresSource {
         let mut client = ReplicationClient::connect(dsn).await?;
         let slot_literal = format!("'{}'", options.slot.replace('\'', "''"));
         let rows = client
-            .simple_query(&format!("SELECT coalesce(wal_status, 'unknown') FROM pg_replication_slots WHERE slot_name = {slot_literal}"))
+            .simple_query(&format!("SELECT coalesce(wal_status, 'unknown'), confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = {slot_literal}"))
             .await?;
-        match rows
-            .first()
-            .and_then(|r| r.first())
-            .cloned()
-            .flatten()
-            .as_deref()
-        {
+        let row = rows.first();
+        let confirmed = row
+            .and_then(|r| r.get(1).cloned().flatten())
+            .and_then(|lsn| super::replication::parse_lsn(&lsn));
+        match row.and_then(|r| r.first()).cloned().flatten().as_deref() {
             None => {
                 return Err(PgSourceError::SlotMissing {
                     slot: options.slot.clone(),
@@ -725,6 +735,28 @@ impl PostgresSource {
                 });
             }
             Some(_) => {}
+        }
+        // The slot resumes at its own confirmed position when that is past the one
+        // asked for. This stage never lets the slot confirm past its position
+        // (`send_status`), so a slot that is ahead was moved by someone else, and what
+        // lies in between is lost to this stage: refuse rather than skip it. (A stage
+        // with no position yet takes its snapshot of the tables as they are now.)
+        if let (Some(checkpoint), Some(confirmed)) = (checkpoint, confirmed)
+            && confirmed > checkpoint.position
+        {
+            if stage.position_covers_acknowledgements()? {
+                return Err(PgSourceError::SlotAhead {
+                    slot: options.slot.clone(),
+                    confirmed: format_lsn(confirmed),
+                    position: format_lsn(checkpoint.position),
+                });
+            }
+            tracing::info!(
+                slot = %options.slot,
+                confirmed = %format_lsn(confirmed),
+                position = %format_lsn(checkpoint.position),
+                "the slot is past the stage's position, which a stage of an older build allows; not checked this once"
+            );
         }
         let snapshot = Snapshot::resume(dsn, &tables, &stage, options.snapshot_chunk_rows).await?;
         let drain_after = if options.once {
@@ -775,11 +807,17 @@ impl PostgresSource {
             && !self.assembler.in_transaction()
             && self.snapshot.is_none()
             && self.emitted <= self.acknowledged;
-        let flushed = if caught_up {
-            written
-        } else {
-            self.acknowledged
-        };
+        if caught_up && written > self.acknowledged {
+            // Everything received is staged, and the WAL up to `written` holds nothing
+            // more of this feed: confirm it, so the slot does not hold back WAL other
+            // databases write. The stage's position moves there first (synced): the
+            // slot never confirms past the stage, which `open` relies on.
+            let stage = Arc::clone(&self.stage);
+            tokio::task::spawn_blocking(move || stage.advance_position(written)).await??;
+            tracing::debug!(slot = %self.slot, position = %format_lsn(written), "position advanced past WAL without changes of this feed");
+            self.acknowledged = written;
+        }
+        let flushed = self.acknowledged;
         self.stream
             .send_status(written, flushed, flushed, false)
             .await?;

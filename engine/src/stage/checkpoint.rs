@@ -73,8 +73,8 @@ use sha2::{Digest, Sha256};
 use super::{
     ApplyingMarker, CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META, CF_PENDING,
     CF_POSITION, CF_ROWS, COLUMN_FAMILIES, FORMAT_VERSION, META_APPLYING, META_FORMAT_VERSION,
-    META_GENERATION, META_SOURCE_ID, POSITION_KEY, Stage, StageChange, StageError, StagedRow,
-    db_err, partition_key, row_key, split_partition, split_table, table_key,
+    META_GENERATION, META_POSITION_COVERS_ACKS, META_SOURCE_ID, POSITION_KEY, Stage, StageChange,
+    StageError, StagedRow, db_err, partition_key, row_key, split_partition, split_table, table_key,
 };
 use crate::partition::Partition;
 use crate::source::{BadRecord, Checkpoint};
@@ -1271,8 +1271,11 @@ fn build(
             path: file.to_owned(),
         });
     }
-    // Last: the generation counter and the position, synced.
+    // Last: the generation counter and the position, synced. The imported stage has
+    // let its source acknowledge nothing past the file's position: if the source has
+    // acknowledged more (an older export restored), `weir run` refuses to start.
     let mut batch = std::mem::take(&mut writer.batch);
+    batch.put_cf(stage.cf(CF_META), META_POSITION_COVERS_ACKS, []);
     batch.put_cf(
         stage.cf(CF_META),
         META_GENERATION,

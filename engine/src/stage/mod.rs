@@ -12,12 +12,19 @@
 //! | `backlog`     | table, partition                      | bytes staged since last write  |
 //! | `position`    | `checkpoint`                          | source position and cursor     |
 //! | `dead_letter` | source position of the record         | the bad record, until written  |
-//! | `meta`        | `format_version`, `source_id`, `generation` | stage metadata           |
+//! | `meta`        | `format_version`, `source_id`, `generation`, `position_covers_acks`, … | stage metadata |
 //!
 //! **Architecture Invariant**: a batch of transactions is applied in one synced
 //! `WriteBatch` together with the new position, so the rows, the dirty marks and the
 //! position never disagree, and a transaction is visible all or nothing. A transaction
 //! at or below the stored position is skipped whole; the position never moves back.
+//!
+//! **Architecture Invariant**: a source is never told to acknowledge past the stored
+//! position. A source that is caught up and would confirm further (past WAL holding
+//! nothing of this feed) first moves the position there ([`Stage::advance_position`]),
+//! so a source that has acknowledged more than the stage holds (an older checkpoint
+//! imported, another engine on the same slot) is detected at start, not silently
+//! skipped.
 //!
 //! **Architecture Invariant**: generations come from one counter that only grows, so a
 //! dirty mark cleared and set again never repeats a generation, and compare-and-clear
@@ -85,6 +92,11 @@ const META_SOURCE_ID: &[u8] = b"source_id";
 const META_GENERATION: &[u8] = b"generation";
 const META_APPLYING: &[u8] = b"applying";
 const META_SOURCE_STATE: &[u8] = b"source_state";
+/// Present when the position is at or past everything this stage ever let its source
+/// acknowledge (a stage made by a build that advances the position before a caught-up
+/// source confirms the server's position: [`Stage::advance_position`]). Without it (a
+/// stage of an older build) a source acknowledged ahead of the position may be legal.
+const META_POSITION_COVERS_ACKS: &[u8] = b"position_covers_acks";
 /// Prefix of the records of partitions whose last write failed for good (until they
 /// change): `failed\0` + the partition key.
 const META_FAILED_PREFIX: &[u8] = b"failed\0";
@@ -375,7 +387,11 @@ impl Stage {
 
     fn check_format(&self, writable: bool) -> Result<(), StageError> {
         match self.meta(META_FORMAT_VERSION)? {
-            None if writable => self.put_meta(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes()),
+            None if writable => {
+                // A new stage: it has acknowledged nothing, so its position covers that.
+                self.put_meta(META_POSITION_COVERS_ACKS, &[])?;
+                self.put_meta(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes())
+            }
             None => Err(corrupt("no format version record")),
             Some(bytes) => {
                 let found = u32::from_be_bytes(
@@ -474,6 +490,45 @@ impl Stage {
         bytes
             .map(|b| postcard::from_bytes(&b).map_err(|_| corrupt("position record")))
             .transpose()
+    }
+
+    /// Moves the position to `position` (keeping the cursor) in one synced write, unless
+    /// it is there already; returns whether it moved. For a source that has delivered
+    /// every change it holds and is about to acknowledge a position past the last staged
+    /// transaction (a caught-up replication stream confirms the server's position, so
+    /// the slot does not hold back WAL written by other databases): afterwards the
+    /// stage's position is never behind what its source acknowledged, which is what
+    /// lets [`Stage::position_covers_acknowledgements`] be checked against the source.
+    pub fn advance_position(&self, position: u64) -> Result<bool, StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.checkpoint()?;
+        let covered = self.meta(META_POSITION_COVERS_ACKS)?.is_some();
+        if covered && current.is_some_and(|c| c.position >= position) {
+            return Ok(false);
+        }
+        let next = Checkpoint {
+            position: current.map_or(position, |c| c.position.max(position)),
+            cursor: current.map_or(0, |c| c.cursor),
+        };
+        let encoded = postcard::to_allocvec(&next)
+            .map_err(|e| corrupt(format!("cannot encode position: {e}")))?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(CF_POSITION), POSITION_KEY, encoded);
+        batch.put_cf(self.cf(CF_META), META_POSITION_COVERS_ACKS, []);
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db
+            .write_opt(batch, &opts)
+            .map_err(db_err("advance the position"))?;
+        Ok(current.is_none_or(|c| c.position < position))
+    }
+
+    /// Whether the position is at or past everything this stage let its source
+    /// acknowledge: true for every stage this build made or advanced
+    /// ([`Stage::advance_position`]), false for a stage of an older build that has not
+    /// been advanced since (its source may legally have acknowledged past it).
+    pub fn position_covers_acknowledgements(&self) -> Result<bool, StageError> {
+        Ok(self.meta(META_POSITION_COVERS_ACKS)?.is_some())
     }
 
     fn generation(&self) -> Result<u64, StageError> {
@@ -1632,6 +1687,83 @@ mod tests {
                 .rows,
             [row(1, "d2", 20)]
         );
+    }
+
+    #[test]
+    fn advancing_the_position_keeps_the_cursor_never_goes_back_and_survives_reopening() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        assert!(stage.position_covers_acknowledgements().expect("marker"));
+        // Nothing staged yet: the position starts there.
+        assert!(stage.advance_position(5).expect("advance"));
+        assert_eq!(
+            stage.checkpoint().expect("position"),
+            Some(Checkpoint {
+                position: 5,
+                cursor: 0
+            })
+        );
+        stage
+            .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+            .expect("apply");
+        assert!(stage.advance_position(30).expect("advance"));
+        assert!(!stage.advance_position(30).expect("same"));
+        assert!(!stage.advance_position(20).expect("behind"));
+        assert_eq!(
+            stage.checkpoint().expect("position"),
+            Some(Checkpoint {
+                position: 30,
+                cursor: 10
+            })
+        );
+        // A transaction at or below the advanced position is skipped, one past it staged.
+        let outcome = stage
+            .apply(&[
+                txn(25, vec![upsert(2, "d1", 25)]),
+                txn(40, vec![upsert(3, "d1", 40)]),
+            ])
+            .expect("apply");
+        assert_eq!((outcome.skipped, outcome.transactions), (1, 1));
+        assert!(
+            stage
+                .get_row("public.t", &encode_key(&[&Value::Int(2)]).expect("key"))
+                .expect("get")
+                .is_none()
+        );
+        drop(stage);
+        let stage = Stage::open(dir.path(), "test").expect("reopen");
+        assert_eq!(
+            stage.checkpoint().expect("position"),
+            Some(Checkpoint {
+                position: 40,
+                cursor: 40
+            })
+        );
+        assert!(stage.position_covers_acknowledgements().expect("marker"));
+        assert!(
+            checkpoint::check(&stage)
+                .expect("check")
+                .problems
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_stage_of_an_older_build_covers_acknowledgements_once_advanced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage
+            .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+            .expect("apply");
+        // What a stage made before the marker existed looks like.
+        stage
+            .db
+            .delete_cf(stage.cf(CF_META), META_POSITION_COVERS_ACKS)
+            .expect("delete");
+        assert!(!stage.position_covers_acknowledgements().expect("marker"));
+        // Advancing to where it already is still records that it now covers them.
+        assert!(!stage.advance_position(10).expect("advance"));
+        assert!(stage.position_covers_acknowledgements().expect("marker"));
     }
 
     fn changed_ids(stage: &Stage, day: &str) -> (bool, Vec<(i64, bool)>) {
