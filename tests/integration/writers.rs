@@ -1,7 +1,7 @@
 //! Writers of one target partition never overlap, in one process or across processes.
 //! A probe trigger on the target table takes a second advisory lock per partition (in a
 //! key space of its own) on every row written or deleted; a transaction that finds it
-//! held by another records an overlap. The probe is first shown to catch two bare
+//! held by another, and still held 50 ms later, records an overlap. The probe is first shown to catch two bare
 //! transactions writing one partition; then a live `weir run` with parallelism 4 and
 //! repeated `weir backfill --parallel 4` processes write the same partitions while the
 //! feed grows, and the probe must record none. A second `weir run` on the same config is
@@ -21,9 +21,18 @@ async fn install_probe(client: &Client, table: &str) {
 CREATE TABLE public.probe_log (partition text, overlap boolean, pid int, txid bigint, app text,
                                UNIQUE (partition, overlap, txid));
 CREATE FUNCTION public.probe() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE p text := CASE WHEN TG_OP = 'DELETE' THEN OLD.order_date::text ELSE NEW.order_date::text END;
+DECLARE
+  p text := CASE WHEN TG_OP = 'DELETE' THEN OLD.order_date::text ELSE NEW.order_date::text END;
+  got boolean := pg_try_advisory_xact_lock(hashtext('weir-probe'), hashtext(coalesce(p, '')));
 BEGIN
-  IF pg_try_advisory_xact_lock(hashtext('weir-probe'), hashtext(coalesce(p, ''))) THEN
+  -- A writer that commits releases its locks one at a time: the partition's lock may be
+  -- free (and taken by the next writer) a moment before the probe's. Only a probe lock
+  -- still held a while later belongs to a transaction that is really still open.
+  IF NOT got THEN
+    PERFORM pg_sleep(0.05);
+    got := pg_try_advisory_xact_lock(hashtext('weir-probe'), hashtext(coalesce(p, '')));
+  END IF;
+  IF got THEN
     INSERT INTO public.probe_log VALUES (p, false, pg_backend_pid(), txid_current(), current_setting('application_name')) ON CONFLICT DO NOTHING;
   ELSE
     INSERT INTO public.probe_log VALUES (p, true, pg_backend_pid(), txid_current(), current_setting('application_name')) ON CONFLICT DO NOTHING;
