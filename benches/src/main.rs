@@ -212,22 +212,31 @@ async fn main() -> anyhow::Result<()> {
         let pg =
             tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??;
         let mut body = String::new();
+        let mut sections = SectionTimes::default();
         let mut h = Headlines {
             end_to_end: end_to_end(&mut body, &args, &pg).await?,
             ..Headlines::default()
         };
+        sections.done("end to end");
         staging(&mut body, &args)?;
+        sections.done("staging");
         large_transaction(&mut body, &args).await?;
+        sections.done("large transaction");
         h.replication = replication(&mut body, &args, &pg).await?;
+        sections.done("replication");
         h.plugin_ratio = plugins::plugins(&mut body, &plugin_args).await?;
+        sections.done("plugins");
         h.backfill = backfill::backfill(&mut body, &args, &pg).await?;
+        sections.done("backfill");
         writers::writers(&mut body, &args, &pg).await?;
+        sections.done("writers");
         h.streaming = streaming::streaming(&mut body, &args, &pg).await?;
+        sections.done("streaming");
         let mut report = String::from("# Benchmarks\n");
         summary_table(&mut report, &h)?;
         header(&mut report, &command)?;
         pg_settings(&mut report, &pg).await?;
-        wall_time(&mut report, started.elapsed(), &load)?;
+        wall_time(&mut report, started.elapsed(), &load, &sections)?;
         report.push_str(&body);
         std::fs::write(&args.out, &report)?;
         println!("{report}");
@@ -527,8 +536,37 @@ fn summary_table(out: &mut String, h: &Headlines) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The run's wall time, and how busy the machine was when it began.
-fn wall_time(out: &mut String, elapsed: Duration, load: &str) -> anyhow::Result<()> {
+/// How long each section of a full run took, in order (also printed as each ends).
+struct SectionTimes {
+    last: Instant,
+    times: Vec<(&'static str, Duration)>,
+}
+
+impl Default for SectionTimes {
+    fn default() -> SectionTimes {
+        SectionTimes {
+            last: Instant::now(),
+            times: Vec::new(),
+        }
+    }
+}
+
+impl SectionTimes {
+    fn done(&mut self, section: &'static str) {
+        let took = self.last.elapsed();
+        self.last = Instant::now();
+        eprintln!("weir-bench: {section} took {:.1} s", took.as_secs_f64());
+        self.times.push((section, took));
+    }
+}
+
+/// The run's wall time, by section, and how busy the machine was when it began.
+fn wall_time(
+    out: &mut String,
+    elapsed: Duration,
+    load: &str,
+    sections: &SectionTimes,
+) -> anyhow::Result<()> {
     // `scripts/bench` passes its start (seconds since the epoch), before its builds.
     let script = std::env::var("WEIR_BENCH_STARTED")
         .ok()
@@ -555,6 +593,13 @@ fn wall_time(out: &mut String, elapsed: Duration, load: &str) -> anyhow::Result<
          gives it at its own start too).",
         elapsed.as_secs_f64()
     )?;
+    let by_section = sections
+        .times
+        .iter()
+        .map(|(name, took)| format!("{name} {:.0} s", took.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    writeln!(out, "By section, in the order run: {by_section}.")?;
     Ok(())
 }
 
