@@ -524,13 +524,48 @@ impl Config {
     }
 
     /// Identifies the feed this config reads, so a stage filled from one feed is never
-    /// resumed from another.
+    /// resumed from another. A file is named by its canonical path, whatever the
+    /// config's location or spelling (`weir.toml`, `./weir.toml`, an absolute path).
     pub fn source_id(&self) -> String {
         match &self.source {
-            SourceConfig::Jsonl { path: Some(p), .. } => format!("jsonl:{}", p.display()),
+            SourceConfig::Jsonl { path: Some(p), .. } => {
+                format!("jsonl:{}", canonical_feed_path(p).display())
+            }
             SourceConfig::Jsonl { path: None, .. } => "jsonl:stdin".to_owned(),
             SourceConfig::Postgres { slot, .. } => format!("postgres:slot={slot}"),
         }
+    }
+}
+
+/// A feed file's canonical path: symlinks and `.`/`..` resolved. A file that does not
+/// exist yet (a feed to be tailed) is named by its canonical folder and its name.
+fn canonical_feed_path(path: &Path) -> PathBuf {
+    if let Ok(canonical) = std::fs::canonicalize(path) {
+        return canonical;
+    }
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(folder), path.file_name()) {
+        (Ok(folder), Some(name)) => folder.join(name),
+        _ => std::path::absolute(path).unwrap_or_else(|_| path.to_owned()),
+    }
+}
+
+/// Whether two source ids ([`Config::source_id`]) name one feed: equal, or JSON-lines
+/// files that are one file. Older builds spelled a file as the config's location made
+/// it (`jsonl:feed.jsonl`, `jsonl:./feed.jsonl`); such a relative id is read from the
+/// current folder.
+pub fn same_feed(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    match (a.strip_prefix("jsonl:"), b.strip_prefix("jsonl:")) {
+        (Some(x), Some(y)) if x != "stdin" && y != "stdin" => {
+            canonical_feed_path(Path::new(x)) == canonical_feed_path(Path::new(y))
+        }
+        _ => false,
     }
 }
 
@@ -1023,6 +1058,41 @@ columns = { id = "bigint", order_date = "date", amount = "numeric(12,2)" }
                 msg
             }
         }
+    }
+
+    #[test]
+    fn a_feed_file_has_one_id_however_its_config_is_spelled() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("sub")).expect("sub");
+        std::fs::write(dir.path().join("feed.jsonl"), "").expect("feed");
+        let ids: Vec<String> = ["weir.toml", "sub/../weir.toml", "./sub/../weir.toml"]
+            .iter()
+            .map(|name| {
+                Config::parse(GOOD, &dir.path().join(name))
+                    .expect("valid")
+                    .source_id()
+            })
+            .collect();
+        let canonical = std::fs::canonicalize(dir.path().join("feed.jsonl")).expect("canonical");
+        assert_eq!(ids[0], format!("jsonl:{}", canonical.display()));
+        assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+        // A feed not created yet: its canonical folder and its name.
+        let later = GOOD.replace("feed.jsonl", "sub/../later.jsonl");
+        let id = Config::parse(&later, &dir.path().join("weir.toml"))
+            .expect("valid")
+            .source_id();
+        let folder = std::fs::canonicalize(dir.path()).expect("canonical");
+        assert_eq!(
+            id,
+            format!("jsonl:{}", folder.join("later.jsonl").display())
+        );
+        // Older spellings of one file are one feed; other files, stdin and slots are not.
+        let spelled = format!("jsonl:{}/sub/../feed.jsonl", dir.path().display());
+        assert!(same_feed(&spelled, &ids[0]));
+        assert!(!same_feed(&ids[0], &id));
+        assert!(!same_feed("jsonl:stdin", &ids[0]));
+        assert!(same_feed("jsonl:stdin", "jsonl:stdin"));
+        assert!(!same_feed("postgres:slot=a", "postgres:slot=b"));
     }
 
     #[test]

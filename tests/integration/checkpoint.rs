@@ -518,3 +518,90 @@ async fn a_killed_export_leaves_no_file_or_a_whole_one() {
         "no kill landed while the export was writing (a full export took {full:?})"
     );
 }
+
+/// `weir` run from `db`'s folder, with the config spelled as given.
+fn weir_in_folder(db: &TestDb, config: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .current_dir(db.path(""))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env("WEIR_TARGET_DSN", &db.dsn)
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run weir")
+}
+
+/// A stage belongs to one feed, and a file feed is that file however the config is
+/// spelled: `weir.toml`, `./weir.toml` and an absolute path all resume one stage. A
+/// stage named by an older build's spelling of the path is adopted (and named
+/// canonically from then on); a stage of another file is refused, naming both.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_feed_is_one_feed_however_the_config_is_spelled() {
+    let db = TestDb::new("feed_identity").await;
+    let (lines, model) = orders_workload(57, 600, 5);
+    let (first, second) = split_at_transaction(&lines);
+    db.write_feed(first);
+    db.write_config("", "", "");
+    let absolute = db.config_path();
+    let absolute = absolute.to_str().expect("a UTF-8 path");
+    let ok = |config: &str, args: &[&str]| {
+        let out = weir_in_folder(&db, config, args);
+        assert!(
+            out.status.success(),
+            "weir --config {config} {args:?}: {}",
+            output_text(&out)
+        );
+        output_text(&out)
+    };
+    ok("weir.toml", &["init"]);
+    ok("./weir.toml", &["run", "--once"]);
+    let canonical = show_json(&db)["source_id"].clone();
+    let feed = std::fs::canonicalize(db.path("feed.jsonl")).expect("canonical feed path");
+    assert_eq!(
+        canonical.as_str(),
+        Some(format!("jsonl:{}", feed.display()).as_str())
+    );
+    db.append_feed(second);
+    let out = ok(absolute, &["run", "--once"]);
+    assert!(
+        out.contains(&format!("staged {} transactions", transactions(second))),
+        "{out}"
+    );
+    assert_target_matches(&db.client().await, "analytics.fact_orders", &model).await;
+
+    // A stage of another file is refused, and names both feeds.
+    let other = db.path("other.toml");
+    std::fs::write(
+        &other,
+        std::fs::read_to_string(db.config_path())
+            .expect("read config")
+            .replace("path = \"feed.jsonl\"", "path = \"other.jsonl\""),
+    )
+    .expect("write config");
+    std::fs::write(db.path("other.jsonl"), "").expect("other feed");
+    let out = weir_in_folder(&db, "other.toml", &["run", "--once"]);
+    let message = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("was filled from `jsonl:")
+            && message.contains("feed.jsonl`, but the config reads `jsonl:")
+            && message.contains("other.jsonl`"),
+        "{message}"
+    );
+
+    // A stage an older build made names the file as the config's location spelled it.
+    let legacy = db.path("legacy-stage");
+    drop(Stage::open(&legacy, "jsonl:./feed.jsonl").expect("a stage with the old id"));
+    let legacy_config = config_with_stage(&db, "legacy.toml", "legacy-stage");
+    let out = ok(
+        legacy_config.to_str().expect("a UTF-8 path"),
+        &["run", "--once"],
+    );
+    assert!(out.contains("staged"), "{out}");
+    let stage = Stage::open_read_only(&legacy).expect("open the adopted stage");
+    assert_eq!(
+        stage.source_id().expect("source id").as_deref(),
+        canonical.as_str()
+    );
+}

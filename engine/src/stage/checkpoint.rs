@@ -1131,7 +1131,7 @@ pub fn import(
             found: verified.stage_format_version,
         });
     }
-    if verified.source_id != source_id {
+    if !crate::config::same_feed(&verified.source_id, source_id) {
         return Err(CheckpointError::SourceMismatch {
             path: file.to_owned(),
             in_file: verified.source_id,

@@ -306,6 +306,14 @@ impl Stage {
         match stage.meta(META_SOURCE_ID)? {
             None => stage.put_meta(META_SOURCE_ID, source_id.as_bytes())?,
             Some(staged) if staged == source_id.as_bytes() => {}
+            Some(staged)
+                if crate::config::same_feed(&String::from_utf8_lossy(&staged), source_id) =>
+            {
+                // The same file under an older spelling of its path: named canonically
+                // from now on.
+                tracing::info!(stage = %path.display(), "the stage's feed id is now the file's canonical path");
+                stage.put_meta(META_SOURCE_ID, source_id.as_bytes())?;
+            }
             Some(staged) => {
                 return Err(StageError::SourceMismatch {
                     path: path.to_owned(),
