@@ -47,14 +47,21 @@ fn read_feed_of(db: &TestDb, feed: &Path) {
     std::fs::write(db.config_path(), patched).expect("write config");
 }
 
-/// `weir` with another config file in `db`'s folder.
-fn weir_with(db: &TestDb, config: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
+/// A `weir` command with the config `config` (as spelled) and `db`'s target.
+fn weir_command_with(db: &TestDb, config: &std::ffi::OsStr, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command
         .arg("--config")
         .arg(config)
         .args(args)
         .env("WEIR_TARGET_DSN", &db.dsn)
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", "info");
+    command
+}
+
+/// `weir` with another config file in `db`'s folder.
+fn weir_with(db: &TestDb, config: &Path, args: &[&str]) -> Output {
+    weir_command_with(db, config.as_os_str(), args)
         .output()
         .expect("run weir")
 }
@@ -521,13 +528,8 @@ async fn a_killed_export_leaves_no_file_or_a_whole_one() {
 
 /// `weir` run from `db`'s folder, with the config spelled as given.
 fn weir_in_folder(db: &TestDb, config: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
+    weir_command_with(db, config.as_ref(), args)
         .current_dir(db.path(""))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env("WEIR_TARGET_DSN", &db.dsn)
-        .env("RUST_LOG", "info")
         .output()
         .expect("run weir")
 }

@@ -93,7 +93,7 @@ pub enum PgSourceError {
     )]
     SlotInvalidated { slot: String },
     #[error(
-        "replication slot `{slot}` has confirmed the feed up to {confirmed}, past this stage's position {position}: the changes in between were acknowledged by some other stage (an older checkpoint imported with `weir checkpoint import`, or another engine using this slot) and the slot cannot send them again; import a checkpoint of this feed at or past {confirmed}, or take a fresh snapshot: point `[stage] path` at a new folder and run `weir init` and `weir run`"
+        "replication slot `{slot}` has confirmed the feed up to {confirmed}, past this stage's position {position}: the changes in between were acknowledged by some other stage (an older checkpoint imported with `weir checkpoint import`, the slot dropped and created again, or another engine using this slot) and the slot cannot send them again; import a checkpoint of this feed at or past {confirmed}, or take a fresh snapshot: point `[stage] path` at a new folder and run `weir init` and `weir run`"
     )]
     SlotAhead {
         slot: String,
@@ -717,13 +717,15 @@ impl PostgresSource {
         let mut client = ReplicationClient::connect(dsn).await?;
         let slot_literal = format!("'{}'", options.slot.replace('\'', "''"));
         let rows = client
-            .simple_query(&format!("SELECT coalesce(wal_status, 'unknown'), confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = {slot_literal}"))
+            .simple_query(&format!("SELECT coalesce(wal_status, 'unknown') FROM pg_replication_slots WHERE slot_name = {slot_literal}"))
             .await?;
-        let row = rows.first();
-        let confirmed = row
-            .and_then(|r| r.get(1).cloned().flatten())
-            .and_then(|lsn| super::replication::parse_lsn(&lsn));
-        match row.and_then(|r| r.first()).cloned().flatten().as_deref() {
+        match rows
+            .first()
+            .and_then(|r| r.first())
+            .cloned()
+            .flatten()
+            .as_deref()
+        {
             None => {
                 return Err(PgSourceError::SlotMissing {
                     slot: options.slot.clone(),
@@ -735,28 +737,6 @@ impl PostgresSource {
                 });
             }
             Some(_) => {}
-        }
-        // The slot resumes at its own confirmed position when that is past the one
-        // asked for. This stage never lets the slot confirm past its position
-        // (`send_status`), so a slot that is ahead was moved by someone else, and what
-        // lies in between is lost to this stage: refuse rather than skip it. (A stage
-        // with no position yet takes its snapshot of the tables as they are now.)
-        if let (Some(checkpoint), Some(confirmed)) = (checkpoint, confirmed)
-            && confirmed > checkpoint.position
-        {
-            if stage.position_covers_acknowledgements()? {
-                return Err(PgSourceError::SlotAhead {
-                    slot: options.slot.clone(),
-                    confirmed: format_lsn(confirmed),
-                    position: format_lsn(checkpoint.position),
-                });
-            }
-            tracing::info!(
-                slot = %options.slot,
-                confirmed = %format_lsn(confirmed),
-                position = %format_lsn(checkpoint.position),
-                "the slot is past the stage's position, which a stage of an older build allows; not checked this once"
-            );
         }
         let snapshot = Snapshot::resume(dsn, &tables, &stage, options.snapshot_chunk_rows).await?;
         let drain_after = if options.once {
@@ -779,6 +759,7 @@ impl PostgresSource {
                 ],
             )
             .await?;
+        let start = hold_slot_to_stage(dsn, &options.slot, &stage, checkpoint).await?;
         tracing::info!(slot = %options.slot, start = %format_lsn(start), "streaming from the replication slot");
         Ok(PostgresSource {
             slot: options.slot.clone(),
@@ -951,6 +932,65 @@ impl PostgresSource {
                 }
             }
         }
+    }
+}
+
+/// Run once `START_REPLICATION` has succeeded: this connection now holds the slot, so
+/// its `confirmed_flush_lsn` is where the stream really starts (the server resumes at
+/// the later of that and the position asked for) and nobody else can move it. (Read
+/// before the start, it could still move: a dying walsender of a killed engine applies
+/// the last acknowledgement it received.) Returns the position the stream starts after.
+///
+/// A stage with a position holds the slot to it: this stage never lets the slot confirm
+/// past its position (`send_status`), so a slot that is ahead was moved by something
+/// else and what lies between is lost to this stage; refuse rather than skip it. A
+/// stage with nothing staged starts where the slot is (its snapshot covers what came
+/// before), recorded first, so the check has a position from the first
+/// acknowledgement on.
+async fn hold_slot_to_stage(
+    dsn: &Dsn,
+    slot: &str,
+    stage: &Arc<Stage>,
+    checkpoint: Option<Checkpoint>,
+) -> Result<u64, PgSourceError> {
+    let client = connect(dsn).await?;
+    let confirmed: Option<String> = client
+        .query_opt(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read the slot's confirmed position",
+            source,
+        })?
+        .and_then(|row| row.get(0));
+    let Some(confirmed) = confirmed.as_deref().and_then(super::replication::parse_lsn) else {
+        return Ok(checkpoint.map_or(0, |c| c.position));
+    };
+    match checkpoint {
+        None => {
+            let stage = Arc::clone(stage);
+            tokio::task::spawn_blocking(move || stage.advance_position(confirmed)).await??;
+            Ok(confirmed)
+        }
+        Some(checkpoint) if confirmed > checkpoint.position => {
+            if stage.position_covers_acknowledgements()? {
+                return Err(PgSourceError::SlotAhead {
+                    slot: slot.to_owned(),
+                    confirmed: format_lsn(confirmed),
+                    position: format_lsn(checkpoint.position),
+                });
+            }
+            tracing::info!(
+                slot,
+                confirmed = %format_lsn(confirmed),
+                position = %format_lsn(checkpoint.position),
+                "the slot is past the stage's position, which a stage of an older build allows; not checked this once"
+            );
+            Ok(confirmed)
+        }
+        Some(checkpoint) => Ok(checkpoint.position),
     }
 }
 
