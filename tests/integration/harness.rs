@@ -435,7 +435,14 @@ impl TestDb {
     /// Starts a live `weir run` logging to `log`, with extra environment variables
     /// (a source DSN); killed when dropped.
     pub fn spawn_live(&self, env: &[(&str, &str)], log: &Path) -> Reaped {
-        let mut cmd = self.weir_command(&["run"]);
+        self.spawn_live_with(&[], env, log)
+    }
+
+    /// [`TestDb::spawn_live`] with extra arguments to `weir run`.
+    pub fn spawn_live_with(&self, args: &[&str], env: &[(&str, &str)], log: &Path) -> Reaped {
+        let mut all = vec!["run"];
+        all.extend_from_slice(args);
+        let mut cmd = self.weir_command(&all);
         for (k, v) in env {
             cmd.env(k, v);
         }

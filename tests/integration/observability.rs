@@ -75,16 +75,7 @@ async fn scrape_until(port: u16, secs: u64, what: &str, ready: impl Fn(&str) -> 
 }
 
 fn spawn_run(db: &TestDb, source_dsn: &str, args: &[&str], log: &Path) -> Reaped {
-    let mut all = vec!["run"];
-    all.extend_from_slice(args);
-    Reaped(
-        db.weir_command(&all)
-            .env("WEIR_SOURCE_DSN", source_dsn)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(log).expect("log"))
-            .spawn()
-            .expect("start weir run"),
-    )
+    db.spawn_live_with(args, &[("WEIR_SOURCE_DSN", source_dsn)], log)
 }
 
 #[tokio::test(flavor = "multi_thread")]
