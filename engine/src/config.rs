@@ -948,29 +948,29 @@ impl Validator<'_> {
         let memory_mb = bounded(
             "plugin_memory_mb",
             raw.plugin_memory_mb,
-            16,
-            4096,
+            *crate::plugin::MEMORY_MB_RANGE.start(),
+            *crate::plugin::MEMORY_MB_RANGE.end(),
             defaults.memory_bytes >> 20,
         )?;
         let fuel = bounded(
             "plugin_fuel_per_call",
             raw.plugin_fuel_per_call,
-            1_000_000,
-            u64::MAX / 2,
+            *crate::plugin::FUEL_PER_CALL_RANGE.start(),
+            *crate::plugin::FUEL_PER_CALL_RANGE.end(),
             defaults.fuel_per_call,
         )?;
         let timeout_ms = bounded(
             "plugin_timeout_ms",
             raw.plugin_timeout_ms,
-            10,
-            3_600_000,
+            *crate::plugin::TIMEOUT_MS_RANGE.start(),
+            *crate::plugin::TIMEOUT_MS_RANGE.end(),
             defaults.timeout_per_call.as_millis() as u64,
         )?;
         let stack_kb = bounded(
             "plugin_max_stack_kb",
             raw.plugin_max_stack_kb.map(|k| k as u64),
-            64,
-            (crate::plugin::MAX_STACK_BYTES_LIMIT >> 10) as u64,
+            *crate::plugin::MAX_STACK_KB_RANGE.start(),
+            *crate::plugin::MAX_STACK_KB_RANGE.end(),
             (defaults.max_stack_bytes >> 10) as u64,
         )?;
         let log_messages = bounded(

@@ -7,7 +7,7 @@
 //! partition replace and records lineage. See ARCHITECTURE.md.
 
 // `deny`, not `forbid`: one function opts out (loading a compiled plugin from Weir's
-// own cache, `plugin::cache::load`), with its SAFETY argument.
+// own cache, `plugin::cache::Entry::load`), with its SAFETY argument.
 #![deny(unsafe_code)]
 
 pub mod backfill;
@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod partition;
 pub mod pipeline;
 pub mod plugin;
+pub mod private;
 pub mod procmem;
 pub mod source;
 pub mod stage;

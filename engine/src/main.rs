@@ -214,18 +214,25 @@ enum PluginCommand {
 /// Sandbox limits, as in a table's config (defaults: the engine's).
 #[derive(Debug, clap::Args)]
 struct LimitArgs {
-    /// Memory cap per instance, MiB.
-    #[arg(long)]
+    /// Memory cap per instance, MiB (16 to 4096, as `plugin_memory_mb`).
+    #[arg(long, value_parser = in_range(weir::plugin::MEMORY_MB_RANGE))]
     memory_mb: Option<u64>,
-    /// CPU budget per call, in fuel units.
-    #[arg(long)]
+    /// CPU budget per call, in fuel units (at least 1,000,000, as `plugin_fuel_per_call`).
+    #[arg(long, value_parser = in_range(weir::plugin::FUEL_PER_CALL_RANGE))]
     fuel_per_call: Option<u64>,
-    /// Wall-clock backstop per call, ms.
-    #[arg(long)]
+    /// Wall-clock backstop per call, ms (10 to 3,600,000, as `plugin_timeout_ms`).
+    #[arg(long, value_parser = in_range(weir::plugin::TIMEOUT_MS_RANGE))]
     timeout_ms: Option<u64>,
-    /// Maximum wasm stack, KiB.
-    #[arg(long)]
-    max_stack_kb: Option<usize>,
+    /// Maximum wasm stack, KiB (64 to 65,536, as `plugin_max_stack_kb`).
+    #[arg(long, value_parser = in_range(weir::plugin::MAX_STACK_KB_RANGE))]
+    max_stack_kb: Option<u64>,
+}
+
+/// A parser of a `plugin test` limit flag: the same range as the config key, so a
+/// value that would wrap (`--memory-mb 18014398509481984` shifted to bytes) or starve
+/// the sandbox is refused with the range instead.
+fn in_range(range: std::ops::RangeInclusive<u64>) -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(range)
 }
 
 impl LimitArgs {
@@ -241,7 +248,8 @@ impl LimitArgs {
             l.timeout_per_call = std::time::Duration::from_millis(ms);
         }
         if let Some(kb) = self.max_stack_kb {
-            l.max_stack_bytes = kb << 10;
+            // In range (at most 65,536 KiB): the shift cannot overflow.
+            l.max_stack_bytes = (kb << 10) as usize;
         }
         l
     }
@@ -286,33 +294,39 @@ fn is_usage_error(error: &anyhow::Error) -> bool {
             || cause
                 .downcast_ref::<weir::backfill::BackfillError>()
                 .is_some_and(weir::backfill::BackfillError::is_usage)
+            || cause
+                .downcast_ref::<weir::plugin::CacheError>()
+                .is_some_and(|e| matches!(e, weir::plugin::CacheError::Unsafe { .. }))
     })
 }
 
-/// Directives added to `RUST_LOG`'s, whatever it says: tokio-postgres logs a
+/// Whether an event may be logged whatever `RUST_LOG` says: tokio-postgres logs a
 /// statement's parameters and a simple query's text at debug, and both can hold row
 /// values (a dead letter's input, a snapshot chunk's key bounds). Weir logs no row
-/// values, so its client library's debug lines stay off.
-const LOG_DIRECTIVES_ALWAYS: [&str; 1] = ["tokio_postgres=info"];
+/// values, so its client library's debug and trace lines stay off. A filter of its
+/// own, not a `tokio_postgres=info` directive: a directive would also *raise*
+/// tokio-postgres to info under `RUST_LOG=warn`.
+fn never_row_values(metadata: &tracing::Metadata<'_>) -> bool {
+    !(metadata.target().starts_with("tokio_postgres") && *metadata.level() > tracing::Level::INFO)
+}
 
 fn init_logging(format: LogFormat) {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    for directive in LOG_DIRECTIVES_ALWAYS {
-        if let Ok(directive) = directive.parse() {
-            filter = filter.add_directive(directive);
-        }
-    }
+    let cap = tracing_subscriber::filter::filter_fn(never_row_values);
     // Colours only for a person at a terminal: a log file or a collector gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry();
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => registry.with(layer.with_filter(filter).with_filter(cap)).init(),
+        LogFormat::Json => registry
+            .with(layer.json().with_filter(filter).with_filter(cap))
+            .init(),
     }
 }
 

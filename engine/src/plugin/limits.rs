@@ -29,6 +29,16 @@ pub const DEFAULT_LOG_MESSAGE_BYTES: usize = 2048;
 /// room for the host's own frames.
 pub const MAX_STACK_BYTES_LIMIT: usize = 64 << 20;
 
+/// The accepted range of `plugin_memory_mb` (and `plugin test --memory-mb`), MiB.
+pub const MEMORY_MB_RANGE: std::ops::RangeInclusive<u64> = 16..=4096;
+/// The accepted range of `plugin_fuel_per_call` (and `--fuel-per-call`).
+pub const FUEL_PER_CALL_RANGE: std::ops::RangeInclusive<u64> = 1_000_000..=u64::MAX / 2;
+/// The accepted range of `plugin_timeout_ms` (and `--timeout-ms`).
+pub const TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=3_600_000;
+/// The accepted range of `plugin_max_stack_kb` (and `--max-stack-kb`), KiB.
+pub const MAX_STACK_KB_RANGE: std::ops::RangeInclusive<u64> =
+    64..=(MAX_STACK_BYTES_LIMIT >> 10) as u64;
+
 /// The sandbox limits of a table's plugin (`[[table]]` keys `plugin_memory_mb`,
 /// `plugin_fuel_per_call`, `plugin_timeout_ms`, `plugin_max_stack_kb`,
 /// `plugin_log_messages_per_call`, `plugin_log_message_bytes`).

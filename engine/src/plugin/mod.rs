@@ -35,11 +35,12 @@ use crate::partition::{Grain, Partition, PartitionPredicate, partition_of, predi
 use crate::source::Op;
 use crate::value::Value;
 
-pub use cache::WASMTIME_VERSION;
+pub use cache::{CacheError, WASMTIME_VERSION};
 pub use limits::{
     DEFAULT_FUEL_PER_CALL, DEFAULT_LOG_MESSAGE_BYTES, DEFAULT_LOG_MESSAGES_PER_CALL,
-    DEFAULT_MAX_STACK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_PER_CALL, MAX_STACK_BYTES_LIMIT,
-    SandboxLimits, normalize_config,
+    DEFAULT_MAX_STACK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_PER_CALL, FUEL_PER_CALL_RANGE,
+    MAX_STACK_BYTES_LIMIT, MAX_STACK_KB_RANGE, MEMORY_MB_RANGE, SandboxLimits, TIMEOUT_MS_RANGE,
+    normalize_config,
 };
 use sandbox::{JobSeed, JobState};
 pub use schema::{Description, Kind, OutputColumn, OutputType};
@@ -72,6 +73,12 @@ pub enum PluginError {
     },
     #[error("{path} is not a usable weir:transform@0.1.0 component: {message}")]
     Load { path: PathBuf, message: String },
+    #[error("cannot load plugin {path}")]
+    Cache {
+        path: PathBuf,
+        #[source]
+        source: cache::CacheError,
+    },
     #[error(
         "{job}: CPU budget exceeded: the call used its {fuel} units of fuel (raise `plugin_fuel_per_call` if the work is legitimate)"
     )]
@@ -261,11 +268,17 @@ impl PluginHost {
             .engine_set(limits.max_stack_bytes)
             .map_err(|m| load_err(format!("cannot configure the engine: {m}")))?;
         let started = Instant::now();
-        let entry = self
+        let cache = self
             .cache_dir
             .as_deref()
-            .map(|dir| cache::entry_path(dir, &set.engine, &sha256));
-        let cached = entry.as_deref().and_then(|p| cache::load(p, &set.engine));
+            .map(cache::CacheDir::open)
+            .transpose()
+            .map_err(|source| PluginError::Cache {
+                path: path.to_owned(),
+                source,
+            })?;
+        let entry = cache.as_ref().map(|c| c.entry(&set.engine, &sha256));
+        let cached = entry.as_ref().and_then(|e| e.load(&set.engine));
         let cache_hit = cached.is_some();
         let component = match cached {
             Some(c) => c,
@@ -277,7 +290,8 @@ impl PluginHost {
                         .serialize()
                         .map_err(|e| format!("{e:#}"))
                         .and_then(|compiled| {
-                            cache::store(entry, &compiled)
+                            entry
+                                .store(&compiled)
                                 .map_err(|e| crate::pipeline::error_chain(&e))
                         });
                     if let Err(error) = stored {

@@ -980,7 +980,8 @@ fn export_to(stage: &Stage, file: &Path, tmp: &Path) -> Result<ExportReport, Che
         path: tmp.to_owned(),
         source,
     };
-    let out = File::create(tmp).map_err(write_err)?;
+    // Private (`0600`): an export holds every staged row.
+    let out = crate::private::create_file(tmp).map_err(write_err)?;
     let mut w = RecordWriter::new(BufWriter::with_capacity(1 << 20, out)).map_err(write_err)?;
     let put = |w: &mut RecordWriter<BufWriter<File>>, record: &Record| {
         w.record(record).map_err(|e| match e {
@@ -1149,7 +1150,7 @@ pub fn import(
         });
     }
     if let Some(parent) = stage_path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| CheckpointError::Install {
+        crate::private::create_dir(parent).map_err(|source| CheckpointError::Install {
             path: stage_path.to_owned(),
             source,
         })?;
@@ -2370,6 +2371,23 @@ mod tests {
             .apply(&[txn(50, vec![upsert(5, "d1", 50)])])
             .expect("apply");
         assert_eq!(dump(&copy), dump(&stage));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn new_stages_imports_and_exports_are_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = dir.path().join("a");
+        let stage = sample_stage(&a);
+        assert_eq!(mode(&a), 0o700, "a new stage folder");
+        let file = dir.path().join("a.ckpt");
+        export(&stage, &file).expect("export");
+        assert_eq!(mode(&file), 0o600, "an export");
+        let b = dir.path().join("nested").join("b");
+        import(&file, &b, "feed-a").expect("import");
+        assert_eq!(mode(&b), 0o700, "an imported stage");
     }
 
     #[test]

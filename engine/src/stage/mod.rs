@@ -160,6 +160,12 @@ pub struct ApplyOutcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
+    #[error("cannot create the stage folder {}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot open the stage at {}: {hint}", path.display())]
     Open {
         path: PathBuf,
@@ -291,6 +297,13 @@ fn cf_descriptors(cache: &Cache) -> Vec<ColumnFamilyDescriptor> {
 impl Stage {
     /// Opens (creating if missing) the stage for the feed `source_id`.
     pub fn open(path: &Path, source_id: &str) -> Result<Stage, StageError> {
+        // A new stage folder is private (`0700`): it holds row data.
+        if !path.exists() {
+            crate::private::create_dir(path).map_err(|source| StageError::Create {
+                path: path.to_owned(),
+                source,
+            })?;
+        }
         let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
         let db = DB::open_cf_descriptors(&db_options(&cache), path, cf_descriptors(&cache))
             .map_err(|source| StageError::Open {
