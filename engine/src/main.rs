@@ -323,7 +323,9 @@ fn init_logging(format: LogFormat) {
         .with_writer(std::io::stderr);
     let registry = tracing_subscriber::registry();
     match format {
-        LogFormat::Text => registry.with(layer.with_filter(filter).with_filter(cap)).init(),
+        LogFormat::Text => registry
+            .with(layer.with_filter(filter).with_filter(cap))
+            .init(),
         LogFormat::Json => registry
             .with(layer.json().with_filter(filter).with_filter(cap))
             .init(),

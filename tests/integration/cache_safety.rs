@@ -43,16 +43,26 @@ fn a_cache_entry_copied_to_another_plugins_name_is_detected_and_recompiled() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(first["compile"]["cache_hit"], false);
     assert_eq!(
-        std::fs::metadata(&cache).expect("cache").permissions().mode() & 0o777,
+        std::fs::metadata(&cache)
+            .expect("cache")
+            .permissions()
+            .mode()
+            & 0o777,
         0o700,
         "a new cache folder is private"
     );
     let orders_entry = cache_entries(&cache).pop().expect("the orders entry");
     let (code, again, _) = inspect(&orders, &cache);
-    assert_eq!((code, &again["compile"]["cache_hit"]), (Some(0), &J::Bool(true)));
+    assert_eq!(
+        (code, &again["compile"]["cache_hit"]),
+        (Some(0), &J::Bool(true))
+    );
 
     let (code, t, _) = inspect(&totals, &cache);
-    assert_eq!((code, &t["compile"]["cache_hit"]), (Some(0), &J::Bool(false)));
+    assert_eq!(
+        (code, &t["compile"]["cache_hit"]),
+        (Some(0), &J::Bool(false))
+    );
     let totals_entry = cache_entries(&cache)
         .into_iter()
         .find(|p| *p != orders_entry)
@@ -62,7 +72,10 @@ fn a_cache_entry_copied_to_another_plugins_name_is_detected_and_recompiled() {
     std::fs::copy(&orders_entry, &totals_entry).expect("swap the entry");
     let (code, swapped, stderr) = inspect(&totals, &cache);
     assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(swapped["name"], t["name"], "the plugin described is daily-totals");
+    assert_eq!(
+        swapped["name"], t["name"],
+        "the plugin described is daily-totals"
+    );
     assert_eq!(
         swapped["compile"]["cache_hit"], false,
         "the swapped entry was loaded: {swapped}"

@@ -105,11 +105,6 @@ impl CacheDir {
         })
     }
 
-    /// The folder.
-    pub fn path(&self) -> &Path {
-        &self.dir
-    }
-
     /// The entry of the plugin `sha256` for `engine`.
     pub fn entry(&self, engine: &Engine, sha256: &[u8; 32]) -> Entry {
         let compat = compat_hash(engine);
@@ -141,7 +136,8 @@ impl std::fmt::Debug for Entry {
 }
 
 impl Entry {
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    fn path(&self) -> &Path {
         &self.path
     }
 
@@ -272,14 +268,20 @@ fn check_private(path: &Path, is_dir: bool) -> Result<(), CacheError> {
         if meta.file_type().is_symlink() {
             return Err(unsafe_err(
                 "is a symbolic link".into(),
-                format!("replace it with a real {}", if is_dir { "folder" } else { "file" }),
+                format!(
+                    "replace it with a real {}",
+                    if is_dir { "folder" } else { "file" }
+                ),
             ));
         }
         if let Some(me) = effective_uid()
             && meta.uid() != me
         {
             return Err(unsafe_err(
-                format!("is owned by uid {}, not by this user (uid {me})", meta.uid()),
+                format!(
+                    "is owned by uid {}, not by this user (uid {me})",
+                    meta.uid()
+                ),
                 format!("run `chown {me} {}`", path.display()),
             ));
         }
@@ -292,7 +294,11 @@ fn check_private(path: &Path, is_dir: bool) -> Result<(), CacheError> {
                 (true, false) => "its group",
                 _ => "others",
             };
-            let access = if is_dir { "writable" } else { "readable or writable" };
+            let access = if is_dir {
+                "writable"
+            } else {
+                "readable or writable"
+            };
             return Err(unsafe_err(
                 format!("is {access} by {who} (mode {mode:03o})"),
                 format!(
@@ -409,21 +415,24 @@ mod tests {
         assert_eq!(mode(&cache.join(KEY_FILE)), 0o600);
 
         std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o770)).expect("chmod");
-        let err = CacheDir::open(&cache).expect_err("group-writable").to_string();
+        let err = CacheDir::open(&cache)
+            .expect_err("group-writable")
+            .to_string();
         assert!(err.contains("writable by its group"), "{err}");
         assert!(err.contains("chmod go-w"), "{err}");
         std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o757)).expect("chmod");
-        let err = CacheDir::open(&cache).expect_err("world-writable").to_string();
+        let err = CacheDir::open(&cache)
+            .expect_err("world-writable")
+            .to_string();
         assert!(err.contains("writable by others"), "{err}");
         // Readable by others is fine for the folder (the key is not).
         std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         CacheDir::open(&cache).expect("0755 folder");
-        std::fs::set_permissions(
-            cache.join(KEY_FILE),
-            std::fs::Permissions::from_mode(0o644),
-        )
-        .expect("chmod");
-        let err = CacheDir::open(&cache).expect_err("readable key").to_string();
+        std::fs::set_permissions(cache.join(KEY_FILE), std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
+        let err = CacheDir::open(&cache)
+            .expect_err("readable key")
+            .to_string();
         assert!(err.contains("chmod 600"), "{err}");
     }
 }
