@@ -110,10 +110,11 @@ pub enum PgSourceError {
     Decode(#[from] DecodeError),
     #[error("source table {table} {problem}")]
     SourceTable { table: String, problem: String },
-    #[error("source query failed: {what}")]
+    /// Shown through `pgerror::render` (never PostgreSQL's DETAIL, which can hold row
+    /// values), and not as a `source`, so no error chain reaches tokio-postgres's text.
+    #[error("source query failed: {what}: {}", crate::pgerror::render(source))]
     Query {
         what: &'static str,
-        #[source]
         source: tokio_postgres::Error,
     },
 }
