@@ -713,7 +713,7 @@ async fn explain_lock_timeout<T>(
             let blockers = match lock_holders(client, &table.name).await {
                 Ok(pids) => pids,
                 Err(error) => {
-                    tracing::debug!(error = %crate::pipeline::error_chain(&error), "cannot list the sessions holding the lock");
+                    tracing::warn!(error = %crate::pipeline::error_chain(&error), "cannot list the sessions holding the lock");
                     Vec::new()
                 }
             };
@@ -746,9 +746,10 @@ async fn lock_holders(client: &Client, table: &TableName) -> Result<Vec<i32>, Ta
              WHERE l.granted AND l.pid <> pg_backend_pid() AND l.locktype = 'relation' \
                AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') \
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-               AND l.relation IN (SELECT relid FROM pg_partition_tree($1::text::regclass) \
-                                  UNION ALL SELECT to_regclass('weir.partitions') \
-                                  UNION ALL SELECT to_regclass('weir.dead_letter')) \
+               AND (l.relation = $1::text::regclass::oid \
+                    OR l.relation IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::text::regclass) \
+                    OR l.relation = to_regclass('weir.partitions')::oid \
+                    OR l.relation = to_regclass('weir.dead_letter')::oid) \
              ORDER BY 1",
             &[&table.quoted()],
         )

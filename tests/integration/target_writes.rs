@@ -401,7 +401,7 @@ async fn names_over_63_bytes_are_refused_at_load() {
         db.write_feed(&[person("c", 1, Some("EU"), "new")]);
         let out = db.weir(&["init"]);
         let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(
             stderr.contains(field)
                 && stderr.contains(&long)
