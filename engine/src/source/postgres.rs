@@ -110,11 +110,10 @@ pub enum PgSourceError {
     Decode(#[from] DecodeError),
     #[error("source table {table} {problem}")]
     SourceTable { table: String, problem: String },
-    /// Shown through `pgerror::render` (never PostgreSQL's DETAIL, which can hold row
-    /// values), and not as a `source`, so no error chain reaches tokio-postgres's text.
-    #[error("source query failed: {what}: {}", crate::pgerror::render(source))]
+    #[error("source query failed: {what}")]
     Query {
         what: &'static str,
+        #[source]
         source: tokio_postgres::Error,
     },
 }
