@@ -12,6 +12,7 @@
 //! target's `now()` when it started.
 
 use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -438,6 +439,26 @@ pub struct VerifyRow {
     pub ok: bool,
     /// Why not, when not.
     pub reason: Option<String>,
+    /// When the target differs: the first keys that differ (up to
+    /// [`DIFFERENCES_SHOWN`]), each with the columns that differ. Keys only, never the
+    /// values: shown in the report (and `--json`), never logged.
+    pub differences: Vec<KeyDifference>,
+    /// How many keys differ in all.
+    pub keys_differing: u64,
+}
+
+/// Keys named per failing partition by `verify`.
+pub const DIFFERENCES_SHOWN: usize = 5;
+
+/// One key whose rows differ between the target and the recomputed output.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyDifference {
+    /// The grain key, `col = value, …`.
+    pub key: String,
+    /// `differs` (same key, other values: `columns` names them), `missing` (computed,
+    /// not in the target) or `extra` (in the target, not computed).
+    pub kind: &'static str,
+    pub columns: Vec<String>,
 }
 
 /// The double-run test: each partition's output computed twice from the stage (two
@@ -485,6 +506,8 @@ async fn verify_one(p: &Pipeline, client: &tokio_postgres::Client, e: &PlanEntry
         target_matches: false,
         ok: false,
         reason: None,
+        differences: Vec::new(),
+        keys_differing: 0,
     };
     let (config, target, transform) = match p.table(&e.table) {
         Ok(t) => t,
@@ -535,10 +558,35 @@ async fn verify_one(p: &Pipeline, client: &tokio_postgres::Client, e: &PlanEntry
     } else if let Some(key) = duplicate(&target_rows, &grain) {
         Some(format!("the target's grain key is not unique: {key}"))
     } else if !row.target_matches {
-        Some(format!(
+        let names: Vec<&str> = target.columns.iter().map(|(n, _)| n.as_str()).collect();
+        let (differences, total) = differences(&first.rows, &target_rows, &grain, &names);
+        let mut why = format!(
             "the target differs from the stage's output ({} rows in the target, {} computed)",
             row.target_rows, row.rows
-        ))
+        );
+        if total > 0 {
+            let shown: Vec<String> = differences
+                .iter()
+                .map(|d| match d.kind {
+                    "differs" => format!("{}: column {} differs", d.key, d.columns.join(", ")),
+                    "missing" => format!("{}: missing in the target", d.key),
+                    _ => format!("{}: in the target, not in the output", d.key),
+                })
+                .collect();
+            let _ = write!(
+                why,
+                "; {total} key(s) differ{}: {}",
+                if total > shown.len() as u64 {
+                    format!(", the first {}", shown.len())
+                } else {
+                    String::new()
+                },
+                shown.join("; ")
+            );
+        }
+        row.differences = differences;
+        row.keys_differing = total;
+        Some(why)
     } else {
         None
     };
@@ -567,6 +615,73 @@ fn grain_indexes(
                 .map(|i| (i, n))
         })
         .collect()
+}
+
+/// The keys whose rows differ between the computed output and the target, in key
+/// order: the first [`DIFFERENCES_SHOWN`] and the count of all. Compared as the checksum
+/// compares them (after [`canonical`]). Empty without a grain key.
+fn differences(
+    computed: &[Vec<Value>],
+    target: &[Vec<Value>],
+    grain: &[(usize, String)],
+    columns: &[&str],
+) -> (Vec<KeyDifference>, u64) {
+    if grain.is_empty() {
+        return (Vec::new(), 0);
+    }
+    let by_key = |rows: &[Vec<Value>]| -> BTreeMap<Vec<String>, Vec<Value>> {
+        rows.iter()
+            .map(|r| {
+                let row: Vec<Value> = r.iter().map(canonical).collect();
+                let key = grain.iter().map(|(i, _)| row[*i].to_string()).collect();
+                (key, row)
+            })
+            .collect()
+    };
+    let (computed, target) = (by_key(computed), by_key(target));
+    let render = |key: &[String]| {
+        grain
+            .iter()
+            .zip(key)
+            .map(|((_, n), v)| format!("{n} = {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut keys: Vec<&Vec<String>> = computed.keys().chain(target.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let (mut shown, mut total) = (Vec::new(), 0u64);
+    for key in keys {
+        let difference = match (computed.get(key), target.get(key)) {
+            (Some(a), Some(b)) if a == b => continue,
+            (Some(a), Some(b)) => KeyDifference {
+                key: render(key),
+                kind: "differs",
+                columns: a
+                    .iter()
+                    .zip(b)
+                    .zip(columns)
+                    .filter(|((x, y), _)| x != y)
+                    .map(|(_, c)| (*c).to_owned())
+                    .collect(),
+            },
+            (Some(_), None) => KeyDifference {
+                key: render(key),
+                kind: "missing",
+                columns: Vec::new(),
+            },
+            _ => KeyDifference {
+                key: render(key),
+                kind: "extra",
+                columns: Vec::new(),
+            },
+        };
+        total += 1;
+        if shown.len() < DIFFERENCES_SHOWN {
+            shown.push(difference);
+        }
+    }
+    (shown, total)
 }
 
 /// The first grain key that occurs twice, as `col = value, …`.
@@ -660,6 +775,39 @@ mod tests {
             "integers compare as integers"
         );
         assert!(!in_window(&day("10"), "2", "10", true));
+    }
+
+    #[test]
+    fn differences_name_the_keys_and_columns() {
+        let row =
+            |id: i64, a: &str, b: i64| vec![Value::Int(id), Value::Text(a.into()), Value::Int(b)];
+        let computed = vec![row(1, "x", 1), row(2, "y", 2), row(3, "z", 3)];
+        let target = vec![row(3, "z", 3), row(2, "y", 9), row(4, "w", 4)];
+        let grain = vec![(0, "id".to_owned())];
+        let (shown, total) = differences(&computed, &target, &grain, &["id", "a", "b"]);
+        assert_eq!(total, 3);
+        assert_eq!(
+            shown,
+            vec![
+                KeyDifference {
+                    key: "id = 1".into(),
+                    kind: "missing",
+                    columns: vec![]
+                },
+                KeyDifference {
+                    key: "id = 2".into(),
+                    kind: "differs",
+                    columns: vec!["b".into()]
+                },
+                KeyDifference {
+                    key: "id = 4".into(),
+                    kind: "extra",
+                    columns: vec![]
+                },
+            ]
+        );
+        let (none, zero) = differences(&computed, &computed, &grain, &["id", "a", "b"]);
+        assert!(none.is_empty() && zero == 0);
     }
 
     #[test]

@@ -35,6 +35,12 @@ pub mod limits {
     pub const SNAPSHOT_CHUNK_ROWS_MAX: usize = 1_000_000;
     /// `[stage] max_unwritten_mb` at most: 1 PiB, so the bytes fit a `u64` with room.
     pub const MAX_UNWRITTEN_MB_MAX: u64 = 1 << 30;
+    /// `[target] lock_timeout_ms` when not set: a partition write waits 5 s for a lock.
+    pub const LOCK_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+    /// Longest lock wait: ten minutes (a write that waits longer holds its connection).
+    pub const LOCK_TIMEOUT_MS_MAX: u64 = 600_000;
+    /// PostgreSQL's identifier limit (NAMEDATALEN - 1): a longer name is cut silently.
+    pub const IDENTIFIER_BYTES_MAX: usize = 63;
 }
 
 /// A configuration error. Displays as `FILE: FIELD: what is wrong and what to do`.
@@ -143,6 +149,9 @@ pub enum SourceConfig {
 #[derive(Debug, Clone)]
 pub struct TargetConfig {
     pub dsn_env: String,
+    /// How long a partition write waits for a table lock before it gives up, logs the
+    /// sessions holding the lock and is retried (`[target] lock_timeout_ms`).
+    pub lock_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -186,6 +195,28 @@ impl fmt::Display for TableName {
 /// Quotes an SQL identifier.
 pub fn quote_ident(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+/// Quotes a text as an SQL string literal, correct whatever the server's
+/// `standard_conforming_strings` is: an escape string, `E'…'`, with `\` and `'`
+/// doubled. `None` for a text holding NUL, which no PostgreSQL string can hold. The one
+/// way Weir puts a value in SQL text where a bind parameter cannot go (partition
+/// bounds in DDL, the simple-protocol read of `verify`).
+pub fn quote_literal(text: &str) -> Option<String> {
+    if text.contains('\0') {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len() + 3);
+    out.push_str("E'");
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("''"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    Some(out)
 }
 
 #[derive(Debug, Clone)]
@@ -413,6 +444,7 @@ struct RawStage {
 struct RawTarget {
     kind: String,
     dsn_env: String,
+    lock_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -584,6 +616,22 @@ impl Validator<'_> {
         }
     }
 
+    /// Refuses a PostgreSQL name longer than PostgreSQL keeps (it would cut it and
+    /// Weir would then address another object than the config names).
+    fn check_identifier(&self, field: String, what: &str, name: &str) -> Result<(), ConfigError> {
+        if name.len() > limits::IDENTIFIER_BYTES_MAX {
+            return Err(self.invalid(
+                field,
+                format!(
+                    "{what} `{name}` is {} bytes long: PostgreSQL names are at most {} bytes (it would cut a longer one); use a shorter name",
+                    name.len(),
+                    limits::IDENTIFIER_BYTES_MAX
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn resolve(&self, p: &str) -> PathBuf {
         let p = Path::new(p);
         if p.is_absolute() {
@@ -611,6 +659,19 @@ impl Validator<'_> {
             ));
         }
         check_env_name(&raw.target.dsn_env).map_err(|m| self.invalid("target.dsn_env", m))?;
+        let lock_timeout_ms = raw
+            .target
+            .lock_timeout_ms
+            .unwrap_or(limits::LOCK_TIMEOUT_MS_DEFAULT);
+        if !(1..=limits::LOCK_TIMEOUT_MS_MAX).contains(&lock_timeout_ms) {
+            return Err(self.invalid(
+                "target.lock_timeout_ms",
+                format!(
+                    "must be between 1 and {} (milliseconds a partition write waits for a lock)",
+                    limits::LOCK_TIMEOUT_MS_MAX
+                ),
+            ));
+        }
         let engine = self.engine(raw.engine)?;
         let stage_max_unwritten_bytes = match raw.stage.max_unwritten_mb {
             None => None,
@@ -653,6 +714,7 @@ impl Validator<'_> {
             stage_max_unwritten_bytes,
             target: TargetConfig {
                 dsn_env: raw.target.dsn_env,
+                lock_timeout_ms,
             },
             engine,
             tables,
@@ -856,6 +918,19 @@ impl Validator<'_> {
         }
         if raw.key.iter().collect::<HashSet<_>>().len() != raw.key.len() {
             return Err(self.invalid(field("key"), "names a column twice"));
+        }
+        for (f, what, name) in [
+            ("source", "schema", &source.schema),
+            ("source", "table", &source.name),
+            ("target", "schema", &target.schema),
+            ("target", "table", &target.name),
+            ("partition_by", "column", &raw.partition_by),
+        ]
+        .into_iter()
+        .chain(raw.key.iter().map(|k| ("key", "column", k)))
+        .chain(columns.iter().map(|c| ("columns", "column", &c.name)))
+        {
+            self.check_identifier(field(f), what, name)?;
         }
         let table = TableConfig {
             source,

@@ -518,12 +518,13 @@ impl Pipeline {
         for table in &config.tables {
             let transform = Transform::load(&host, table).await?;
             check_write_mode(&config, table, &transform)?;
-            let prepared = target::prepare_table(
+            let mut prepared = target::prepare_table(
                 &mut clients[0],
                 &transform.target_view(table),
                 target::Prepare::Check,
             )
             .await?;
+            prepared.lock_timeout_ms = config.target.lock_timeout_ms;
             tables.insert(
                 table.source.to_string(),
                 (table.clone(), prepared, transform),

@@ -19,9 +19,10 @@ use sha2::{Digest, Sha256};
 use tokio_postgres::{Client, GenericClient, NoTls, Transaction};
 
 use crate::config::{
-    Column, Dsn, TableConfig, TableName, TargetPartitioning, WriteMode, quote_ident,
+    Column, Dsn, TableConfig, TableName, TargetPartitioning, WriteMode, quote_ident, quote_literal,
 };
 use crate::partition::{Grain, Partition, PartitionPredicate, predicate};
+use crate::pgerror::PgError;
 use crate::source::BadRecord;
 use crate::value::{ColumnType, EncodeError, Value};
 
@@ -90,12 +91,12 @@ pub enum TargetError {
     #[error(transparent)]
     Injected(#[from] crate::faults::InjectedFault),
     #[error("cannot connect to the target PostgreSQL")]
-    Connect(#[source] tokio_postgres::Error),
+    Connect(#[source] PgError),
     #[error("target query failed: {what}")]
     Query {
         what: String,
         #[source]
-        source: tokio_postgres::Error,
+        source: PgError,
     },
     #[error("target table {table} does not exist: run `weir init` to create it")]
     MissingTable { table: TableName },
@@ -116,6 +117,17 @@ pub enum TargetError {
     },
     #[error("{table}: cannot read back a value: {message}")]
     Decode { table: TableName, message: String },
+    #[error(
+        "partition {partition} of {table}: {what} waited longer than lock_timeout_ms = {timeout_ms} for a lock held by {}; it is retried (end the blocking session, or raise [target] lock_timeout_ms)",
+        if blockers.is_empty() { "another session".to_owned() } else { format!("the session(s) with pid {}", blockers.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")) }
+    )]
+    LockTimeout {
+        table: TableName,
+        partition: String,
+        what: String,
+        timeout_ms: u64,
+        blockers: Vec<i32>,
+    },
     #[error("partition `{partition}` of {table} has no SQL form for grain {grain}")]
     BadPartition {
         table: TableName,
@@ -126,17 +138,20 @@ pub enum TargetError {
 
 fn query_err(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> TargetError {
     let what = what.into();
-    move |source| TargetError::Query { what, source }
+    move |source| TargetError::Query {
+        what,
+        source: PgError(source),
+    }
 }
 
 /// Connects to the target; the connection's driver runs as a background task.
 pub async fn connect(dsn: &Dsn) -> Result<Client, TargetError> {
     let (client, connection) = tokio_postgres::connect(dsn.expose(), NoTls)
         .await
-        .map_err(TargetError::Connect)?;
+        .map_err(|e| TargetError::Connect(PgError(e)))?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
-            tracing::warn!(%error, "target connection closed");
+            tracing::warn!(error = %crate::pgerror::render(&error), "target connection closed");
         }
     });
     Ok(client)
@@ -159,24 +174,46 @@ pub struct TargetTable {
     pub partition_type: ColumnType,
     pub grain: Grain,
     pub partitioning: TargetPartitioning,
+    /// `[target] lock_timeout_ms`: how long a partition write waits for a lock.
+    pub lock_timeout_ms: u64,
 }
 
 /// Where a native partition's rows live.
 enum NativeChild {
-    /// A child table of its own (`FOR VALUES FROM … TO …` or `IN (…)`): replaced by
-    /// TRUNCATE.
+    /// A child table of its own (`FOR VALUES FROM … TO …` or `IN (…)`), made on demand.
     Own { name: TableName, bound: String },
-    /// The RANGE table's DEFAULT child, shared by the NULL and infinity partitions:
-    /// replaced by DELETE through the parent.
+    /// The RANGE table's DEFAULT child, shared by the NULL and infinity partitions.
     Default,
 }
 
-/// The child table of a native partition: `<table>_p_<partition>`, lower-case letters,
-/// digits and `_`; a hash of the partition name is added when that changed it or when
-/// it had to be cut to PostgreSQL's 63 bytes.
+/// A name Weir derives from `base` for a table it creates: `base` and `suffix`, or, when
+/// that would pass PostgreSQL's 63 bytes, `base` cut and a hash of the whole of it.
+fn derived_name(base: &str, suffix: &str) -> String {
+    let whole = format!("{base}{suffix}");
+    if whole.len() <= crate::config::limits::IDENTIFIER_BYTES_MAX {
+        return whole;
+    }
+    let digest = hex::encode(&Sha256::digest(whole.as_bytes())[..4]);
+    let mut cut = whole;
+    cut.truncate(crate::config::limits::IDENTIFIER_BYTES_MAX - 9);
+    while !cut.is_char_boundary(cut.len()) {
+        cut.pop();
+    }
+    format!("{cut}_{digest}")
+}
+
+/// The child table of a native partition: `<table>_p_<readable>_<hash>`, where
+/// `<readable>` is the partition name in lower-case letters, digits and `_` (cut to fit
+/// PostgreSQL's 63 bytes) and `<hash>` 8 hex digits of a hash of the table and the exact
+/// partition key. Two partitions never share a child name on readability alone: `EU`
+/// and `eu`, NULL and the text `__null__`, `a-b` and `a_b` differ in the hash.
+///
+/// Children made by builds before this scheme have other names; they still serve:
+/// writes go through the parent (PostgreSQL routes them), and a child is only made when
+/// no child holds the partition's bound yet (see [`ensure_child`]).
 fn child_table_name(table: &TableName, partition: &Partition) -> TableName {
-    let raw = partition.name();
-    let clean: String = raw
+    let readable: String = partition
+        .name()
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() {
@@ -186,31 +223,42 @@ fn child_table_name(table: &TableName, partition: &Partition) -> TableName {
             }
         })
         .collect();
-    let mut name = format!("{}_p_{clean}", table.name);
-    let exact = clean == raw.replace(['-', 'T', ':'], "_").to_ascii_lowercase()
-        && raw
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | 'T' | ':'));
-    if !exact || name.len() > 63 {
-        let digest = hex::encode(&Sha256::digest(raw.as_bytes())[..4]);
-        name.truncate(63 - 9);
-        while !name.is_char_boundary(name.len()) {
-            name.pop();
-        }
-        name = format!("{name}_{digest}");
+    let mut hasher = Sha256::new();
+    hasher.update(table.to_string().as_bytes());
+    hasher.update(b"\0");
+    hasher.update(partition.to_bytes());
+    let digest = hex::encode(&hasher.finalize()[..4]);
+    let mut name = format!("{}_p_{readable}", table.name);
+    name.truncate(crate::config::limits::IDENTIFIER_BYTES_MAX - 9);
+    while !name.is_char_boundary(name.len()) {
+        name.pop();
     }
     TableName {
         schema: table.schema.clone(),
-        name,
+        name: format!("{name}_{digest}"),
     }
 }
 
-/// A partition bound value as SQL: timestamps with an explicit UTC offset (ignored
-/// by `timestamp`, required by `timestamptz`).
-fn bound_literal(v: &Value) -> String {
+/// The RANGE table's DEFAULT child.
+fn default_child_name(table: &TableName) -> TableName {
+    TableName {
+        schema: table.schema.clone(),
+        name: derived_name(&table.name, "_p_default"),
+    }
+}
+
+/// A partition bound value as SQL (bounds in DDL take no bind parameters): quoted by
+/// [`quote_literal`], timestamps with an explicit UTC offset (ignored by `timestamp`,
+/// required by `timestamptz`). `None` for a value no SQL string can hold (NUL).
+fn bound_literal(v: &Value) -> Option<String> {
     match v {
-        Value::Timestamp(_) => format!("'{v} +00'"),
-        other => sql_literal(other),
+        Value::Null => Some("NULL".into()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Timestamp(us) if *us != i64::MAX && *us != i64::MIN => {
+            quote_literal(&format!("{v} +00"))
+        }
+        other => quote_literal(&other.to_string()),
     }
 }
 
@@ -218,50 +266,81 @@ fn native_child(
     table: &TargetTable,
     partition: &Partition,
     pred: &PartitionPredicate,
-) -> NativeChild {
+) -> Result<NativeChild, TargetError> {
     let name = child_table_name(&table.name, partition);
-    match (table.grain, pred) {
+    let literal = |v: &Value| {
+        bound_literal(v).ok_or_else(|| TargetError::BadPartition {
+            table: table.name.clone(),
+            partition: partition.name().to_owned(),
+            grain: table.grain,
+        })
+    };
+    Ok(match (table.grain, pred) {
         (Grain::Value, PartitionPredicate::IsNull) => NativeChild::Own {
             name,
             bound: "FOR VALUES IN (NULL)".into(),
         },
         (Grain::Value, PartitionPredicate::Equals(v)) => NativeChild::Own {
             name,
-            bound: format!("FOR VALUES IN ({})", bound_literal(v)),
+            bound: format!("FOR VALUES IN ({})", literal(v)?),
         },
         (_, PartitionPredicate::Range { lower, upper }) => NativeChild::Own {
             name,
             bound: format!(
                 "FOR VALUES FROM ({}) TO ({})",
-                bound_literal(lower),
-                bound_literal(upper)
+                literal(lower)?,
+                literal(upper)?
             ),
         },
         _ => NativeChild::Default,
-    }
+    })
 }
 
-/// Creates a native partition's child table if it is missing, in a transaction of its
-/// own (before the partition's write, so that the write holds no lock on the parent).
+/// Creates a native partition's child table if no child holds its bound yet, in a
+/// transaction of its own (before the partition's write, so that the write holds no
+/// lock on the parent) under the write's `lock_timeout`. A child that an older build
+/// made under another name for the same bound makes PostgreSQL refuse the new one as
+/// overlapping (SQLSTATE 42P17): that child holds the partition, and serves.
 async fn ensure_child(
     client: &Client,
     table: &TargetTable,
+    partition: &Partition,
     child: &NativeChild,
 ) -> Result<(), TargetError> {
     let NativeChild::Own { name, bound } = child else {
         return Ok(());
     };
-    client
+    let exists: Option<String> = client
+        .query_one("SELECT to_regclass($1)::text", &[&name.quoted()])
+        .await
+        .map_err(query_err(format!("look up {name}")))?
+        .get(0);
+    if exists.is_some() {
+        return Ok(());
+    }
+    let result = client
         .batch_execute(&format!(
-            "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} {bound}",
+            "BEGIN; SET LOCAL lock_timeout = '{}ms'; CREATE TABLE IF NOT EXISTS {} PARTITION OF {} {bound}; COMMIT",
+            table.lock_timeout_ms,
             name.quoted(),
             table.name.quoted()
         ))
-        .await
-        .map_err(query_err(format!(
-            "create partition {name} of {}",
-            table.name
-        )))
+        .await;
+    // A failed batch leaves its transaction open: end it before the connection is reused.
+    if result.is_err() {
+        let _ = client.batch_execute("ROLLBACK").await;
+    }
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_OBJECT_DEFINITION) => {
+            tracing::debug!(table = %table.name, partition = %partition, "an existing child holds the partition's bound");
+            Ok(())
+        }
+        Err(e) => Err(TargetError::Query {
+            what: format!("create partition {name} of {}", table.name),
+            source: PgError(e),
+        }),
+    }
 }
 
 /// What `prepare_table` may change in the target.
@@ -321,10 +400,7 @@ pub async fn prepare_table(
                 default = if table.grain == Grain::Value {
                     String::new()
                 } else {
-                    let default = TableName {
-                        schema: name.schema.clone(),
-                        name: format!("{}_p_default", name.name),
-                    };
+                    let default = default_child_name(name);
                     format!(
                         "\nCREATE TABLE {} PARTITION OF {} DEFAULT;",
                         default.quoted(),
@@ -415,6 +491,7 @@ pub async fn prepare_table(
         partition_type: table.partition_column().ty,
         grain: table.grain,
         partitioning: table.target_partitioning,
+        lock_timeout_ms: crate::config::limits::LOCK_TIMEOUT_MS_DEFAULT,
     })
 }
 
@@ -581,14 +658,12 @@ fn lock_key(table: &TableName, partition: &Partition) -> i64 {
 struct PartitionTx<'c> {
     tx: Transaction<'c>,
     pred: PartitionPredicate,
-    /// The native child the partition lives in, if the table is natively partitioned.
-    child: Option<NativeChild>,
-    /// Where the COPY goes: the partition's own child, or the table.
-    copy_target: TableName,
 }
 
 /// Creates a native partition's child if missing (in a transaction of its own), then
-/// begins the partition's write transaction and takes its advisory lock.
+/// begins the partition's write transaction, takes its advisory lock (waited for
+/// without a limit: it serializes Weir's own writers) and sets the `lock_timeout` that
+/// bounds the waits for table locks after it.
 async fn begin_partition_write<'c>(
     client: &'c mut Client,
     table: &TargetTable,
@@ -601,15 +676,10 @@ async fn begin_partition_write<'c>(
             grain: table.grain,
         }
     })?;
-    let child = (table.partitioning == TargetPartitioning::Native)
-        .then(|| native_child(table, partition, &pred));
-    if let Some(child) = &child {
-        ensure_child(client, table, child).await?;
+    if table.partitioning == TargetPartitioning::Native {
+        let child = native_child(table, partition, &pred)?;
+        ensure_child(client, table, partition, &child).await?;
     }
-    let copy_target = match &child {
-        Some(NativeChild::Own { name, .. }) => name.clone(),
-        _ => table.name.clone(),
-    };
     let tx = client.transaction().await.map_err(query_err("begin"))?;
     tx.execute(
         "SELECT pg_advisory_xact_lock($1)",
@@ -617,28 +687,100 @@ async fn begin_partition_write<'c>(
     )
     .await
     .map_err(query_err("take the partition lock"))?;
-    Ok(PartitionTx {
-        tx,
-        pred,
-        child,
-        copy_target,
-    })
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = '{}ms'",
+        table.lock_timeout_ms
+    ))
+    .await
+    .map_err(query_err("set lock_timeout"))?;
+    Ok(PartitionTx { tx, pred })
+}
+
+/// A write that ran out of `lock_timeout` becomes [`TargetError::LockTimeout`], named
+/// with the sessions that hold a conflicting lock on the table (or its children, or
+/// Weir's lineage tables), logged (pids and partition, never a row value). The
+/// pipeline retries it with its write backoff.
+async fn explain_lock_timeout<T>(
+    client: &Client,
+    table: &TargetTable,
+    partition: &Partition,
+    result: Result<T, TargetError>,
+) -> Result<T, TargetError> {
+    match result {
+        Err(TargetError::Query { what, source })
+            if source.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+        {
+            let blockers = match lock_holders(client, &table.name).await {
+                Ok(pids) => pids,
+                Err(error) => {
+                    tracing::warn!(error = %crate::pipeline::error_chain(&error), "cannot list the sessions holding the lock");
+                    Vec::new()
+                }
+            };
+            tracing::warn!(
+                table = %table.name,
+                partition = %partition,
+                blocker_pids = ?blockers,
+                lock_timeout_ms = table.lock_timeout_ms,
+                waiting_for = %what,
+                "partition write timed out waiting for a lock; it is retried"
+            );
+            Err(TargetError::LockTimeout {
+                table: table.name.clone(),
+                partition: partition.name().to_owned(),
+                what,
+                timeout_ms: table.lock_timeout_ms,
+                blockers,
+            })
+        }
+        other => other,
+    }
+}
+
+/// The sessions holding a lock that a partition write waits on: a lock stronger than
+/// ROW EXCLUSIVE on the table, one of its children, or Weir's lineage tables.
+async fn lock_holders(client: &Client, table: &TableName) -> Result<Vec<i32>, TargetError> {
+    let rows = client
+        .query(
+            "SELECT DISTINCT l.pid FROM pg_locks l \
+             WHERE l.granted AND l.pid <> pg_backend_pid() AND l.locktype = 'relation' \
+               AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+               AND (l.relation = $1::text::regclass::oid \
+                    OR l.relation IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::text::regclass) \
+                    OR l.relation = to_regclass('weir.partitions')::oid \
+                    OR l.relation = to_regclass('weir.dead_letter')::oid) \
+             ORDER BY 1",
+            &[&table.quoted()],
+        )
+        .await
+        .map_err(query_err("list the sessions holding a lock"))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// Replaces one partition of `table` in one transaction. See the module invariant.
+///
+/// Both target modes DELETE the partition's rows (through the parent in native mode,
+/// where PostgreSQL prunes to the child) and COPY the new ones, under ROW EXCLUSIVE
+/// locks: a reader under READ COMMITTED or REPEATABLE READ sees the old rows or the new,
+/// never none (TRUNCATE, which older builds used on native children, is not MVCC-safe).
 pub async fn replace_partition(
+    client: &mut Client,
+    table: &TargetTable,
+    write: &PartitionWrite<'_>,
+) -> Result<WriteSummary, TargetError> {
+    let result = replace_partition_tx(client, table, write).await;
+    explain_lock_timeout(client, table, write.partition, result).await
+}
+
+async fn replace_partition_tx(
     client: &mut Client,
     table: &TargetTable,
     write: &PartitionWrite<'_>,
 ) -> Result<WriteSummary, TargetError> {
     let partition_name = write.partition.name().to_owned();
     let column = quote_ident(&table.partition_column);
-    let PartitionTx {
-        tx,
-        pred,
-        child,
-        copy_target,
-    } = begin_partition_write(client, table, write.partition).await?;
+    let PartitionTx { tx, pred } = begin_partition_write(client, table, write.partition).await?;
     if write.skip_if_newer {
         let newer: Option<i64> = tx
             .query_opt(
@@ -662,35 +804,24 @@ pub async fn replace_partition(
         }
     }
     let delete = format!("DELETE FROM {} WHERE ", table.name.quoted());
-    let deleted = if let Some(NativeChild::Own { name, .. }) = &child {
-        tx.execute(&format!("TRUNCATE {}", name.quoted()), &[])
+    let deleted = match &pred {
+        PartitionPredicate::IsNull => tx.execute(&format!("{delete}{column} IS NULL"), &[]).await,
+        PartitionPredicate::Equals(v) => tx.execute(&format!("{delete}{column} = $1"), &[v]).await,
+        PartitionPredicate::Range { lower, upper } => {
+            tx.execute(
+                &format!("{delete}{column} >= $1 AND {column} < $2"),
+                &[lower, upper],
+            )
             .await
-            .map_err(query_err(format!("truncate {name}")))?;
-        0
-    } else {
-        match &pred {
-            PartitionPredicate::IsNull => {
-                tx.execute(&format!("{delete}{column} IS NULL"), &[]).await
-            }
-            PartitionPredicate::Equals(v) => {
-                tx.execute(&format!("{delete}{column} = $1"), &[v]).await
-            }
-            PartitionPredicate::Range { lower, upper } => {
-                tx.execute(
-                    &format!("{delete}{column} >= $1 AND {column} < $2"),
-                    &[lower, upper],
-                )
-                .await
-            }
         }
-        .map_err(query_err(format!(
-            "delete partition {partition_name} of {}",
-            table.name
-        )))?
-    };
+    }
+    .map_err(query_err(format!(
+        "delete partition {partition_name} of {}",
+        table.name
+    )))?;
 
     crate::failpoint!("target-after-delete");
-    let copied = copy_rows(&tx, table, &copy_target, &partition_name, write.rows).await?;
+    let copied = copy_rows(&tx, table, &partition_name, write.rows).await?;
     crate::failpoint!("target-after-copy");
     let summary = WriteSummary {
         rows: copied,
@@ -710,11 +841,11 @@ pub async fn replace_partition(
     Ok(summary)
 }
 
-/// Streams `rows` into `copy_target` with a binary COPY; returns the rows copied.
+/// Streams `rows` into the table with a binary COPY (a natively partitioned table
+/// routes them to the partition's child); returns the rows copied.
 async fn copy_rows(
     tx: &Transaction<'_>,
     table: &TargetTable,
-    copy_target: &TableName,
     partition_name: &str,
     rows: &[Vec<Value>],
 ) -> Result<u64, TargetError> {
@@ -729,7 +860,7 @@ async fn copy_rows(
     let sink = tx
         .copy_in(&format!(
             "COPY {} ({cols}) FROM STDIN (FORMAT binary)",
-            copy_target.quoted()
+            table.name.quoted()
         ))
         .await
         .map_err(query_err(format!("start COPY into {}", table.name)))?;
@@ -867,7 +998,7 @@ async fn record_lineage(
     .await
     .map_err(|source| match source.code() {
         Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => TargetError::MissingWeirSchema,
-        _ => TargetError::Query { what: "record lineage".into(), source },
+        _ => TargetError::Query { what: "record lineage".into(), source: PgError(source) },
     })?;
     Ok(())
 }
@@ -894,14 +1025,19 @@ pub async fn merge_partition(
     write: &PartitionWrite<'_>,
     merge: &MergeKeys,
 ) -> Result<Option<WriteSummary>, TargetError> {
+    let result = merge_partition_tx(client, table, write, merge).await;
+    explain_lock_timeout(client, table, write.partition, result).await
+}
+
+async fn merge_partition_tx(
+    client: &mut Client,
+    table: &TargetTable,
+    write: &PartitionWrite<'_>,
+    merge: &MergeKeys,
+) -> Result<Option<WriteSummary>, TargetError> {
     let partition_name = write.partition.name().to_owned();
     let column = quote_ident(&table.partition_column);
-    let PartitionTx {
-        tx,
-        pred,
-        child: _,
-        copy_target,
-    } = begin_partition_write(client, table, write.partition).await?;
+    let PartitionTx { tx, pred } = begin_partition_write(client, table, write.partition).await?;
     let target_name = table.name.to_string();
     let lineage = tx
         .query_opt(
@@ -916,7 +1052,7 @@ pub async fn merge_partition(
             }
             _ => TargetError::Query {
                 what: "read the partition's lineage".into(),
-                source,
+                source: PgError(source),
             },
         })?;
     let previous_rows = match lineage {
@@ -975,7 +1111,7 @@ pub async fn merge_partition(
         table.name
     )))?;
     crate::failpoint!("target-after-delete");
-    let copied = copy_rows(&tx, table, &copy_target, &partition_name, write.rows).await?;
+    let copied = copy_rows(&tx, table, &partition_name, write.rows).await?;
     crate::failpoint!("target-after-copy");
     let rows = u64::try_from(previous_rows)
         .unwrap_or(0)
@@ -1126,13 +1262,22 @@ pub async fn read_partition(
         }
     })?;
     let column = quote_ident(&table.partition_column);
+    // The simple protocol (for PostgreSQL's text output) takes no bind parameters: the
+    // bounds are quoted by `quote_literal`, correct whatever standard_conforming_strings.
+    let literal = |v: &Value| {
+        bound_literal(v).ok_or_else(|| TargetError::BadPartition {
+            table: table.name.clone(),
+            partition: partition.name().to_owned(),
+            grain: table.grain,
+        })
+    };
     let condition = match &pred {
         PartitionPredicate::IsNull => format!("{column} IS NULL"),
-        PartitionPredicate::Equals(v) => format!("{column} = {}", sql_literal(v)),
+        PartitionPredicate::Equals(v) => format!("{column} = {}", literal(v)?),
         PartitionPredicate::Range { lower, upper } => format!(
             "{column} >= {} AND {column} < {}",
-            sql_literal(lower),
-            sql_literal(upper)
+            literal(lower)?,
+            literal(upper)?
         ),
     };
     let cols = table
@@ -1174,16 +1319,6 @@ pub async fn read_partition(
     Ok(out)
 }
 
-/// A value as an SQL literal, for the few types a partition predicate holds.
-fn sql_literal(v: &Value) -> String {
-    match v {
-        Value::Null => "NULL".into(),
-        Value::Int(i) => i.to_string(),
-        Value::Bool(b) => b.to_string(),
-        other => format!("'{}'", other.to_string().replace('\'', "''")),
-    }
-}
-
 /// A lineage row, for `status`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LineageRow {
@@ -1213,7 +1348,7 @@ pub async fn recent_writes(client: &Client, limit: i64) -> Result<Vec<LineageRow
         .await
         .map_err(|source| match source.code() {
             Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => TargetError::MissingWeirSchema,
-            _ => TargetError::Query { what: "read lineage".into(), source },
+            _ => TargetError::Query { what: "read lineage".into(), source: PgError(source) },
         })?;
     Ok(rows
         .iter()
@@ -1272,6 +1407,54 @@ mod tests {
         assert_ne!(
             checksum(&[a.clone(), b.clone()]),
             checksum(&[a, b.clone(), b])
+        );
+    }
+
+    #[test]
+    fn child_names_do_not_collide_and_fit() {
+        let t = TableName::parse("a.orders").expect("name");
+        let names: Vec<String> = [
+            Partition::Key("EU".into()),
+            Partition::Key("eu".into()),
+            Partition::Null,
+            Partition::Key("__null__".into()),
+            Partition::Key("a-b".into()),
+            Partition::Key("a_b".into()),
+            Partition::Key("x".repeat(200)),
+            Partition::Key(format!("{}y", "x".repeat(199))),
+        ]
+        .iter()
+        .map(|p| child_table_name(&t, p).name)
+        .collect();
+        let distinct: std::collections::HashSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        assert!(names.iter().all(|n| n.len() <= 63), "{names:?}");
+        assert!(names[0].starts_with("orders_p_eu_"), "{}", names[0]);
+        // Two long table names that share the part kept in the child name stay distinct.
+        let long_a = TableName::parse(&format!("a.{}a", "t".repeat(62))).expect("name");
+        let long_b = TableName::parse(&format!("a.{}b", "t".repeat(62))).expect("name");
+        let p = Partition::Key("2026-03".into());
+        assert_ne!(child_table_name(&long_a, &p), child_table_name(&long_b, &p));
+        assert!(default_child_name(&long_a).name.len() <= 63);
+        assert_ne!(default_child_name(&long_a), default_child_name(&long_b));
+        assert_eq!(default_child_name(&t).name, "orders_p_default");
+    }
+
+    #[test]
+    fn literals_are_exact_whatever_standard_conforming_strings() {
+        assert_eq!(
+            quote_literal("O'Brien\\").as_deref(),
+            Some("E'O''Brien\\\\'")
+        );
+        assert_eq!(quote_literal("a\0b"), None);
+        assert_eq!(
+            bound_literal(&Value::Text("x'); DROP TABLE t; --".into())).as_deref(),
+            Some("E'x''); DROP TABLE t; --'")
+        );
+        assert_eq!(bound_literal(&Value::Int(-7)).as_deref(), Some("-7"));
+        assert_eq!(
+            bound_literal(&Value::Timestamp(i64::MAX)).as_deref(),
+            Some("E'infinity'")
         );
     }
 

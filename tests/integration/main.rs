@@ -18,4 +18,5 @@ mod plugins;
 mod postgres_source;
 mod secrets;
 mod stage_crash;
+mod target_writes;
 mod writers;

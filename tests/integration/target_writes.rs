@@ -1,0 +1,479 @@
+//! Target writes on real estates: values in SQL whatever `standard_conforming_strings`,
+//! native child names that cannot collide, readers that never see a partition empty or
+//! half-written, a `lock_timeout` that names the blocker and retries, no row value from
+//! a PostgreSQL error's DETAIL in any output, names over 63 bytes refused, and a verify
+//! that names the keys and columns that differ.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::harness::{TestDb, text};
+
+/// A `[[table]]` of `public.people` (value grain on `region`) into `analytics.people`.
+fn people_table(native: bool, extra: &str) -> String {
+    format!(
+        r#"
+[[table]]
+source = "public.people"
+target = "analytics.people"
+key = ["id"]
+partition_by = "region"
+grain = "value"
+columns = {{ id = "bigint", region = "text", status = "text" }}
+{}
+{extra}
+"#,
+        if native {
+            "target_partitioning = \"native\""
+        } else {
+            ""
+        }
+    )
+}
+
+/// One change of `public.people`; `region` `None` is SQL NULL.
+fn person(op: &str, id: i64, region: Option<&str>, status: &str) -> String {
+    let image = json!({"id": id, "region": region, "status": status});
+    let (before, after) = match op {
+        "d" => (Some(json!({"id": id})), None),
+        "u" => (Some(json!({"id": id})), Some(image)),
+        _ => (None, Some(image)),
+    };
+    let line = json!({"op": op, "before": before, "after": after, "source": {"schema": "public", "table": "people"}});
+    format!("{line}\n")
+}
+
+/// The target's rows as `(id, region, status)`, by id.
+async fn people(db: &TestDb) -> Vec<(i64, Option<String>, String)> {
+    db.client()
+        .await
+        .query(
+            "SELECT id, region, status FROM analytics.people ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("read the target")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+fn verify_people(db: &TestDb) -> std::process::Output {
+    db.weir(&[
+        "verify",
+        "--table",
+        "analytics.people",
+        "--from",
+        " ",
+        "--to",
+        "~",
+        "--json",
+    ])
+}
+
+/// With `standard_conforming_strings = off` on the target, a value partition whose
+/// value holds a quote and a backslash is written, rewritten and verified exactly, in
+/// plain and native targets, and a value shaped as an injection stays a value.
+#[tokio::test(flavor = "multi_thread")]
+async fn values_with_quotes_and_backslashes_are_exact_without_standard_conforming_strings() {
+    for native in [false, true] {
+        let name = if native {
+            "tw_scs_native"
+        } else {
+            "tw_scs_plain"
+        };
+        let db = TestDb::new(name).await;
+        db.client()
+            .await
+            .batch_execute(&format!(
+                "ALTER DATABASE {name} SET standard_conforming_strings = off; \
+                 CREATE TABLE public.canary (x int); INSERT INTO public.canary VALUES (1);"
+            ))
+            .await
+            .expect("settings");
+        db.write_feed_config("", "", &people_table(native, ""));
+        let odd = "O'Brien\\";
+        let injection = "x\\'); DROP TABLE public.canary; --";
+        db.write_feed(&[
+            person("c", 1, Some(odd), "new"),
+            person("c", 2, Some(odd), "new"),
+            person("c", 3, Some(injection), "new"),
+            person("c", 4, Some("plain"), "new"),
+        ]);
+        db.weir_ok(&["init"]);
+        db.weir_ok(&["run", "--once"]);
+        // Rewritten: the partition is deleted and copied again under the same quoting.
+        db.append_feed(&[
+            person("u", 1, Some(odd), "shipped"),
+            person("d", 2, None, ""),
+            person("u", 3, Some(injection), "shipped"),
+        ]);
+        db.weir_ok(&["run", "--once"]);
+        assert_eq!(
+            people(&db).await,
+            [
+                (1, Some(odd.to_owned()), "shipped".to_owned()),
+                (3, Some(injection.to_owned()), "shipped".to_owned()),
+                (4, Some("plain".to_owned()), "new".to_owned()),
+            ],
+            "native = {native}"
+        );
+        assert_eq!(db.count("SELECT count(*) FROM public.canary").await, 1);
+        let verify = verify_people(&db);
+        assert!(
+            verify.status.success(),
+            "native = {native}: {}\n{}",
+            text(&verify.stdout),
+            text(&verify.stderr)
+        );
+        let rows: serde_json::Value = serde_json::from_slice(&verify.stdout).expect("json");
+        let partitions: Vec<&str> = rows
+            .as_array()
+            .expect("rows")
+            .iter()
+            .filter_map(|r| r["partition"].as_str())
+            .collect();
+        assert!(
+            partitions.contains(&odd) && partitions.contains(&injection),
+            "{partitions:?}"
+        );
+    }
+}
+
+/// Partitions `EU` and `eu`, NULL and the text `__null__`, `a-b` and `a_b`, in a native
+/// target: each in a child of its own, and the target equals the source.
+#[tokio::test(flavor = "multi_thread")]
+async fn native_children_of_similar_partitions_do_not_collide() {
+    let db = TestDb::new("tw_children").await;
+    db.write_feed_config("", "", &people_table(true, ""));
+    let regions = [
+        Some("EU"),
+        Some("eu"),
+        None,
+        Some("__null__"),
+        Some("a-b"),
+        Some("a_b"),
+    ];
+    let lines: Vec<String> = regions
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            let id = i as i64 * 10;
+            [person("c", id, *r, "a"), person("c", id + 1, *r, "b")]
+        })
+        .collect();
+    db.write_feed(&lines);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    // Rewritten once more, so that a shared child would be emptied by its neighbour.
+    db.append_feed(&[person("u", 0, Some("EU"), "c"), person("u", 20, None, "c")]);
+    db.weir_ok(&["run", "--once"]);
+    let expected: Vec<(i64, Option<String>, String)> = regions
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            let id = i as i64 * 10;
+            let first = if id == 0 || id == 20 { "c" } else { "a" };
+            [
+                (id, r.map(str::to_owned), first.to_owned()),
+                (id + 1, r.map(str::to_owned), "b".to_owned()),
+            ]
+        })
+        .collect();
+    assert_eq!(people(&db).await, expected);
+    let children = db
+        .count("SELECT count(*) FROM pg_inherits WHERE inhparent = 'analytics.people'::regclass")
+        .await;
+    assert_eq!(children, regions.len() as i64);
+    // Each child holds exactly one partition's rows.
+    let mixed = db
+        .count(
+            "SELECT count(*) FROM (SELECT tableoid FROM analytics.people GROUP BY tableoid \
+             HAVING count(DISTINCT coalesce(region, '<null>')) > 1 OR count(*) <> 2) x",
+        )
+        .await;
+    assert_eq!(mixed, 0);
+    let verify = verify_people(&db);
+    assert!(verify.status.success(), "{}", text(&verify.stdout));
+}
+
+/// Readers in READ COMMITTED and REPEATABLE READ read a partition in a loop while weir
+/// rewrites it many times (plain and native): each read sees all the rows of one
+/// version, never none and never a mix.
+#[tokio::test(flavor = "multi_thread")]
+async fn readers_never_see_a_partition_empty_or_half_written() {
+    const ROWS: i64 = 40;
+    const REWRITES: usize = 8;
+    for native in [false, true] {
+        let name = if native {
+            "tw_mvcc_native"
+        } else {
+            "tw_mvcc_plain"
+        };
+        let db = TestDb::new(name).await;
+        db.write_feed_config("", "", &people_table(native, ""));
+        let version = |v: usize, op: &str| -> Vec<String> {
+            (0..ROWS)
+                .map(|id| person(op, id, Some("EU"), &format!("v{v}")))
+                .collect()
+        };
+        db.write_feed(&version(0, "c"));
+        db.weir_ok(&["init"]);
+        db.weir_ok(&["run", "--once"]);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut readers = Vec::new();
+        for isolation in ["READ COMMITTED", "REPEATABLE READ"] {
+            let client = db.client().await;
+            let stop = stop.clone();
+            readers.push(tokio::spawn(async move {
+                let (mut reads, mut bad) = (0u64, Vec::new());
+                let mut pause = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // The snapshot is taken first (REPEATABLE READ: at the first
+                    // statement), the partition read a moment later, while a rewrite may
+                    // commit in between.
+                    client
+                        .batch_execute(&format!(
+                            "BEGIN ISOLATION LEVEL {isolation}; SELECT 1"
+                        ))
+                        .await
+                        .expect("begin");
+                    pause = (pause + 7) % 40;
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    let row = client
+                        .query_one(
+                            "SELECT count(*), count(DISTINCT status) FROM analytics.people WHERE region = 'EU'",
+                            &[],
+                        )
+                        .await
+                        .expect("read");
+                    client.batch_execute("COMMIT").await.expect("commit");
+                    let (n, versions): (i64, i64) = (row.get(0), row.get(1));
+                    reads += 1;
+                    if n != ROWS || versions != 1 {
+                        bad.push((n, versions));
+                    }
+                }
+                (isolation, reads, bad)
+            }));
+        }
+        for v in 1..=REWRITES {
+            db.append_feed(&version(v, "u"));
+            db.weir_ok(&["run", "--once"]);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for reader in readers {
+            let (isolation, reads, bad) = reader.await.expect("reader");
+            assert!(reads > 0, "{isolation}: no reads");
+            assert!(
+                bad.is_empty(),
+                "native = {native}, {isolation}: {} of {reads} reads saw (rows, versions) {:?}",
+                bad.len(),
+                &bad[..bad.len().min(5)]
+            );
+        }
+        assert_eq!(
+            db.count(&format!(
+                "SELECT count(*) FROM analytics.people WHERE status = 'v{REWRITES}'"
+            ))
+            .await,
+            ROWS
+        );
+    }
+}
+
+/// A session holding an ACCESS EXCLUSIVE lock on the target table: the write waits
+/// `lock_timeout_ms`, gives up, logs the blocker's pid, is retried, and succeeds once the
+/// blocker ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
+    let db = TestDb::new("tw_lock_timeout").await;
+    db.write_feed_config("", "flush_interval_ms = 100", &people_table(false, ""));
+    std::fs::write(
+        db.config_path(),
+        std::fs::read_to_string(db.config_path())
+            .expect("config")
+            .replace(
+                "dsn_env = \"WEIR_TARGET_DSN\"",
+                "dsn_env = \"WEIR_TARGET_DSN\"\nlock_timeout_ms = 200",
+            ),
+    )
+    .expect("config");
+    db.write_feed(&[person("c", 1, Some("EU"), "new")]);
+    db.weir_ok(&["init"]);
+    let log = db.path("run.log");
+    let _run = db.spawn_live(&[], &log);
+    db.wait_caught_up(60).await;
+
+    let blocker = db.client().await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE analytics.people IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    let pid: i32 = blocker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("pid")
+        .get(0);
+    db.append_feed(&[person("u", 1, Some("EU"), "shipped")]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let needle = format!("blocker_pids=[{pid}]");
+    loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if logged.contains("timed out waiting for a lock") && logged.contains(&needle) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no lock timeout naming pid {pid} was logged:\n{logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Still waiting: nothing was written past the lock.
+    blocker.batch_execute("COMMIT").await.expect("unlock");
+    db.wait_caught_up(60).await;
+    assert_eq!(
+        people(&db).await,
+        [(1, Some("EU".to_owned()), "shipped".to_owned())]
+    );
+}
+
+/// A row the target refuses (a check constraint): PostgreSQL's DETAIL holds the whole
+/// row, and none of it reaches weir's output; the constraint is named.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_row_is_never_printed() {
+    let db = TestDb::new("tw_detail").await;
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE SCHEMA analytics; CREATE TABLE analytics.people (id bigint, region text, \
+             status text CONSTRAINT status_is_short CHECK (length(status) < 8))",
+        )
+        .await
+        .expect("target table");
+    db.write_feed_config("", "", &people_table(false, ""));
+    // The canary is in a column that is neither the key nor the partition column (which
+    // weir names): only DETAIL would print it.
+    let canary = "Canary-4f1b9e";
+    db.write_feed(&[
+        person("c", 1, Some("EU"), "ok"),
+        person("c", 2, Some("EU"), canary),
+    ]);
+    db.weir_ok(&["init"]);
+    let run = db.weir(&["run", "--once"]);
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run.stderr));
+    let status = db.weir(&["status"]);
+    for (what, out) in [
+        ("run stdout", text(&run.stdout)),
+        ("run stderr", text(&run.stderr)),
+        ("status", text(&status.stdout) + &text(&status.stderr)),
+    ] {
+        assert!(!out.contains(canary), "{what}: {out}");
+        assert!(!out.contains("Failing row"), "{what}: {out}");
+    }
+    let stderr = text(&run.stderr);
+    assert!(
+        stderr.contains("status_is_short") && stderr.contains("23514"),
+        "{stderr}"
+    );
+}
+
+/// Names over PostgreSQL's 63 bytes are refused at load, named with the limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn names_over_63_bytes_are_refused_at_load() {
+    let db = TestDb::new("tw_long_names").await;
+    let long = "t".repeat(64);
+    for (field, table) in [
+        (
+            "table[0].target",
+            people_table(false, "").replace("analytics.people", &format!("analytics.{long}")),
+        ),
+        (
+            "table[0].columns",
+            people_table(false, "").replace(
+                "status = \"text\" }",
+                &format!("status = \"text\", {long} = \"text\" }}"),
+            ),
+        ),
+    ] {
+        db.write_feed_config("", "", &table);
+        db.write_feed(&[person("c", 1, Some("EU"), "new")]);
+        let out = db.weir(&["init"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(field)
+                && stderr.contains(&long)
+                && stderr.contains("64 bytes")
+                && stderr.contains("at most 63 bytes"),
+            "{stderr}"
+        );
+    }
+    let tables = db
+        .count("SELECT count(*) FROM pg_class WHERE relname LIKE 'tttttttttt%'")
+        .await;
+    assert_eq!(tables, 0);
+}
+
+/// A target row edited by hand: verify names the partition, the key and the column
+/// (in the report and in --json), and logs no value.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_names_the_keys_and_columns_that_differ() {
+    let db = TestDb::new("tw_verify_keys").await;
+    db.write_feed_config("", "", &people_table(false, ""));
+    db.write_feed(&[
+        person("c", 1, Some("EU"), "new"),
+        person("c", 2, Some("EU"), "new"),
+        person("c", 3, Some("US"), "new"),
+    ]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    db.client()
+        .await
+        .batch_execute(
+            "UPDATE analytics.people SET status = 'tampered' WHERE id = 2; \
+             INSERT INTO analytics.people VALUES (9, 'EU', 'stray')",
+        )
+        .await
+        .expect("damage");
+    let out = verify_people(&db);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        !text(&out.stderr).contains("tampered"),
+        "{}",
+        text(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let bad: Vec<&serde_json::Value> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["ok"] == false)
+        .collect();
+    assert_eq!(bad.len(), 1, "{rows}");
+    assert_eq!(bad[0]["partition"], "EU");
+    assert_eq!(bad[0]["keys_differing"], 2);
+    assert_eq!(
+        bad[0]["differences"],
+        json!([
+            {"key": "id = 2", "kind": "differs", "columns": ["status"]},
+            {"key": "id = 9", "kind": "extra", "columns": []},
+        ])
+    );
+    let report = db.weir(&[
+        "verify",
+        "--table",
+        "analytics.people",
+        "--from",
+        " ",
+        "--to",
+        "~",
+    ]);
+    let stdout = text(&report.stdout);
+    assert!(
+        stdout.contains("id = 2: column status differs")
+            && stdout.contains("id = 9: in the target, not in the output"),
+        "{stdout}"
+    );
+}
