@@ -6,6 +6,7 @@ mod bad_input;
 mod checkpoint;
 mod crash_suite;
 mod demo;
+mod exact_values;
 mod faults;
 mod grains;
 mod harness;

@@ -70,7 +70,10 @@ impl OutputType {
             OutputType::Bigint => ColumnType::BigInt,
             OutputType::Real => ColumnType::Real,
             OutputType::DoublePrecision => ColumnType::Double,
-            OutputType::Numeric { .. } => ColumnType::Numeric,
+            OutputType::Numeric { precision, scale } => ColumnType::Numeric(
+                precision
+                    .and_then(|p| crate::value::NumericTypmod::new(i64::from(p), i64::from(scale))),
+            ),
             OutputType::Text => ColumnType::Text,
             OutputType::Varchar { length } => ColumnType::Varchar(length),
             OutputType::Boolean => ColumnType::Bool,
