@@ -16,7 +16,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 
 use crate::partition::Grain;
-use crate::value::ColumnType;
+use crate::value::{ColumnType, EpochUnit};
 
 /// Bounds on engine settings. Each bounds a resource a typo could exhaust.
 pub mod limits {
@@ -225,6 +225,10 @@ pub struct Column {
     /// The type as the user declared it (e.g. `numeric(12,2)`), used verbatim in DDL.
     pub declared: String,
     pub ty: ColumnType,
+    /// The unit of a number sent for this date or timestamp column when the feed does
+    /// not say (`columns = { at = { type = "timestamp", epoch = "ms" } }`); `None`: a
+    /// number is a bad record.
+    pub epoch: Option<EpochUnit>,
 }
 
 #[derive(Debug, Clone)]
@@ -456,6 +460,49 @@ struct RawEngine {
     transaction_chunk_changes: Option<usize>,
 }
 
+/// A declared column: `"numeric(12,2)"`, or `{ type = "timestamp", epoch = "ms" }`.
+#[derive(Debug)]
+enum RawColumn {
+    Type(String),
+    Full(RawColumnSpec),
+}
+
+impl<'de> Deserialize<'de> for RawColumn {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RawColumn;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a column type such as \"bigint\", or { type = \"timestamp\", epoch = \"ms\" }",
+                )
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawColumn, E> {
+                Ok(RawColumn::Type(v.to_owned()))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawColumn, A::Error> {
+                RawColumnSpec::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawColumn::Full)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawColumnSpec {
+    #[serde(rename = "type")]
+    ty: String,
+    epoch: Option<String>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTable {
@@ -468,7 +515,7 @@ struct RawTable {
     on_truncate: Option<OnTruncate>,
     target_partitioning: Option<TargetPartitioning>,
     #[serde(default)]
-    columns: IndexMap<String, String>,
+    columns: IndexMap<String, RawColumn>,
     plugin: Option<String>,
     plugin_config: Option<toml::Table>,
     on_reject: Option<OnReject>,
@@ -901,14 +948,38 @@ impl Validator<'_> {
             ));
         }
         let mut columns = Vec::with_capacity(raw.columns.len());
-        for (name, declared) in raw.columns {
+        for (name, raw_column) in raw.columns {
+            let (declared, epoch) = match raw_column {
+                RawColumn::Type(declared) => (declared, None),
+                RawColumn::Full(spec) => (spec.ty, spec.epoch),
+            };
             let ty = declared
                 .parse::<ColumnType>()
                 .map_err(|e| self.invalid(format!("table[{i}].columns.{name}"), e.to_string()))?;
+            let epoch = match epoch {
+                None => None,
+                Some(_) if !ty.is_temporal() => {
+                    return Err(self.invalid(
+                        format!("table[{i}].columns.{name}.epoch"),
+                        format!(
+                            "an epoch unit is for date and timestamp columns; `{name}` is {declared}"
+                        ),
+                    ));
+                }
+                Some(unit) => Some(
+                    unit.parse::<EpochUnit>()
+                        .map_err(|e| self.invalid(format!("table[{i}].columns.{name}.epoch"), e))?,
+                ),
+            };
             if name.is_empty() || name.contains('\0') {
                 return Err(self.invalid(field("columns"), "column names must be non-empty"));
             }
-            columns.push(Column { name, declared, ty });
+            columns.push(Column {
+                name,
+                declared,
+                ty,
+                epoch,
+            });
         }
         if raw.key.is_empty() {
             return Err(self.invalid(
@@ -1190,6 +1261,40 @@ columns = { id = "bigint", order_date = "date", amount = "numeric(12,2)" }
                 .collect::<Vec<_>>(),
             ["id", "order_date", "amount"]
         );
+    }
+
+    #[test]
+    fn a_column_may_declare_its_epoch_unit() {
+        let with =
+            |spec: &str| GOOD.replace("order_date = \"date\"", &format!("order_date = {spec}"));
+        let config = parse(&with("{ type = \"date\", epoch = \"days\" }")).expect("valid");
+        let column = config.tables[0].column("order_date").expect("column");
+        assert_eq!(
+            (column.ty, column.epoch),
+            (ColumnType::Date, Some(EpochUnit::Days))
+        );
+        let config = parse(&with("{ type = \"date\" }")).expect("valid");
+        assert_eq!(
+            config.tables[0].column("order_date").expect("column").epoch,
+            None
+        );
+        let err = error_of(&with("{ type = \"date\", epoch = \"fortnights\" }"));
+        assert!(
+            err.contains("table[0].columns.order_date.epoch: unknown epoch unit `fortnights`"),
+            "{err}"
+        );
+        let err = error_of(&GOOD.replace(
+            "\"numeric(12,2)\"",
+            "{ type = \"numeric(12,2)\", epoch = \"ms\" }",
+        ));
+        assert!(
+            err.contains(
+                "table[0].columns.amount.epoch: an epoch unit is for date and timestamp columns"
+            ),
+            "{err}"
+        );
+        let err = error_of(&with("{ type = \"date\", unit = \"ms\" }"));
+        assert!(err.contains("unknown field `unit`"), "{err}");
     }
 
     #[test]

@@ -201,6 +201,7 @@ impl Transform {
                         format!("{} NOT NULL", c.ty.ddl())
                     },
                     ty: c.ty.engine_type(),
+                    epoch: None,
                 })
                 .collect(),
             partition_by: d.partition_column.clone(),

@@ -56,8 +56,9 @@ pub enum ColumnType {
     BigInt,
     Real,
     Double,
-    /// `numeric` / `numeric(p,s)`: exact decimal text.
-    Numeric,
+    /// `numeric` / `numeric(p,s)`: exact decimal text; with a modifier, values are
+    /// checked against it and normalised to its scale ([`Value::conform`]).
+    Numeric(Option<NumericTypmod>),
     Text,
     /// `varchar(n)`: text of at most n characters (`None`: unbounded).
     Varchar(Option<u32>),
@@ -69,6 +70,89 @@ pub enum ColumnType {
     Json,
     Jsonb,
     Bytea,
+}
+
+/// The precision and scale of `numeric(p,s)` (PostgreSQL 15: precision 1 to 1000, scale
+/// -1000 to 1000, so `numeric(5,-2)` and `numeric(3,5)` exist).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NumericTypmod {
+    pub precision: u16,
+    pub scale: i16,
+}
+
+impl NumericTypmod {
+    /// `numeric(p,s)`, if PostgreSQL accepts it.
+    pub fn new(precision: i64, scale: i64) -> Option<NumericTypmod> {
+        if !(1..=1000).contains(&precision) || !(-1000..=1000).contains(&scale) {
+            return None;
+        }
+        Some(NumericTypmod {
+            precision: u16::try_from(precision).ok()?,
+            scale: i16::try_from(scale).ok()?,
+        })
+    }
+}
+
+impl fmt::Display for NumericTypmod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "numeric({},{})", self.precision, self.scale)
+    }
+}
+
+/// The unit of a number given for a date or time column: days, or seconds, milliseconds,
+/// microseconds or nanoseconds since 1970-01-01 (Debezium's `io.debezium.time.*` types,
+/// or a column's `epoch` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpochUnit {
+    Days,
+    Seconds,
+    Millis,
+    Micros,
+    Nanos,
+}
+
+impl EpochUnit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EpochUnit::Days => "days",
+            EpochUnit::Seconds => "s",
+            EpochUnit::Millis => "ms",
+            EpochUnit::Micros => "us",
+            EpochUnit::Nanos => "ns",
+        }
+    }
+
+    /// Microseconds of a count of this unit; `None` when it overflows or, for
+    /// nanoseconds, is not a whole number of microseconds (PostgreSQL keeps µs, and
+    /// Weir does not round).
+    pub fn to_micros(self, n: i64) -> Option<i64> {
+        match self {
+            EpochUnit::Days => n.checked_mul(MICROS_PER_DAY),
+            EpochUnit::Seconds => n.checked_mul(1_000_000),
+            EpochUnit::Millis => n.checked_mul(1_000),
+            EpochUnit::Micros => Some(n),
+            EpochUnit::Nanos => (n % 1_000 == 0).then_some(n / 1_000),
+        }
+    }
+}
+
+impl FromStr for EpochUnit {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "days" => EpochUnit::Days,
+            "s" => EpochUnit::Seconds,
+            "ms" => EpochUnit::Millis,
+            "us" => EpochUnit::Micros,
+            "ns" => EpochUnit::Nanos,
+            other => {
+                return Err(format!(
+                    "unknown epoch unit `{other}`: use \"days\", \"s\", \"ms\", \"us\" or \"ns\""
+                ));
+            }
+        })
+    }
 }
 
 /// A column type name that Weir does not understand.
@@ -105,11 +189,19 @@ impl FromStr for ColumnType {
             "real" | "float4" => no_args(Self::Real),
             "double precision" | "float8" => no_args(Self::Double),
             "numeric" | "decimal" => match args {
-                None => Ok(Self::Numeric),
-                Some(a) if a.split(',').all(|p| p.trim().parse::<u32>().is_ok()) => {
-                    Ok(Self::Numeric)
+                None => Ok(Self::Numeric(None)),
+                Some(a) => {
+                    let parts: Vec<Option<i64>> =
+                        a.split(',').map(|p| p.trim().parse::<i64>().ok()).collect();
+                    let typmod = match parts.as_slice() {
+                        [Some(p)] => NumericTypmod::new(*p, 0),
+                        [Some(p), Some(s)] => NumericTypmod::new(*p, *s),
+                        _ => None,
+                    };
+                    typmod
+                        .map(|m| Self::Numeric(Some(m)))
+                        .ok_or_else(|| UnknownType(s.to_owned()))
                 }
-                Some(_) => Err(UnknownType(s.to_owned())),
             },
             "text" => no_args(Self::Text),
             "varchar" | "character varying" => match args {
@@ -176,6 +268,40 @@ pub enum ConvertError {
     },
     #[error("text of {chars} characters is longer than varchar({max})")]
     TooLong { chars: usize, max: u32 },
+    #[error(
+        "the value holds a NUL character (U+0000), which PostgreSQL cannot store in {column_type}"
+    )]
+    Nul { column_type: &'static str },
+    #[error(
+        "the value has {digits} digits after the decimal point; {typmod} keeps {} (Weir does not round)",
+        .typmod.scale.max(0)
+    )]
+    Scale {
+        digits: usize,
+        typmod: NumericTypmod,
+    },
+    #[error(
+        "the value has too many digits for {typmod} (at most {} before the decimal point)",
+        (i32::from(.typmod.precision) - i32::from(.typmod.scale)).max(0)
+    )]
+    Precision { typmod: NumericTypmod },
+    #[error("{typmod} cannot hold an infinite value")]
+    Infinite { typmod: NumericTypmod },
+    #[error("the value is outside PostgreSQL's range for {0}")]
+    DateRange(&'static str),
+    #[error(
+        "a number for a {column_type} column without a unit: declare the column's epoch unit in the config (e.g. `{{ type = \"{column_type}\", epoch = \"ms\" }}`) or send the envelope's schema"
+    )]
+    NoEpochUnit { column_type: &'static str },
+    #[error(
+        "the value has nanoseconds that are not whole microseconds (PostgreSQL keeps microseconds; Weir does not round)"
+    )]
+    SubMicros,
+    #[error("the value is not midnight, so it is not a date")]
+    NotMidnight,
+    /// Debezium's schema names a type this column cannot take.
+    #[error("{0}")]
+    Schema(String),
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {
@@ -190,13 +316,34 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
 }
 
 impl Value {
-    /// Converts a JSON value from a change feed into a value of column type `ty`.
+    /// Converts a JSON value from a change feed into a value of column type `ty`, with
+    /// no epoch unit known (a number for a date or time column is refused).
+    pub fn from_json(ty: ColumnType, v: &serde_json::Value) -> Result<Value, ConvertError> {
+        Value::from_json_unit(ty, None, v)
+    }
+
+    /// Converts a JSON value from a change feed into a value of column type `ty`,
+    /// checked against the column and normalised to what PostgreSQL stores
+    /// ([`Value::conform`]).
     ///
     /// Accepted forms follow Debezium's defaults: integers as JSON numbers; numeric as
-    /// a JSON number or decimal string (kept exact); dates as `YYYY-MM-DD` or days since
-    /// the epoch; timestamps as ISO-8601 text or microseconds since the epoch; bytea as
-    /// base64 text; json/jsonb as any JSON value (a string holding JSON is parsed).
-    pub fn from_json(ty: ColumnType, v: &serde_json::Value) -> Result<Value, ConvertError> {
+    /// a JSON number or decimal string (kept exact); dates as `YYYY-MM-DD`; timestamps as
+    /// ISO-8601 text; a number for a date or timestamp column only with its `epoch` unit
+    /// known (days, s, ms, us or ns since 1970-01-01); bytea as base64 text; json/jsonb as
+    /// any JSON value (a string holding JSON is parsed).
+    pub fn from_json_unit(
+        ty: ColumnType,
+        epoch: Option<EpochUnit>,
+        v: &serde_json::Value,
+    ) -> Result<Value, ConvertError> {
+        Value::convert_json(ty, epoch, v)?.conform(ty)
+    }
+
+    fn convert_json(
+        ty: ColumnType,
+        epoch: Option<EpochUnit>,
+        v: &serde_json::Value,
+    ) -> Result<Value, ConvertError> {
         use serde_json::Value as J;
         if v.is_null() {
             return Ok(Value::Null);
@@ -244,7 +391,7 @@ impl Value {
                     _ => Err(wrong("a number")),
                 }
             }
-            ColumnType::Numeric => {
+            ColumnType::Numeric(_) => {
                 let text = match v {
                     J::Number(n) => n.to_string(),
                     J::String(s) => s.trim().to_owned(),
@@ -261,16 +408,8 @@ impl Value {
                 J::String(s) => Ok(Value::Text(s.clone())),
                 _ => Err(wrong("a string")),
             },
-            ColumnType::Varchar(max) => match v {
-                J::String(s) => {
-                    if let Some(max) = max {
-                        let chars = s.chars().count();
-                        if chars > max as usize {
-                            return Err(ConvertError::TooLong { chars, max });
-                        }
-                    }
-                    Ok(Value::Text(s.clone()))
-                }
+            ColumnType::Varchar(_) => match v {
+                J::String(s) => Ok(Value::Text(s.clone())),
                 _ => Err(wrong("a string")),
             },
             ColumnType::Bool => match v {
@@ -286,12 +425,17 @@ impl Value {
                             expected: "date (YYYY-MM-DD)",
                         })
                 }
-                J::Number(n) => n
-                    .as_i64()
-                    .and_then(|d| i32::try_from(d).ok())
-                    .map(Value::Date)
-                    .ok_or_else(|| ConvertError::OutOfRange(n.to_string())),
-                _ => Err(wrong("a date string or days since 1970-01-01")),
+                J::Number(n) => {
+                    let unit = epoch.ok_or(ConvertError::NoEpochUnit {
+                        column_type: "date",
+                    })?;
+                    let n = n.as_i64().ok_or_else(|| ConvertError::Invalid {
+                        text: n.to_string(),
+                        expected: "whole number",
+                    })?;
+                    date_of_epoch(n, unit)
+                }
+                _ => Err(wrong("a date string (YYYY-MM-DD)")),
             },
             ColumnType::Timestamp | ColumnType::TimestampTz => match v {
                 J::String(s) => parse_timestamp(s, ty == ColumnType::TimestampTz)
@@ -300,11 +444,21 @@ impl Value {
                         text: s.clone(),
                         expected: "timestamp (ISO 8601)",
                     }),
-                J::Number(n) => n
-                    .as_i64()
-                    .map(Value::Timestamp)
-                    .ok_or_else(|| ConvertError::OutOfRange(n.to_string())),
-                _ => Err(wrong("a timestamp string or microseconds since 1970-01-01")),
+                J::Number(n) => {
+                    let unit = epoch.ok_or(ConvertError::NoEpochUnit {
+                        column_type: if ty == ColumnType::Timestamp {
+                            "timestamp"
+                        } else {
+                            "timestamptz"
+                        },
+                    })?;
+                    let n = n.as_i64().ok_or_else(|| ConvertError::Invalid {
+                        text: n.to_string(),
+                        expected: "whole number",
+                    })?;
+                    timestamp_of_epoch(n, unit).map(Value::Timestamp)
+                }
+                _ => Err(wrong("a timestamp string (ISO 8601)")),
             },
             ColumnType::Uuid => match v {
                 J::String(s) if parse_uuid(s).is_some() => Ok(Value::Text(s.to_ascii_lowercase())),
@@ -334,6 +488,87 @@ impl Value {
                 }
                 _ => Err(wrong("a base64 string")),
             },
+        }
+    }
+
+    /// Checks a value against its column type and normalises it to what PostgreSQL
+    /// stores there, so that the staged row, a plugin's input, lineage checksums and
+    /// `weir verify` all see the value the target holds: a decimal for `numeric(p,s)` is
+    /// padded to its scale (`7` → `7.00`), or refused when it would be rounded or does not
+    /// fit; integers are range-checked; text and JSON holding a NUL character, text longer
+    /// than `varchar(n)`, dates and timestamps outside PostgreSQL's ranges are refused.
+    /// A value of another kind than the column's is left as it is (the writer refuses it).
+    /// Errors never carry the value in their message.
+    pub fn conform(self, ty: ColumnType) -> Result<Value, ConvertError> {
+        match (ty, self) {
+            (_, Value::Null) => Ok(Value::Null),
+            (ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt, Value::Int(i)) => {
+                let (lo, hi) = match ty {
+                    ColumnType::SmallInt => (i64::from(i16::MIN), i64::from(i16::MAX)),
+                    ColumnType::Integer => (i64::from(i32::MIN), i64::from(i32::MAX)),
+                    _ => (i64::MIN, i64::MAX),
+                };
+                if i < lo || i > hi {
+                    return Err(ConvertError::OutOfRange(i.to_string()));
+                }
+                Ok(Value::Int(i))
+            }
+            (ColumnType::Numeric(Some(typmod)), Value::Decimal(d)) => {
+                fit_decimal(&d, typmod).map(Value::Decimal)
+            }
+            (ColumnType::Numeric(Some(typmod)), Value::Int(i)) => {
+                fit_decimal(&i.to_string(), typmod).map(Value::Decimal)
+            }
+            (ColumnType::Text, Value::Text(s)) => {
+                if s.contains('\0') {
+                    return Err(ConvertError::Nul {
+                        column_type: "text",
+                    });
+                }
+                Ok(Value::Text(s))
+            }
+            (ColumnType::Varchar(max), Value::Text(s)) => {
+                if s.contains('\0') {
+                    return Err(ConvertError::Nul {
+                        column_type: "varchar",
+                    });
+                }
+                if let Some(max) = max {
+                    let chars = s.chars().count();
+                    if chars > max as usize {
+                        return Err(ConvertError::TooLong { chars, max });
+                    }
+                }
+                Ok(Value::Text(s))
+            }
+            (ColumnType::Json | ColumnType::Jsonb, Value::Json(s)) => {
+                if json_has_nul(&s) {
+                    return Err(ConvertError::Nul {
+                        column_type: if ty == ColumnType::Json {
+                            "json"
+                        } else {
+                            "jsonb"
+                        },
+                    });
+                }
+                Ok(Value::Json(s))
+            }
+            (ColumnType::Date, Value::Date(d)) => {
+                if d != i32::MAX
+                    && d != i32::MIN
+                    && !(PG_DATE_MIN_DAYS..=PG_DATE_MAX_DAYS).contains(&d)
+                {
+                    return Err(ConvertError::DateRange("date"));
+                }
+                Ok(Value::Date(d))
+            }
+            (ColumnType::Timestamp | ColumnType::TimestampTz, Value::Timestamp(us)) => {
+                if us != i64::MIN && us < PG_TIMESTAMP_MIN_MICROS {
+                    return Err(ConvertError::DateRange("timestamp"));
+                }
+                Ok(Value::Timestamp(us))
+            }
+            (_, v) => Ok(v),
         }
     }
 
@@ -442,6 +677,380 @@ pub fn canonical_decimal(text: &str) -> Option<String> {
         out.push_str(&parsed.frac_digits);
     }
     Some(out)
+}
+
+/// A Debezium logical type: the `name` of a field in the schema of an envelope written
+/// by Debezium's JSON converter with schemas on. It decides what a value means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logical {
+    /// `io.debezium.time.Date`: days since 1970-01-01.
+    Date,
+    /// `io.debezium.time.Time` (ms), `MicroTime` (µs), `NanoTime` (ns): time of day.
+    Time(EpochUnit),
+    /// `io.debezium.time.Timestamp` (ms), `MicroTimestamp` (µs), `NanoTimestamp` (ns)
+    /// since 1970-01-01.
+    Timestamp(EpochUnit),
+    /// `io.debezium.time.ZonedTimestamp`: ISO-8601 text with an offset.
+    ZonedTimestamp,
+    /// `io.debezium.time.ZonedTime`: ISO-8601 time text with an offset.
+    ZonedTime,
+    /// `org.apache.kafka.connect.data.Decimal`: base64 of the big-endian two's
+    /// complement unscaled value; the scale is the schema's `parameters.scale`.
+    Decimal { scale: i32 },
+    /// `io.debezium.data.VariableScaleDecimal`: `{"scale": s, "value": base64}`.
+    VariableScaleDecimal,
+}
+
+/// Longest unscaled decimal accepted, in bytes (PostgreSQL's widest `numeric(1000)`
+/// needs 416).
+const DECIMAL_BYTES_MAX: usize = 1024;
+
+impl Logical {
+    /// The logical type of a schema field named `name` (`None`: a name that does not
+    /// change how the value is read, or none). The error says what is wrong.
+    pub fn from_schema(
+        name: &str,
+        parameters: Option<&serde_json::Value>,
+    ) -> Result<Option<Logical>, String> {
+        Ok(Some(match name {
+            "io.debezium.time.Date" => Logical::Date,
+            "io.debezium.time.Time" => Logical::Time(EpochUnit::Millis),
+            "io.debezium.time.MicroTime" => Logical::Time(EpochUnit::Micros),
+            "io.debezium.time.NanoTime" => Logical::Time(EpochUnit::Nanos),
+            "io.debezium.time.Timestamp" => Logical::Timestamp(EpochUnit::Millis),
+            "io.debezium.time.MicroTimestamp" => Logical::Timestamp(EpochUnit::Micros),
+            "io.debezium.time.NanoTimestamp" => Logical::Timestamp(EpochUnit::Nanos),
+            "io.debezium.time.ZonedTimestamp" => Logical::ZonedTimestamp,
+            "io.debezium.time.ZonedTime" => Logical::ZonedTime,
+            "io.debezium.data.VariableScaleDecimal" => Logical::VariableScaleDecimal,
+            "org.apache.kafka.connect.data.Decimal" => {
+                let scale = parameters
+                    .and_then(|p| p.get("scale"))
+                    .and_then(json_int)
+                    .and_then(|s| i32::try_from(s).ok())
+                    .filter(|s| s.unsigned_abs() <= 1000)
+                    .ok_or_else(|| {
+                        format!("schema field of type {name} has no valid `parameters.scale`")
+                    })?;
+                Logical::Decimal { scale }
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    /// The name Debezium gives it, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Logical::Date => "io.debezium.time.Date",
+            Logical::Time(EpochUnit::Millis) => "io.debezium.time.Time",
+            Logical::Time(EpochUnit::Nanos) => "io.debezium.time.NanoTime",
+            Logical::Time(_) => "io.debezium.time.MicroTime",
+            Logical::Timestamp(EpochUnit::Millis) => "io.debezium.time.Timestamp",
+            Logical::Timestamp(EpochUnit::Nanos) => "io.debezium.time.NanoTimestamp",
+            Logical::Timestamp(_) => "io.debezium.time.MicroTimestamp",
+            Logical::ZonedTimestamp => "io.debezium.time.ZonedTimestamp",
+            Logical::ZonedTime => "io.debezium.time.ZonedTime",
+            Logical::Decimal { .. } => "org.apache.kafka.connect.data.Decimal",
+            Logical::VariableScaleDecimal => "io.debezium.data.VariableScaleDecimal",
+        }
+    }
+}
+
+/// An integer given as a JSON number or as decimal text (Debezium writes schema
+/// parameters as strings).
+fn json_int(v: &serde_json::Value) -> Option<i64> {
+    match v {
+        serde_json::Value::Number(n) => n.as_i64(),
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+impl Value {
+    /// Converts a JSON value whose schema field has the Debezium logical type `logical`
+    /// into a value of column type `ty`, exactly (then as [`Value::from_json_unit`]).
+    pub fn from_debezium(
+        ty: ColumnType,
+        logical: Logical,
+        v: &serde_json::Value,
+    ) -> Result<Value, ConvertError> {
+        use serde_json::Value as J;
+        if v.is_null() {
+            return Ok(Value::Null);
+        }
+        let unsuited = |what: &str| {
+            ConvertError::Schema(format!(
+                "the envelope's schema says {} ({what}), which this column's type cannot take",
+                logical.name()
+            ))
+        };
+        match logical {
+            Logical::Date => {
+                if !matches!(v, J::Number(_)) {
+                    return Err(ConvertError::Schema(
+                        "io.debezium.time.Date must be a number of days".into(),
+                    ));
+                }
+                Value::from_json_unit(ty, Some(EpochUnit::Days), v)
+            }
+            Logical::Timestamp(unit) => {
+                if !matches!(v, J::Number(_)) {
+                    return Err(ConvertError::Schema(format!(
+                        "{} must be a number",
+                        logical.name()
+                    )));
+                }
+                if !ty.is_temporal() {
+                    return Err(unsuited("a timestamp"));
+                }
+                Value::from_json_unit(ty, Some(unit), v)
+            }
+            Logical::ZonedTimestamp => {
+                if !ty.is_temporal() {
+                    return Err(unsuited("a timestamp"));
+                }
+                Value::from_json_unit(ty, None, v)
+            }
+            Logical::Time(unit) => {
+                if !matches!(ty, ColumnType::Text | ColumnType::Varchar(_)) {
+                    return Err(unsuited("a time of day; declare the column as text"));
+                }
+                let n = v.as_i64().ok_or_else(|| {
+                    ConvertError::Schema(format!("{} must be a whole number", logical.name()))
+                })?;
+                if unit == EpochUnit::Nanos && n % 1_000 != 0 {
+                    return Err(ConvertError::SubMicros);
+                }
+                let us = unit
+                    .to_micros(n)
+                    .filter(|us| (0..=MICROS_PER_DAY).contains(us))
+                    .ok_or(ConvertError::DateRange("time"))?;
+                let (secs, micros) = (us / 1_000_000, us % 1_000_000);
+                let mut text = format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
+                if micros != 0 {
+                    let frac = format!("{micros:06}");
+                    text.push('.');
+                    text.push_str(frac.trim_end_matches('0'));
+                }
+                Value::Text(text).conform(ty)
+            }
+            Logical::ZonedTime => {
+                if !matches!(ty, ColumnType::Text | ColumnType::Varchar(_)) {
+                    return Err(unsuited("a time of day; declare the column as text"));
+                }
+                Value::from_json_unit(ty, None, v)
+            }
+            Logical::Decimal { scale } => {
+                let J::String(b64) = v else {
+                    return Err(ConvertError::Schema(
+                        "org.apache.kafka.connect.data.Decimal must be base64 text".into(),
+                    ));
+                };
+                let text = decimal_of_bytes(b64, scale)?;
+                Value::from_json_unit(ty, None, &J::String(text))
+            }
+            Logical::VariableScaleDecimal => {
+                let (Some(scale), Some(J::String(b64))) =
+                    (v.get("scale").and_then(json_int), v.get("value"))
+                else {
+                    return Err(ConvertError::Schema(
+                        "io.debezium.data.VariableScaleDecimal must be {\"scale\": n, \"value\": base64}".into(),
+                    ));
+                };
+                let scale = i32::try_from(scale)
+                    .ok()
+                    .filter(|s| s.unsigned_abs() <= 1000)
+                    .ok_or_else(|| {
+                        ConvertError::Schema(
+                            "io.debezium.data.VariableScaleDecimal has a scale out of range".into(),
+                        )
+                    })?;
+                let text = decimal_of_bytes(b64, scale)?;
+                Value::from_json_unit(ty, None, &J::String(text))
+            }
+        }
+    }
+}
+
+/// Decimal text of base64 big-endian two's complement unscaled bytes with `scale`.
+fn decimal_of_bytes(b64: &str, scale: i32) -> Result<String, ConvertError> {
+    use base64::Engine as _;
+    let bad = || ConvertError::Invalid {
+        text: b64.to_owned(),
+        expected: "base64 decimal bytes",
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|_| bad())?;
+    if bytes.is_empty() || bytes.len() > DECIMAL_BYTES_MAX {
+        return Err(bad());
+    }
+    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    let magnitude: Vec<u8> = if negative {
+        // Two's complement: invert and add one.
+        let mut m: Vec<u8> = bytes.iter().map(|b| !b).collect();
+        for b in m.iter_mut().rev() {
+            let (sum, carry) = b.overflowing_add(1);
+            *b = sum;
+            if !carry {
+                break;
+            }
+        }
+        m
+    } else {
+        bytes
+    };
+    // Base 10^9 limbs, least significant first.
+    let mut limbs: Vec<u64> = vec![0];
+    for byte in magnitude {
+        let mut carry = u64::from(byte);
+        for limb in limbs.iter_mut() {
+            let x = *limb * 256 + carry;
+            *limb = x % 1_000_000_000;
+            carry = x / 1_000_000_000;
+        }
+        while carry > 0 {
+            limbs.push(carry % 1_000_000_000);
+            carry /= 1_000_000_000;
+        }
+    }
+    let mut digits = String::new();
+    for (i, limb) in limbs.iter().rev().enumerate() {
+        if i == 0 {
+            digits.push_str(&limb.to_string());
+        } else {
+            digits.push_str(&format!("{limb:09}"));
+        }
+    }
+    let mut out = String::with_capacity(digits.len() + 3);
+    if negative {
+        out.push('-');
+    }
+    let scale_len = usize::try_from(scale.max(0)).unwrap_or(0);
+    if scale > 0 {
+        if digits.len() <= scale_len {
+            digits.insert_str(0, &"0".repeat(scale_len - digits.len() + 1));
+        }
+        let point = digits.len() - scale_len;
+        out.push_str(&digits[..point]);
+        out.push('.');
+        out.push_str(&digits[point..]);
+    } else {
+        out.push_str(&digits);
+        out.push_str(&"0".repeat(usize::try_from(-scale).unwrap_or(0)));
+    }
+    Ok(out)
+}
+
+/// PostgreSQL's first date, 4714-11-24 BC, in days since 1970-01-01.
+const PG_DATE_MIN_DAYS: i32 = -2_440_588;
+/// PostgreSQL's last date, 5874897-12-31, in days since 1970-01-01.
+const PG_DATE_MAX_DAYS: i32 = 2_145_042_905;
+/// PostgreSQL's first timestamp, 4714-11-24 00:00:00 BC, in µs since 1970-01-01. Its
+/// last one lies past `i64`'s range in µs since 1970 (see `pgtypes`).
+const PG_TIMESTAMP_MIN_MICROS: i64 = -210_866_803_200_000_000;
+
+/// A date from a number of `unit`s since 1970-01-01: a whole day, or an error.
+fn date_of_epoch(n: i64, unit: EpochUnit) -> Result<Value, ConvertError> {
+    let days = if unit == EpochUnit::Days {
+        n
+    } else {
+        let us = timestamp_of_epoch(n, unit)?;
+        if us.rem_euclid(MICROS_PER_DAY) != 0 {
+            return Err(ConvertError::NotMidnight);
+        }
+        us.div_euclid(MICROS_PER_DAY)
+    };
+    i32::try_from(days)
+        .ok()
+        .filter(|d| *d != i32::MAX && *d != i32::MIN)
+        .map(Value::Date)
+        .ok_or(ConvertError::DateRange("date"))
+}
+
+/// Microseconds since 1970-01-01 from a number of `unit`s: exact, or an error.
+fn timestamp_of_epoch(n: i64, unit: EpochUnit) -> Result<i64, ConvertError> {
+    if unit == EpochUnit::Nanos && n % 1_000 != 0 {
+        return Err(ConvertError::SubMicros);
+    }
+    unit.to_micros(n)
+        .filter(|us| *us != i64::MAX && *us != i64::MIN)
+        .ok_or(ConvertError::DateRange("timestamp"))
+}
+
+/// Whether JSON text holds a NUL character, raw or as the escape `\u0000` (which
+/// `jsonb` refuses and `json` cannot hand on as text).
+fn json_has_nul(text: &str) -> bool {
+    if text.contains('\0') {
+        return true;
+    }
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'\\' {
+            if bytes.get(i + 1) == Some(&b'u')
+                && bytes.get(i + 2..i + 6).is_some_and(|h| h == b"0000")
+            {
+                return true;
+            }
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    false
+}
+
+/// Decimal text (any form [`canonical_decimal`] reads) as `numeric(p,s)` stores it:
+/// exactly `s` fraction digits (none for a negative scale), or an error when PostgreSQL
+/// would round it or it has too many digits. `NaN` fits every `numeric(p,s)`.
+pub fn fit_decimal(text: &str, typmod: NumericTypmod) -> Result<String, ConvertError> {
+    match text {
+        "NaN" => return Ok("NaN".into()),
+        "Infinity" | "-Infinity" => return Err(ConvertError::Infinite { typmod }),
+        _ => {}
+    }
+    let parsed = ParsedDecimal::parse(text).ok_or_else(|| ConvertError::Invalid {
+        text: text.to_owned(),
+        expected: "decimal",
+    })?;
+    let scale = i64::from(typmod.scale);
+    let frac = parsed.frac_digits.as_bytes();
+    let int = parsed.int_digits.as_bytes();
+    // Digits past the scale must be zeros: PostgreSQL would round them away.
+    let kept_frac = usize::try_from(scale.max(0)).unwrap_or(0);
+    if frac.iter().skip(kept_frac).any(|d| *d != b'0') {
+        let digits = frac.len() - frac.iter().rev().take_while(|d| **d == b'0').count();
+        return Err(ConvertError::Scale { digits, typmod });
+    }
+    // A negative scale: the last -s integer digits must be zeros.
+    let dropped_int = usize::try_from((-scale).max(0)).unwrap_or(0);
+    if dropped_int > 0 && int.iter().rev().take(dropped_int).any(|d| *d != b'0') {
+        return Err(ConvertError::Scale { digits: 0, typmod });
+    }
+    // The digits kept, as one integer (int digits and the first `s` fraction digits);
+    // its significant digits must fit the precision.
+    let mut kept: Vec<u8> = int[..int.len().saturating_sub(dropped_int)].to_vec();
+    kept.extend((0..kept_frac).map(|i| frac.get(i).copied().unwrap_or(b'0')));
+    let significant = kept.iter().skip_while(|d| **d == b'0').count();
+    if significant > usize::from(typmod.precision) {
+        return Err(ConvertError::Precision { typmod });
+    }
+    let zero = significant == 0;
+    let mut out = String::with_capacity(kept.len() + 3);
+    if parsed.negative && !zero {
+        out.push('-');
+    }
+    if int.is_empty() {
+        out.push('0');
+    } else {
+        out.push_str(&parsed.int_digits);
+    }
+    if kept_frac > 0 {
+        out.push('.');
+        out.extend((0..kept_frac).map(|i| char::from(frac.get(i).copied().unwrap_or(b'0'))));
+    }
+    Ok(out)
 }
 
 /// Decimal text split into sign and digits, with exponent notation applied.
@@ -727,7 +1336,16 @@ mod tests {
         for (text, ty) in [
             ("bigint", ColumnType::BigInt),
             ("INT8", ColumnType::BigInt),
-            ("numeric(12,2)", ColumnType::Numeric),
+            (
+                "numeric(12,2)",
+                ColumnType::Numeric(NumericTypmod::new(12, 2)),
+            ),
+            ("numeric(5)", ColumnType::Numeric(NumericTypmod::new(5, 0))),
+            (
+                "decimal(5, -2)",
+                ColumnType::Numeric(NumericTypmod::new(5, -2)),
+            ),
+            ("numeric", ColumnType::Numeric(None)),
             ("double  precision", ColumnType::Double),
             ("varchar(10)", ColumnType::Varchar(Some(10))),
             ("timestamp with time zone", ColumnType::TimestampTz),
@@ -735,6 +1353,9 @@ mod tests {
             assert_eq!(text.parse::<ColumnType>(), Ok(ty), "{text}");
         }
         assert!("numeric(a)".parse::<ColumnType>().is_err());
+        assert!("numeric(0,2)".parse::<ColumnType>().is_err());
+        assert!("numeric(1001)".parse::<ColumnType>().is_err());
+        assert!("numeric(12,2,1)".parse::<ColumnType>().is_err());
         assert!("point".parse::<ColumnType>().is_err());
         assert!("bigint(3)".parse::<ColumnType>().is_err());
     }
@@ -803,7 +1424,7 @@ mod tests {
             Ok(Value::Date(20513))
         );
         assert_eq!(
-            Value::from_json(ColumnType::Date, &json!(20513)),
+            Value::from_json_unit(ColumnType::Date, Some(EpochUnit::Days), &json!(20513)),
             Ok(Value::Date(20513))
         );
         assert_eq!(
@@ -811,7 +1432,7 @@ mod tests {
             Value::from_json(ColumnType::TimestampTz, &json!("2026-03-01 00:00:00Z"))
         );
         assert_eq!(
-            Value::from_json(ColumnType::Numeric, &json!("19.90")),
+            Value::from_json(ColumnType::Numeric(None), &json!("19.90")),
             Ok(Value::Decimal("19.90".into()))
         );
         assert!(matches!(
@@ -830,6 +1451,365 @@ mod tests {
             Value::from_json(ColumnType::Text, &json!(null)),
             Ok(Value::Null)
         );
+    }
+
+    fn numeric(p: i64, s: i64) -> ColumnType {
+        ColumnType::Numeric(NumericTypmod::new(p, s))
+    }
+
+    #[test]
+    fn decimals_are_normalised_to_the_columns_scale_or_refused() {
+        use serde_json::json;
+        let n12_2 = numeric(12, 2);
+        for (input, want) in [
+            (json!("7"), "7.00"),
+            (json!("12.5"), "12.50"),
+            (json!(7.5), "7.50"),
+            (json!(7), "7.00"),
+            (json!("19.990"), "19.99"),
+            (json!("-0.5"), "-0.50"),
+            (json!("-0.000"), "0.00"),
+            (json!("1e2"), "100.00"),
+            (json!("9999999999.99"), "9999999999.99"),
+            (json!("NaN"), "NaN"),
+        ] {
+            assert_eq!(
+                Value::from_json(n12_2, &input),
+                Ok(Value::Decimal(want.into())),
+                "{input}"
+            );
+        }
+        // Rounding is refused, and so are too many integer digits and infinities.
+        assert!(matches!(
+            Value::from_json(n12_2, &json!("19.999")),
+            Err(ConvertError::Scale { digits: 3, .. })
+        ));
+        assert!(matches!(
+            Value::from_json(n12_2, &json!(0.001)),
+            Err(ConvertError::Scale { .. })
+        ));
+        assert!(matches!(
+            Value::from_json(n12_2, &json!("10000000000")),
+            Err(ConvertError::Precision { .. })
+        ));
+        assert!(matches!(
+            Value::from_json(n12_2, &json!("Infinity")),
+            Err(ConvertError::Infinite { .. })
+        ));
+        // Negative scale and a scale above the precision, as PostgreSQL 15 has them.
+        assert_eq!(
+            fit_decimal("12300", NumericTypmod::new(5, -2).expect("typmod")).as_deref(),
+            Ok("12300")
+        );
+        assert!(fit_decimal("12340", NumericTypmod::new(5, -2).expect("typmod")).is_err());
+        assert!(fit_decimal("1234500", NumericTypmod::new(3, -2).expect("typmod")).is_err());
+        assert_eq!(
+            fit_decimal("0.00999", NumericTypmod::new(3, 5).expect("typmod")).as_deref(),
+            Ok("0.00999")
+        );
+        assert_eq!(
+            fit_decimal("0.001", NumericTypmod::new(3, 5).expect("typmod")).as_deref(),
+            Ok("0.00100")
+        );
+        assert!(fit_decimal("0.01", NumericTypmod::new(3, 5).expect("typmod")).is_err());
+        // Unconstrained numeric keeps the scale given.
+        assert_eq!(
+            Value::from_json(ColumnType::Numeric(None), &json!("7.5")),
+            Ok(Value::Decimal("7.5".into()))
+        );
+        // The message never holds the value.
+        let message = Value::from_json(n12_2, &json!("19.999"))
+            .expect_err("rounded")
+            .to_string();
+        assert!(!message.contains("19.999"), "{message}");
+        assert!(message.contains("numeric(12,2)"), "{message}");
+    }
+
+    #[test]
+    fn values_that_postgres_cannot_store_are_refused() {
+        use serde_json::json;
+        for ty in [ColumnType::Text, ColumnType::Varchar(Some(10))] {
+            assert!(matches!(
+                Value::from_json(ty, &json!("a\u{0}b")),
+                Err(ConvertError::Nul { .. })
+            ));
+        }
+        for ty in [ColumnType::Json, ColumnType::Jsonb] {
+            assert!(matches!(
+                Value::from_json(ty, &json!({"k": "a\u{0}b"})),
+                Err(ConvertError::Nul { .. })
+            ));
+            // An escaped backslash followed by `u0000` is no NUL.
+            assert!(Value::from_json(ty, &json!({"k": "a\\u0000b"})).is_ok());
+        }
+        assert!(matches!(
+            Value::from_json(ColumnType::Integer, &json!(2_147_483_648_i64)),
+            Err(ConvertError::OutOfRange(_))
+        ));
+        assert!(matches!(
+            Value::from_json(ColumnType::SmallInt, &json!(-32769)),
+            Err(ConvertError::OutOfRange(_))
+        ));
+        assert_eq!(
+            Value::from_json(ColumnType::SmallInt, &json!(-32768)),
+            Ok(Value::Int(-32768))
+        );
+        assert!(matches!(
+            Value::from_json(ColumnType::Varchar(Some(3)), &json!("äöüß")),
+            Err(ConvertError::TooLong { chars: 4, max: 3 })
+        ));
+        assert!(Value::from_json(ColumnType::Varchar(Some(4)), &json!("äöüß")).is_ok());
+        // PostgreSQL's dates start at 4714-11-24 BC.
+        assert!(matches!(
+            Value::from_json(ColumnType::Date, &json!("-5000-01-01")),
+            Err(ConvertError::DateRange(_))
+        ));
+        assert!(matches!(
+            Value::from_json(ColumnType::Timestamp, &json!("-5000-01-01T00:00:00")),
+            Err(ConvertError::DateRange(_))
+        ));
+        assert_eq!(
+            Value::Date(PG_DATE_MIN_DAYS).conform(ColumnType::Date),
+            Ok(Value::Date(PG_DATE_MIN_DAYS))
+        );
+        assert!(
+            Value::Date(PG_DATE_MIN_DAYS - 1)
+                .conform(ColumnType::Date)
+                .is_err()
+        );
+        assert!(
+            Value::Date(PG_DATE_MAX_DAYS + 1)
+                .conform(ColumnType::Date)
+                .is_err()
+        );
+        assert_eq!(
+            Value::Date(i32::MAX).conform(ColumnType::Date),
+            Ok(Value::Date(i32::MAX))
+        );
+        assert!(
+            Value::Timestamp(PG_TIMESTAMP_MIN_MICROS - 1)
+                .conform(ColumnType::TimestampTz)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn epoch_numbers_need_a_unit_and_are_exact() {
+        use serde_json::json;
+        // 2026-03-01 00:00:00 UTC.
+        let us = 1_772_323_200_000_000_i64;
+        for ty in [
+            ColumnType::Timestamp,
+            ColumnType::TimestampTz,
+            ColumnType::Date,
+        ] {
+            let err = Value::from_json(ty, &json!(1_772_323_200_000_i64)).expect_err("no unit");
+            assert!(matches!(err, ConvertError::NoEpochUnit { .. }), "{err}");
+            assert!(err.to_string().contains("epoch"), "{err}");
+        }
+        for (unit, n) in [
+            (EpochUnit::Seconds, us / 1_000_000),
+            (EpochUnit::Millis, us / 1_000),
+            (EpochUnit::Micros, us),
+            (EpochUnit::Nanos, us * 1_000),
+            (EpochUnit::Days, 20_513),
+        ] {
+            assert_eq!(
+                Value::from_json_unit(ColumnType::Timestamp, Some(unit), &json!(n)),
+                Ok(Value::Timestamp(us)),
+                "{unit:?}"
+            );
+            assert_eq!(
+                Value::from_json_unit(ColumnType::Date, Some(unit), &json!(n)),
+                Ok(Value::Date(20_513)),
+                "{unit:?}"
+            );
+        }
+        assert!(matches!(
+            Value::from_json_unit(ColumnType::Timestamp, Some(EpochUnit::Nanos), &json!(1_500)),
+            Err(ConvertError::SubMicros)
+        ));
+        assert!(matches!(
+            Value::from_json_unit(ColumnType::Date, Some(EpochUnit::Millis), &json!(1_000)),
+            Err(ConvertError::NotMidnight)
+        ));
+        assert!(matches!(
+            Value::from_json_unit(
+                ColumnType::Timestamp,
+                Some(EpochUnit::Seconds),
+                &json!(i64::MAX)
+            ),
+            Err(ConvertError::DateRange(_))
+        ));
+        assert!(
+            Value::from_json_unit(ColumnType::Timestamp, Some(EpochUnit::Millis), &json!(1.5))
+                .is_err()
+        );
+    }
+
+    fn logical(name: &str, parameters: serde_json::Value) -> Logical {
+        Logical::from_schema(name, Some(&parameters))
+            .expect("valid")
+            .expect("a logical type")
+    }
+
+    #[test]
+    fn debezium_logical_types_decide_the_unit() {
+        use serde_json::json;
+        let us = 1_772_323_200_000_000_i64;
+        let none = json!(null);
+        let ts = |name: &str, v: serde_json::Value| {
+            Value::from_debezium(ColumnType::Timestamp, logical(name, json!(null)), &v)
+        };
+        assert_eq!(
+            ts("io.debezium.time.Timestamp", json!(us / 1_000)),
+            Ok(Value::Timestamp(us))
+        );
+        assert_eq!(
+            ts("io.debezium.time.MicroTimestamp", json!(us + 1)),
+            Ok(Value::Timestamp(us + 1))
+        );
+        assert_eq!(
+            ts("io.debezium.time.NanoTimestamp", json!(us * 1_000)),
+            Ok(Value::Timestamp(us))
+        );
+        assert_eq!(
+            ts("io.debezium.time.NanoTimestamp", json!(us * 1_000 + 1)),
+            Err(ConvertError::SubMicros)
+        );
+        assert_eq!(
+            Value::from_debezium(
+                ColumnType::TimestampTz,
+                logical("io.debezium.time.ZonedTimestamp", none.clone()),
+                &json!("2026-03-01T01:00:00+01:00")
+            ),
+            Ok(Value::Timestamp(us))
+        );
+        assert_eq!(
+            Value::from_debezium(
+                ColumnType::Date,
+                logical("io.debezium.time.Date", none.clone()),
+                &json!(20_513)
+            ),
+            Ok(Value::Date(20_513))
+        );
+        // A date as a string is not Debezium's Date.
+        assert!(
+            Value::from_debezium(
+                ColumnType::Date,
+                logical("io.debezium.time.Date", none.clone()),
+                &json!("2026-03-01")
+            )
+            .is_err()
+        );
+        let time = |name: &str, v: i64| {
+            Value::from_debezium(ColumnType::Text, logical(name, json!(null)), &json!(v))
+        };
+        assert_eq!(
+            time("io.debezium.time.Time", 3_723_004),
+            Ok(Value::Text("01:02:03.004".into()))
+        );
+        assert_eq!(
+            time("io.debezium.time.MicroTime", 3_723_000_005),
+            Ok(Value::Text("01:02:03.000005".into()))
+        );
+        assert_eq!(
+            time("io.debezium.time.NanoTime", 3_723_000_000_000),
+            Ok(Value::Text("01:02:03".into()))
+        );
+        assert!(time("io.debezium.time.NanoTime", 1).is_err());
+        assert!(time("io.debezium.time.Time", -1).is_err());
+        assert_eq!(
+            Value::from_debezium(
+                ColumnType::Text,
+                logical("io.debezium.time.ZonedTime", none.clone()),
+                &json!("01:02:03Z")
+            ),
+            Ok(Value::Text("01:02:03Z".into()))
+        );
+        // A time of day for a timestamp column is refused, not guessed.
+        assert!(
+            Value::from_debezium(
+                ColumnType::Timestamp,
+                logical("io.debezium.time.Time", none.clone()),
+                &json!(1)
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn debezium_decimals_are_exact() {
+        use serde_json::json;
+        let n12_2 = numeric(12, 2);
+        let decimal = |scale: &str, b64: &str, ty: ColumnType| {
+            Value::from_debezium(
+                ty,
+                logical(
+                    "org.apache.kafka.connect.data.Decimal",
+                    json!({"scale": scale}),
+                ),
+                &json!(b64),
+            )
+        };
+        // 1999 = 0x07CF; scale 2: 19.99.
+        assert_eq!(
+            decimal("2", "B88=", n12_2),
+            Ok(Value::Decimal("19.99".into()))
+        );
+        // -1999 = 0xF831.
+        assert_eq!(
+            decimal("2", "+DE=", n12_2),
+            Ok(Value::Decimal("-19.99".into()))
+        );
+        // 19999 (0x4E1F) at scale 3 is 19.999: refused for numeric(12,2), not rounded.
+        assert!(matches!(
+            decimal("3", "Th8=", n12_2),
+            Err(ConvertError::Scale { .. })
+        ));
+        assert_eq!(
+            decimal("3", "Th8=", ColumnType::Numeric(None)),
+            Ok(Value::Decimal("19.999".into()))
+        );
+        // 7 at scale 0, normalised to the column's scale.
+        assert_eq!(
+            decimal("0", "Bw==", n12_2),
+            Ok(Value::Decimal("7.00".into()))
+        );
+        // 5 at scale 3: 0.005.
+        assert_eq!(
+            decimal("3", "BQ==", ColumnType::Numeric(None)),
+            Ok(Value::Decimal("0.005".into()))
+        );
+        // 128 needs a leading zero byte (0x0080); 0x80 alone is -128.
+        assert_eq!(
+            decimal("0", "AIA=", ColumnType::Numeric(None)),
+            Ok(Value::Decimal("128".into()))
+        );
+        assert_eq!(
+            decimal("0", "gA==", ColumnType::Numeric(None)),
+            Ok(Value::Decimal("-128".into()))
+        );
+        // A value wider than a u64: 2^80 = 0x01 followed by ten zero bytes.
+        assert_eq!(
+            decimal("0", "AQAAAAAAAAAAAAA=", ColumnType::Numeric(None)),
+            Ok(Value::Decimal("1208925819614629174706176".into()))
+        );
+        assert!(decimal("2", "not base64!", n12_2).is_err());
+        assert!(Logical::from_schema("org.apache.kafka.connect.data.Decimal", None).is_err());
+        let variable = |v: serde_json::Value| {
+            Value::from_debezium(
+                n12_2,
+                logical("io.debezium.data.VariableScaleDecimal", json!(null)),
+                &v,
+            )
+        };
+        assert_eq!(
+            variable(json!({"scale": 1, "value": "fQ=="})),
+            Ok(Value::Decimal("12.50".into()))
+        );
+        assert!(variable(json!({"scale": 3, "value": "Th8="})).is_err());
+        assert!(variable(json!({"value": "fQ=="})).is_err());
     }
 
     #[test]

@@ -669,7 +669,36 @@ impl Plugin {
         output.peak_memory_bytes = store.data().memory.peak;
         drop(store);
         self.check_output(&job, spec, &output)?;
+        self.normalise_output(&mut output);
         Ok(output)
+    }
+
+    /// Pads the checked output's decimals to their `numeric(p,s)` column's scale (`7.5`
+    /// → `7.50`), as PostgreSQL stores them, so that the lineage checksum of the rows
+    /// written is the checksum of the rows `weir verify` reads back.
+    fn normalise_output(&self, output: &mut JobOutput) {
+        let d = self.description();
+        let typmods: Vec<(usize, crate::value::NumericTypmod)> = d
+            .columns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match c.ty.engine_type() {
+                crate::value::ColumnType::Numeric(Some(m)) => Some((i, m)),
+                _ => None,
+            })
+            .collect();
+        if typmods.is_empty() {
+            return;
+        }
+        for row in &mut output.rows {
+            for &(i, typmod) in &typmods {
+                if let Some(Value::Decimal(text)) = row.get_mut(i)
+                    && let Ok(fitted) = crate::value::fit_decimal(text, typmod)
+                {
+                    *text = fitted;
+                }
+            }
+        }
     }
 
     /// Checks types, partition and grain uniqueness of a job's output.

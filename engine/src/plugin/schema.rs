@@ -70,7 +70,10 @@ impl OutputType {
             OutputType::Bigint => ColumnType::BigInt,
             OutputType::Real => ColumnType::Real,
             OutputType::DoublePrecision => ColumnType::Double,
-            OutputType::Numeric { .. } => ColumnType::Numeric,
+            OutputType::Numeric { precision, scale } => ColumnType::Numeric(
+                precision
+                    .and_then(|p| crate::value::NumericTypmod::new(i64::from(p), i64::from(scale))),
+            ),
             OutputType::Text => ColumnType::Text,
             OutputType::Varchar { length } => ColumnType::Varchar(length),
             OutputType::Boolean => ColumnType::Bool,
@@ -221,18 +224,16 @@ fn check_value(column: &OutputColumn, value: &Value) -> Result<(), String> {
         )),
         (OutputType::Smallint, Value::Int(i)) => i16::try_from(*i)
             .map(drop)
-            .map_err(|_| format!("{i} is out of range for smallint")),
+            .map_err(|_| "the value is out of range for smallint".to_owned()),
         (OutputType::Integer, Value::Int(i)) => i32::try_from(*i)
             .map(drop)
-            .map_err(|_| format!("{i} is out of range for integer")),
+            .map_err(|_| "the value is out of range for integer".to_owned()),
         (OutputType::Bigint, Value::Int(_)) => Ok(()),
         (OutputType::Real, Value::Float(f)) => {
             if f.is_nan() || f.is_infinite() || f64::from(*f as f32) == *f {
                 Ok(())
             } else {
-                Err(format!(
-                    "{f} is not exactly a real (32-bit) value; declare double precision or round in the plugin"
-                ))
+                Err("the value is not exactly a real (32-bit) value; declare double precision or round in the plugin".to_owned())
             }
         }
         (OutputType::DoublePrecision, Value::Float(_)) => Ok(()),
@@ -254,10 +255,7 @@ fn check_value(column: &OutputColumn, value: &Value) -> Result<(), String> {
             if is_uuid(s) {
                 Ok(())
             } else {
-                Err(format!(
-                    "`{}` is not a uuid in lower-case hyphenated form",
-                    s.chars().take(40).collect::<String>()
-                ))
+                Err("the value is not a uuid in lower-case hyphenated form".to_owned())
             }
         }
         (OutputType::Json | OutputType::Jsonb, Value::Json(text)) => {
@@ -280,10 +278,10 @@ fn check_decimal(text: &str, typmod: Option<(u32, u32)>) -> Result<(), String> {
         canonical_digits(text)
     };
     let Some((int_digits, frac_digits)) = digits else {
-        return Err(format!(
-            "`{}` is not a decimal in PostgreSQL's output form (digits, optional `-` and `.`; no exponent, `+` or leading zeros)",
-            text.chars().take(40).collect::<String>()
-        ));
+        return Err(
+            "the value is not a decimal in PostgreSQL's output form (digits, optional `-` and `.`; no exponent, `+` or leading zeros)"
+                .to_owned(),
+        );
     };
     let Some((p, s)) = typmod else {
         return Ok(());
@@ -292,18 +290,18 @@ fn check_decimal(text: &str, typmod: Option<(u32, u32)>) -> Result<(), String> {
         return if text == "NaN" {
             Ok(())
         } else {
-            Err(format!("{text} does not fit numeric({p},{s})"))
+            Err(format!("an infinite value does not fit numeric({p},{s})"))
         };
     }
     let int_digits = int_digits as u32;
     if frac_digits as u32 > s {
         return Err(format!(
-            "{text} has {frac_digits} fraction digits; numeric({p},{s}) takes {s} (the host rejects rather than rounds)"
+            "the value has {frac_digits} fraction digits; numeric({p},{s}) takes {s} (the host rejects rather than rounds)"
         ));
     }
     if int_digits > p - s {
         return Err(format!(
-            "{text} has {int_digits} integer digits; numeric({p},{s}) takes {}",
+            "the value has {int_digits} integer digits; numeric({p},{s}) takes {}",
             p - s
         ));
     }
@@ -410,6 +408,47 @@ mod tests {
         );
         assert!(check_value(&unbounded, &Value::Decimal("-Infinity".into())).is_ok());
         assert!(check_value(&unbounded, &Value::Decimal("123456789.123456789".into())).is_ok());
+    }
+
+    #[test]
+    fn output_errors_never_hold_the_value() {
+        let cases = [
+            (
+                col("a", numeric(12, 2), true),
+                Value::Decimal("19.999".into()),
+                "19.999",
+            ),
+            (
+                col("a", numeric(12, 2), true),
+                Value::Decimal("123456789012.5".into()),
+                "123456789012.5",
+            ),
+            (
+                col("a", numeric(12, 2), true),
+                Value::Decimal("0012.5".into()),
+                "0012.5",
+            ),
+            (
+                col("a", OutputType::Smallint, true),
+                Value::Int(765_432),
+                "765432",
+            ),
+            (
+                col("a", OutputType::Integer, true),
+                Value::Int(9_876_543_210),
+                "9876543210",
+            ),
+            (col("a", OutputType::Real, true), Value::Float(0.1), "0.1"),
+            (
+                col("a", OutputType::Uuid, true),
+                Value::Text("secret-not-a-uuid".into()),
+                "secret",
+            ),
+        ];
+        for (column, value, text) in cases {
+            let message = check_value(&column, &value).expect_err("refused");
+            assert!(!message.contains(text), "{message}");
+        }
     }
 
     #[test]

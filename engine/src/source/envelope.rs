@@ -12,7 +12,7 @@ use serde_json::{Map, Value as Json};
 use super::{Op, Row, keyed_changes};
 use crate::config::{TableConfig, TableName};
 use crate::stage::StageChange;
-use crate::value::Value;
+use crate::value::{Logical, Value};
 
 /// A transaction's identity in the feed (`source.txId`).
 pub type TxId = Option<String>;
@@ -33,9 +33,11 @@ pub fn decode_line(tables: &[TableConfig], body: &[u8], end: u64) -> Result<Deco
             "a line must be a JSON object (a Debezium envelope)".into(),
         ));
     };
+    let mut schema = None;
     if envelope.contains_key("schema")
         && let Some(Json::Object(payload)) = envelope.remove("payload")
     {
+        schema = envelope.remove("schema");
         envelope = payload;
     }
     let source = match envelope.get("source") {
@@ -88,8 +90,10 @@ pub fn decode_line(tables: &[TableConfig], body: &[u8], end: u64) -> Result<Deco
         .into_iter()
         .flatten()
         .find_map(Json::as_i64);
-    let before = image(table, envelope.get("before"), "before").map_err(&bad)?;
-    let after = image(table, envelope.get("after"), "after").map_err(&bad)?;
+    let logical = |which: &str| image_schema(schema.as_ref(), which).map_err(&bad);
+    let before =
+        image(table, envelope.get("before"), "before", &logical("before")?).map_err(&bad)?;
+    let after = image(table, envelope.get("after"), "after", &logical("after")?).map_err(&bad)?;
     let changes = keyed_changes(
         table,
         op,
@@ -143,8 +147,51 @@ impl BadLine {
     }
 }
 
-/// Converts a before/after object into a row of the table's declared columns.
-fn image(table: &TableConfig, json: Option<&Json>, which: &str) -> Result<Option<Row>, String> {
+/// The Debezium logical types of the fields of the `before` or `after` image, from the
+/// envelope's `schema` (Debezium's JSON converter with schemas on): the field named
+/// `which` of the envelope's struct, whose own `fields` name each column's `field`,
+/// `type` and optional `name` (the logical type) and `parameters`. Fields without a
+/// logical name Weir knows are left out (their values are read by the column's type).
+fn image_schema(schema: Option<&Json>, which: &str) -> Result<Vec<(String, Logical)>, String> {
+    let Some(fields) = schema
+        .and_then(|s| s.get("fields"))
+        .and_then(Json::as_array)
+        .and_then(|fields| {
+            fields
+                .iter()
+                .find(|f| f.get("field").and_then(Json::as_str) == Some(which))
+        })
+        .and_then(|image| image.get("fields"))
+        .and_then(Json::as_array)
+    else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for field in fields {
+        let (Some(column), Some(name)) = (
+            field.get("field").and_then(Json::as_str),
+            field.get("name").and_then(Json::as_str),
+        ) else {
+            continue;
+        };
+        let logical = Logical::from_schema(name, field.get("parameters"))
+            .map_err(|e| format!("column `{column}` in the schema of `{which}`: {e}"))?;
+        if let Some(logical) = logical {
+            out.push((column.to_owned(), logical));
+        }
+    }
+    Ok(out)
+}
+
+/// Converts a before/after object into a row of the table's declared columns; a column
+/// with a logical type in the envelope's schema is read by it, else by its declared
+/// type (and epoch unit).
+fn image(
+    table: &TableConfig,
+    json: Option<&Json>,
+    which: &str,
+    logical: &[(String, Logical)],
+) -> Result<Option<Row>, String> {
     let object: &Map<String, Json> = match json {
         None | Some(Json::Null) => return Ok(None),
         Some(Json::Object(o)) => o,
@@ -163,7 +210,11 @@ fn image(table: &TableConfig, json: Option<&Json>, which: &str) -> Result<Option
         let Some(json) = object.get(&column.name) else {
             continue;
         };
-        let value = Value::from_json(column.ty, json).map_err(|e| {
+        let converted = match logical.iter().find(|(c, _)| *c == column.name) {
+            Some((_, logical)) => Value::from_debezium(column.ty, *logical, json),
+            None => Value::from_json_unit(column.ty, column.epoch, json),
+        };
+        let value = converted.map_err(|e| {
             format!(
                 "column `{}` ({}) in `{which}`: {e}",
                 column.name, column.declared
@@ -172,4 +223,201 @@ fn image(table: &TableConfig, json: Option<&Json>, which: &str) -> Result<Option
         row.push((column.name.clone(), value));
     }
     Ok(Some(row))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use serde_json::json;
+
+    const CONFIG: &str = r#"
+[source]
+kind = "jsonl"
+path = "feed.jsonl"
+[stage]
+path = "stage"
+[target]
+kind = "postgres"
+dsn_env = "X"
+[[table]]
+source = "public.orders"
+target = "public.t"
+key = ["id"]
+partition_by = "at"
+grain = "day"
+columns = { id = "bigint", at = "timestamp", day = "date", amount = "numeric(12,2)", note = "text", at_ms = { type = "timestamptz", epoch = "ms" } }
+"#;
+
+    fn tables() -> Vec<TableConfig> {
+        Config::parse(CONFIG, std::path::Path::new("weir.toml"))
+            .expect("config")
+            .tables
+    }
+
+    /// The staged values of the one upsert a line decodes to.
+    fn values(line: &serde_json::Value) -> Result<Row, String> {
+        let decoded =
+            decode_line(&tables(), line.to_string().as_bytes(), 1).map_err(|bad| bad.reason)?;
+        match decoded.changes.as_slice() {
+            [StageChange::Upsert { row, .. }] => Ok(row.values.clone()),
+            other => panic!("one upsert, got {other:?}"),
+        }
+    }
+
+    fn value(row: &Row, column: &str) -> Value {
+        row.iter()
+            .find(|(c, _)| c == column)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no column {column}"))
+    }
+
+    const MARCH_1_US: i64 = 1_772_323_200_000_000;
+
+    fn field(name: &str, ty: &str, logical: Option<&str>) -> serde_json::Value {
+        match logical {
+            Some(l) => json!({"field": name, "type": ty, "optional": true, "name": l}),
+            None => json!({"field": name, "type": ty, "optional": true}),
+        }
+    }
+
+    /// An envelope with Debezium's schema: the image's fields as given.
+    fn schemad(fields: Vec<serde_json::Value>, after: serde_json::Value) -> serde_json::Value {
+        let image = |which: &str| json!({"type": "struct", "optional": true, "name": "dbserver.public.orders.Value", "field": which, "fields": fields.clone()});
+        json!({
+            "schema": {"type": "struct", "name": "dbserver.public.orders.Envelope", "fields": [
+                image("before"),
+                image("after"),
+                {"type": "struct", "field": "source", "fields": []},
+                {"type": "string", "field": "op"}
+            ]},
+            "payload": {"op": "c", "before": null, "after": after, "source": {"schema": "public", "table": "orders"}}
+        })
+    }
+
+    #[test]
+    fn a_schema_decides_the_unit_of_each_logical_type() {
+        let fields = vec![
+            field("id", "int64", None),
+            field("at", "int64", Some("io.debezium.time.Timestamp")),
+            field("day", "int32", Some("io.debezium.time.Date")),
+            json!({"field": "amount", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2", "connect.decimal.precision": "12"}}),
+            field("note", "int64", Some("io.debezium.time.MicroTime")),
+        ];
+        let row = values(&schemad(
+            fields,
+            json!({"id": 1, "at": MARCH_1_US / 1000, "day": 20513, "amount": "B88=", "note": 3_723_000_005_i64}),
+        ))
+        .expect("good");
+        assert_eq!(value(&row, "at"), Value::Timestamp(MARCH_1_US));
+        assert_eq!(value(&row, "day"), Value::Date(20513));
+        assert_eq!(value(&row, "amount"), Value::Decimal("19.99".into()));
+        assert_eq!(value(&row, "note"), Value::Text("01:02:03.000005".into()));
+
+        for (logical, n) in [
+            ("io.debezium.time.MicroTimestamp", MARCH_1_US),
+            ("io.debezium.time.NanoTimestamp", MARCH_1_US * 1000),
+        ] {
+            let row = values(&schemad(
+                vec![
+                    field("id", "int64", None),
+                    field("at", "int64", Some(logical)),
+                ],
+                json!({"id": 1, "at": n}),
+            ))
+            .expect("good");
+            assert_eq!(value(&row, "at"), Value::Timestamp(MARCH_1_US), "{logical}");
+        }
+        let row = values(&schemad(
+            vec![
+                field("id", "int64", None),
+                field("at", "string", Some("io.debezium.time.ZonedTimestamp")),
+            ],
+            json!({"id": 1, "at": "2026-03-01T00:00:00Z"}),
+        ))
+        .expect("good");
+        assert_eq!(value(&row, "at"), Value::Timestamp(MARCH_1_US));
+        let row = values(&schemad(
+            vec![
+                field("id", "int64", None),
+                field("at", "string", Some("io.debezium.time.ZonedTimestamp")),
+                field(
+                    "amount",
+                    "struct",
+                    Some("io.debezium.data.VariableScaleDecimal"),
+                ),
+            ],
+            json!({"id": 1, "at": "2026-03-01T00:00:00Z", "amount": {"scale": 1, "value": "fQ=="}}),
+        ))
+        .expect("good");
+        assert_eq!(value(&row, "amount"), Value::Decimal("12.50".into()));
+    }
+
+    #[test]
+    fn a_bare_epoch_number_needs_a_unit() {
+        // A plain int64 field in the schema says nothing about the unit.
+        let reason = values(&schemad(
+            vec![field("id", "int64", None), field("at", "int64", None)],
+            json!({"id": 1, "at": MARCH_1_US / 1000}),
+        ))
+        .expect_err("no unit");
+        assert!(
+            reason.contains(
+                "column `at` (timestamp) in `after`: a number for a timestamp column without a unit"
+            ),
+            "{reason}"
+        );
+        assert!(
+            !reason.contains(&(MARCH_1_US / 1000).to_string()),
+            "{reason}"
+        );
+        let reason = values(&json!({"op": "c", "after": {"id": 1, "at": MARCH_1_US / 1000}, "source": {"schema": "public", "table": "orders"}}))
+            .expect_err("no unit");
+        assert!(reason.contains("without a unit"), "{reason}");
+        // The config's epoch unit for a column.
+        let row = values(&json!({"op": "c", "after": {"id": 1, "at": "2026-03-01 00:00:00", "at_ms": MARCH_1_US / 1000}, "source": {"schema": "public", "table": "orders"}}))
+            .expect("good");
+        assert_eq!(value(&row, "at_ms"), Value::Timestamp(MARCH_1_US));
+        // A nanosecond timestamp that is not whole microseconds is refused, not rounded.
+        let reason = values(&schemad(
+            vec![
+                field("id", "int64", None),
+                field("at", "int64", Some("io.debezium.time.NanoTimestamp")),
+            ],
+            json!({"id": 1, "at": MARCH_1_US * 1000 + 1}),
+        ))
+        .expect_err("sub-µs");
+        assert!(reason.contains("not whole microseconds"), "{reason}");
+    }
+
+    #[test]
+    fn values_that_do_not_fit_are_bad_and_fitting_ones_normalised() {
+        let line = |amount: serde_json::Value, note: &str| json!({"op": "c", "after": {"id": 1, "at": "2026-03-01 00:00:00", "amount": amount, "note": note}, "source": {"schema": "public", "table": "orders"}});
+        for (amount, want) in [
+            (json!("7"), "7.00"),
+            (json!("12.5"), "12.50"),
+            (json!(7.5), "7.50"),
+        ] {
+            let row = values(&line(amount, "ok")).expect("good");
+            assert_eq!(value(&row, "amount"), Value::Decimal(want.into()));
+        }
+        let reason = values(&line(json!("19.999"), "ok")).expect_err("rounded");
+        assert!(
+            reason.contains("column `amount` (numeric(12,2)) in `after`")
+                && !reason.contains("19.999"),
+            "{reason}"
+        );
+        let reason = values(&line(json!("1"), "a\u{0}b")).expect_err("NUL");
+        assert!(
+            reason.contains("column `note` (text)") && reason.contains("NUL"),
+            "{reason}"
+        );
+        // A bad schema parameter is a bad line, not a panic.
+        let reason = values(&schemad(
+            vec![field("id", "int64", None), json!({"field": "amount", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "x"}})],
+            json!({"id": 1, "amount": "B88="}),
+        ))
+        .expect_err("bad schema");
+        assert!(reason.contains("parameters.scale"), "{reason}");
+    }
 }

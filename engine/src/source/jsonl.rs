@@ -13,7 +13,8 @@
 //! seeked, stdin is read and discarded (pipe the same feed again to resume).
 //!
 //! A line that cannot be decoded (not UTF-8, not JSON, unknown op, unknown table or
-//! column, a value of the wrong type, a missing key, a rejected NULL partition key) is
+//! column, a value of the wrong type or one that does not fit its column, a bare epoch
+//! number with no unit known, a missing key, a rejected NULL partition key) is
 //! a bad record: with `on_bad_record = "fail"` the source stops there and nothing from
 //! that line's transaction on is delivered; with `"dead-letter"` the record travels
 //! with its transaction to `weir.dead_letter`. Parsing never panics.
@@ -433,6 +434,15 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
                 "column `id` (bigint) in `after`: expected an integer",
             ),
             ("\u{0}\u{1}[]\n", "malformed JSON"),
+            // Values that do not fit their column: never rounded by the target.
+            (
+                "{\"op\":\"c\",\"after\":{\"id\":3,\"day\":\"2026-03-01\",\"amount\":\"19.999\"},\"source\":{\"schema\":\"public\",\"table\":\"orders\"}}\n",
+                "column `amount` (numeric(12,2)) in `after`: the value has 3 digits after the decimal point; numeric(12,2) keeps 2",
+            ),
+            (
+                "{\"op\":\"c\",\"after\":{\"id\":3,\"day\":20513},\"source\":{\"schema\":\"public\",\"table\":\"orders\"}}\n",
+                "column `day` (date) in `after`: a number for a date column without a unit",
+            ),
         ];
         for (bad, want) in cases {
             let feed = format!(

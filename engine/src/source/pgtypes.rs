@@ -65,7 +65,7 @@
 )]
 
 use crate::source::pgoutput::{RelationColumn, TupleValue};
-use crate::value::{ColumnType, Value};
+use crate::value::{ColumnType, NumericTypmod, Value};
 
 // Type OIDs of PostgreSQL's catalog (`pg_type.dat`); stable across versions.
 const BOOL: u32 = 16;
@@ -273,7 +273,7 @@ pub fn decode_column(
 /// The Weir [`ColumnType`] of a PostgreSQL column, or `None` when Weir has none for it.
 ///
 /// `character varying(n)` is `Varchar(Some(n))` (the modifier is n + 4); `numeric(p,s)` is
-/// `Numeric`; a precision such as `timestamp(3)` is not part of the `ColumnType` (see
+/// `Numeric(Some(p,s))`, against which values are checked; a precision such as `timestamp(3)` is not part of the `ColumnType` (see
 /// [`type_name`] for the full type). `character(n)` and `name` decode to `Value::Text`
 /// but have no `ColumnType` (a `text` column would compare differently: trailing spaces
 /// are insignificant in `character(n)`); nor do the types decoded as `Unsupported`
@@ -285,7 +285,10 @@ pub fn column_type(type_oid: u32, type_modifier: i32) -> Option<ColumnType> {
         INT8 => ColumnType::BigInt,
         FLOAT4 => ColumnType::Real,
         FLOAT8 => ColumnType::Double,
-        NUMERIC => ColumnType::Numeric,
+        NUMERIC => ColumnType::Numeric(
+            numeric_precision_scale(type_modifier)
+                .and_then(|(p, s)| NumericTypmod::new(i64::from(p), i64::from(s))),
+        ),
         TEXT => ColumnType::Text,
         VARCHAR => ColumnType::Varchar(char_length(type_modifier)),
         BOOL => ColumnType::Bool,
@@ -1190,8 +1193,12 @@ mod tests {
             (INT8, -1, Some(ColumnType::BigInt)),
             (FLOAT4, -1, Some(ColumnType::Real)),
             (FLOAT8, -1, Some(ColumnType::Double)),
-            (NUMERIC, -1, Some(ColumnType::Numeric)),
-            (NUMERIC, numeric_typmod(12, 2), Some(ColumnType::Numeric)),
+            (NUMERIC, -1, Some(ColumnType::Numeric(None))),
+            (
+                NUMERIC,
+                numeric_typmod(12, 2),
+                Some(ColumnType::Numeric(NumericTypmod::new(12, 2))),
+            ),
             (TEXT, -1, Some(ColumnType::Text)),
             (VARCHAR, 24, Some(ColumnType::Varchar(Some(20)))),
             (VARCHAR, -1, Some(ColumnType::Varchar(None))),

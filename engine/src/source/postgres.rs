@@ -1126,7 +1126,12 @@ pub async fn source_columns(
                         "column `{name}` has type {declared}, which Weir cannot write yet"
                     ),
                 })?;
-            Ok(crate::config::Column { name, declared, ty })
+            Ok(crate::config::Column {
+                name,
+                declared,
+                ty,
+                epoch: None,
+            })
         })
         .collect()
 }
