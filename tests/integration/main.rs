@@ -6,6 +6,7 @@ mod bad_input;
 mod checkpoint;
 mod crash_suite;
 mod demo;
+mod estates_source;
 mod faults;
 mod grains;
 mod harness;
