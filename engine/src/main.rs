@@ -292,6 +292,12 @@ fn is_usage_error(error: &anyhow::Error) -> bool {
                 .downcast_ref::<weir::metrics::MetricsError>()
                 .is_some()
             || cause
+                .downcast_ref::<weir::pipeline::PipelineError>()
+                .is_some_and(weir::pipeline::PipelineError::is_usage)
+            || cause
+                .downcast_ref::<weir::source::postgres::PgSourceError>()
+                .is_some_and(weir::source::postgres::PgSourceError::is_usage)
+            || cause
                 .downcast_ref::<weir::backfill::BackfillError>()
                 .is_some_and(weir::backfill::BackfillError::is_usage)
             || cause
@@ -1024,6 +1030,21 @@ fn print_summary(
         }
     )?;
     writeln!(out, "dead letters:   {} waiting", s.dead_letters)?;
+    for c in &s.contracts {
+        writeln!(
+            out,
+            "table:          {}{} -> {}, key ({}), partition by {} {}, transform {}",
+            c.source,
+            c.source_oid
+                .map(|oid| format!(" (relation OID {oid})"))
+                .unwrap_or_default(),
+            c.target,
+            c.key.join(", "),
+            c.partition_by,
+            c.grain,
+            c.transform
+        )?;
+    }
     writeln!(out, "size on disk:   {} bytes", s.size_bytes)?;
     Ok(())
 }

@@ -28,7 +28,8 @@ use crate::source::jsonl::JsonlSource;
 use crate::source::postgres::{self, PgSourceError};
 use crate::source::{ChangeSource, SourceError, SourceEvent, Transaction};
 use crate::stage::{
-    ApplyOutcome, DirtyPartition, Stage, StageChange, StageError, StagedRow, encode_key,
+    ApplyOutcome, DirtyPartition, Stage, StageChange, StageError, StagedRow, TableContract,
+    encode_key,
 };
 use crate::target::{self, MergeKeys, PartitionWrite, TargetError, TargetTable, WriteSummary};
 use crate::value::Value;
@@ -80,6 +81,17 @@ pub enum PipelineError {
     #[error(transparent)]
     Plugin(#[from] PluginError),
     #[error(
+        "{}: the stage at {} holds {tables} under another contract: {differences}. A stage's rows are keyed, partitioned and sent to their target by the contract they were staged under, so it is not changed under them: to change a key, partition column, grain or target, use a new stage (point `[stage] path` at a new folder, then run `weir init` and `weir run`, which read the source again), or put the config back",
+        config.display(),
+        stage.display()
+    )]
+    Contract {
+        config: std::path::PathBuf,
+        stage: std::path::PathBuf,
+        tables: String,
+        differences: String,
+    },
+    #[error(
         "{table}, partition {partition}: write = \"merge\": the plugin output a row with grain key {key}, which is not the key of a changed input row; merge needs each output row's grain key to be its input row's key (use write = \"replace\")"
     )]
     MergeKey {
@@ -105,6 +117,17 @@ impl From<TargetError> for PipelineError {
 }
 
 impl PipelineError {
+    /// Whether the user must change the config or the source estate before anything
+    /// can run (exit code 2): a stage contract the config breaks, a publication, key or
+    /// replica identity that would hide changes.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            PipelineError::Contract { .. } => true,
+            PipelineError::PgSource(e) => e.is_usage(),
+            _ => false,
+        }
+    }
+
     /// Whether this is a source that went away (see [`SourceError::is_transient`]).
     pub fn is_transient_source(&self) -> bool {
         match self {
@@ -248,6 +271,172 @@ impl Transform {
     }
 }
 
+impl Transform {
+    /// The transform's identity in a table's contract: `identity`, or the plugin's
+    /// bytes and config (as lineage records them).
+    pub fn contract_id(&self) -> String {
+        match self {
+            Transform::Identity => IDENTITY_TRANSFORM.to_owned(),
+            Transform::Plugin {
+                plugin,
+                config_hash,
+                ..
+            } => format!("sha256:{} config:{config_hash}", plugin.sha256_hex()),
+        }
+    }
+}
+
+/// A table's contract as the config states it.
+fn contract_of(table: &TableConfig, transform: &Transform, oid: Option<u32>) -> TableContract {
+    TableContract {
+        source: table.source.to_string(),
+        source_oid: oid,
+        target: table.target.to_string(),
+        key: table.key.clone(),
+        partition_by: table.partition_by.clone(),
+        grain: table.grain.to_string(),
+        transform: transform.contract_id(),
+    }
+}
+
+/// What reconciling the config with the stage's contracts does to the stage.
+enum ContractStep {
+    /// A table new to the stage, or a contract recorded anew (a plugin changed, the
+    /// source's OID learnt).
+    Put(TableContract),
+    /// The same source table under a new name: move its entries.
+    Rename { from: String, to: TableContract },
+}
+
+/// Compares each configured table's contract with the stage's; refuses a config that
+/// changes a table's key, partition column, grain or target, or whose source table is
+/// another relation than the one staged (dropped and created again). Records the
+/// contracts of tables new to the stage (a stage of an older build adopts the
+/// config's), a changed transform (partitions written by the old one are listed as
+/// stale by lineage; `weir backfill --stale` rewrites them: a plugin upgrade is a
+/// normal operation, not a new feed), and carries a renamed table's staged entries
+/// to its new name (same relation OID). `writable`: `false` only checks.
+fn reconcile_contracts(
+    config: &Config,
+    stage: &Stage,
+    wanted: &[TableContract],
+    writable: bool,
+) -> Result<(), PipelineError> {
+    let existing = stage.contracts()?;
+    let mut steps = Vec::new();
+    let mut differences = Vec::new();
+    let mut tables = Vec::new();
+    let compare = |have: &TableContract, want: &TableContract, out: &mut Vec<String>| {
+        let mut d = Vec::new();
+        if have.target != want.target {
+            d.push(format!("target {} → {}", have.target, want.target));
+        }
+        if have.key != want.key {
+            d.push(format!(
+                "key ({}) → ({})",
+                have.key.join(", "),
+                want.key.join(", ")
+            ));
+        }
+        if have.partition_by != want.partition_by {
+            d.push(format!(
+                "partition_by {} → {}",
+                have.partition_by, want.partition_by
+            ));
+        }
+        if have.grain != want.grain {
+            d.push(format!("grain {} → {}", have.grain, want.grain));
+        }
+        if !d.is_empty() {
+            out.push(format!("{}: {}", want.source, d.join(", ")));
+        }
+    };
+    for want in wanted {
+        let before = differences.len();
+        if let Some(have) = existing.iter().find(|c| c.source == want.source) {
+            if let (Some(had), Some(now)) = (have.source_oid, want.source_oid)
+                && had != now
+            {
+                return Err(PgSourceError::Recreated {
+                    table: want.source.clone(),
+                    oid: now,
+                    expected: had,
+                }
+                .into());
+            }
+            compare(have, want, &mut differences);
+            if have.transform != want.transform {
+                tracing::info!(table = %want.source, "the table's transform changed (plugin or its config): partitions written by the previous one are stale in lineage; `weir backfill --stale` rewrites them");
+            }
+            if have != want {
+                steps.push(ContractStep::Put(TableContract {
+                    source_oid: want.source_oid.or(have.source_oid),
+                    ..want.clone()
+                }));
+            }
+        } else if let Some(have) = want.source_oid.and_then(|oid| {
+            existing
+                .iter()
+                .find(|c| c.source_oid == Some(oid) && !wanted.iter().any(|w| w.source == c.source))
+        }) {
+            compare(have, want, &mut differences);
+            if !writable {
+                differences.push(format!(
+                    "{} was staged as {} (renamed since): run `weir run` once, which carries its staged rows over to the new name",
+                    want.source, have.source
+                ));
+            }
+            steps.push(ContractStep::Rename {
+                from: have.source.clone(),
+                to: want.clone(),
+            });
+        } else {
+            steps.push(ContractStep::Put(want.clone()));
+        }
+        if differences.len() > before {
+            tables.push(want.source.clone());
+        }
+    }
+    if !differences.is_empty() {
+        return Err(PipelineError::Contract {
+            config: config.path.clone(),
+            stage: stage.path().to_owned(),
+            tables: tables.join(", "),
+            differences: differences.join("; "),
+        });
+    }
+    if !writable {
+        return Ok(());
+    }
+    for step in steps {
+        match step {
+            ContractStep::Put(contract) => stage.put_contract(&contract)?,
+            ContractStep::Rename { from, to } => {
+                let moved = stage.rename_table(&from, &to)?;
+                tracing::warn!(from = %from, to = %to.source, entries = moved, "source table renamed: its staged rows now go by its new name");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each configured table's relation OID in a PostgreSQL source (`None` for other
+/// sources).
+async fn source_oids(
+    config: &Config,
+    tables: &[TableConfig],
+) -> Result<Vec<Option<u32>>, PipelineError> {
+    let SourceConfig::Postgres { .. } = &config.source else {
+        return Ok(vec![None; tables.len()]);
+    };
+    let client = postgres::connect(&postgres_dsn(config)?).await?;
+    let mut out = Vec::with_capacity(tables.len());
+    for table in tables {
+        out.push(postgres::table_oid(&client, &table.source).await?);
+    }
+    Ok(out)
+}
+
 /// The compiled-plugin cache of a config: `[engine] plugin_cache` is not a setting;
 /// `$WEIR_PLUGIN_CACHE`, else the user's cache folder (see [`PluginHost`]).
 pub fn plugin_host() -> Arc<PluginHost> {
@@ -287,6 +476,7 @@ pub async fn init_with(
 ) -> Result<InitReport, PipelineError> {
     let mut source_lines = Vec::new();
     let resolved = resolve_tables(config, None).await?;
+    let mut oids = vec![None; resolved.len()];
     if let SourceConfig::Postgres {
         slot, publication, ..
     } = &config.source
@@ -307,6 +497,7 @@ pub async fn init_with(
                 "exists"
             }
         ));
+        oids = report.oids.iter().copied().map(Some).collect();
         for (table, identity) in report.identities {
             source_lines.push(format!("replica identity of {table}: {identity}"));
         }
@@ -315,9 +506,11 @@ pub async fn init_with(
     target::ensure_weir_schema(&client).await?;
     let host = plugin_host();
     let mut tables = Vec::new();
-    for table in &resolved {
+    let mut contracts = Vec::with_capacity(resolved.len());
+    for (table, oid) in resolved.iter().zip(&oids) {
         let transform = Transform::load(&host, table).await?;
         check_write_mode(config, table, &transform)?;
+        contracts.push(contract_of(table, &transform, *oid));
         let view = transform.target_view(table);
         let prepared = target::prepare_table(
             &mut client,
@@ -341,7 +534,8 @@ pub async fn init_with(
     }
     let path = config.stage_path.clone();
     let source_id = config.source_id();
-    blocking(move || Stage::open(&path, &source_id).map(drop)).await?;
+    let stage = blocking(move || Stage::open(&path, &source_id)).await?;
+    reconcile_contracts(config, &stage, &contracts, true)?;
     Ok(InitReport {
         stage: config.stage_path.display().to_string(),
         source: source_lines,
@@ -516,9 +710,12 @@ impl Pipeline {
         config.tables = resolve_tables(&config, clients.first()).await?;
         let host = plugin_host();
         let mut tables = HashMap::new();
-        for table in &config.tables {
+        let oids = source_oids(&config, &config.tables).await?;
+        let mut contracts = Vec::with_capacity(config.tables.len());
+        for (table, oid) in config.tables.iter().zip(oids) {
             let transform = Transform::load(&host, table).await?;
             check_write_mode(&config, table, &transform)?;
+            contracts.push(contract_of(table, &transform, oid));
             let mut prepared = target::prepare_table(
                 &mut clients[0],
                 &transform.target_view(table),
@@ -552,6 +749,7 @@ impl Pipeline {
             })
             .await?,
         );
+        reconcile_contracts(&config, &stage, &contracts, writable)?;
         Ok(Pipeline {
             config,
             stage,

@@ -7,6 +7,7 @@ mod cache_safety;
 mod checkpoint;
 mod crash_suite;
 mod demo;
+mod estates_source;
 mod exact_values;
 mod faults;
 mod grains;

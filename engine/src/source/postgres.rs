@@ -16,8 +16,16 @@
 //! * a relation whose columns differ from the configured table's (a dropped column, a
 //!   changed type) stops the source with an error naming both; an added column is
 //!   staged (it reaches the target once the target has it);
-//! * a change of a table that is not configured is passed over (the publication may
-//!   hold more tables than Weir writes); a TRUNCATE of a configured table is an error
+//! * relations are matched to configured tables by OID (resolved at start), not by
+//!   name: a renamed table (`RENAME`, `SET SCHEMA`), a table dropped and created again,
+//!   or a partition of a configured table sent under its own name stops the source
+//!   with an error naming it and the fix, before any of its changes is taken
+//!   ([`PostgresSource`]'s `check_relation`); nothing past it is acknowledged;
+//! * before streaming, [`check_estate`] refuses a publication or a key that would hide
+//!   changes (operations not published, a partitioned table not published through its
+//!   root, a row filter, a column list, a key that is not the replica identity);
+//! * a change of any other table is passed over (the publication may hold more tables
+//!   than Weir writes); a TRUNCATE of a configured table is an error
 //!   (`on_truncate = "fail"`, the default) or removes all its staged rows (`"apply"`).
 
 use std::collections::{HashMap, VecDeque};
@@ -110,6 +118,36 @@ pub enum PgSourceError {
     Decode(#[from] DecodeError),
     #[error("source table {table} {problem}")]
     SourceTable { table: String, problem: String },
+    /// The source estate (publication, replica identity, key) would hide changes from
+    /// Weir: refused before anything is streamed, with the statements that fix it.
+    #[error("{subject}: {problems}")]
+    Estate { subject: String, problems: String },
+    #[error(
+        "source table {configured} (relation OID {oid}) is now {now} (ALTER TABLE … RENAME or SET SCHEMA): nothing past this change was acknowledged; set `source = \"{now}\"` for this table in the config (the stage carries its staged rows over to the new name) and run again"
+    )]
+    Renamed {
+        configured: String,
+        oid: u32,
+        now: String,
+    },
+    #[error(
+        "source table {table} is now relation OID {oid}, not OID {expected} which this feed streams: it was dropped and created again, and its changes in between are lost to this stage. Nothing past this change was acknowledged. Take a new snapshot: point `[stage] path` at a new folder, then run `weir init` and `weir run`"
+    )]
+    Recreated {
+        table: String,
+        oid: u32,
+        expected: u32,
+    },
+    #[error(
+        "{partition} (relation OID {oid}) is a partition of the configured table {root}, and publication `{publication}` sends its changes under the partition's own name: nothing past this change was acknowledged; run `ALTER PUBLICATION {quoted} SET (publish_via_partition_root = true);` on the source and run again"
+    )]
+    LeafPartition {
+        partition: String,
+        oid: u32,
+        root: String,
+        publication: String,
+        quoted: String,
+    },
     #[error("source query failed: {what}")]
     Query {
         what: &'static str,
@@ -139,6 +177,9 @@ struct InProgress {
 #[derive(Debug)]
 pub struct Assembler {
     tables: Vec<TableConfig>,
+    /// Each configured table's relation OID, resolved at start (`None`: matched by
+    /// name). A relation is a configured table by its OID, whatever its name now.
+    oids: Vec<Option<u32>>,
     relations: HashMap<u32, RelationInfo>,
     current: Option<InProgress>,
     chunk_changes_max: usize,
@@ -146,8 +187,19 @@ pub struct Assembler {
 
 impl Assembler {
     pub fn new(tables: Vec<TableConfig>, chunk_changes_max: usize) -> Assembler {
+        let oids = vec![None; tables.len()];
+        Assembler::with_oids(tables, oids, chunk_changes_max)
+    }
+
+    /// An assembler that knows each table's relation OID (`oids[i]` of `tables[i]`).
+    pub fn with_oids(
+        tables: Vec<TableConfig>,
+        oids: Vec<Option<u32>>,
+        chunk_changes_max: usize,
+    ) -> Assembler {
         Assembler {
             tables,
+            oids,
             relations: HashMap::new(),
             current: None,
             chunk_changes_max: chunk_changes_max.max(1),
@@ -309,8 +361,20 @@ impl Assembler {
             schema: relation.namespace.clone(),
             name: relation.name.clone(),
         };
-        let table = self.tables.iter().position(|t| t.source == name);
+        // By OID when known: a renamed table keeps its OID, a re-created one does not.
+        // (Names are checked against the catalog by `PostgresSource::check_relation`.)
+        let table = self
+            .oids
+            .iter()
+            .position(|o| *o == Some(relation.oid))
+            .or_else(|| {
+                self.tables
+                    .iter()
+                    .zip(&self.oids)
+                    .position(|(t, o)| o.is_none() && t.source == name)
+            });
         if let Some(t) = table.map(|i| &self.tables[i]) {
+            let name = &t.source;
             for column in &t.columns {
                 match relation.columns.iter().find(|c| c.name == column.name) {
                     None => {
@@ -694,6 +758,14 @@ pub struct PostgresSource {
     last_activity: Instant,
     /// A connection for heartbeats, opened when the first one is due.
     heartbeat_client: Option<tokio_postgres::Client>,
+    /// Each configured table's relation OID (as the assembler's tables).
+    oids: Vec<u32>,
+    publication: String,
+    /// A connection for catalog look-ups of the relations the stream describes.
+    catalog: tokio_postgres::Client,
+    /// Partitions of configured tables the stream described (OID: name and the
+    /// table's index): a change under one of them is refused.
+    leaves: HashMap<u32, (String, usize)>,
 }
 
 impl std::fmt::Debug for PostgresSource {
@@ -738,6 +810,11 @@ impl PostgresSource {
             }
             Some(_) => {}
         }
+        // The estate, before anything is streamed: a publication or a key that would
+        // hide changes is refused; each table's relation OID is what the stream is
+        // matched by.
+        let catalog = connect(dsn).await?;
+        let estate = check_estate(&catalog, &options.publication, &tables).await?;
         let snapshot = Snapshot::resume(dsn, &tables, &stage, options.snapshot_chunk_rows).await?;
         let drain_after = if options.once {
             Some(emit_drain_message(dsn).await?)
@@ -765,7 +842,15 @@ impl PostgresSource {
             slot: options.slot.clone(),
             stream,
             decoder: Decoder::new(),
-            assembler: Assembler::new(tables, options.chunk_changes_max),
+            assembler: Assembler::with_oids(
+                tables,
+                estate.oids.iter().copied().map(Some).collect(),
+                options.chunk_changes_max,
+            ),
+            oids: estate.oids,
+            publication: options.publication.clone(),
+            catalog,
+            leaves: HashMap::new(),
             stage,
             ready: VecDeque::new(),
             acknowledged: start,
@@ -838,6 +923,98 @@ impl PostgresSource {
         Ok(())
     }
 
+    /// Checks a relation the stream describes against the configured tables, by OID
+    /// and the catalog, before any of its changes is taken: no change is acknowledged
+    /// that no configured table took.
+    /// * a configured table's OID under another name: renamed (or moved to another
+    ///   schema). If the catalog's name now is the configured one, the stream is
+    ///   replaying changes from before a rename the config already follows: taken.
+    ///   Otherwise the config names the table by its old name: stopped;
+    /// * another OID under a configured table's name: dropped and created again;
+    ///   stopped (the changes in between are lost to this stage);
+    /// * a partition of a configured table: noted; a change under its OID (the
+    ///   publication does not publish it through the root) stops ([`Self::check_change`]);
+    /// * any other relation: a table the publication holds and Weir does not write;
+    ///   passed over.
+    async fn check_relation(&mut self, relation: &Relation) -> Result<(), PgSourceError> {
+        let name = TableName {
+            schema: relation.namespace.clone(),
+            name: relation.name.clone(),
+        };
+        let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+        let tables = &self.assembler.tables;
+        if let Some(t) = self.oids.iter().position(|o| *o == relation.oid) {
+            if tables[t].source == name {
+                return Ok(());
+            }
+            let now: Option<String> = self
+                .catalog
+                .query_opt(
+                    "SELECT n.nspname::text || '.' || c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+                    &[&relation.oid],
+                )
+                .await
+                .map_err(query("look up a renamed relation"))?
+                .map(|r| r.get(0));
+            if now.as_deref() == Some(tables[t].source.to_string().as_str()) {
+                tracing::info!(table = %tables[t].source, former = %name, oid = relation.oid, "changes from before the table's rename");
+                return Ok(());
+            }
+            return Err(PgSourceError::Renamed {
+                configured: tables[t].source.to_string(),
+                oid: relation.oid,
+                now: now.unwrap_or_else(|| name.to_string()),
+            });
+        }
+        if let Some(t) = tables.iter().position(|t| t.source == name) {
+            return Err(PgSourceError::Recreated {
+                table: name.to_string(),
+                oid: relation.oid,
+                expected: self.oids[t],
+            });
+        }
+        let root: Option<u32> = self
+            .catalog
+            .query_opt(
+                "SELECT pg_partition_root(c.oid)::oid FROM pg_class c WHERE c.oid = $1",
+                &[&relation.oid],
+            )
+            .await
+            .map_err(query("look up a partition's root"))?
+            .and_then(|r| r.get(0));
+        if let Some(t) = root.and_then(|root| self.oids.iter().position(|o| *o == root)) {
+            // pgoutput describes the partition too when it publishes through the root
+            // (the root's Relation message comes first): only a change under the
+            // partition's own OID means the publication does not map it to its root.
+            self.leaves.insert(relation.oid, (name.to_string(), t));
+        }
+        Ok(())
+    }
+
+    /// Stops at a change that arrives under a partition of a configured table rather
+    /// than the table (the publication does not publish it through its root).
+    fn check_change(&self, message: &PgOutputMessage) -> Result<(), PgSourceError> {
+        let oids: &[u32] = match message {
+            PgOutputMessage::Insert(m) => std::slice::from_ref(&m.relation_oid),
+            PgOutputMessage::Update(m) => std::slice::from_ref(&m.relation_oid),
+            PgOutputMessage::Delete(m) => std::slice::from_ref(&m.relation_oid),
+            PgOutputMessage::Truncate(m) => &m.relation_oids,
+            _ => &[],
+        };
+        for oid in oids {
+            if let Some((partition, t)) = self.leaves.get(oid) {
+                return Err(PgSourceError::LeafPartition {
+                    partition: partition.clone(),
+                    oid: *oid,
+                    root: self.assembler.tables[*t].source.to_string(),
+                    publication: self.publication.clone(),
+                    quoted: quote_ident(&self.publication),
+                });
+            }
+        }
+        Ok(())
+    }
+
     async fn receive(&mut self) -> Result<Option<SourceEvent>, PgSourceError> {
         loop {
             if let Some(event) = self.ready.pop_front() {
@@ -902,6 +1079,10 @@ impl PostgresSource {
                     {
                         self.drained = true;
                     }
+                    if let PgOutputMessage::Relation(relation) = &message {
+                        self.check_relation(relation).await?;
+                    }
+                    self.check_change(&message)?;
                     let watermark = match (&message, self.snapshot.as_mut()) {
                         (PgOutputMessage::Message(m), Some(snapshot))
                             if m.prefix == WATERMARK_PREFIX =>
@@ -1051,6 +1232,12 @@ impl ChangeSource for PostgresSource {
 }
 
 impl PgSourceError {
+    /// Whether the user must change the source estate or the config before anything can
+    /// run (exit code 2): a publication, key or replica identity that would hide changes.
+    pub fn is_usage(&self) -> bool {
+        matches!(self, PgSourceError::Estate { .. })
+    }
+
     /// Whether a reconnect may cure it: the connection failed or was closed, or the
     /// server refused or ended it for a reason of its own (SQLSTATE classes 08
     /// connection exception and 57 operator intervention: a shutdown, a restart,
@@ -1112,7 +1299,7 @@ pub async fn source_columns(
     if rows.is_empty() {
         return Err(PgSourceError::SourceTable {
             table: table.to_string(),
-            problem: "does not exist (or has no columns)".into(),
+            problem: "does not exist (or has no columns): create it, or, if it was renamed (ALTER TABLE … RENAME or SET SCHEMA), set `source` to its new name in the config".into(),
         });
     }
     rows.iter()
@@ -1143,10 +1330,30 @@ pub struct SetupReport {
     pub created_slot: bool,
     /// Per table: `schema.table` and its replica identity, in words.
     pub identities: Vec<(String, String)>,
+    /// Per table: its relation OID.
+    pub oids: Vec<u32>,
 }
 
-/// Checks each table's replica identity and creates the publication and the slot when
-/// missing. Safe to run again; never re-creates a slot.
+/// A table's relation OID (`None`: it does not exist).
+pub async fn table_oid(
+    client: &tokio_postgres::Client,
+    table: &TableName,
+) -> Result<Option<u32>, PgSourceError> {
+    Ok(client
+        .query_one("SELECT to_regclass($1)::oid", &[&table.quoted()])
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "look up a source table",
+            source,
+        })?
+        .get(0))
+}
+
+/// Creates the publication (with `publish_via_partition_root`, so a partitioned
+/// table's changes come under its own name) and the slot when missing, then checks
+/// the estate ([`check_estate`]): an existing publication a DBA made is used as it is
+/// if it hides nothing, else refused with the statements that fix it. Safe to run
+/// again; never re-creates a slot.
 pub async fn setup(
     client: &tokio_postgres::Client,
     slot: &str,
@@ -1154,42 +1361,6 @@ pub async fn setup(
     tables: &[TableConfig],
 ) -> Result<SetupReport, PgSourceError> {
     let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
-    let mut identities = Vec::new();
-    for table in tables {
-        let row = client
-            .query_one(
-                "SELECT c.relreplident::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
-                 FROM pg_class c WHERE c.oid = to_regclass($1)",
-                &[&table.source.quoted()],
-            )
-            .await
-            .map_err(query("read a table's replica identity"))?;
-        let (identity, has_primary_key): (String, bool) = (row.get(0), row.get(1));
-        let words = match (identity.as_str(), has_primary_key) {
-            ("d", true) => {
-                "default (primary key): deletes and key changes resolved through the stage's keys index"
-            }
-            ("f", _) => "full: old rows are sent whole",
-            ("i", _) => "index: old rows carry the index columns",
-            _ => {
-                return Err(PgSourceError::SourceTable {
-                    table: table.source.to_string(),
-                    problem: "has no replica identity (REPLICA IDENTITY NOTHING, or DEFAULT without a primary key): its updates and deletes cannot be replicated; add a primary key or ALTER TABLE … REPLICA IDENTITY FULL".into(),
-                });
-            }
-        };
-        identities.push((table.source.to_string(), words.to_owned()));
-    }
-    let published: Vec<String> = client
-        .query(
-            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-        .map_err(query("read the publication"))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
     let exists: bool = client
         .query_one(
             "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
@@ -1199,32 +1370,27 @@ pub async fn setup(
         .map_err(query("look up the publication"))?
         .get(0);
     let created_publication = !exists;
-    if exists {
-        let missing: Vec<String> = tables
-            .iter()
-            .map(|t| t.source.to_string())
-            .filter(|t| !published.contains(t))
-            .collect();
-        if !missing.is_empty() {
-            return Err(PgSourceError::SourceTable {
-                table: missing.join(", "),
-                problem: format!(
-                    "is not in publication `{publication}`: ALTER PUBLICATION {} ADD TABLE …",
-                    quote_ident(publication)
-                ),
-            });
+    if !exists {
+        for table in tables {
+            // A missing table is named before the publication is made.
+            source_columns(client, &table.source).await?;
         }
-    } else {
         let list: Vec<String> = tables.iter().map(|t| t.source.quoted()).collect();
         client
             .batch_execute(&format!(
-                "CREATE PUBLICATION {} FOR TABLE {}",
+                "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)",
                 quote_ident(publication),
                 list.join(", ")
             ))
             .await
             .map_err(query("create the publication"))?;
     }
+    let estate = check_estate(client, publication, tables).await?;
+    let identities = tables
+        .iter()
+        .map(|t| t.source.to_string())
+        .zip(estate.identities.iter().cloned())
+        .collect();
     let slot_exists: bool = client
         .query_one(
             "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
@@ -1248,7 +1414,248 @@ pub async fn setup(
         created_publication,
         created_slot: !slot_exists,
         identities,
+        oids: estate.oids,
     })
+}
+
+/// What [`check_estate`] found: each configured table's relation OID and replica
+/// identity, in the order of the tables.
+#[derive(Debug, Clone)]
+pub struct Estate {
+    pub oids: Vec<u32>,
+    /// Per table: its replica identity, in words.
+    pub identities: Vec<String>,
+}
+
+/// One relation of a configured table whose replica identity matters: the table
+/// itself, or each leaf partition of a partitioned table.
+struct IdentityRow {
+    name: String,
+    identity: String,
+    primary_key: Vec<String>,
+    identity_index: Vec<String>,
+}
+
+/// Checks that the source hides no change of a configured table from Weir, before
+/// anything is streamed (`weir init` after it set up the publication, and every start
+/// of `weir run`): each table exists; its key is its primary key, its replica identity
+/// index, or it is `REPLICA IDENTITY FULL` (for a partitioned table: each leaf
+/// partition's, which is what the server logs); the publication exists, publishes
+/// insert, update, delete and truncate, sends a partitioned table's changes under the
+/// table's own name (`publish_via_partition_root`), covers every table, with no row
+/// filter and no column list that leaves out a column Weir reads. Every problem found
+/// is listed, each with the statement that fixes it.
+pub async fn check_estate(
+    client: &tokio_postgres::Client,
+    publication: &str,
+    tables: &[TableConfig],
+) -> Result<Estate, PgSourceError> {
+    let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+    let pub_quoted = quote_ident(publication);
+    let mut problems: Vec<String> = Vec::new();
+    let mut oids = Vec::with_capacity(tables.len());
+    let mut identities = Vec::with_capacity(tables.len());
+    let mut partitioned = Vec::with_capacity(tables.len());
+    for table in tables {
+        let row = client
+            .query_opt(
+                "SELECT c.oid, c.relkind::text FROM pg_class c WHERE c.oid = to_regclass($1)",
+                &[&table.source.quoted()],
+            )
+            .await
+            .map_err(query("look up a source table"))?;
+        let Some(row) = row else {
+            return Err(PgSourceError::SourceTable {
+                table: table.source.to_string(),
+                problem: "does not exist: create it, or, if it was renamed (ALTER TABLE … RENAME or SET SCHEMA), set `source` to its new name in the config".into(),
+            });
+        };
+        let (oid, kind): (u32, String) = (row.get(0), row.get(1));
+        oids.push(oid);
+        partitioned.push(kind == "p");
+        // The relations whose replica identity the server uses: a partitioned table's
+        // leaves (a table that is not partitioned is its own only leaf).
+        let rows = client
+            .query(
+                "WITH rels AS (SELECT relid FROM pg_partition_tree($1::text::regclass) WHERE isleaf \
+                                UNION ALL SELECT $1::text::regclass WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree($1::text::regclass) WHERE isleaf)) \
+                 SELECT c.oid::regclass::text, c.relreplident::text, \
+                   coalesce((SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = c.oid AND i.indisprimary), '{}'), \
+                   coalesce((SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = c.oid AND i.indisreplident), '{}') \
+                 FROM rels JOIN pg_class c ON c.oid = rels.relid ORDER BY 1",
+                &[&table.source.quoted()],
+            )
+            .await
+            .map_err(query("read a table's replica identity"))?;
+        let rows: Vec<IdentityRow> = rows
+            .iter()
+            .map(|r| IdentityRow {
+                name: r.get(0),
+                identity: r.get(1),
+                primary_key: r.get(2),
+                identity_index: r.get(3),
+            })
+            .collect();
+        let mut key: Vec<String> = table.key.clone();
+        key.sort();
+        let mut words = None;
+        for rel in &rows {
+            let (what, columns) = match (rel.identity.as_str(), rel.primary_key.is_empty()) {
+                ("f", _) => {
+                    words.get_or_insert("full: old rows are sent whole");
+                    continue;
+                }
+                ("d", false) => ("primary key", &rel.primary_key),
+                ("i", _) => ("replica identity index", &rel.identity_index),
+                _ => {
+                    problems.push(format!(
+                        "{} has no replica identity (REPLICA IDENTITY NOTHING, or DEFAULT without a primary key), so its updates and deletes cannot be replicated: add a primary key on ({}), or run `ALTER TABLE {} REPLICA IDENTITY FULL;`",
+                        rel.name,
+                        table.key.join(", "),
+                        rel.name
+                    ));
+                    continue;
+                }
+            };
+            if *columns != key {
+                problems.push(format!(
+                    "the configured key ({}) of {} is not the {what} ({}) of {}, which is what the server sends to identify an updated or deleted row: set `key = [{}]` in the config, or run `ALTER TABLE {} REPLICA IDENTITY FULL;`",
+                    table.key.join(", "),
+                    table.source,
+                    columns.join(", "),
+                    rel.name,
+                    columns
+                        .iter()
+                        .map(|c| format!("\"{c}\""))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    rel.name
+                ));
+            } else {
+                words.get_or_insert(if what == "primary key" {
+                    "default (primary key): deletes and key changes resolved through the stage's keys index"
+                } else {
+                    "index: old rows carry the index columns"
+                });
+            }
+        }
+        identities.push(words.unwrap_or("full: old rows are sent whole").to_owned());
+    }
+
+    let publication_row = client
+        .query_opt(
+            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(query("read the publication"))?;
+    let Some(p) = publication_row else {
+        return Err(PgSourceError::Estate {
+            subject: format!("publication `{publication}`"),
+            problems: "does not exist: run `weir init`, which creates it".into(),
+        });
+    };
+    let (insert, update, delete, truncate, via_root): (bool, bool, bool, bool, bool) =
+        (p.get(0), p.get(1), p.get(2), p.get(3), p.get(4));
+    let missing: Vec<&str> = [
+        ("insert", insert),
+        ("update", update),
+        ("delete", delete),
+        ("truncate", truncate),
+    ]
+    .iter()
+    .filter(|(_, on)| !on)
+    .map(|(op, _)| *op)
+    .collect();
+    if !missing.is_empty() {
+        problems.push(format!(
+            "publication `{publication}` does not publish {}, so those changes would never reach the target: run `ALTER PUBLICATION {pub_quoted} SET (publish = 'insert, update, delete, truncate');`",
+            missing.join(", ")
+        ));
+    }
+    let leaves_named: Vec<String> = tables
+        .iter()
+        .zip(&partitioned)
+        .filter(|(_, p)| **p)
+        .map(|(t, _)| t.source.to_string())
+        .collect();
+    if !via_root && !leaves_named.is_empty() {
+        problems.push(format!(
+            "publication `{publication}` sends the changes of partitioned table {} under each partition's name (publish_via_partition_root is off), not the table's: run `ALTER PUBLICATION {pub_quoted} SET (publish_via_partition_root = true);`",
+            leaves_named.join(", ")
+        ));
+    }
+    // Row filters and column lists exist from PostgreSQL 15 on.
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(query("read the server version"))?
+        .get(0);
+    let published = client
+        .query(
+            if version >= 150_000 {
+                "SELECT schemaname::text, tablename::text, attnames::text[], rowfilter FROM pg_publication_tables WHERE pubname = $1"
+            } else {
+                "SELECT schemaname::text, tablename::text, NULL::text[], NULL::text FROM pg_publication_tables WHERE pubname = $1"
+            },
+            &[&publication],
+        )
+        .await
+        .map_err(query("read the publication's tables"))?;
+    for (table, is_partitioned) in tables.iter().zip(&partitioned) {
+        if *is_partitioned && !via_root {
+            continue; // reported above: its partitions are listed, not it
+        }
+        let entry = published.iter().find(|r| {
+            r.get::<_, String>(0) == table.source.schema
+                && r.get::<_, String>(1) == table.source.name
+        });
+        let Some(entry) = entry else {
+            problems.push(format!(
+                "{} is not in publication `{publication}`: run `ALTER PUBLICATION {pub_quoted} ADD TABLE {};`",
+                table.source,
+                table.source.quoted()
+            ));
+            continue;
+        };
+        let refresh = format!(
+            "run `ALTER PUBLICATION {pub_quoted} DROP TABLE {t}; ALTER PUBLICATION {pub_quoted} ADD TABLE {t};`",
+            t = table.source.quoted()
+        );
+        let rowfilter: Option<String> = entry.get(3);
+        if rowfilter.is_some() {
+            problems.push(format!(
+                "publication `{publication}` has a row filter (WHERE …) on {}, so changes of rows outside it would never reach the target: {refresh}",
+                table.source
+            ));
+        }
+        let columns: Option<Vec<String>> = entry.get(2);
+        if let Some(columns) = columns {
+            let hidden: Vec<&str> = table
+                .columns
+                .iter()
+                .map(|c| c.name.as_str())
+                .filter(|c| !columns.iter().any(|p| p == c))
+                .collect();
+            if !hidden.is_empty() {
+                problems.push(format!(
+                    "publication `{publication}` has a column list on {} that leaves out {}: {refresh}",
+                    table.source,
+                    hidden.join(", ")
+                ));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(PgSourceError::Estate {
+            subject: format!(
+                "the source would hide changes from Weir ({} problems)",
+                problems.len()
+            ),
+            problems: problems.join("; "),
+        });
+    }
+    Ok(Estate { oids, identities })
 }
 
 /// A slot's `wal_status` and how many bytes of WAL it holds back.

@@ -267,6 +267,8 @@ pub struct StageSummary {
     pub dead_letters: u64,
     /// Sum of the sizes of the files under the stage folder.
     pub size_bytes: u64,
+    /// Each table's contract (what its staged rows mean), by stage name.
+    pub contracts: Vec<super::TableContract>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -326,6 +328,7 @@ pub fn summary(stage: &Stage) -> Result<StageSummary, CheckpointError> {
         applying,
         dead_letters,
         size_bytes,
+        contracts: stage.contracts()?,
     })
 }
 

@@ -112,6 +112,30 @@ pub struct PartitionFailure {
     pub error: String,
 }
 const POSITION_KEY: &[u8] = b"checkpoint";
+/// Prefix of each table's contract: `contract\0` + the table's stage name (its
+/// configured source name). JSON, so that fields can be added.
+pub(crate) const META_CONTRACT_PREFIX: &[u8] = b"contract\0";
+/// Keys moved per batch when a table's stage entries are renamed.
+const RENAME_BATCH_KEYS: usize = 10_000;
+
+/// What a table's staged rows mean: recorded when the table is first staged, and
+/// compared with the config at every start, so that a config that keys, partitions or
+/// targets the table differently is never applied to rows staged under another
+/// contract.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableContract {
+    /// The source table's name (the stage's name for the table).
+    pub source: String,
+    /// The source's identity of the table (PostgreSQL: the relation OID), if it has one.
+    #[serde(default)]
+    pub source_oid: Option<u32>,
+    pub target: String,
+    pub key: Vec<String>,
+    pub partition_by: String,
+    pub grain: String,
+    /// `identity`, or the plugin's `sha256:…` and `config:…` hash.
+    pub transform: String,
+}
 
 /// A partition with unwritten changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -488,6 +512,91 @@ impl Stage {
             out.push(postcard::from_bytes(&v).map_err(|_| corrupt("failure record"))?);
         }
         Ok(out)
+    }
+
+    /// Every table's contract, by stage name.
+    pub fn contracts(&self) -> Result<Vec<TableContract>, StageError> {
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_range(rocksdb::PrefixRange(META_CONTRACT_PREFIX));
+        let mode = IteratorMode::From(META_CONTRACT_PREFIX, Direction::Forward);
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf_opt(self.cf(CF_META), opts, mode) {
+            let (_, v) = item.map_err(db_err("read table contracts"))?;
+            out.push(serde_json::from_slice(&v).map_err(|_| corrupt("table contract"))?);
+        }
+        Ok(out)
+    }
+
+    /// Records a table's contract (synced), replacing the one of the same name.
+    pub fn put_contract(&self, contract: &TableContract) -> Result<(), StageError> {
+        let mut key = META_CONTRACT_PREFIX.to_vec();
+        key.extend_from_slice(contract.source.as_bytes());
+        let value = serde_json::to_vec(contract).map_err(|_| corrupt("table contract"))?;
+        self.put_meta(&key, &value)
+    }
+
+    /// Moves every staged entry of table `from` to the name of `contract` (the same
+    /// source table under its new name: a rename or `SET SCHEMA`), then replaces the
+    /// contract of `from` with `contract`. In bounded batches; a crash part way leaves
+    /// the old contract in place, and running it again moves what is left (each entry
+    /// is moved, never copied). Partition failures of `from` are forgotten (they are
+    /// recorded again if the partition fails again).
+    pub fn rename_table(&self, from: &str, contract: &TableContract) -> Result<u64, StageError> {
+        let to = contract.source.as_str();
+        let mut prefix = Vec::new();
+        push_table(&mut prefix, from);
+        let mut moved = 0u64;
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        for family in [
+            CF_ROWS,
+            CF_KEYS,
+            CF_GENERATIONS,
+            CF_DIRTY,
+            CF_CHANGED,
+            CF_BACKLOG,
+        ] {
+            loop {
+                let mut read = ReadOptions::default();
+                read.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+                let mode = IteratorMode::From(&prefix, Direction::Forward);
+                let mut batch = WriteBatch::default();
+                let mut n = 0usize;
+                for item in self.db.iterator_cf_opt(self.cf(family), read, mode) {
+                    let (k, v) = item.map_err(db_err("read entries to rename"))?;
+                    let rest = &k[prefix.len()..];
+                    batch.put_cf(self.cf(family), table_key(to, rest), v);
+                    batch.delete_cf(self.cf(family), k);
+                    n += 1;
+                    if n >= RENAME_BATCH_KEYS {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+                self.db
+                    .write_opt(batch, &opts)
+                    .map_err(db_err("rename a table's entries"))?;
+                moved += n as u64;
+            }
+        }
+        let mut failed = META_FAILED_PREFIX.to_vec();
+        failed.extend_from_slice(&prefix);
+        let mut batch = WriteBatch::default();
+        let failed_end = prefix_end(&failed);
+        batch.delete_range_cf(self.cf(CF_META), failed.as_slice(), failed_end.as_slice());
+        let mut old = META_CONTRACT_PREFIX.to_vec();
+        old.extend_from_slice(from.as_bytes());
+        batch.delete_cf(self.cf(CF_META), old);
+        let mut key = META_CONTRACT_PREFIX.to_vec();
+        key.extend_from_slice(to.as_bytes());
+        let value = serde_json::to_vec(contract).map_err(|_| corrupt("table contract"))?;
+        batch.put_cf(self.cf(CF_META), key, value);
+        self.db
+            .write_opt(batch, &opts)
+            .map_err(db_err("rename a table's contract"))?;
+        Ok(moved)
     }
 
     /// The feed this stage was filled from.
@@ -1665,6 +1774,81 @@ mod tests {
             stage.checkpoint().expect("position").map(|c| c.position),
             Some(70)
         );
+    }
+
+    fn contract(source: &str, oid: u32) -> TableContract {
+        TableContract {
+            source: source.into(),
+            source_oid: Some(oid),
+            target: "analytics.t".into(),
+            key: vec!["id".into()],
+            partition_by: "day".into(),
+            grain: "value".into(),
+            transform: "identity".into(),
+        }
+    }
+
+    #[test]
+    fn a_renamed_table_carries_its_rows_dirty_marks_and_contract_to_the_new_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage
+            .put_contract(&contract("public.t", 7))
+            .expect("contract");
+        // Another table whose name starts alike stays where it is.
+        stage
+            .put_contract(&contract("public.t2", 8))
+            .expect("contract");
+        let mut other = upsert(9, "d1", 10);
+        if let StageChange::Upsert { table, .. } = &mut other {
+            *table = "public.t2".into();
+        }
+        stage
+            .apply(&[txn(
+                10,
+                vec![upsert(1, "d1", 10), upsert(2, "d2", 10), other],
+            )])
+            .expect("apply");
+        let moved = stage
+            .rename_table("public.t", &contract("public.t_v2", 7))
+            .expect("rename");
+        assert!(moved >= 4, "rows and keys at least: {moved}");
+        assert!(stage.table_rows("public.t").expect("rows").is_empty());
+        assert_eq!(stage.table_rows("public.t_v2").expect("rows").len(), 2);
+        assert_eq!(stage.table_rows("public.t2").expect("rows").len(), 1);
+        let key = encode_key(&[&Value::Int(2)]).expect("key");
+        assert_eq!(
+            stage.get_row("public.t_v2", &key).expect("get"),
+            Some(row(2, "d2", 10))
+        );
+        let mut dirty: Vec<_> = stage
+            .dirty_partitions()
+            .expect("dirty")
+            .into_iter()
+            .map(|d| (d.table, d.partition))
+            .collect();
+        dirty.sort();
+        assert_eq!(
+            dirty,
+            vec![
+                ("public.t2".to_owned(), p("d1")),
+                ("public.t_v2".to_owned(), p("d1")),
+                ("public.t_v2".to_owned(), p("d2")),
+            ]
+        );
+        let contracts = stage.contracts().expect("contracts");
+        assert_eq!(
+            contracts,
+            vec![contract("public.t2", 8), contract("public.t_v2", 7)]
+        );
+        // Again (a crash after the moves, before the contract): nothing left to move.
+        assert_eq!(
+            stage
+                .rename_table("public.t", &contract("public.t_v2", 7))
+                .expect("rename"),
+            0
+        );
+        assert_eq!(stage.table_rows("public.t_v2").expect("rows").len(), 2);
     }
 
     #[test]

@@ -1,0 +1,534 @@
+//! PostgreSQL source estates as DBAs make them (issue 15, items 2 to 6), through the
+//! binary: a partitioned source table under a live workload with partitions attached
+//! and created mid-run; a publication that hides changes (operations not published, a
+//! row filter, a column list, a partitioned table not published through its root) is
+//! refused with the statement that fixes it; a rename and a `SET SCHEMA` during `run`
+//! stop the table without acknowledging past them, and the run resumes exactly once
+//! the config follows; a key that is not the replica identity is refused; a grain
+//! changed against an existing stage is refused, and `checkpoint show` prints the
+//! stage's contracts.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Reaped, Rng, TestDb, text};
+use crate::postgres_source::{dump, weir_pg};
+
+/// Writes the config of a PostgreSQL source with slot and publication `name` and the
+/// given `[[table]]` body.
+fn write_config(db: &TestDb, name: &str, table: &str) {
+    std::fs::write(
+        db.config_path(),
+        format!(
+            "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"{name}\"\npublication = \"{name}\"\n\
+             [engine]\nflush_interval_ms = 100\n\
+             [stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n[[table]]\n{table}\n"
+        ),
+    )
+    .expect("config");
+}
+
+/// A `[[table]]` body for an orders table.
+fn orders(source: &str, key: &str, grain: &str) -> String {
+    format!(
+        "source = \"{source}\"\ntarget = \"analytics.fact_orders\"\nkey = [{key}]\npartition_by = \"order_date\"\ngrain = \"{grain}\""
+    )
+}
+
+/// A source database `<name>_source` with `ddl` run in it.
+async fn source_db(name: &str, ddl: &str) -> (String, tokio_postgres::Client) {
+    let pg = tokio::task::spawn_blocking(crate::harness::cluster)
+        .await
+        .expect("cluster");
+    let dsn = pg
+        .create_database(&format!("{name}_source"))
+        .await
+        .expect("source database");
+    let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .expect("source");
+    tokio::spawn(connection);
+    client.batch_execute(ddl).await.expect("source ddl");
+    (dsn, client)
+}
+
+/// Starts a live `weir run` on the PostgreSQL source, logging to `log`.
+fn spawn_run(db: &TestDb, source_dsn: &str, log: &Path) -> Reaped {
+    db.spawn_live(&[("WEIR_SOURCE_DSN", source_dsn)], log)
+}
+
+/// Waits for a live run to exit by itself; fails after `secs` with its log.
+fn wait_exit(run: &mut Reaped, log: &Path, secs: u64) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(status) = run.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "weir run did not stop: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until `sql` (a count) on `client` reaches `want`; fails with the live run's
+/// log.
+async fn wait_count(client: &tokio_postgres::Client, sql: &str, want: i64, secs: u64, log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let got: i64 = match client.query_one(sql, &[]).await {
+            Ok(row) => row.get(0),
+            Err(_) => -1,
+        };
+        if got >= want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sql}: {got}, want {want}; log: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The target holds exactly the source table's rows.
+async fn assert_same(
+    source: &tokio_postgres::Client,
+    source_table: &str,
+    target: &tokio_postgres::Client,
+) {
+    let (want, got) = (
+        dump(source, source_table).await,
+        dump(target, "analytics.fact_orders").await,
+    );
+    let missing = want.iter().filter(|r| !got.contains(r)).count();
+    let extra = got.iter().filter(|r| !want.contains(r)).count();
+    assert!(
+        missing == 0 && extra == 0,
+        "{missing} rows missing, {extra} extra ({} in the source {source_table}, {} in the target)",
+        want.len(),
+        got.len()
+    );
+}
+
+/// The slot's `confirmed_flush_lsn` and an LSN, as numbers.
+async fn lsn(source: &tokio_postgres::Client, sql: &str) -> i64 {
+    source
+        .query_one(
+            &format!("SELECT pg_wal_lsn_diff(({sql}), '0/0')::bigint"),
+            &[],
+        )
+        .await
+        .expect("lsn")
+        .get(0)
+}
+
+/// Transactions of inserts, updates, deletes and date-moving updates over `months`
+/// (`2026-MM`), ids from `first_id`.
+fn workload(rng: &mut Rng, first_id: i64, transactions: usize, months: &[u32]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut next = first_id;
+    for _ in 0..transactions {
+        let mut txn = String::from("BEGIN;");
+        for _ in 0..1 + rng.below(5) {
+            let month = months[rng.below(months.len() as u64) as usize];
+            let day = format!("2026-{month:02}-{:02}", 1 + rng.below(28));
+            let target = first_id.max(next - 1 - rng.below(40) as i64);
+            match rng.below(10) {
+                0..=5 => {
+                    txn.push_str(&format!(
+                        "INSERT INTO orders VALUES ({next}, 'c{}', '{day}', {}.{:02}, 'new');",
+                        rng.below(100),
+                        rng.below(10_000),
+                        rng.below(100)
+                    ));
+                    next += 1;
+                }
+                6 => txn.push_str(&format!(
+                    "UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id = {target};"
+                )),
+                // Moves the row to another day, often another month: another partition.
+                7 | 8 => txn.push_str(&format!(
+                    "UPDATE orders SET order_date = '{day}' WHERE id = {target};"
+                )),
+                _ => txn.push_str(&format!("DELETE FROM orders WHERE id = {target};")),
+            }
+        }
+        txn.push_str("COMMIT;");
+        out.push(txn);
+    }
+    out
+}
+
+/// A table partitioned by month, under a live workload that also moves rows between
+/// partitions, with a partition attached and one created mid-run: the target ends equal
+/// to the source. (Before publications were made with `publish_via_partition_root`,
+/// every streamed change came under a partition's name and was dropped, while the slot
+/// confirmed past it.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_table_flows_under_a_live_workload_with_partitions_added_mid_run() {
+    let db = TestDb::new("est_part_target").await;
+    let (source_dsn, source) = source_db(
+        "est_part",
+        "CREATE TABLE orders (id bigint, customer text, order_date date, amount numeric(12,2), status text, PRIMARY KEY (id, order_date)) PARTITION BY RANGE (order_date);
+         CREATE TABLE orders_2026_01 PARTITION OF orders FOR VALUES FROM ('2026-01-01') TO ('2026-02-01');
+         CREATE TABLE orders_2026_02 PARTITION OF orders FOR VALUES FROM ('2026-02-01') TO ('2026-03-01');
+         CREATE TABLE orders_2026_03 PARTITION OF orders FOR VALUES FROM ('2026-03-01') TO ('2026-04-01');
+         INSERT INTO orders SELECT g, 'c' || g, DATE '2026-01-01' + (g % 85), g, 'old' FROM generate_series(1, 300) g;",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_part",
+        &orders("public.orders", "\"id\", \"order_date\"", "day"),
+    );
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let log = db.path("run.log");
+    let mut run = spawn_run(&db, &source_dsn, &log);
+    let target = db.client().await;
+    // The snapshot went through the root: every partition's rows.
+    wait_count(
+        &target,
+        "SELECT count(*) FROM analytics.fact_orders",
+        300,
+        120,
+        &log,
+    )
+    .await;
+
+    let mut rng = Rng::new(15);
+    for txn in workload(&mut rng, 1000, 60, &[1, 2, 3]) {
+        source.batch_execute(&txn).await.expect("workload");
+    }
+    // A table made apart and attached, and one created as a partition, mid-run.
+    source
+        .batch_execute(
+            "CREATE TABLE orders_2026_04 (LIKE orders INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+             ALTER TABLE orders_2026_04 ADD PRIMARY KEY (id, order_date);
+             ALTER TABLE orders ATTACH PARTITION orders_2026_04 FOR VALUES FROM ('2026-04-01') TO ('2026-05-01');
+             CREATE TABLE orders_2026_05 PARTITION OF orders FOR VALUES FROM ('2026-05-01') TO ('2026-06-01');",
+        )
+        .await
+        .expect("add partitions");
+    for txn in workload(&mut rng, 5000, 80, &[1, 3, 4, 5]) {
+        source.batch_execute(&txn).await.expect("workload");
+    }
+    // The live engine keeps up: rows of the new partitions arrive.
+    wait_count(
+        &target,
+        "SELECT count(*) FROM analytics.fact_orders WHERE order_date >= '2026-04-01'",
+        1,
+        60,
+        &log,
+    )
+    .await;
+    let _ = run.0.kill();
+    let _ = run.wait();
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "drain: {}", text(&out.stderr));
+    assert_same(&source, "orders", &target).await;
+    let moved: i64 = target
+        .query_one(
+            "SELECT count(*) FROM analytics.fact_orders WHERE order_date >= '2026-04-01'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert!(moved > 0, "rows in the partitions added mid-run");
+}
+
+/// A publication a DBA made that hides changes is refused at `init` and `run`, with
+/// the statement that fixes it; once fixed, it is used as it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publication_that_hides_changes_is_refused_with_its_fix() {
+    let db = TestDb::new("est_pub_target").await;
+    let (source_dsn, source) = source_db(
+        "est_pub",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         CREATE PUBLICATION est_pub FOR TABLE orders WITH (publish = 'insert');
+         INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new');",
+    )
+    .await;
+    write_config(&db, "est_pub", &orders("public.orders", "\"id\"", "day"));
+    let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
+    let refused = |out: &std::process::Output, needle: &str| {
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(needle), "wanted {needle:?} in: {stderr}");
+    };
+    refused(
+        &weir(&["init"]),
+        "ALTER PUBLICATION \"est_pub\" SET (publish = 'insert, update, delete, truncate');",
+    );
+    let slots: i64 = source
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'est_pub'",
+            &[],
+        )
+        .await
+        .expect("slots")
+        .get(0);
+    assert_eq!(slots, 0, "a refused init creates no slot");
+
+    source
+        .batch_execute(
+            "ALTER PUBLICATION est_pub SET (publish = 'insert, update, delete, truncate')",
+        )
+        .await
+        .expect("fix");
+    let out = weir(&["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Changed back under a stage that exists: `run` refuses too.
+    source
+        .batch_execute("ALTER PUBLICATION est_pub SET (publish = 'insert')")
+        .await
+        .expect("unfix");
+    refused(
+        &weir(&["run", "--once"]),
+        "ALTER PUBLICATION \"est_pub\" SET (publish = 'insert, update, delete, truncate');",
+    );
+    source
+        .batch_execute(
+            "ALTER PUBLICATION est_pub SET (publish = 'insert, update, delete, truncate')",
+        )
+        .await
+        .expect("fix");
+    let fix = "ALTER PUBLICATION \"est_pub\" DROP TABLE \"public\".\"orders\"; ALTER PUBLICATION \"est_pub\" ADD TABLE \"public\".\"orders\";";
+    source
+        .batch_execute("ALTER PUBLICATION est_pub SET TABLE orders WHERE (amount > 0)")
+        .await
+        .expect("row filter");
+    refused(&weir(&["run", "--once"]), "row filter");
+    refused(&weir(&["run", "--once"]), fix);
+    source
+        .batch_execute("ALTER PUBLICATION est_pub SET TABLE orders (id, order_date, amount)")
+        .await
+        .expect("column list");
+    let out = weir(&["run", "--once"]);
+    refused(&out, "column list");
+    refused(&out, "leaves out customer, status");
+    source
+        .batch_execute("ALTER PUBLICATION est_pub SET TABLE orders")
+        .await
+        .expect("whole table");
+    let out = weir(&["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let target = db.client().await;
+    assert_same(&source, "orders", &target).await;
+
+    // A partitioned table in a publication that sends its partitions' names.
+    let db = TestDb::new("est_pubroot_target").await;
+    let (source_dsn, _source) = source_db(
+        "est_pubroot",
+        "CREATE TABLE orders (id bigint, customer text, order_date date, amount numeric(12,2), status text, PRIMARY KEY (id, order_date)) PARTITION BY RANGE (order_date);
+         CREATE TABLE orders_2026_03 PARTITION OF orders FOR VALUES FROM ('2026-03-01') TO ('2026-04-01');
+         CREATE PUBLICATION est_pubroot FOR TABLE orders;",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_pubroot",
+        &orders("public.orders", "\"id\", \"order_date\"", "day"),
+    );
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr
+            .contains("ALTER PUBLICATION \"est_pubroot\" SET (publish_via_partition_root = true);"),
+        "{stderr}"
+    );
+}
+
+/// `ALTER TABLE … RENAME` and then `SET SCHEMA` while `weir run` streams: the run stops
+/// (exit 1) naming the table, its new name and the fix; the slot is not confirmed past
+/// the change; once the config names the table as it is now, `run --once` resumes and
+/// the target equals the source, changes made after the rename included.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rename_and_a_set_schema_during_run_stop_the_table_until_the_config_follows() {
+    let db = TestDb::new("est_rename_target").await;
+    let (source_dsn, source) = source_db(
+        "est_rename",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders SELECT g, 'c' || g, DATE '2026-03-01' + (g % 10), g, 'old' FROM generate_series(1, 50) g;
+         CREATE SCHEMA archive;",
+    )
+    .await;
+    write_config(&db, "est_rename", &orders("public.orders", "\"id\"", "day"));
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let target = db.client().await;
+
+    for (step, (old, new, ddl)) in [
+        (
+            "public.orders",
+            "public.orders_v2",
+            "ALTER TABLE orders RENAME TO orders_v2",
+        ),
+        (
+            "public.orders_v2",
+            "archive.orders_v2",
+            "ALTER TABLE orders_v2 SET SCHEMA archive",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let log = db.path(&format!("run{step}.log"));
+        let mut run = spawn_run(&db, &source_dsn, &log);
+        let first = 1000 * (step as i64 + 1);
+        source
+            .batch_execute(&format!(
+                "INSERT INTO {old} VALUES ({first}, 'before', '2026-03-05', 1.00, 'new')"
+            ))
+            .await
+            .expect("insert before");
+        wait_count(
+            &target,
+            &format!("SELECT count(*) FROM analytics.fact_orders WHERE id = {first}"),
+            1,
+            60,
+            &log,
+        )
+        .await;
+        let at_change = lsn(&source, "pg_current_wal_lsn()").await;
+        source
+            .batch_execute(&format!(
+                "BEGIN; {ddl}; INSERT INTO {new} VALUES ({}, 'after', '2026-03-06', 2.00, 'new'); COMMIT;
+                 UPDATE {new} SET status = 'paid' WHERE id <= 5; DELETE FROM {new} WHERE id = 7;",
+                first + 1
+            ))
+            .await
+            .expect("rename and change");
+        let status = wait_exit(&mut run, &log, 60);
+        let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("source table {old} (relation OID"))
+                && stderr.contains(&format!("is now {new}"))
+                && stderr.contains(&format!("set `source = \"{new}\"`")),
+            "{stderr}"
+        );
+        let confirmed = lsn(
+            &source,
+            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'est_rename'",
+        )
+        .await;
+        assert!(
+            confirmed <= at_change,
+            "the slot confirmed {confirmed}, past the change at {at_change}"
+        );
+        // The config still names the old table: refused again, nothing taken.
+        let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+        let stderr = text(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains(old), "{stderr}");
+        // The config follows: the same relation, carried on from where it stopped.
+        write_config(&db, "est_rename", &orders(new, "\"id\"", "day"));
+        let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+        assert!(out.status.success(), "resume: {}", text(&out.stderr));
+        assert_same(&source, new, &target).await;
+    }
+    let shown = text(&weir_pg(&db, &source_dsn, &["checkpoint", "show"]).stdout);
+    assert!(
+        shown.contains("table:          archive.orders_v2 (relation OID")
+            && !shown.contains("public.orders"),
+        "{shown}"
+    );
+}
+
+/// A key that is neither the primary key nor the replica identity index is refused at
+/// `init`, naming both; `REPLICA IDENTITY FULL` makes it usable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_that_is_not_the_replica_identity_is_refused() {
+    let db = TestDb::new("est_key_target").await;
+    let (source_dsn, source) = source_db(
+        "est_key",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, order_no bigint NOT NULL UNIQUE, customer text, order_date date, amount numeric(12,2), status text);",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_key",
+        &orders("public.orders", "\"order_no\"", "day"),
+    );
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr
+            .contains("the configured key (order_no) of public.orders is not the primary key (id)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("REPLICA IDENTITY FULL"), "{stderr}");
+    source
+        .batch_execute("ALTER TABLE orders REPLICA IDENTITY FULL")
+        .await
+        .expect("identity full");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// The stage records each table's contract; a config that changes a table's grain
+/// against it is refused (exit 2) with the difference and the way out, and
+/// `checkpoint show` prints the contract.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grain_changed_against_an_existing_stage_is_refused() {
+    let db = TestDb::new("est_grain_target").await;
+    let (source_dsn, source) = source_db(
+        "est_grain",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders SELECT g, 'c' || g, DATE '2026-03-01' + (g % 40), g, 'old' FROM generate_series(1, 100) g;",
+    )
+    .await;
+    write_config(&db, "est_grain", &orders("public.orders", "\"id\"", "day"));
+    let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
+    assert!(weir(&["init"]).status.success());
+    let out = weir(&["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&weir(&["checkpoint", "show"]).stdout);
+    assert!(
+        shown.contains("table:          public.orders (relation OID")
+            && shown.contains("-> analytics.fact_orders, key (id), partition by order_date day, transform identity"),
+        "{shown}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&weir(&["checkpoint", "show", "--json"]).stdout).expect("json");
+    assert_eq!(json["contracts"][0]["grain"], "day", "{json}");
+
+    write_config(
+        &db,
+        "est_grain",
+        &orders("public.orders", "\"id\"", "month"),
+    );
+    for verb in [&["run", "--once"][..], &["init"][..]] {
+        let out = weir(verb);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{verb:?}: {stderr}");
+        assert!(
+            stderr.contains("public.orders: grain day → month") && stderr.contains("new stage"),
+            "{stderr}"
+        );
+    }
+    // Nothing was written under the refused config.
+    source
+        .batch_execute("INSERT INTO orders VALUES (500, 'x', '2026-03-02', 1, 'new')")
+        .await
+        .expect("insert");
+    let target = db.client().await;
+    let count: i64 = target
+        .query_one("SELECT count(*) FROM analytics.fact_orders", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(count, 100);
+    write_config(&db, "est_grain", &orders("public.orders", "\"id\"", "day"));
+    let out = weir(&["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_same(&source, "orders", &target).await;
+}
