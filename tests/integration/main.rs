@@ -17,4 +17,5 @@ mod plugins;
 mod postgres_source;
 mod secrets;
 mod stage_crash;
+mod tls;
 mod writers;
