@@ -76,6 +76,14 @@ pub enum ConfigError {
         field: String,
         var: String,
     },
+    /// A TLS (libpq) parameter of the DSN is invalid: named, its value not shown.
+    #[error("{}: {field}: environment variable {var}: {problem}", path.display())]
+    InvalidDsnParameter {
+        path: PathBuf,
+        field: String,
+        var: String,
+        problem: String,
+    },
 }
 
 /// A PostgreSQL connection string. Never displayed: it may hold a password.
@@ -583,14 +591,20 @@ impl Config {
             field: field.to_owned(),
             var: var.to_owned(),
         })?;
-        if value.parse::<tokio_postgres::Config>().is_err() {
-            return Err(ConfigError::InvalidDsn {
+        match crate::pgconn::PgSettings::parse(&value) {
+            Ok(_) => Ok(Dsn(value)),
+            Err(crate::pgconn::DsnError::Syntax) => Err(ConfigError::InvalidDsn {
                 path: self.path.clone(),
                 field: field.to_owned(),
                 var: var.to_owned(),
-            });
+            }),
+            Err(error) => Err(ConfigError::InvalidDsnParameter {
+                path: self.path.clone(),
+                field: field.to_owned(),
+                var: var.to_owned(),
+                problem: error.to_string(),
+            }),
         }
-        Ok(Dsn(value))
     }
 
     pub fn table_by_source(&self, source: &TableName) -> Option<&TableConfig> {

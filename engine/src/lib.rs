@@ -17,6 +17,7 @@ pub mod faults;
 pub mod localpg;
 pub mod metrics;
 pub mod partition;
+pub mod pgconn;
 pub mod pgerror;
 pub mod pipeline;
 pub mod plugin;

@@ -11,7 +11,11 @@
 //! - Dropping a [`LocalPg`] stops the server and removes the folder. If the process dies
 //!   without dropping it (panic, SIGKILL, Ctrl-C, a `static`), a detached watchdog shell
 //!   does the same within about half a second.
-//! - No error or log line holds the password of [`LocalPgOptions::password_user`].
+//! - No error or log line holds the password of [`LocalPgOptions::password_user`] or
+//!   of [`LocalPgTls::tls_user`].
+//! - With [`LocalPgOptions::tls`], the server has `ssl = on` with a test CA, a server
+//!   certificate for `127.0.0.1` only (not `localhost`) and a client certificate, made
+//!   with the `openssl` command ([`LocalPg::tls_files`]).
 
 use std::fmt::Write as _;
 use std::io;
@@ -75,6 +79,33 @@ pub struct LocalPgOptions {
     /// How the password user authenticates over TCP (and how its password is stored):
     /// scram-sha-256 unless set.
     pub password_auth: PasswordAuth,
+    /// TLS (`ssl = on`) and the roles that may connect only over it.
+    pub tls: Option<LocalPgTls>,
+}
+
+/// The TLS setup of a [`LocalPg`] (test-only: its `Debug` shows the password).
+#[derive(Debug, Clone)]
+pub struct LocalPgTls {
+    /// `(user, password)`: a LOGIN SUPERUSER role let in over TCP only with TLS
+    /// (`hostssl`, scram-sha-256); `hostnossl` rejects it.
+    pub tls_user: (String, String),
+    /// A LOGIN SUPERUSER role let in over TCP only with TLS and a client certificate
+    /// whose CN is its name (`hostssl ... cert`); `hostnossl` rejects it.
+    pub cert_user: String,
+}
+
+/// The PEM files of a TLS [`LocalPg`], in its temporary folder.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The CA that signed the server's and the client's certificates.
+    pub ca: PathBuf,
+    /// Another CA, which signed nothing the server shows.
+    pub other_ca: PathBuf,
+    /// The server's certificate: subjectAltName `IP:127.0.0.1` only.
+    pub server_cert: PathBuf,
+    /// A client certificate for [`LocalPgTls::cert_user`] (CN), and its key.
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
 }
 
 /// The authentication method of [`LocalPgOptions::password_user`].
@@ -138,6 +169,9 @@ impl LocalPg {
         pg.chown(&pg.root)?;
         pg.spawn_watchdog()?; // before initdb: covers a process killed while starting
         pg.initdb()?;
+        if let Some(tls) = &options.tls {
+            pg.make_certificates(tls)?;
+        }
         pg.write_owned("pg_hba.conf", &hba_conf(options))?;
         let conf = pg.data_dir.join("postgresql.conf");
         let conf = std::fs::OpenOptions::new().append(true).open(conf);
@@ -146,6 +180,13 @@ impl LocalPg {
         pg.start_on_free_port(options)?;
         if let Some((user, password)) = &options.password_user {
             pg.create_password_user(user, password)?;
+        }
+        if let Some(tls) = &options.tls {
+            pg.create_password_user(&tls.tls_user.0, &tls.tls_user.1)?;
+            pg.create_role(&format!(
+                "CREATE ROLE \"{}\" LOGIN SUPERUSER",
+                tls.cert_user.replace('"', "\"\"")
+            ))?;
         }
         tracing::info!(port = pg.port, data_dir = %pg.data_dir.display(), "local postgres started");
         Ok(pg)
@@ -174,6 +215,106 @@ impl LocalPg {
     /// The cluster's data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The certificates of a cluster started with [`LocalPgOptions::tls`].
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        let dir = self.root.join("tls");
+        dir.join("server.crt").is_file().then(|| TlsFiles {
+            ca: dir.join("ca.crt"),
+            other_ca: dir.join("other-ca.crt"),
+            server_cert: dir.join("server.crt"),
+            client_cert: dir.join("client.crt"),
+            client_key: dir.join("client.key"),
+        })
+    }
+
+    /// Makes the test CA, another CA, the server's certificate (for 127.0.0.1 only)
+    /// and the client certificate, with the `openssl` command (EC P-256 keys,
+    /// ecdsa-with-SHA256 signatures). The server's key is the server user's, mode 0600.
+    fn make_certificates(&self, tls: &LocalPgTls) -> Result<(), LocalPgError> {
+        let dir = self.root.join("tls");
+        std::fs::create_dir(&dir).map_err(io_err("create the TLS folder"))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(io_err("make the TLS folder traversable"))?;
+        let openssl = |args: &[&str]| {
+            let mut cmd = Command::new("openssl");
+            cmd.args(args).current_dir(&dir);
+            run(&mut cmd, "openssl (apt-get install openssl)")
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for (name, cn) in [("ca", "weir-test-ca"), ("other-ca", "weir-other-ca")] {
+            let (key, crt, subject) = (
+                format!("{name}.key"),
+                format!("{name}.crt"),
+                format!("/CN={cn}"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(ec);
+            args.extend([
+                "-keyout", &key, "-out", &crt, "-days", "3650", "-subj", &subject,
+            ]);
+            openssl(&args)?;
+        }
+        let leaves = [
+            (
+                "server",
+                "127.0.0.1",
+                "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth\n",
+            ),
+            ("client", "", "extendedKeyUsage = clientAuth\n"),
+        ];
+        for (name, cn, extensions) in leaves {
+            let cn = if cn.is_empty() {
+                tls.cert_user.as_str()
+            } else {
+                cn
+            };
+            let ext = format!("{name}.ext");
+            std::fs::write(
+                dir.join(&ext),
+                format!("basicConstraints = CA:FALSE\n{extensions}"),
+            )
+            .map_err(io_err("write a certificate extensions file"))?;
+            let (key, csr, crt, subject) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+                format!("/CN={cn}"),
+            );
+            let mut args = vec!["req"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &csr, "-subj", &subject]);
+            openssl(&args)?;
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "3650",
+                "-extfile",
+                &ext,
+            ])?;
+        }
+        let key = dir.join("server.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err("restrict the server key"))?;
+        self.chown(&key)?;
+        Ok(())
     }
 
     /// DSN (URL form) for `database` as superuser `postgres` over TCP:
@@ -331,9 +472,21 @@ impl LocalPg {
             ("logging_collector", "off"),
             ("password_encryption", options.password_auth.method()),
         ];
-        let extra = options
-            .extra_settings
+        let tls_dir = self.root.join("tls");
+        let tls_settings: Vec<(String, String)> = if options.tls.is_some() {
+            let file = |name: &str| tls_dir.join(name).to_string_lossy().into_owned();
+            vec![
+                ("ssl".to_owned(), "on".to_owned()),
+                ("ssl_cert_file".to_owned(), file("server.crt")),
+                ("ssl_key_file".to_owned(), file("server.key")),
+                ("ssl_ca_file".to_owned(), file("ca.crt")),
+            ]
+        } else {
+            Vec::new()
+        };
+        let extra = tls_settings
             .iter()
+            .chain(&options.extra_settings)
             .map(|(k, v)| (k.as_str(), v.as_str()));
         let mut out = String::from("# Written by weir's localpg; later lines win.\n");
         for (name, value) in defaults.into_iter().chain(extra) {
@@ -401,16 +554,21 @@ impl LocalPg {
             .map_err(io_err("start the cleanup watchdog (setsid sh)"))
     }
 
-    /// Creates the password role through a private runtime on a scoped thread, so that
-    /// this works whether or not the caller is inside a tokio runtime.
+    /// Creates a password role (see [`LocalPg::create_role`]).
     fn create_password_user(&self, user: &str, password: &str) -> Result<(), LocalPgError> {
-        // The statement holds the password: keep it out of server.log even if it fails.
-        let sql = format!(
-            "SET log_min_error_statement = 'panic'; SET log_statement = 'none'; \
-             CREATE ROLE \"{}\" LOGIN SUPERUSER PASSWORD '{}'",
+        self.create_role(&format!(
+            "CREATE ROLE \"{}\" LOGIN SUPERUSER PASSWORD '{}'",
             user.replace('"', "\"\""),
             password.replace('\'', "''")
-        );
+        ))
+    }
+
+    /// Runs a CREATE ROLE through a private runtime on a scoped thread, so that this
+    /// works whether or not the caller is inside a tokio runtime.
+    fn create_role(&self, create: &str) -> Result<(), LocalPgError> {
+        // The statement may hold a password: keep it out of server.log even if it fails.
+        let sql =
+            format!("SET log_min_error_statement = 'panic'; SET log_statement = 'none'; {create}");
         let dsn = self.dsn("postgres");
         let create = || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -519,11 +677,32 @@ fn validate(options: &LocalPgOptions) -> Result<(), LocalPgError> {
             return bad(format!("the value of setting {name} is not one line"));
         }
     }
-    match &options.password_user {
-        Some((user, _)) if user.is_empty() || user.contains(['"', '\n', '\r', '\0']) => bad(
-            format!("password user name {user:?} is empty or holds quotes or line breaks"),
-        ),
-        _ => Ok(()),
+    let mut users: Vec<&str> = options
+        .password_user
+        .iter()
+        .map(|(u, _)| u.as_str())
+        .collect();
+    if let Some(tls) = &options.tls {
+        users.extend([tls.tls_user.0.as_str(), tls.cert_user.as_str()]);
+        if !tls
+            .cert_user
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return bad(format!(
+                "cert user name {:?} is not letters, digits and `_`",
+                tls.cert_user
+            ));
+        }
+    }
+    match users
+        .iter()
+        .find(|user| user.is_empty() || user.contains(['"', '\n', '\r', '\0']))
+    {
+        Some(user) => bad(format!(
+            "user name {user:?} is empty or holds quotes or line breaks"
+        )),
+        None => Ok(()),
     }
 }
 
@@ -533,6 +712,13 @@ fn hba_conf(options: &LocalPgOptions) -> String {
     let mut out = String::from("# Written by weir's localpg.\n");
     for db in ["all", "replication"] {
         for net in ["127.0.0.1/32", "::1/128"] {
+            if let Some(tls) = &options.tls {
+                let (tls_user, cert_user) = (&tls.tls_user.0, &tls.cert_user);
+                let _ = writeln!(out, "hostssl {db} \"{tls_user}\" {net} scram-sha-256");
+                let _ = writeln!(out, "hostnossl {db} \"{tls_user}\" {net} reject");
+                let _ = writeln!(out, "hostssl {db} \"{cert_user}\" {net} cert");
+                let _ = writeln!(out, "hostnossl {db} \"{cert_user}\" {net} reject");
+            }
             if let Some((user, _)) = &options.password_user {
                 let method = options.password_auth.method();
                 let _ = writeln!(out, "host {db} \"{user}\" {net} {method}");

@@ -16,7 +16,7 @@ use bytes::{BufMut, BytesMut};
 use futures_util::{SinkExt, pin_mut};
 use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
 use sha2::{Digest, Sha256};
-use tokio_postgres::{Client, GenericClient, NoTls, Transaction};
+use tokio_postgres::{Client, GenericClient, Transaction};
 
 use crate::config::{
     Column, Dsn, TableConfig, TableName, TargetPartitioning, WriteMode, quote_ident, quote_literal,
@@ -91,7 +91,7 @@ pub enum TargetError {
     #[error(transparent)]
     Injected(#[from] crate::faults::InjectedFault),
     #[error("cannot connect to the target PostgreSQL")]
-    Connect(#[source] PgError),
+    Connect(#[source] crate::pgconn::ConnectError),
     #[error("target query failed: {what}")]
     Query {
         what: String,
@@ -144,11 +144,12 @@ fn query_err(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> T
     }
 }
 
-/// Connects to the target; the connection's driver runs as a background task.
+/// Connects to the target (TLS per the DSN's sslmode, see `pgconn`); the connection's
+/// driver runs as a background task.
 pub async fn connect(dsn: &Dsn) -> Result<Client, TargetError> {
-    let (client, connection) = tokio_postgres::connect(dsn.expose(), NoTls)
+    let (client, connection) = crate::pgconn::connect(dsn)
         .await
-        .map_err(|e| TargetError::Connect(PgError(e)))?;
+        .map_err(TargetError::Connect)?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::warn!(error = %crate::pgerror::render(&error), "target connection closed");

@@ -930,6 +930,28 @@ async fn setup(db: &TestDb, slot: &str, ddl: &str, source_extra: &str) -> (Strin
     (source_dsn, source, db.client().await)
 }
 
+/// [`setup`] with the source on the harness's TLS cluster: Weir reads it over TLS
+/// (verify-full, SCRAM with channel binding, a role refused without TLS); the writers
+/// and the checks connect in clear as `postgres`. Returns Weir's source DSN, the
+/// writers' DSN, the source client and the target client.
+async fn setup_tls(
+    db: &TestDb,
+    slot: &str,
+    ddl: &str,
+    source_extra: &str,
+) -> (String, String, Client, Client) {
+    let (weir_dsn, plain_dsn, source) = crate::tls::tls_source(slot, ddl).await;
+    std::fs::write(
+        db.config_path(),
+        format!(
+            "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"{slot}\"\npublication = \"{slot}\"\n{source_extra}\n{ENGINE}\n\
+             [stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n[[table]]\n{TABLE}\n"
+        ),
+    )
+    .expect("config");
+    (weir_dsn, plain_dsn, source, db.client().await)
+}
+
 /// Kills after which the stage's position had moved, and the checks of invariants 1
 /// and 2 across kills.
 #[derive(Debug, Default)]
@@ -1092,14 +1114,15 @@ fn snapshot_rows_per_writer(writers: i64) -> i64 {
 
 /// A table of 200,000 rows (REPLICA IDENTITY FULL) is snapshotted by `weir run` while
 /// three writers change it, and the run is SIGKILLed during the snapshot several times;
-/// then one drain, and the target is exactly the writers' committed rows.
+/// then one drain, and the target is exactly the writers' committed rows. Weir reads
+/// the source over TLS (`verify-full`, on the harness's TLS cluster).
 #[tokio::test(flavor = "multi_thread")]
 async fn crash_suite_kills_during_the_initial_snapshot_end_exact() {
     let campaign = Campaign::new("snapshot");
     let db = TestDb::new("crash_snapshot_target").await;
     let slot = "crash_snapshot";
     let per_writer = snapshot_rows_per_writer(3);
-    let (source_dsn, source, target) = setup(
+    let (source_dsn, writers_dsn, source, target) = setup_tls(
         &db,
         slot,
         &oracle_ddl("FULL", 3, per_writer),
@@ -1115,7 +1138,7 @@ async fn crash_suite_kills_during_the_initial_snapshot_end_exact() {
         large_rows: (0, 0),
         pause_ms: 20,
     };
-    let writers = Writers::start(&campaign, &source_dsn, 3, per_writer, shape);
+    let writers = Writers::start(&campaign, &writers_dsn, 3, per_writer, shape);
     let mut rng = campaign.rng(2);
     let kills_wanted = (kills_wanted() / 8).max(6);
     let (mut kills, mut runs, mut mid_snapshot) = (0usize, 0usize, 0usize);

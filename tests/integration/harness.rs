@@ -18,6 +18,31 @@ pub const SECRET_PASSWORD: &str = "S3cret-Pa55word-never-logged";
 
 static CLUSTER: OnceLock<LocalPg> = OnceLock::new();
 
+/// The roles of the TLS cluster ([`tls_cluster`]): one let in only over TLS with its
+/// password (scram-sha-256), one only over TLS with a client certificate.
+pub const TLS_USER: &str = "weir_tls_user";
+pub const TLS_PASSWORD: &str = "Tls-Pa55word-never-logged";
+pub const CERT_USER: &str = "weir_cert_user";
+
+static TLS_CLUSTER: OnceLock<LocalPg> = OnceLock::new();
+
+/// A second cluster, started on first use by the tests that need TLS: `ssl = on`, a
+/// test CA and a server certificate for 127.0.0.1 (see `LocalPg::tls_files`),
+/// [`TLS_USER`] and [`CERT_USER`] refused without TLS. `postgres` connects as in
+/// [`cluster`] (trust, plain), for the tests' own checks.
+pub fn tls_cluster() -> &'static LocalPg {
+    TLS_CLUSTER.get_or_init(|| {
+        let options = LocalPgOptions {
+            tls: Some(weir::localpg::LocalPgTls {
+                tls_user: (TLS_USER.into(), TLS_PASSWORD.into()),
+                cert_user: CERT_USER.into(),
+            }),
+            ..LocalPgOptions::default()
+        };
+        LocalPg::start(&options).expect("start the TLS test PostgreSQL cluster")
+    })
+}
+
 /// The process's cluster, started on first use.
 pub fn cluster() -> &'static LocalPg {
     CLUSTER.get_or_init(|| {

@@ -21,4 +21,5 @@ mod postgres_source;
 mod secrets;
 mod stage_crash;
 mod target_writes;
+mod tls;
 mod writers;

@@ -154,6 +154,8 @@ pub enum PgSourceError {
         #[source]
         source: tokio_postgres::Error,
     },
+    #[error("cannot connect to the source PostgreSQL")]
+    Connect(#[source] crate::pgconn::ConnectError),
 }
 
 /// A relation the stream described, mapped to a configured table (or not).
@@ -1178,12 +1180,9 @@ async fn hold_slot_to_stage(
 /// Writes a transactional logical message into the source's WAL and returns its LSN:
 /// everything committed before it is "available now" for `run --once`.
 async fn emit_drain_message(dsn: &Dsn) -> Result<u64, PgSourceError> {
-    let (client, connection) = tokio_postgres::connect(dsn.expose(), tokio_postgres::NoTls)
+    let (client, connection) = crate::pgconn::connect(dsn)
         .await
-        .map_err(|source| PgSourceError::Query {
-            what: "connect to emit the drain mark",
-            source,
-        })?;
+        .map_err(PgSourceError::Connect)?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "source connection closed");
@@ -1252,8 +1251,10 @@ impl PgSourceError {
                 | ReplicationError::Io { .. }
                 | ReplicationError::Closed
                 | ReplicationError::Unusable => true,
+                ReplicationError::Tls(e) => e.transient,
                 other => other.code().is_some_and(transient_code),
             },
+            PgSourceError::Connect(e) => e.is_transient(),
             PgSourceError::Query { source, .. } => {
                 source.is_closed()
                     || source
@@ -1269,12 +1270,9 @@ impl PgSourceError {
 
 /// Connects to the source as an ordinary client, for catalog queries and setup.
 pub async fn connect(dsn: &Dsn) -> Result<tokio_postgres::Client, PgSourceError> {
-    let (client, connection) = tokio_postgres::connect(dsn.expose(), tokio_postgres::NoTls)
+    let (client, connection) = crate::pgconn::connect(dsn)
         .await
-        .map_err(|source| PgSourceError::Query {
-            what: "connect to the source",
-            source,
-        })?;
+        .map_err(PgSourceError::Connect)?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "source connection closed");

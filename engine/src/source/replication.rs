@@ -39,9 +39,14 @@
 //!   calls return [`ReplicationError::Unusable`]: drop the stream and reconnect from the
 //!   last acknowledged position.
 //!
-//! Out of scope: TLS (`sslmode=require`, `sslnegotiation=direct` and
-//! `channel_binding=require` are refused; the default `sslmode=prefer` connects without
-//! TLS, so SCRAM runs without channel binding), GSSAPI, SSPI and Kerberos
+//! * **TLS as libpq does it.** The DSN is read by [`crate::pgconn`]: `sslmode` (TLS
+//!   after an SSLRequest over TCP, never over a Unix socket), `sslrootcert`,
+//!   `sslcert`/`sslkey`, with the same rustls configuration as the SQL connections.
+//!   SCRAM uses SCRAM-SHA-256-PLUS (`tls-server-end-point` channel binding) when TLS is
+//!   up and the server offers it, unless `channel_binding=disable`;
+//!   `channel_binding=require` refuses any other authentication.
+//!
+//! Out of scope: `sslnegotiation=direct`, GSSAPI, SSPI and Kerberos
 //! authentication, physical replication, `target_session_attrs` and TCP keepalive
 //! settings (ignored). A host is required (no default Unix socket directory), and so
 //! is a user.
@@ -68,13 +73,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use postgres_protocol::authentication::md5_hash;
-use postgres_protocol::authentication::sasl::{ChannelBinding, SCRAM_SHA_256, ScramSha256};
+use postgres_protocol::authentication::sasl::{
+    ChannelBinding, SCRAM_SHA_256, SCRAM_SHA_256_PLUS, ScramSha256,
+};
 use postgres_protocol::message::{backend, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_postgres::config::Host;
 use tokio_postgres::fallible_iterator::FallibleIterator;
 
 use crate::config::{Dsn, quote_ident};
+use crate::pgconn::{
+    ChannelBindingMode, DsnError, PgSettings, SslMode, TlsError, TlsSetup, TlsSetupError,
+};
 
 /// The largest server message accepted, length field included: 1 GiB. PostgreSQL
 /// allocates no more for one message (`MaxAllocSize`), so a larger length is a broken
@@ -118,6 +128,17 @@ pub enum ReplicationError {
         /// What is wrong.
         what: &'static str,
     },
+    /// The DSN cannot be used: a syntax error (nothing of it shown) or a TLS parameter
+    /// (named, its value not shown).
+    #[error("invalid replication connection settings: {0}")]
+    Settings(#[from] DsnError),
+    /// A TLS file of the DSN cannot be used (`sslrootcert`, `sslcert`, `sslkey`).
+    #[error(transparent)]
+    TlsSetup(#[from] TlsSetupError),
+    /// TLS failed: the host and the reason (certificate not trusted, name mismatch,
+    /// expired, the server without TLS).
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// An argument of a call cannot be sent (an empty name, a NUL byte).
     #[error("invalid replication request: {what}")]
     InvalidArgument {
@@ -827,12 +848,22 @@ impl Connection {
 
 // ---- connecting ---------------------------------------------------------------------
 
-/// Where to connect: one host of the DSN.
+/// Where to connect: one host of the DSN. TCP targets carry the name the server's
+/// certificate is checked against (the host, else the address).
 #[derive(Debug)]
 enum Target {
     Tcp(String, u16),
-    Addr(SocketAddr),
+    Addr(SocketAddr, String),
     Unix(PathBuf),
+}
+
+/// The TLS state of a connection after the SSLRequest, for authentication.
+#[derive(Debug, Default)]
+struct Binding {
+    /// TLS is up.
+    tls: bool,
+    /// The `tls-server-end-point` data, when the server's certificate has one.
+    end_point: Option<Vec<u8>>,
 }
 
 /// What the startup packet and authentication need. Not `Debug`: it holds the password.
@@ -842,6 +873,7 @@ struct Startup<'a> {
     database: Option<&'a str>,
     application_name: &'a str,
     options: Option<&'a str>,
+    channel_binding: ChannelBindingMode,
 }
 
 /// The hosts of a DSN in order, each with its port (and `hostaddr` when given).
@@ -875,9 +907,12 @@ fn targets(config: &tokio_postgres::Config) -> Result<Vec<Target>, ReplicationEr
             ports => ports.get(i).copied().unwrap_or(DEFAULT_PORT),
         };
         let target = match (addrs.get(i), hosts.get(i)) {
-            (Some(addr), _) => Target::Addr(SocketAddr::new(*addr, port)),
+            (Some(addr), Some(Host::Tcp(host))) => {
+                Target::Addr(SocketAddr::new(*addr, port), host.clone())
+            }
+            (Some(addr), _) => Target::Addr(SocketAddr::new(*addr, port), addr.to_string()),
             (None, Some(Host::Tcp(host))) => match host.parse::<IpAddr>() {
-                Ok(ip) => Target::Addr(SocketAddr::new(ip, port)),
+                Ok(ip) => Target::Addr(SocketAddr::new(ip, port), host.clone()),
                 Err(_) => Target::Tcp(host.clone(), port),
             },
             (None, Some(Host::Unix(dir))) => Target::Unix(dir.join(format!(".s.PGSQL.{port}"))),
@@ -895,7 +930,7 @@ async fn open(target: &Target) -> io::Result<Box<dyn Socket>> {
             stream.set_nodelay(true)?;
             Box::new(stream)
         }
-        Target::Addr(addr) => {
+        Target::Addr(addr, _) => {
             let stream = tokio::net::TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
             Box::new(stream)
@@ -908,6 +943,7 @@ async fn open(target: &Target) -> io::Result<Box<dyn Socket>> {
 async fn start_up(
     socket: Box<dyn Socket>,
     startup: &Startup<'_>,
+    binding: &Binding,
 ) -> Result<Connection, ReplicationError> {
     let mut conn = Connection::new(socket);
     // Output plugins print values with the walsender's settings: pin the ones the
@@ -934,7 +970,7 @@ async fn start_up(
         }
     })?;
     conn.send().await?;
-    authenticate(&mut conn, startup).await?;
+    authenticate(&mut conn, startup, binding).await?;
     loop {
         match conn.read_message().await? {
             Backend::Message(backend::Message::ReadyForQuery(_)) => break,
@@ -960,10 +996,17 @@ async fn start_up(
 async fn authenticate(
     conn: &mut Connection,
     startup: &Startup<'_>,
+    binding: &Binding,
 ) -> Result<(), ReplicationError> {
     let auth = |message: &str| ReplicationError::Auth {
         code: None,
         message: message.to_owned(),
+    };
+    let binding_required = startup.channel_binding == ChannelBindingMode::Require;
+    let without_binding = || {
+        auth(
+            "channel_binding=require, but the server did not authenticate with SCRAM-SHA-256-PLUS (trust, a password, md5 or a certificate): use SCRAM with TLS, or remove channel_binding=require",
+        )
     };
     let password = || {
         startup.password.ok_or_else(|| {
@@ -974,7 +1017,14 @@ async fn authenticate(
         what: "the password holds a NUL byte or is too long",
     };
     let method = match next_auth_message(conn).await? {
+        backend::Message::AuthenticationOk if binding_required => return Err(without_binding()),
         backend::Message::AuthenticationOk => return Ok(()),
+        backend::Message::AuthenticationCleartextPassword
+        | backend::Message::AuthenticationMd5Password(_)
+            if binding_required =>
+        {
+            return Err(without_binding());
+        }
         backend::Message::AuthenticationCleartextPassword => {
             frontend::password_message(password()?, &mut conn.write_buf)
                 .map_err(|_| bad_password())?;
@@ -990,20 +1040,48 @@ async fn authenticate(
         }
         backend::Message::AuthenticationSasl(body) => {
             let mut mechanisms = body.mechanisms();
-            let mut scram_offered = false;
+            let (mut scram_offered, mut plus_offered) = (false, false);
             while let Some(mechanism) = mechanisms
                 .next()
                 .map_err(|_| protocol("a malformed AuthenticationSASL message"))?
             {
                 scram_offered |= mechanism == SCRAM_SHA_256;
+                plus_offered |= mechanism == SCRAM_SHA_256_PLUS;
             }
-            if !scram_offered {
+            let end_point = binding
+                .end_point
+                .as_ref()
+                .filter(|_| startup.channel_binding != ChannelBindingMode::Disable);
+            let (mechanism, channel_binding) = match end_point {
+                Some(data) if plus_offered => (
+                    SCRAM_SHA_256_PLUS,
+                    ChannelBinding::tls_server_end_point(data.clone()),
+                ),
+                _ if binding_required && !binding.tls => {
+                    return Err(auth(
+                        "channel_binding=require needs TLS, and this connection has none: set sslmode=require or stronger (a Unix socket never has TLS)",
+                    ));
+                }
+                _ if binding_required => {
+                    return Err(auth(
+                        "channel_binding=require, but the server does not offer SCRAM-SHA-256-PLUS over this TLS connection (or its certificate's signature algorithm has no channel binding)",
+                    ));
+                }
+                // TLS with binding data, the server not offering PLUS: say so ("y").
+                Some(_) => (SCRAM_SHA_256, ChannelBinding::unrequested()),
+                None => (SCRAM_SHA_256, ChannelBinding::unsupported()),
+            };
+            if mechanism == SCRAM_SHA_256 && !scram_offered {
                 return Err(auth(
-                    "the server offers no SASL mechanism but SCRAM-SHA-256-PLUS, which needs TLS",
+                    "the server offers no SASL mechanism but SCRAM-SHA-256-PLUS, which needs TLS: set sslmode=require or stronger",
                 ));
             }
-            scram(conn, password()?).await?;
-            "scram-sha-256"
+            scram(conn, password()?, mechanism, channel_binding).await?;
+            if mechanism == SCRAM_SHA_256_PLUS {
+                "scram-sha-256-plus"
+            } else {
+                "scram-sha-256"
+            }
         }
         backend::Message::AuthenticationKerberosV5
         | backend::Message::AuthenticationGss
@@ -1048,15 +1126,22 @@ async fn next_auth_message(conn: &mut Connection) -> Result<backend::Message, Re
     }
 }
 
-/// SCRAM-SHA-256 without channel binding (no TLS): client-first, server-first,
-/// client-final, server-final, whose signature proves the server knows the password.
-async fn scram(conn: &mut Connection, password: &[u8]) -> Result<(), ReplicationError> {
+/// SCRAM-SHA-256 (with `tls-server-end-point` channel binding for
+/// SCRAM-SHA-256-PLUS): client-first, server-first, client-final, server-final, whose
+/// signature proves the server knows the password (and, with PLUS, that the TLS
+/// connection ends at the server that holds the certificate).
+async fn scram(
+    conn: &mut Connection,
+    password: &[u8],
+    mechanism: &str,
+    channel_binding: ChannelBinding,
+) -> Result<(), ReplicationError> {
     let auth = |message: &str| ReplicationError::Auth {
         code: None,
         message: message.to_owned(),
     };
-    let mut scram = ScramSha256::new(password, ChannelBinding::unsupported());
-    frontend::sasl_initial_response(SCRAM_SHA_256, scram.message(), &mut conn.write_buf)
+    let mut scram = ScramSha256::new(password, channel_binding);
+    frontend::sasl_initial_response(mechanism, scram.message(), &mut conn.write_buf)
         .map_err(|_| protocol("cannot encode the SCRAM client-first message"))?;
     conn.send().await?;
     let backend::Message::AuthenticationSaslContinue(body) = next_auth_message(conn).await? else {
@@ -1108,24 +1193,13 @@ impl ReplicationClient {
     /// authentication or server error is returned at once. The startup packet asks for
     /// `replication=database` and `client_encoding=UTF8`, so text (including pgoutput's
     /// text values) arrives in UTF-8. Authentication: trust, cleartext password, md5,
-    /// and SCRAM-SHA-256 (without channel binding, as there is no TLS).
+    /// and SCRAM-SHA-256 (SCRAM-SHA-256-PLUS over TLS). TLS follows the DSN's `sslmode`
+    /// and its files (see [`crate::pgconn`]), with the same rustls configuration as the
+    /// SQL connections.
     pub async fn connect(dsn: &Dsn) -> Result<ReplicationClient, ReplicationError> {
-        let config: tokio_postgres::Config =
-            dsn.expose().parse().map_err(|_| ReplicationError::Config {
-                what: "the DSN is not a valid PostgreSQL connection string (URL or key=value form); it is not shown because it may hold a password",
-            })?;
-        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require
-            || config.get_ssl_negotiation() != tokio_postgres::config::SslNegotiation::Postgres
-        {
-            return Err(ReplicationError::Config {
-                what: "TLS (sslmode=require, sslnegotiation=direct) is not supported by the replication client",
-            });
-        }
-        if config.get_channel_binding() == tokio_postgres::config::ChannelBinding::Require {
-            return Err(ReplicationError::Config {
-                what: "channel_binding=require needs TLS, which the replication client does not support",
-            });
-        }
+        let settings = PgSettings::from_dsn(dsn)?;
+        let tls = TlsSetup::new(&settings.ssl)?;
+        let config = settings.config();
         let user = config.get_user().ok_or(ReplicationError::Config {
             what: "no user: set user in the DSN",
         })?;
@@ -1137,16 +1211,30 @@ impl ReplicationClient {
                 .get_application_name()
                 .unwrap_or(DEFAULT_APPLICATION_NAME),
             options: config.get_options(),
+            channel_binding: settings.ssl.channel_binding,
         };
         let timeout = config.get_connect_timeout().copied();
-        let targets = targets(&config)?;
+        let targets = targets(config)?;
         let mut last_error = None;
+        let mode = settings.ssl.mode;
         for (attempt, target) in targets.iter().enumerate() {
-            match connect_to(target, &startup, timeout).await {
-                Ok(conn) => {
+            let mut result = connect_to(target, &startup, timeout, mode, tls.as_ref(), false).await;
+            // sslmode=allow: refused in clear (pg_hba.conf), try again with TLS as libpq does.
+            if mode == SslMode::Allow
+                && !matches!(target, Target::Unix(_))
+                && matches!(&result, Err(ReplicationError::Auth { code: Some(c), .. }) if c.starts_with("28"))
+            {
+                tracing::debug!(
+                    "the server refused a replication connection without TLS; trying TLS (sslmode=allow)"
+                );
+                result = connect_to(target, &startup, timeout, mode, tls.as_ref(), true).await;
+            }
+            match result {
+                Ok((conn, tls)) => {
                     let tcp = !matches!(target, Target::Unix(_));
                     tracing::debug!(
                         tcp,
+                        tls,
                         server_version = conn.server_version.as_deref().unwrap_or(""),
                         "replication connection ready"
                     );
@@ -1285,16 +1373,68 @@ impl ReplicationClient {
     }
 }
 
+/// Opens one target, negotiates TLS per `mode` (for `allow`, `allow_tls` says whether
+/// this is the attempt with TLS) and starts up: the connection, and whether TLS is up.
 async fn connect_to(
     target: &Target,
     startup: &Startup<'_>,
     timeout: Option<Duration>,
-) -> Result<Connection, ReplicationError> {
+    mode: SslMode,
+    tls: Option<&TlsSetup>,
+    allow_tls: bool,
+) -> Result<(Connection, bool), ReplicationError> {
     let attempt = async {
-        let socket = open(target)
+        let mut socket = open(target)
             .await
             .map_err(|source| ReplicationError::Connect { source })?;
-        start_up(socket, startup).await
+        let host = match target {
+            Target::Tcp(host, _) | Target::Addr(_, host) => host.as_str(),
+            // libpq: TLS is never used over a Unix socket, whatever the sslmode.
+            Target::Unix(_) => "",
+        };
+        let wants_tls = match mode {
+            _ if host.is_empty() => false,
+            SslMode::Disable => false,
+            SslMode::Allow => allow_tls,
+            SslMode::Prefer | SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => true,
+        };
+        let mut binding = Binding::default();
+        if let (true, Some(tls)) = (wants_tls, tls) {
+            let offered = crate::pgconn::negotiate(&mut socket)
+                .await
+                .map_err(|source| ReplicationError::Connect { source })?;
+            if offered {
+                let (stream, end_point) = tls.handshake(host, socket).await?;
+                socket = Box::new(stream);
+                binding = Binding {
+                    tls: true,
+                    end_point,
+                };
+            } else if mode.requires_tls() || mode == SslMode::Allow {
+                return Err(ReplicationError::from(TlsError::not_offered(host, mode)));
+            }
+        }
+        let tls_up = binding.tls;
+        match start_up(socket, startup, &binding).await {
+            Ok(conn) => Ok((conn, tls_up)),
+            // Refused in clear by pg_hba.conf: say which setting lets it in.
+            Err(ReplicationError::Auth {
+                code: Some(code),
+                message,
+            }) if code == "28000"
+                && !tls_up
+                && !host.is_empty()
+                && (message.contains("no encryption") || mode == SslMode::Disable) =>
+            {
+                Err(ReplicationError::Auth {
+                    message: format!(
+                        "{message}: the server refuses connections without TLS for this user and database: set sslmode=require, or verify-full with sslrootcert, in the DSN"
+                    ),
+                    code: Some(code),
+                })
+            }
+            Err(error) => Err(error),
+        }
     };
     match timeout {
         None => attempt.await,
@@ -2032,6 +2172,7 @@ mod tests {
             database: Some("d"),
             application_name: "weir",
             options: None,
+            channel_binding: ChannelBindingMode::Prefer,
         }
     }
 
@@ -2051,7 +2192,9 @@ mod tests {
             server.write_all(&reply.concat()).await.unwrap();
             (parameters, password, server)
         });
-        let conn = start_up(Box::new(client), &fake_startup()).await.unwrap();
+        let conn = start_up(Box::new(client), &fake_startup(), &Binding::default())
+            .await
+            .unwrap();
         assert_eq!(conn.server_version.as_deref(), Some("15.4"));
         let (parameters, password, _server) = server.await.unwrap();
         let expected = [
@@ -2088,7 +2231,8 @@ mod tests {
                 server.write_all(&request).await.unwrap();
                 server
             });
-            let error = match start_up(Box::new(client), &fake_startup()).await {
+            let error = match start_up(Box::new(client), &fake_startup(), &Binding::default()).await
+            {
                 Ok(_) => panic!("authentication should fail"),
                 Err(error) => error,
             };
@@ -2113,7 +2257,10 @@ mod tests {
             password: None,
             ..fake_startup()
         };
-        let error = start_up(Box::new(client), &startup).await.err().unwrap();
+        let error = start_up(Box::new(client), &startup, &Binding::default())
+            .await
+            .err()
+            .unwrap();
         assert!(
             matches!(error, ReplicationError::Auth { code: None, .. }),
             "{error}"
@@ -2727,7 +2874,11 @@ mod tests {
             assert!(
                 matches!(
                     error,
-                    ReplicationError::Config { .. } | ReplicationError::Connect { .. }
+                    ReplicationError::Config { .. }
+                        | ReplicationError::Connect { .. }
+                        | ReplicationError::Settings(_)
+                        | ReplicationError::Tls(_)
+                        | ReplicationError::Auth { .. }
                 ),
                 "{error}"
             );
