@@ -789,7 +789,14 @@ impl PostgresSource {
         checkpoint: Option<Checkpoint>,
     ) -> Result<PostgresSource, PgSourceError> {
         let mut client = ReplicationClient::connect(dsn).await?;
-        let slot_literal = format!("'{}'", options.slot.replace('\'', "''"));
+        // E'…' with quotes and backslashes doubled: right whatever
+        // `standard_conforming_strings` is (the name is validated at config load too).
+        let slot_literal = crate::config::quote_literal(&options.slot).ok_or_else(|| {
+            PgSourceError::SourceTable {
+                table: options.slot.clone(),
+                problem: "the slot name holds a NUL character".into(),
+            }
+        })?;
         let rows = client
             .simple_query(&format!("SELECT coalesce(wal_status, 'unknown') FROM pg_replication_slots WHERE slot_name = {slot_literal}"))
             .await?;
@@ -1880,7 +1887,15 @@ impl Snapshot {
                     table: name.clone(),
                     reason: "a key column of a snapshot row is NULL".into(),
                 })?;
-                literals.push(format!("'{}'::{declared}", value.replace('\'', "''")));
+                // One quoting function, right whatever the source's
+                // `standard_conforming_strings` is (a key may hold `\` and `'`).
+                let literal = crate::config::quote_literal(value).ok_or_else(|| {
+                    PgSourceError::BadChange {
+                        table: name.clone(),
+                        reason: format!("key column `{k}` of a snapshot row holds a NUL"),
+                    }
+                })?;
+                literals.push(format!("{literal}::{declared}"));
             }
             sql.push_str(&format!(
                 " WHERE ({}) > ({})",
