@@ -644,8 +644,8 @@ impl TlsSetup {
                     (verifier, Verification::Full(root))
                 }
                 (Some(roots), Some(root)) => {
-                    let verifier: Arc<dyn ServerCertVerifier> = Arc::new(ChainOnly {
-                        roots,
+                    let verifier: Arc<dyn ServerCertVerifier> = Arc::new(NoHostName {
+                        roots: Some(roots),
                         algorithms: provider.signature_verification_algorithms,
                     });
                     (verifier, Verification::Chain(root))
@@ -656,7 +656,8 @@ impl TlsSetup {
                     });
                 }
                 _ => {
-                    let verifier: Arc<dyn ServerCertVerifier> = Arc::new(AnyCertificate {
+                    let verifier: Arc<dyn ServerCertVerifier> = Arc::new(NoHostName {
+                        roots: None,
                         algorithms: provider.signature_verification_algorithms,
                     });
                     (verifier, Verification::None)
@@ -857,57 +858,19 @@ where
 
 // ---- certificate verifiers ------------------------------------------------------------
 
-/// `require` (and weaker) without roots: any certificate, but the handshake's
-/// signatures are still checked (the server holds the key of the certificate it sent).
+/// The certificate check of the modes that do not verify the host name: `verify-ca`
+/// (and `require` with roots) checks the chain up to a root, validity dates included;
+/// `require` (and weaker) without roots takes any certificate. Either way the
+/// handshake's signatures are checked (the server holds the key of the certificate it
+/// sent).
 #[derive(Debug)]
-struct AnyCertificate {
+struct NoHostName {
+    /// `None`: any certificate.
+    roots: Option<RootCertStore>,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca` (and `require` with roots): the chain up to a root, validity dates
-/// included; the host name is not checked.
-#[derive(Debug)]
-struct ChainOnly {
-    roots: RootCertStore,
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NoHostName {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -916,14 +879,16 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.algorithms.all,
-        )?;
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
