@@ -289,7 +289,8 @@ pub enum TargetPartitioning {
     Plain,
     /// A PostgreSQL partitioned table (RANGE by time grain, LIST by value) with one
     /// child table per partition, created on demand; a partition is replaced with
-    /// TRUNCATE of its child.
+    /// DELETE through the parent (MVCC-safe, unlike TRUNCATE: readers never see it
+    /// empty).
     Native,
 }
 
