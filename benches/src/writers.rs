@@ -203,7 +203,7 @@ pub(crate) async fn writers(out: &mut String, args: &Args, pg: &LocalPg) -> anyh
     )?;
     line(
         out,
-        "replace, native partitions (TRUNCATE child + COPY)",
+        "replace, native partitions (DELETE via the parent + COPY)",
         n,
         &replace_native,
     )?;
