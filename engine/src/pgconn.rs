@@ -357,12 +357,12 @@ fn split_dsn(dsn: &str) -> Result<(String, Vec<(String, String)>), DsnError> {
     for (key, _) in &taken {
         if let Some(name) = UNSUPPORTED.iter().find(|n| **n == key.as_str()) {
             return Err(DsnError::Parameter {
-                parameter: *name,
+                parameter: name,
                 problem: "is not supported by Weir: remove it",
             });
         }
     }
-    taken.retain(|(key, _)| TAKEN.iter().any(|t| *t == key.as_str()));
+    taken.retain(|(key, _)| TAKEN.contains(&key.as_str()));
     Ok((rest, taken))
 }
 
@@ -1266,10 +1266,10 @@ mod tests {
 
     #[test]
     fn tls_parameters_are_taken_out_and_the_rest_is_kept() {
-        let settings = parse(&format!(
+        let settings = parse(
             "host=db port=6543 user=u password='a b\\'c' sslmode=verify-full sslrootcert='/etc/my ca.pem' \
-             sslcert=/c.pem sslkey=/k.pem channel_binding=require dbname=app sslsni=0"
-        ))
+             sslcert=/c.pem sslkey=/k.pem channel_binding=require dbname=app sslsni=0",
+        )
         .expect("valid");
         assert_eq!(settings.ssl.mode, SslMode::VerifyFull);
         assert_eq!(
@@ -1319,7 +1319,8 @@ mod tests {
             Some(RootCert::System)
         );
         for mode in ["require", "verify-ca", "prefer"] {
-            let error = parse(&format!("host=db sslmode={mode} sslrootcert=system")).unwrap_err();
+            let error = parse(&format!("host=db sslmode={mode} sslrootcert=system"))
+                .expect_err("system roots need verify-full");
             assert!(error.to_string().contains("verify-full"), "{error}");
         }
     }
@@ -1350,7 +1351,7 @@ mod tests {
                 format!("host=db user=u password={SECRET} {param}"),
                 format!("postgres://u:{SECRET}@db/app?{}", param.replace("''", "")),
             ] {
-                let error = parse(&dsn).expect_err(&param.to_string());
+                let error = parse(&dsn).expect_err(param);
                 let shown = format!("{error} {error:?}");
                 assert!(
                     shown.contains(&format!("connection parameter {name}:")),
@@ -1390,7 +1391,7 @@ mod tests {
         };
         // HOME points at a folder without ~/.postgresql in CI; skip if a real one exists.
         if default_file("root.crt").is_none() {
-            let error = TlsSetup::new(&no_roots).unwrap_err();
+            let error = TlsSetup::new(&no_roots).expect_err("no roots");
             assert!(error.to_string().contains("sslrootcert"), "{error}");
         }
         let missing = SslSettings {
@@ -1398,7 +1399,9 @@ mod tests {
             root_cert: Some(RootCert::File(PathBuf::from("/nonexistent/ca.pem"))),
             ..SslSettings::default()
         };
-        let error = TlsSetup::new(&missing).unwrap_err().to_string();
+        let error = TlsSetup::new(&missing)
+            .expect_err("a missing root file")
+            .to_string();
         assert!(
             error.contains("sslrootcert /nonexistent/ca.pem: does not exist"),
             "{error}"
@@ -1411,7 +1414,7 @@ mod tests {
             root_cert: Some(RootCert::File(junk)),
             ..SslSettings::default()
         })
-        .unwrap_err()
+        .expect_err("a junk root file")
         .to_string();
         assert!(error.contains("holds no PEM certificate"), "{error}");
         assert!(

@@ -112,28 +112,35 @@ pub enum TargetError {
         table: TableName,
         partition: String,
         column: String,
+        /// Boxed: the rarest error of a write, and otherwise its largest.
         #[source]
-        source: EncodeError,
+        source: Box<EncodeError>,
     },
     #[error("{table}: cannot read back a value: {message}")]
     Decode { table: TableName, message: String },
-    #[error(
-        "partition {partition} of {table}: {what} waited longer than lock_timeout_ms = {timeout_ms} for a lock held by {}; it is retried (end the blocking session, or raise [target] lock_timeout_ms)",
-        if blockers.is_empty() { "another session".to_owned() } else { format!("the session(s) with pid {}", blockers.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")) }
-    )]
-    LockTimeout {
-        table: TableName,
-        partition: String,
-        what: String,
-        timeout_ms: u64,
-        blockers: Vec<i32>,
-    },
+    #[error(transparent)]
+    LockTimeout(Box<LockWait>),
     #[error("partition `{partition}` of {table} has no SQL form for grain {grain}")]
     BadPartition {
         table: TableName,
         partition: String,
         grain: Grain,
     },
+}
+
+/// A partition write that waited longer than `lock_timeout_ms` for a lock (boxed in
+/// [`TargetError::LockTimeout`]: it is the largest error of a write).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "partition {partition} of {table}: {what} waited longer than lock_timeout_ms = {timeout_ms} for a lock held by {}; it is retried (end the blocking session, or raise [target] lock_timeout_ms)",
+    if blockers.is_empty() { "another session".to_owned() } else { format!("the session(s) with pid {}", blockers.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")) }
+)]
+pub struct LockWait {
+    pub table: TableName,
+    pub partition: String,
+    pub what: String,
+    pub timeout_ms: u64,
+    pub blockers: Vec<i32>,
 }
 
 fn query_err(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> TargetError {
@@ -726,13 +733,13 @@ async fn explain_lock_timeout<T>(
                 waiting_for = %what,
                 "partition write timed out waiting for a lock; it is retried"
             );
-            Err(TargetError::LockTimeout {
+            Err(TargetError::LockTimeout(Box::new(LockWait {
                 table: table.name.clone(),
                 partition: partition.name().to_owned(),
                 what,
                 timeout_ms: table.lock_timeout_ms,
                 blockers,
-            })
+            })))
         }
         other => other,
     }
@@ -889,7 +896,7 @@ async fn copy_rows(
                     table: table.name.clone(),
                     partition: partition_name.to_owned(),
                     column: name.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
             buf.put_i32(i32::try_from(value_bytes.len()).unwrap_or(i32::MAX));
             buf.extend_from_slice(&value_bytes);
