@@ -13,6 +13,14 @@ pub mod partition;
 #[path = "../../engine/src/value.rs"]
 pub mod value;
 
+/// `crate::pgconn` as the config parser sees it: the DSN's TLS parameters, not the TLS
+/// stack.
+#[path = "../../engine/src/pgconn"]
+pub mod pgconn {
+    mod dsn;
+    pub use dsn::*;
+}
+
 /// `crate::plugin` as the config parser sees it: the sandbox limits, not the host.
 #[path = "../../engine/src/plugin"]
 pub mod plugin {

@@ -1,0 +1,449 @@
+//! The DSN's TLS parameters, taken out before tokio-postgres parses the rest: what
+//! the config check needs without the TLS stack (the fuzz crate compiles this file on
+//! its own; `super` re-exports it).
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::config::Dsn;
+
+/// libpq's `sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SslMode {
+    Disable,
+    Allow,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    fn parse(value: &str) -> Option<SslMode> {
+        Some(match value {
+            "disable" => SslMode::Disable,
+            "allow" => SslMode::Allow,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    /// The name as written in a DSN.
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Allow => "allow",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    /// Whether a connection without TLS is refused.
+    pub fn requires_tls(self) -> bool {
+        self >= SslMode::Require
+    }
+}
+
+/// libpq's `channel_binding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelBindingMode {
+    Disable,
+    Prefer,
+    Require,
+}
+
+/// Where the roots that verify the server's certificate come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootCert {
+    /// A PEM file of CA certificates.
+    File(PathBuf),
+    /// The system's trusted roots (`sslrootcert=system`).
+    System,
+}
+
+impl fmt::Display for RootCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RootCert::File(path) => write!(f, "sslrootcert {}", path.display()),
+            RootCert::System => f.write_str("the system's trusted roots (sslrootcert=system)"),
+        }
+    }
+}
+
+/// A DSN that cannot be used. Never holds the DSN, a value of it, or a parser's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DsnError {
+    #[error(
+        "not a valid PostgreSQL connection string (URL or key=value form); it is not shown because it may hold a password"
+    )]
+    Syntax,
+    #[error("connection parameter {parameter}: {problem}")]
+    Parameter {
+        parameter: &'static str,
+        problem: &'static str,
+    },
+}
+
+/// The TLS settings of a DSN, before any file is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SslSettings {
+    pub mode: SslMode,
+    /// `sslrootcert` as given (`None`: libpq's default file, when present).
+    pub root_cert: Option<RootCert>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub channel_binding: ChannelBindingMode,
+    /// `sslsni`: send the host name in the handshake (default on).
+    pub sni: bool,
+}
+
+impl Default for SslSettings {
+    fn default() -> Self {
+        SslSettings {
+            mode: SslMode::Prefer,
+            root_cert: None,
+            cert: None,
+            key: None,
+            channel_binding: ChannelBindingMode::Prefer,
+            sni: true,
+        }
+    }
+}
+
+/// A parsed DSN: tokio-postgres's settings (the TLS ones taken out) and the TLS ones.
+/// Not `Debug`-printable with its password: its `Debug` shows the TLS settings only.
+#[derive(Clone)]
+pub struct PgSettings {
+    config: tokio_postgres::Config,
+    pub ssl: SslSettings,
+}
+
+impl fmt::Debug for PgSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgSettings")
+            .field("hosts", &self.hosts())
+            .field("ssl", &self.ssl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parameters of the DSN that are Weir's (libpq's), not tokio-postgres's.
+const TAKEN: [&str; 10] = [
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "channel_binding",
+    "sslnegotiation",
+    "sslsni",
+    "sslcompression",
+    "gssencmode",
+    "sslpassword",
+];
+
+/// libpq parameters Weir does not support: refused by name rather than ignored.
+const UNSUPPORTED: [&str; 6] = [
+    "sslcrl",
+    "sslcrldir",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+    "sslcertmode",
+    "requiressl",
+];
+
+impl PgSettings {
+    /// Parses a DSN (URL or key=value form).
+    pub fn parse(dsn: &str) -> Result<PgSettings, DsnError> {
+        let (rest, taken) = split_dsn(dsn)?;
+        let mut config: tokio_postgres::Config = rest.parse().map_err(|_| DsnError::Syntax)?;
+        let mut ssl = SslSettings::default();
+        let bad = |parameter, problem| Err(DsnError::Parameter { parameter, problem });
+        for (key, value) in &taken {
+            match key.as_str() {
+                "sslmode" => match SslMode::parse(value) {
+                    Some(mode) => ssl.mode = mode,
+                    None => {
+                        return bad(
+                            "sslmode",
+                            "must be one of disable, allow, prefer, require, verify-ca, verify-full",
+                        );
+                    }
+                },
+                "sslrootcert" if value.is_empty() => {
+                    return bad(
+                        "sslrootcert",
+                        "is empty: name a PEM file of CA certificates, or `system`",
+                    );
+                }
+                "sslrootcert" if value == "system" => ssl.root_cert = Some(RootCert::System),
+                "sslrootcert" => ssl.root_cert = Some(RootCert::File(PathBuf::from(value))),
+                "sslcert" if value.is_empty() => {
+                    return bad(
+                        "sslcert",
+                        "is empty: name a PEM file holding the client certificate",
+                    );
+                }
+                "sslcert" => ssl.cert = Some(PathBuf::from(value)),
+                "sslkey" if value.is_empty() => {
+                    return bad(
+                        "sslkey",
+                        "is empty: name a PEM file holding the client certificate's key",
+                    );
+                }
+                "sslkey" => ssl.key = Some(PathBuf::from(value)),
+                "channel_binding" => {
+                    ssl.channel_binding = match value.as_str() {
+                        "disable" => ChannelBindingMode::Disable,
+                        "prefer" => ChannelBindingMode::Prefer,
+                        "require" => ChannelBindingMode::Require,
+                        _ => {
+                            return bad(
+                                "channel_binding",
+                                "must be one of disable, prefer, require",
+                            );
+                        }
+                    }
+                }
+                "sslnegotiation" => match value.as_str() {
+                    "postgres" => {}
+                    _ => {
+                        return bad(
+                            "sslnegotiation",
+                            "only the default, postgres, is supported (it works with every server): remove the parameter",
+                        );
+                    }
+                },
+                "sslsni" => match value.as_str() {
+                    "1" => ssl.sni = true,
+                    "0" => ssl.sni = false,
+                    _ => return bad("sslsni", "must be 0 or 1"),
+                },
+                // TLS compression is never used (rustls has none); libpq ignores it too.
+                "sslcompression" => match value.as_str() {
+                    "0" | "1" => {}
+                    _ => return bad("sslcompression", "must be 0 or 1"),
+                },
+                "gssencmode" => match value.as_str() {
+                    "disable" | "prefer" => {}
+                    _ => {
+                        return bad(
+                            "gssencmode",
+                            "GSSAPI encryption is not supported: remove the parameter (or set it to disable) and use TLS (sslmode)",
+                        );
+                    }
+                },
+                "sslpassword" => {
+                    return bad(
+                        "sslpassword",
+                        "encrypted client keys are not supported: give sslkey an unencrypted PEM key file readable only by Weir's user",
+                    );
+                }
+                _ => {}
+            }
+        }
+        if ssl.root_cert == Some(RootCert::System) && ssl.mode != SslMode::VerifyFull {
+            // As libpq 16: the public roots vouch for any host name they have signed, so
+            // only checking the name makes them mean anything.
+            return bad(
+                "sslmode",
+                "sslrootcert=system needs sslmode=verify-full (the system's roots vouch for a host name, so it must be checked)",
+            );
+        }
+        config.channel_binding(match ssl.channel_binding {
+            ChannelBindingMode::Disable => tokio_postgres::config::ChannelBinding::Disable,
+            ChannelBindingMode::Prefer => tokio_postgres::config::ChannelBinding::Prefer,
+            ChannelBindingMode::Require => tokio_postgres::config::ChannelBinding::Require,
+        });
+        Ok(PgSettings { config, ssl })
+    }
+
+    /// Parses a [`Dsn`].
+    pub fn from_dsn(dsn: &Dsn) -> Result<PgSettings, DsnError> {
+        PgSettings::parse(dsn.expose())
+    }
+
+    /// tokio-postgres's settings (every TLS parameter taken out; `sslmode` is set per
+    /// attempt by [`connect`]).
+    pub fn config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+
+    /// The hosts, for errors: `db.example.com`, `a, b`, `/run/postgresql (Unix socket)`.
+    pub fn hosts(&self) -> String {
+        let mut names: Vec<String> = self
+            .config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                tokio_postgres::config::Host::Unix(dir) => {
+                    format!("{} (Unix socket)", dir.display())
+                }
+            })
+            .collect();
+        if names.is_empty() {
+            names = self
+                .config
+                .get_hostaddrs()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+        }
+        if names.is_empty() {
+            "(no host)".to_owned()
+        } else {
+            names.join(", ")
+        }
+    }
+}
+
+/// Splits a DSN into the text tokio-postgres parses and the parameters Weir takes out
+/// (in order; a later one wins).
+fn split_dsn(dsn: &str) -> Result<(String, Vec<(String, String)>), DsnError> {
+    let prefix = ["postgres://", "postgresql://"]
+        .into_iter()
+        .find(|p| dsn.starts_with(p));
+    let mut taken = Vec::new();
+    let rest = match prefix {
+        Some(prefix) => split_url(dsn, prefix.len(), &mut taken)?,
+        None => split_key_value(dsn, &mut taken)?,
+    };
+    for (key, _) in &taken {
+        if let Some(name) = UNSUPPORTED.iter().find(|n| **n == key.as_str()) {
+            return Err(DsnError::Parameter {
+                parameter: name,
+                problem: "is not supported by Weir: remove it",
+            });
+        }
+    }
+    taken.retain(|(key, _)| TAKEN.contains(&key.as_str()));
+    Ok((rest, taken))
+}
+
+fn is_taken(key: &str) -> bool {
+    TAKEN.iter().chain(&UNSUPPORTED).any(|t| *t == key)
+}
+
+/// URL form: the query parameters after the credentials and host (as tokio-postgres
+/// reads them: the credentials end at the first `@`).
+fn split_url(
+    dsn: &str,
+    prefix: usize,
+    taken: &mut Vec<(String, String)>,
+) -> Result<String, DsnError> {
+    let after_prefix = dsn.get(prefix..).ok_or(DsnError::Syntax)?;
+    let host_start = after_prefix.find('@').map_or(0, |at| at + 1);
+    let Some(query) = after_prefix
+        .get(host_start..)
+        .and_then(|s| s.find('?'))
+        .map(|q| prefix + host_start + q)
+    else {
+        return Ok(dsn.to_owned());
+    };
+    let (base, params) = (
+        dsn.get(..query).ok_or(DsnError::Syntax)?,
+        dsn.get(query + 1..).ok_or(DsnError::Syntax)?,
+    );
+    let mut kept = Vec::new();
+    for param in params.split('&') {
+        let Some((key, value)) = param.split_once('=') else {
+            kept.push(param);
+            continue;
+        };
+        let key_decoded = percent_decode(key)?;
+        if is_taken(&key_decoded) {
+            taken.push((key_decoded, percent_decode(value)?));
+        } else {
+            kept.push(param);
+        }
+    }
+    Ok(if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    })
+}
+
+fn percent_decode(text: &str) -> Result<String, DsnError> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or(DsnError::Syntax)?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| DsnError::Syntax)
+}
+
+/// key=value form, tokenised as tokio-postgres (and libpq) do: `key = value`, a value
+/// quoted with `'` or not, `\` escaping the next character.
+fn split_key_value(dsn: &str, taken: &mut Vec<(String, String)>) -> Result<String, DsnError> {
+    let mut kept = String::with_capacity(dsn.len());
+    let mut chars = dsn.char_indices().peekable();
+    loop {
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        let Some(&(start, _)) = chars.peek() else {
+            break;
+        };
+        let mut key = String::new();
+        while let Some((_, c)) = chars.next_if(|(_, c)| !c.is_whitespace() && *c != '=') {
+            key.push(c);
+        }
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        if chars.next_if(|(_, c)| *c == '=').is_none() {
+            return Err(DsnError::Syntax);
+        }
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if(|(_, c)| *c == '\'').is_some() {
+            loop {
+                match chars.next() {
+                    None => return Err(DsnError::Syntax),
+                    Some((_, '\'')) => break,
+                    Some((_, '\\')) => {
+                        if let Some((_, c)) = chars.next() {
+                            value.push(c);
+                        }
+                    }
+                    Some((_, c)) => value.push(c),
+                }
+            }
+        } else {
+            while let Some((_, c)) = chars.next_if(|(_, c)| !c.is_whitespace()) {
+                if c == '\\' {
+                    if let Some((_, c)) = chars.next() {
+                        value.push(c);
+                    }
+                } else {
+                    value.push(c);
+                }
+            }
+            if value.is_empty() {
+                return Err(DsnError::Syntax);
+            }
+        }
+        let end = chars.peek().map_or(dsn.len(), |(i, _)| *i);
+        if is_taken(&key) {
+            taken.push((key, value));
+        } else {
+            kept.push_str(dsn.get(start..end).ok_or(DsnError::Syntax)?);
+            kept.push(' ');
+        }
+    }
+    Ok(kept)
+}
