@@ -543,7 +543,7 @@ async fn a_snapshot_resumes_after_keys_with_quotes_and_backslashes_whatever_the_
     let (source_dsn, source) = source_db(
         "est_quote",
         r#"CREATE TABLE orders (id text PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
-         INSERT INTO orders SELECT k, 'c', DATE '2026-03-01' + (n % 3), n, 'old'
+         INSERT INTO orders SELECT k, 'c', DATE '2026-03-01' + (n % 3)::int, n, 'old'
            FROM unnest(ARRAY[E'a\\', E'a\\''', E'a''b', E'b\\\\c', E'c''); DROP TABLE orders; --',
                              'd', E'e\\n', 'f''', 'g']) WITH ORDINALITY AS t(k, n);"#,
     )

@@ -382,8 +382,11 @@ async fn weir_run_replicates_a_postgres_table_into_partitions_through_kills() {
 
     let status = weir(&["status"]);
     let status = crate::harness::text(&status.stdout);
+    // `extended` is healthy too: the slot holds more than max_wal_size, which other
+    // tests' writes on the shared cluster can cause.
     assert!(
-        status.contains("slot:       wal_status reserved, lag"),
+        status.contains("slot:       wal_status reserved, lag")
+            || status.contains("slot:       wal_status extended, lag"),
         "{status}"
     );
 }
