@@ -10,13 +10,15 @@
 // own cache, `plugin::cache::Entry::load`), with its SAFETY argument.
 #![deny(unsafe_code)]
 
+// The pure core (values, partitions, config, the change vocabulary), at the paths the
+// engine's modules use.
+pub use weir_core::{config, feed, partition, value};
+
 pub mod backfill;
-pub mod config;
 pub mod demo;
 pub mod faults;
 pub mod localpg;
 pub mod metrics;
-pub mod partition;
 pub mod pgconn;
 pub mod pgerror;
 pub mod pipeline;
@@ -26,4 +28,3 @@ pub mod procmem;
 pub mod source;
 pub mod stage;
 pub mod target;
-pub mod value;

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use bytes::{BufMut, BytesMut};
 use futures_util::{SinkExt, pin_mut};
-use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
+use postgres_types::{ToSql, Type};
 use sha2::{Digest, Sha256};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
@@ -1374,29 +1374,6 @@ pub async fn recent_writes(client: &Client, limit: i64) -> Result<Vec<LineageRow
             write_mode: r.get(10),
         })
         .collect())
-}
-
-impl ToSql for Value {
-    fn to_sql(
-        &self,
-        ty: &Type,
-        out: &mut bytes::BytesMut,
-    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        if self.is_null() {
-            return Ok(IsNull::Yes);
-        }
-        let mut buf = Vec::new();
-        self.encode_binary(ty, &mut buf)?;
-        out.extend_from_slice(&buf);
-        Ok(IsNull::No)
-    }
-
-    fn accepts(_: &Type) -> bool {
-        // Checked per value in `to_sql`, which names the value and the type on mismatch.
-        true
-    }
-
-    to_sql_checked!();
 }
 
 #[cfg(test)]

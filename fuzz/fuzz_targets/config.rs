@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use weir_fuzz::config::Config;
+use weir_core::config::Config;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use weir_fuzz::config::{Config, TableConfig};
-use weir_fuzz::source::envelope::decode_line;
-use weir_fuzz::stage::StageChange;
+use weir_core::config::{Config, TableConfig};
+use weir_core::envelope::decode_line;
+use weir_core::feed::StageChange;
 
 const CONFIG: &str = r#"
 [source]

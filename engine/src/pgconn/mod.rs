@@ -48,8 +48,7 @@ use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream}
 
 use crate::config::Dsn;
 
-mod dsn;
-pub use dsn::*;
+pub use weir_core::dsn::*;
 
 // ---- TLS setup ------------------------------------------------------------------------
 

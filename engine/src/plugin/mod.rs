@@ -17,7 +17,6 @@
 
 mod cache;
 pub mod json;
-mod limits;
 mod sandbox;
 pub mod schema;
 
@@ -31,19 +30,19 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceAny};
 use wasmtime::{Engine, Store, Trap};
 
+use crate::feed::Op;
 use crate::partition::{Grain, Partition, PartitionPredicate, partition_of, predicate};
-use crate::source::Op;
 use crate::value::Value;
 
 pub use cache::{CacheError, WASMTIME_VERSION};
-pub use limits::{
+use sandbox::{JobSeed, JobState};
+pub use schema::{Description, Kind, OutputColumn, OutputType};
+pub use weir_core::limits::{
     DEFAULT_FUEL_PER_CALL, DEFAULT_LOG_MESSAGE_BYTES, DEFAULT_LOG_MESSAGES_PER_CALL,
     DEFAULT_MAX_STACK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_PER_CALL, FUEL_PER_CALL_RANGE,
     MAX_STACK_BYTES_LIMIT, MAX_STACK_KB_RANGE, MEMORY_MB_RANGE, SandboxLimits, TIMEOUT_MS_RANGE,
     normalize_config,
 };
-use sandbox::{JobSeed, JobState};
-pub use schema::{Description, Kind, OutputColumn, OutputType};
 
 mod bindings {
     wasmtime::component::bindgen!({

@@ -10,54 +10,16 @@
 //! delete of the old key plus an upsert of the new one. Errors there are errors of the
 //! record, so each source reports them with the record's own location.
 
-mod change;
-pub mod envelope;
 pub mod jsonl;
 pub mod pgoutput;
 pub mod pgtypes;
 pub mod postgres;
 pub mod replication;
 
-use serde::{Deserialize, Serialize};
+pub use weir_core::envelope;
+pub use weir_core::feed::{BadRecord, Checkpoint, Op, Row, Transaction, keyed_changes};
 
-use crate::stage::StageChange;
-
-pub use change::{Op, Row, keyed_changes};
-
-/// A record the source could not turn into a change; kept, never skipped silently.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BadRecord {
-    /// Source position of the record's start (byte offset of a JSON line).
-    pub position: u64,
-    /// 1-based line number, where the feed has lines.
-    pub line: Option<u64>,
-    /// `schema.table`, when it could be read.
-    pub table: Option<String>,
-    pub reason: String,
-    /// The record exactly as received.
-    pub raw: Vec<u8>,
-}
-
-/// A committed source transaction, ready to stage.
-#[derive(Debug, Clone, Default)]
-pub struct Transaction {
-    /// The source position just past this transaction. Staging it moves the stage's
-    /// position here; a transaction whose `end` is at or below the stage's position has
-    /// been staged already and is skipped whole.
-    pub end: u64,
-    /// Source-specific resume data kept with the position (JSON lines: the line count).
-    pub cursor: u64,
-    pub changes: Vec<StageChange>,
-    /// Records of this transaction that went to the dead-letter table instead.
-    pub bad_records: Vec<BadRecord>,
-}
-
-/// The position stored with the stage: where the feed resumes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Checkpoint {
-    pub position: u64,
-    pub cursor: u64,
-}
+use crate::feed::StageChange;
 
 /// What a source has to say next.
 #[derive(Debug)]

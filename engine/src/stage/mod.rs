@@ -35,7 +35,6 @@
 #[cfg(test)]
 mod model_tests;
 
-mod change;
 pub mod checkpoint;
 
 use std::collections::{BTreeMap, HashMap};
@@ -52,7 +51,7 @@ use crate::partition::Partition;
 use crate::source::{BadRecord, Checkpoint, Transaction};
 use crate::value::Value;
 
-pub use change::{StageChange, StagedRow, UnkeyableValue, encode_key};
+pub use weir_core::feed::{StageChange, StagedRow, UnkeyableValue, encode_key};
 
 /// The stage format this build writes. Bump it, with an upgrade step in
 /// [`Stage::open`], whenever a key or value layout changes.

@@ -1,5 +1,5 @@
-//! One line of a Debezium-envelope JSON-lines feed ([`super::jsonl`]) decoded into
-//! stage changes.
+//! One line of a Debezium-envelope JSON-lines feed (read by the engine's
+//! `source::jsonl`) decoded into stage changes.
 //!
 //! A pure function of the line's bytes and the configured tables, apart from the
 //! feed's I/O and transaction grouping, so that it is fuzzed on its own
@@ -9,9 +9,8 @@
 
 use serde_json::{Map, Value as Json};
 
-use super::{Op, Row, keyed_changes};
 use crate::config::{TableConfig, TableName};
-use crate::stage::StageChange;
+use crate::feed::{Op, Row, StageChange, keyed_changes};
 use crate::value::{Logical, Value};
 
 /// A transaction's identity in the feed (`source.txId`).

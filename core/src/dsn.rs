@@ -1,6 +1,6 @@
 //! The DSN's TLS parameters, taken out before tokio-postgres parses the rest: what
-//! the config check needs without the TLS stack (the fuzz crate compiles this file on
-//! its own; `super` re-exports it).
+//! the config check needs without the TLS stack (the engine's `pgconn` re-exports it
+//! and makes the connections).
 
 use std::fmt;
 use std::path::PathBuf;

@@ -14,6 +14,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
+use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
 use serde::{Deserialize, Serialize};
 
 /// Days between 1970-01-01 (our epoch) and 2000-01-01 (PostgreSQL's epoch).
@@ -1325,6 +1326,31 @@ impl Value {
         }
         Ok(())
     }
+}
+
+/// A value as a statement parameter (lineage queries, merge's key lists): its binary
+/// encoding for the column's type, checked per value.
+impl ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        if self.is_null() {
+            return Ok(IsNull::Yes);
+        }
+        let mut buf = Vec::new();
+        self.encode_binary(ty, &mut buf)?;
+        out.extend_from_slice(&buf);
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        // Checked per value in `to_sql`, which names the value and the type on mismatch.
+        true
+    }
+
+    to_sql_checked!();
 }
 
 #[cfg(test)]

@@ -302,7 +302,7 @@ pub struct PluginConfig {
     /// `[table.plugin_config]` as sorted, unique key/value text pairs.
     pub config: Vec<(String, String)>,
     pub on_reject: OnReject,
-    pub limits: crate::plugin::SandboxLimits,
+    pub limits: crate::limits::SandboxLimits,
 }
 
 /// What a row the plugin rejects does.
@@ -592,9 +592,9 @@ impl Config {
             field: field.to_owned(),
             var: var.to_owned(),
         })?;
-        match crate::pgconn::PgSettings::parse(&value) {
+        match crate::dsn::PgSettings::parse(&value) {
             Ok(_) => Ok(Dsn(value)),
-            Err(crate::pgconn::DsnError::Syntax) => Err(ConfigError::InvalidDsn {
+            Err(crate::dsn::DsnError::Syntax) => Err(ConfigError::InvalidDsn {
                 path: self.path.clone(),
                 field: field.to_owned(),
                 var: var.to_owned(),
@@ -1099,7 +1099,7 @@ impl Validator<'_> {
             };
             config.push((key.clone(), text));
         }
-        let defaults = crate::plugin::SandboxLimits::default();
+        let defaults = crate::limits::SandboxLimits::default();
         let bounded = |name: &str, value: Option<u64>, min: u64, max: u64, default: u64| match value
         {
             None => Ok(default),
@@ -1109,29 +1109,29 @@ impl Validator<'_> {
         let memory_mb = bounded(
             "plugin_memory_mb",
             raw.plugin_memory_mb,
-            *crate::plugin::MEMORY_MB_RANGE.start(),
-            *crate::plugin::MEMORY_MB_RANGE.end(),
+            *crate::limits::MEMORY_MB_RANGE.start(),
+            *crate::limits::MEMORY_MB_RANGE.end(),
             defaults.memory_bytes >> 20,
         )?;
         let fuel = bounded(
             "plugin_fuel_per_call",
             raw.plugin_fuel_per_call,
-            *crate::plugin::FUEL_PER_CALL_RANGE.start(),
-            *crate::plugin::FUEL_PER_CALL_RANGE.end(),
+            *crate::limits::FUEL_PER_CALL_RANGE.start(),
+            *crate::limits::FUEL_PER_CALL_RANGE.end(),
             defaults.fuel_per_call,
         )?;
         let timeout_ms = bounded(
             "plugin_timeout_ms",
             raw.plugin_timeout_ms,
-            *crate::plugin::TIMEOUT_MS_RANGE.start(),
-            *crate::plugin::TIMEOUT_MS_RANGE.end(),
+            *crate::limits::TIMEOUT_MS_RANGE.start(),
+            *crate::limits::TIMEOUT_MS_RANGE.end(),
             defaults.timeout_per_call.as_millis() as u64,
         )?;
         let stack_kb = bounded(
             "plugin_max_stack_kb",
             raw.plugin_max_stack_kb.map(|k| k as u64),
-            *crate::plugin::MAX_STACK_KB_RANGE.start(),
-            *crate::plugin::MAX_STACK_KB_RANGE.end(),
+            *crate::limits::MAX_STACK_KB_RANGE.start(),
+            *crate::limits::MAX_STACK_KB_RANGE.end(),
             (defaults.max_stack_bytes >> 10) as u64,
         )?;
         let log_messages = bounded(
@@ -1150,9 +1150,9 @@ impl Validator<'_> {
         )?;
         Ok(Some(PluginConfig {
             path: self.resolve(path),
-            config: crate::plugin::normalize_config(&config),
+            config: crate::limits::normalize_config(&config),
             on_reject: raw.on_reject.unwrap_or(OnReject::DeadLetter),
-            limits: crate::plugin::SandboxLimits {
+            limits: crate::limits::SandboxLimits {
                 memory_bytes: memory_mb << 20,
                 fuel_per_call: fuel,
                 timeout_per_call: std::time::Duration::from_millis(timeout_ms),

@@ -1,7 +1,6 @@
 //! The sandbox limits of a plugin and the normalized form of its config: what the
-//! config file sets and checks. Kept apart from the wasmtime host (`super`), which
-//! re-exports them, so that the config parser builds without wasmtime (the fuzz crate
-//! compiles it on its own).
+//! config file sets and checks. Kept apart from the wasmtime host (the engine's
+//! `plugin`, which re-exports them), so that the config parser builds without wasmtime.
 
 use std::time::Duration;
 

@@ -1,0 +1,259 @@
+//! The change vocabulary every part of the engine speaks: a decoded row change ([`Op`],
+//! [`Row`]), a committed [`Transaction`] and the feed position it ends at
+//! ([`Checkpoint`]), a [`BadRecord`] kept instead of a change, and what the stage is
+//! given ([`StageChange`], the staged row image [`StagedRow`], and the key's byte
+//! encoding [`encode_key`]). Sources build these, the stage stores them, the pipeline
+//! and the plugin host read them; none of them depends on another's internals.
+//!
+//! [`keyed_changes`] turns a decoded row change into stage input: the key is encoded,
+//! the partition computed, and a change of primary key becomes a delete of the old key
+//! plus an upsert of the new one. Errors there are errors of the record, so each source
+//! reports them with the record's own location.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{OnNullPartition, TableConfig};
+use crate::partition::{Partition, partition_of};
+use crate::value::Value;
+
+/// A row image: column name and value, in the table's declared column order.
+pub type Row = Vec<(String, Value)>;
+
+/// What happened to a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    Insert,
+    Update,
+    Delete,
+    /// A row read by a snapshot rather than captured as a change.
+    Read,
+}
+
+impl Op {
+    pub fn code(self) -> &'static str {
+        match self {
+            Op::Insert => "c",
+            Op::Update => "u",
+            Op::Delete => "d",
+            Op::Read => "r",
+        }
+    }
+}
+
+/// Turns one decoded change of `table` into stage changes.
+///
+/// `before` is required for deletes (its key columns at least), `after` for inserts,
+/// updates and reads. A change of key is a delete of the old key and an upsert of the
+/// new. Returns the reason a record is bad as text, for the source to locate.
+pub fn keyed_changes(
+    table: &TableConfig,
+    op: Op,
+    before: Option<Row>,
+    after: Option<Row>,
+    commit_position: u64,
+    commit_time_us: Option<i64>,
+) -> Result<Vec<StageChange>, String> {
+    let source = table.source.to_string();
+    let key_of = |row: &Row, image: &str| -> Result<Vec<u8>, String> {
+        let mut values = Vec::with_capacity(table.key.len());
+        for k in &table.key {
+            match row.iter().find(|(c, _)| c == k) {
+                Some((_, v)) if !v.is_null() => values.push(v),
+                Some(_) => return Err(format!("key column `{k}` is NULL in the {image} image")),
+                None => return Err(format!("missing key column `{k}` in the {image} image")),
+            }
+        }
+        encode_key(&values).map_err(|e| e.to_string())
+    };
+    let upsert = |row: Row, key: Vec<u8>| -> Result<StageChange, String> {
+        let column = &table.partition_by;
+        let value = row
+            .iter()
+            .find(|(c, _)| c == column)
+            .map(|(_, v)| v)
+            .ok_or_else(|| format!("missing partition column `{column}` in the after image"))?;
+        let partition = partition_of(column, table.grain, value).map_err(|e| e.to_string())?;
+        if partition == Partition::Null && table.on_null_partition == OnNullPartition::Reject {
+            return Err(format!(
+                "partition column `{column}` is NULL and on_null_partition = \"reject\" for {source}"
+            ));
+        }
+        Ok(StageChange::Upsert {
+            table: source.clone(),
+            key,
+            partition,
+            row: StagedRow {
+                commit_position,
+                commit_time_us,
+                op,
+                values: row,
+            },
+        })
+    };
+    match op {
+        Op::Insert | Op::Read | Op::Update => {
+            let after =
+                after.ok_or_else(|| format!("op `{}` needs an `after` image", op.code()))?;
+            let key = key_of(&after, "after")?;
+            let mut out = Vec::with_capacity(2);
+            // A before image may be partial (REPLICA IDENTITY DEFAULT: the key only) or
+            // absent; when it holds the key and the key changed, the old key goes.
+            if let Some(old_key) = before
+                .filter(|_| op == Op::Update)
+                .and_then(|b| key_of(&b, "before").ok())
+                .filter(|old_key| *old_key != key)
+            {
+                out.push(StageChange::Delete {
+                    table: source.clone(),
+                    key: old_key,
+                });
+            }
+            out.push(upsert(after, key)?);
+            Ok(out)
+        }
+        Op::Delete => {
+            let before = before
+                .ok_or_else(|| "op `d` needs a `before` image with the key columns".to_owned())?;
+            let key = key_of(&before, "before")?;
+            Ok(vec![StageChange::Delete { table: source, key }])
+        }
+    }
+}
+
+/// A record the source could not turn into a change; kept, never skipped silently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadRecord {
+    /// Source position of the record's start (byte offset of a JSON line).
+    pub position: u64,
+    /// 1-based line number, where the feed has lines.
+    pub line: Option<u64>,
+    /// `schema.table`, when it could be read.
+    pub table: Option<String>,
+    pub reason: String,
+    /// The record exactly as received.
+    pub raw: Vec<u8>,
+}
+
+/// A committed source transaction, ready to stage.
+#[derive(Debug, Clone, Default)]
+pub struct Transaction {
+    /// The source position just past this transaction. Staging it moves the stage's
+    /// position here; a transaction whose `end` is at or below the stage's position has
+    /// been staged already and is skipped whole.
+    pub end: u64,
+    /// Source-specific resume data kept with the position (JSON lines: the line count).
+    pub cursor: u64,
+    pub changes: Vec<StageChange>,
+    /// Records of this transaction that went to the dead-letter table instead.
+    pub bad_records: Vec<BadRecord>,
+}
+
+/// The position stored with the stage: where the feed resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub position: u64,
+    pub cursor: u64,
+}
+
+/// One staged row: the current image of a key, with where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StagedRow {
+    /// Source position of the transaction that wrote this image.
+    pub commit_position: u64,
+    /// Commit time of that transaction, microseconds since the epoch, if the feed said.
+    pub commit_time_us: Option<i64>,
+    pub op: Op,
+    pub values: Row,
+}
+
+/// One change to apply to the stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum StageChange {
+    /// Set the row of `key` (moving it out of its old partition if it was elsewhere).
+    Upsert {
+        table: String,
+        key: Vec<u8>,
+        partition: Partition,
+        row: StagedRow,
+    },
+    /// Remove the row of `key`, wherever it is.
+    Delete { table: String, key: Vec<u8> },
+    /// Record the source's own resume state (a snapshot's progress) with the
+    /// transaction, so it is durable exactly when the transaction's rows are.
+    SourceState(Vec<u8>),
+    /// Remove every row of the table (a TRUNCATE); every partition it ever had is
+    /// marked dirty, so the target loses the rows too.
+    Truncate { table: String },
+    /// Set the row of `key` like `Upsert`, except that the columns named in
+    /// `unchanged` are not in `row`: they keep their values from the current image of
+    /// `previous_key` (the row's key before this change; `key` unless the key changed).
+    /// For a source that leaves out values a change did not touch (PostgreSQL's
+    /// unchanged TOAST values). Resolved when the change is applied, so the current
+    /// image includes every change before it, of the same transaction, of earlier
+    /// transactions of the same batch, and of earlier chunks of a large transaction.
+    /// Without a current image the change is skipped if `skip_if_absent` (the source
+    /// will deliver the whole row later: a snapshot that has not read it yet), and is
+    /// an error otherwise. (Appended last: postcard encodes a variant by its index,
+    /// and chunks of the pending area are encoded changes.)
+    UpsertUnchanged {
+        table: String,
+        key: Vec<u8>,
+        partition: Partition,
+        row: StagedRow,
+        unchanged: Vec<String>,
+        previous_key: Vec<u8>,
+        skip_if_absent: bool,
+    },
+}
+
+/// A value of a kind that cannot be part of a key: its encoding would not compare as
+/// the value does (floats, bytes, JSON), or it is NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a key value of this kind cannot be a key: {0}")]
+pub struct UnkeyableValue(pub &'static str);
+
+/// Encodes key values as bytes whose order follows the values' order (integers,
+/// dates and timestamps numerically, text bytewise), and no encoding is a prefix of
+/// another: a tuple of keys encodes unambiguously. The stage reads keys back with
+/// the stage's `decode_key`: change the two together.
+pub fn encode_key(values: &[&Value]) -> Result<Vec<u8>, UnkeyableValue> {
+    let mut out = Vec::new();
+    for v in values {
+        match v {
+            Value::Bool(b) => out.extend_from_slice(&[0x08, u8::from(*b)]),
+            Value::Int(i) => {
+                out.push(0x10);
+                out.extend_from_slice(&((*i as u64) ^ (1 << 63)).to_be_bytes());
+            }
+            Value::Date(d) => {
+                out.push(0x11);
+                out.extend_from_slice(&((*d as u32) ^ (1 << 31)).to_be_bytes());
+            }
+            Value::Timestamp(t) => {
+                out.push(0x12);
+                out.extend_from_slice(&((*t as u64) ^ (1 << 63)).to_be_bytes());
+            }
+            Value::Text(s) => escaped(&mut out, 0x20, s.as_bytes()),
+            Value::Decimal(s) => escaped(&mut out, 0x21, s.as_bytes()),
+            Value::Null => return Err(UnkeyableValue("null")),
+            Value::Float(_) => return Err(UnkeyableValue("float")),
+            Value::Bytes(_) => return Err(UnkeyableValue("bytes")),
+            Value::Json(_) => return Err(UnkeyableValue("json")),
+            Value::Unsupported { .. } => {
+                return Err(UnkeyableValue("unsupported type"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn escaped(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
+    out.push(tag);
+    for &b in bytes {
+        out.push(b);
+        if b == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&[0, 0]);
+}
