@@ -28,28 +28,9 @@ fn write_config(db: &TestDb, name: &str, table: &str) {
     .expect("config");
 }
 
-/// A `[[table]]` body for an orders table.
+/// A `[[table]]` body for an orders table into `analytics.fact_orders`.
 fn orders(source: &str, key: &str, grain: &str) -> String {
-    format!(
-        "source = \"{source}\"\ntarget = \"analytics.fact_orders\"\nkey = [{key}]\npartition_by = \"order_date\"\ngrain = \"{grain}\""
-    )
-}
-
-/// A source database `<name>_source` with `ddl` run in it.
-async fn source_db(name: &str, ddl: &str) -> (String, tokio_postgres::Client) {
-    let pg = tokio::task::spawn_blocking(crate::harness::cluster)
-        .await
-        .expect("cluster");
-    let dsn = pg
-        .create_database(&format!("{name}_source"))
-        .await
-        .expect("source database");
-    let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
-        .await
-        .expect("source");
-    tokio::spawn(connection);
-    client.batch_execute(ddl).await.expect("source ddl");
-    (dsn, client)
+    crate::harness::pg_orders_table(source, "analytics.fact_orders", key, grain)
 }
 
 /// Starts a live `weir run` on the PostgreSQL source, logging to `log`.
@@ -171,7 +152,7 @@ fn workload(rng: &mut Rng, first_id: i64, transactions: usize, months: &[u32]) -
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partitioned_table_flows_under_a_live_workload_with_partitions_added_mid_run() {
     let db = TestDb::new("est_part_target").await;
-    let (source_dsn, source) = source_db(
+    let (source_dsn, source) = crate::harness::source_db(
         "est_part",
         "CREATE TABLE orders (id bigint, customer text, order_date date, amount numeric(12,2), status text, PRIMARY KEY (id, order_date)) PARTITION BY RANGE (order_date);
          CREATE TABLE orders_2026_01 PARTITION OF orders FOR VALUES FROM ('2026-01-01') TO ('2026-02-01');
@@ -247,7 +228,7 @@ async fn a_partitioned_table_flows_under_a_live_workload_with_partitions_added_m
 #[tokio::test(flavor = "multi_thread")]
 async fn a_publication_that_hides_changes_is_refused_with_its_fix() {
     let db = TestDb::new("est_pub_target").await;
-    let (source_dsn, source) = source_db(
+    let (source_dsn, source) = crate::harness::source_db(
         "est_pub",
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          CREATE PUBLICATION est_pub FOR TABLE orders WITH (publish = 'insert');
@@ -323,7 +304,7 @@ async fn a_publication_that_hides_changes_is_refused_with_its_fix() {
 
     // A partitioned table in a publication that sends its partitions' names.
     let db = TestDb::new("est_pubroot_target").await;
-    let (source_dsn, _source) = source_db(
+    let (source_dsn, _source) = crate::harness::source_db(
         "est_pubroot",
         "CREATE TABLE orders (id bigint, customer text, order_date date, amount numeric(12,2), status text, PRIMARY KEY (id, order_date)) PARTITION BY RANGE (order_date);
          CREATE TABLE orders_2026_03 PARTITION OF orders FOR VALUES FROM ('2026-03-01') TO ('2026-04-01');
@@ -352,7 +333,7 @@ async fn a_publication_that_hides_changes_is_refused_with_its_fix() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rename_and_a_set_schema_during_run_stop_the_table_until_the_config_follows() {
     let db = TestDb::new("est_rename_target").await;
-    let (source_dsn, source) = source_db(
+    let (source_dsn, source) = crate::harness::source_db(
         "est_rename",
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || g, DATE '2026-03-01' + (g % 10), g, 'old' FROM generate_series(1, 50) g;
@@ -447,7 +428,7 @@ async fn a_rename_and_a_set_schema_during_run_stop_the_table_until_the_config_fo
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_that_is_not_the_replica_identity_is_refused() {
     let db = TestDb::new("est_key_target").await;
-    let (source_dsn, source) = source_db(
+    let (source_dsn, source) = crate::harness::source_db(
         "est_key",
         "CREATE TABLE orders (id bigint PRIMARY KEY, order_no bigint NOT NULL UNIQUE, customer text, order_date date, amount numeric(12,2), status text);",
     )
@@ -480,7 +461,7 @@ async fn a_key_that_is_not_the_replica_identity_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grain_changed_against_an_existing_stage_is_refused() {
     let db = TestDb::new("est_grain_target").await;
-    let (source_dsn, source) = source_db(
+    let (source_dsn, source) = crate::harness::source_db(
         "est_grain",
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || g, DATE '2026-03-01' + (g % 40), g, 'old' FROM generate_series(1, 100) g;",
@@ -540,7 +521,7 @@ async fn a_grain_changed_against_an_existing_stage_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_snapshot_resumes_after_keys_with_quotes_and_backslashes_whatever_the_string_settings() {
     let db = TestDb::new("est_quote_target").await;
-    let (source_dsn, source) = source_db(
+    let (source_dsn, source) = crate::harness::source_db(
         "est_quote",
         r#"CREATE TABLE orders (id text PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT k, 'c', DATE '2026-03-01' + (n % 3)::int, n, 'old'

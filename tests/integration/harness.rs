@@ -501,3 +501,28 @@ impl TestDb {
         }
     }
 }
+
+/// A source database `<name>_source` in the shared cluster with `ddl` run in it: its
+/// DSN and a client.
+pub async fn source_db(name: &str, ddl: &str) -> (String, tokio_postgres::Client) {
+    let pg = tokio::task::spawn_blocking(cluster).await.expect("cluster");
+    let dsn = pg
+        .create_database(&format!("{name}_source"))
+        .await
+        .expect("source database");
+    let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .expect("source");
+    tokio::spawn(connection);
+    client.batch_execute(ddl).await.expect("source ddl");
+    (dsn, client)
+}
+
+/// The body of a `[[table]]` (no header) of an orders table of a PostgreSQL source
+/// (`order_date` partitions; no columns: they come from the source's catalog) copied
+/// from `source` to `target`, keyed by `key` (quoted names: `"id"`, `"id", "order_date"`).
+pub fn pg_orders_table(source: &str, target: &str, key: &str, grain: &str) -> String {
+    format!(
+        "source = \"{source}\"\ntarget = \"{target}\"\nkey = [{key}]\npartition_by = \"order_date\"\ngrain = \"{grain}\""
+    )
+}

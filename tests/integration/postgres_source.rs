@@ -12,7 +12,7 @@ use weir::source::{ChangeSource, SourceEvent};
 use weir::stage::Stage;
 use weir::value::Value;
 
-use crate::harness::TestDb;
+use crate::harness::{TestDb, pg_orders_table};
 
 const CONFIG: &str = r#"
 [source]
@@ -322,7 +322,7 @@ async fn weir_run_replicates_a_postgres_table_into_partitions_through_kills() {
         "weir_e2e",
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)",
         "[engine]\nflush_interval_ms = 100\nbatch_transactions_max = 8\ntransaction_chunk_changes = 50",
-        ORDERS_TABLE,
+        &pg_orders_table("public.orders", "analytics.fact_orders", "\"id\"", "day"),
     )
     .await;
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
@@ -403,7 +403,7 @@ async fn a_populated_table_is_snapshotted_while_it_changes_and_survives_kills() 
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 20), g % 10000, 'new' FROM generate_series(1, 30000) g;",
         "snapshot_chunk_rows = 200\n[engine]\nflush_interval_ms = 200",
-        ORDERS_TABLE,
+        &pg_orders_table("public.orders", "analytics.fact_orders", "\"id\"", "day"),
     )
     .await;
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
@@ -485,12 +485,6 @@ fn spawn_weir_pg(db: &TestDb, source_dsn: &str) -> std::process::Child {
         .expect("spawn weir run")
 }
 
-/// The `[[table]]` of an orders table partitioned by day.
-const ORDERS_TABLE: &str = "source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"";
-
-/// The `[[table]]` of an orders table copied to `public.orders_copy`.
-const ORDERS_COPY_TABLE: &str = "source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"";
-
 /// A source database for one test, with its own table and a config for it; `extra`
 /// goes into `[source]` and may open further sections (e.g. `[engine]`).
 pub(crate) async fn source_fixture(
@@ -500,18 +494,7 @@ pub(crate) async fn source_fixture(
     extra_source: &str,
     table: &str,
 ) -> (String, tokio_postgres::Client) {
-    let pg = tokio::task::spawn_blocking(crate::harness::cluster)
-        .await
-        .expect("cluster");
-    let source_dsn = pg
-        .create_database(&format!("{name}_source"))
-        .await
-        .expect("source database");
-    let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
-        .await
-        .expect("source");
-    tokio::spawn(connection);
-    source.batch_execute(ddl).await.expect("source ddl");
+    let (source_dsn, source) = crate::harness::source_db(name, ddl).await;
     std::fs::write(
         db.config_path(),
         format!(
@@ -667,7 +650,7 @@ async fn heartbeats_keep_an_idle_slot_from_holding_wal() {
         "pg_heartbeat",
         "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date)",
         "heartbeat_interval_ms = 300",
-        ORDERS_COPY_TABLE,
+        &pg_orders_table("public.orders", "public.orders_copy", "\"id\"", "day"),
     )
     .await;
     assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
@@ -723,7 +706,7 @@ async fn schema_changes_flow_through_or_stop_loudly() {
         "pg_schema",
         "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date, status text)",
         "",
-        ORDERS_COPY_TABLE,
+        &pg_orders_table("public.orders", "public.orders_copy", "\"id\"", "day"),
     )
     .await;
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
@@ -918,7 +901,7 @@ async fn a_million_row_table_is_snapshotted_while_writers_change_it() {
              INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 30), g % 10000, 'new' FROM generate_series(1, {rows}) g;"
         ),
         "snapshot_chunk_rows = 20000\n[engine]\nflush_interval_ms = 2000",
-        ORDERS_TABLE,
+        &pg_orders_table("public.orders", "analytics.fact_orders", "\"id\"", "day"),
     )
     .await;
     assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
@@ -1005,7 +988,7 @@ async fn an_older_checkpoint_than_the_slot_confirmed_is_refused_not_skipped() {
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || g, date '2026-03-01' + (g % 5), g, 'new' FROM generate_series(1, 100) g",
         "",
-        ORDERS_COPY_TABLE,
+        &pg_orders_table("public.orders", "public.orders_copy", "\"id\"", "day"),
     )
     .await;
     let ok = |args: &[&str]| {
@@ -1086,7 +1069,7 @@ async fn a_caught_up_stream_confirms_past_idle_wal_and_restarts_cleanly() {
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || g, date '2026-03-01' + (g % 3), g, 'new' FROM generate_series(1, 20) g",
         "heartbeat_interval_ms = 3600000",
-        ORDERS_COPY_TABLE,
+        &pg_orders_table("public.orders", "public.orders_copy", "\"id\"", "day"),
     )
     .await;
     assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
