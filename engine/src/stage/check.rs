@@ -187,67 +187,107 @@ impl Checker<'_> {
         }
     }
 
+    /// `decoded`, or `None` with a problem of `family` and `kind` reported: the one
+    /// shape of every "this record does not decode" finding.
+    fn decoded<T>(
+        &mut self,
+        family: &'static str,
+        kind: &'static str,
+        decoded: Option<T>,
+        description: impl FnOnce() -> String,
+    ) -> Option<T> {
+        if decoded.is_none() {
+            self.f.problem(family, kind, description());
+        }
+        decoded
+    }
+
+    /// Every family in turn; each later check uses what the earlier ones read.
     fn run(&mut self) {
-        // meta
+        let meta = self.meta();
+        let checkpoint = self.position();
+        self.f.report.checkpoint = checkpoint;
+        // A large transaction being applied writes rows and dead letters past the
+        // position until it commits.
+        let limit = if meta.applying.is_some() {
+            None
+        } else {
+            checkpoint.map(|c| c.position)
+        };
+        self.pending(&meta);
+        let rows = self.rows(limit);
+        self.f.report.rows = rows;
+        if rows > 0 && checkpoint.is_none() && meta.applying.is_none() {
+            self.f.problem(
+                CF_POSITION,
+                "missing",
+                format!("the stage holds {rows} rows but no position"),
+            );
+        }
+        self.keys();
+        self.generations(meta.generation);
+        self.dirty(meta.generation);
+        self.dead_letters(limit);
+    }
+
+    /// `meta`: the format version and source id are there and decode, as do the
+    /// generation counter and the large-transaction marker.
+    fn meta(&mut self) -> Meta {
         let mut meta: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         self.scan(CF_META, |_, k, v| {
             meta.insert(k.to_vec(), v.to_vec());
         });
-        match meta.get(META_FORMAT_VERSION).map(|v| be_u32(v)) {
+        match meta.get(META_FORMAT_VERSION) {
             None => self
                 .f
                 .problem(CF_META, "format version", "no format version record".into()),
-            Some(None) => self.f.problem(
-                CF_META,
-                "format version",
-                "the format version record does not decode".into(),
-            ),
-            Some(Some(v)) if v != FORMAT_VERSION => self.f.problem(
-                CF_META,
-                "format version",
-                format!("format version {v}, but this build reads {FORMAT_VERSION}"),
-            ),
-            Some(Some(_)) => {}
+            Some(v) => {
+                let version = self.decoded(CF_META, "format version", be_u32(v), || {
+                    "the format version record does not decode".into()
+                });
+                if let Some(v) = version.filter(|v| *v != FORMAT_VERSION) {
+                    self.f.problem(
+                        CF_META,
+                        "format version",
+                        format!("format version {v}, but this build reads {FORMAT_VERSION}"),
+                    );
+                }
+            }
         }
         match meta.get(META_SOURCE_ID) {
             None => self
                 .f
                 .problem(CF_META, "source id", "no source id record".into()),
-            Some(v) if std::str::from_utf8(v).is_err() => {
-                self.f
-                    .problem(CF_META, "source id", "the source id is not UTF-8".into())
+            Some(v) => {
+                self.decoded(CF_META, "source id", std::str::from_utf8(v).ok(), || {
+                    "the source id is not UTF-8".into()
+                });
             }
-            Some(_) => {}
         }
-        let generation = match meta.get(META_GENERATION).map(|v| be_u64(v)) {
+        let generation = match meta.get(META_GENERATION) {
             None => 0,
-            Some(Some(g)) => g,
-            Some(None) => {
-                self.f.problem(
-                    CF_META,
-                    "generation",
-                    "the generation counter does not decode".into(),
-                );
-                u64::MAX
-            }
+            Some(v) => self
+                .decoded(CF_META, "generation", be_u64(v), || {
+                    "the generation counter does not decode".into()
+                })
+                .unwrap_or(u64::MAX),
         };
-        let applying: Option<ApplyingMarker> = match meta.get(META_APPLYING) {
-            None => None,
-            Some(v) => match postcard::from_bytes::<ApplyingMarker>(v) {
-                Ok(m) => Some(m),
-                Err(_) => {
-                    self.f.problem(
-                        CF_META,
-                        "marker",
-                        "the large-transaction marker does not decode".into(),
-                    );
-                    None
-                }
-            },
-        };
-        drop(meta);
+        let applying = meta.get(META_APPLYING).and_then(|v| {
+            self.decoded(
+                CF_META,
+                "marker",
+                postcard::from_bytes::<ApplyingMarker>(v).ok(),
+                || "the large-transaction marker does not decode".into(),
+            )
+        });
+        Meta {
+            generation,
+            applying,
+        }
+    }
 
-        // position
+    /// `position`: one record, under its key, that decodes.
+    fn position(&mut self) -> Option<Checkpoint> {
         let mut checkpoint: Option<Checkpoint> = None;
         self.scan(CF_POSITION, |c, k, v| {
             if k != POSITION_KEY {
@@ -258,33 +298,28 @@ impl Checker<'_> {
                 );
                 return;
             }
-            match postcard::from_bytes::<Checkpoint>(v) {
-                Ok(p) => checkpoint = Some(p),
-                Err(_) => {
-                    c.f.problem(CF_POSITION, "decode", "the position does not decode".into())
-                }
+            let decoded = postcard::from_bytes::<Checkpoint>(v).ok();
+            if let Some(p) = c.decoded(CF_POSITION, "decode", decoded, || {
+                "the position does not decode".into()
+            }) {
+                checkpoint = Some(p);
             }
         });
-        self.f.report.checkpoint = checkpoint;
-        let limit = if applying.is_some() {
-            None
-        } else {
-            checkpoint.map(|c| c.position)
-        };
+        checkpoint
+    }
 
-        // pending
+    /// `pending`: chunks decode, and there are chunks exactly when a marker says a
+    /// large transaction is being applied (chunks alone are a warning).
+    fn pending(&mut self, meta: &Meta) {
         let mut chunks = 0u64;
         self.scan(CF_PENDING, |c, k, v| {
             chunks += 1;
-            if k.len() != 8 || postcard::from_bytes::<Vec<StageChange>>(v).is_err() {
-                c.f.problem(
-                    CF_PENDING,
-                    "decode",
-                    format!("pending chunk {} does not decode", hex::encode(k)),
-                );
-            }
+            let decodes = k.len() == 8 && postcard::from_bytes::<Vec<StageChange>>(v).is_ok();
+            c.decoded(CF_PENDING, "decode", decodes.then_some(()), || {
+                format!("pending chunk {} does not decode", hex::encode(k))
+            });
         });
-        match (applying, chunks) {
+        match (meta.applying, chunks) {
             (None, 0) => {}
             (None, n) => self.f.warning(
                 CF_PENDING,
@@ -308,48 +343,47 @@ impl Checker<'_> {
                 ),
             ),
         }
-        if let Some(m) = applying.filter(|m| m.generation > generation) {
+        if let Some(m) = meta.applying.filter(|m| m.generation > meta.generation) {
             self.f.problem(
                 CF_META,
                 "generation",
                 format!(
-                    "the large transaction's generation {} is above the counter {generation}",
-                    m.generation
+                    "the large transaction's generation {} is above the counter {}",
+                    m.generation, meta.generation
                 ),
             );
         }
+    }
 
-        // rows: each decodes, has its keys entry, and its partition a generation.
+    /// `rows`: each decodes, is not past the position `limit`, has its `keys` entry,
+    /// and its partition a generation. Returns how many rows there are.
+    fn rows(&mut self, limit: Option<u64>) -> u64 {
         let mut rows = 0u64;
         let mut last_partition: Option<Vec<u8>> = None;
         self.scan(CF_ROWS, |c, k, v| {
             rows += 1;
-            let Some((table, partition, key)) = split_row_key(k) else {
-                c.f.problem(
-                    CF_ROWS,
-                    "key",
-                    format!("a row key does not decode: {}", hex::encode(k)),
-                );
+            let Some((table, partition, key)) =
+                c.decoded(CF_ROWS, "key", split_row_key(k), || {
+                    format!("a row key does not decode: {}", hex::encode(k))
+                })
+            else {
                 return;
             };
-            match postcard::from_bytes::<StagedRow>(v) {
-                Ok(row) => {
-                    if let Some(p) = limit.filter(|p| row.commit_position > *p) {
-                        c.f.problem(
-                            CF_ROWS,
-                            "position",
-                            format!(
-                                "a row of {table} partition {partition} was written at position {}, after the stage position {p}",
-                                row.commit_position
-                            ),
-                        );
-                    }
-                }
-                Err(_) => c.f.problem(
+            let row = postcard::from_bytes::<StagedRow>(v).ok();
+            let row = c.decoded(CF_ROWS, "decode", row, || {
+                format!("a row of {table} partition {partition} does not decode")
+            });
+            if let Some(row) = row
+                && let Some(p) = limit.filter(|p| row.commit_position > *p)
+            {
+                c.f.problem(
                     CF_ROWS,
-                    "decode",
-                    format!("a row of {table} partition {partition} does not decode"),
-                ),
+                    "position",
+                    format!(
+                        "a row of {table} partition {partition} was written at position {}, after the stage position {p}",
+                        row.commit_position
+                    ),
+                );
             }
             match c.get(CF_KEYS, &table_key(&table, key)) {
                 Lookup::Absent => c.f.problem(
@@ -383,31 +417,23 @@ impl Checker<'_> {
                 last_partition = Some(pk);
             }
         });
-        self.f.report.rows = rows;
-        if rows > 0 && checkpoint.is_none() && applying.is_none() {
-            self.f.problem(
-                CF_POSITION,
-                "missing",
-                format!("the stage holds {rows} rows but no position"),
-            );
-        }
+        rows
+    }
 
-        // keys: each names a partition holding its row.
+    /// `keys`: each names a partition holding its row.
+    fn keys(&mut self) {
         self.scan(CF_KEYS, |c, k, v| {
-            let Some((table, key)) = split_table(k) else {
-                c.f.problem(
-                    CF_KEYS,
-                    "key",
-                    format!("a keys entry does not decode: {}", hex::encode(k)),
-                );
+            let Some((table, key)) = c.decoded(CF_KEYS, "key", split_table(k), || {
+                format!("a keys entry does not decode: {}", hex::encode(k))
+            }) else {
                 return;
             };
-            let Some(partition) = Partition::from_bytes(v) else {
-                c.f.problem(
-                    CF_KEYS,
-                    "decode",
-                    format!("the keys entry of {table} key {} names no partition", hex::encode(key)),
-                );
+            let Some(partition) = c.decoded(CF_KEYS, "decode", Partition::from_bytes(v), || {
+                format!(
+                    "the keys entry of {table} key {} names no partition",
+                    hex::encode(key)
+                )
+            }) else {
                 return;
             };
             if matches!(c.get(CF_ROWS, &row_key(&table, &partition, key)), Lookup::Absent) {
@@ -421,58 +447,54 @@ impl Checker<'_> {
                 );
             }
         });
+    }
 
-        // generations: decode, and not above the counter.
+    /// `generations`: decode, and not above the counter.
+    fn generations(&mut self, counter: u64) {
         self.scan(CF_GENERATIONS, |c, k, v| {
-            let Some((table, partition)) = split_partition_key(k) else {
-                c.f.problem(
-                    CF_GENERATIONS,
-                    "key",
-                    format!("a generations key does not decode: {}", hex::encode(k)),
-                );
+            let Some((table, partition)) =
+                c.decoded(CF_GENERATIONS, "key", split_partition_key(k), || {
+                    format!("a generations key does not decode: {}", hex::encode(k))
+                })
+            else {
                 return;
             };
-            match be_u64(v) {
-                None => c.f.problem(
-                    CF_GENERATIONS,
-                    "decode",
-                    format!("the generation of {table} partition {partition} does not decode"),
-                ),
-                Some(g) if g > generation => c.f.problem(
+            let Some(g) = c.decoded(CF_GENERATIONS, "decode", be_u64(v), || {
+                format!("the generation of {table} partition {partition} does not decode")
+            }) else {
+                return;
+            };
+            if g > counter {
+                c.f.problem(
                     CF_GENERATIONS,
                     "counter",
                     format!(
-                        "{table} partition {partition} has generation {g}, above the counter {generation}"
+                        "{table} partition {partition} has generation {g}, above the counter {counter}"
                     ),
-                ),
-                Some(_) => {}
+                );
             }
         });
+    }
 
-        // dirty: decode, a generation at least as new, not above the counter.
+    /// `dirty`: decode, a generation at least as new, not above the counter.
+    fn dirty(&mut self, counter: u64) {
         self.scan(CF_DIRTY, |c, k, v| {
-            let Some((table, partition)) = split_partition_key(k) else {
-                c.f.problem(
-                    CF_DIRTY,
-                    "key",
-                    format!("a dirty key does not decode: {}", hex::encode(k)),
-                );
+            let Some((table, partition)) = c.decoded(CF_DIRTY, "key", split_partition_key(k), || {
+                format!("a dirty key does not decode: {}", hex::encode(k))
+            }) else {
                 return;
             };
-            let Some(d) = be_u64(v) else {
-                c.f.problem(
-                    CF_DIRTY,
-                    "decode",
-                    format!("the dirty mark of {table} partition {partition} does not decode"),
-                );
+            let Some(d) = c.decoded(CF_DIRTY, "decode", be_u64(v), || {
+                format!("the dirty mark of {table} partition {partition} does not decode")
+            }) else {
                 return;
             };
-            if d > generation {
+            if d > counter {
                 c.f.problem(
                     CF_DIRTY,
                     "counter",
                     format!(
-                        "{table} partition {partition} is dirty at generation {d}, above the counter {generation}"
+                        "{table} partition {partition} is dirty at generation {d}, above the counter {counter}"
                     ),
                 );
             }
@@ -494,30 +516,41 @@ impl Checker<'_> {
                 Lookup::Found(_) | Lookup::Failed => {}
             }
         });
+    }
 
-        // dead letters: decode, keyed by their position.
+    /// `dead_letter`: decode, keyed by their position, not past the position `limit`.
+    fn dead_letters(&mut self, limit: Option<u64>) {
         self.scan(CF_DEAD_LETTER, |c, k, v| {
-            match (be_u64(k), postcard::from_bytes::<BadRecord>(v)) {
-                (Some(p), Ok(record)) if p == record.position => {
-                    if let Some(limit) = limit.filter(|l| p >= *l) {
-                        c.f.problem(
-                            CF_DEAD_LETTER,
-                            "position",
-                            format!("a dead letter at position {p}, at or after the stage position {limit}"),
-                        );
-                    }
-                }
-                (Some(p), Ok(record)) => c.f.problem(
+            let decoded = be_u64(k).zip(postcard::from_bytes::<BadRecord>(v).ok());
+            let Some((p, record)) = c.decoded(CF_DEAD_LETTER, "decode", decoded, || {
+                format!("a dead letter does not decode (key {})", hex::encode(k))
+            }) else {
+                return;
+            };
+            if p != record.position {
+                c.f.problem(
                     CF_DEAD_LETTER,
                     "key",
                     format!("a dead letter keyed {p} holds position {}", record.position),
-                ),
-                _ => c.f.problem(
+                );
+            } else if let Some(limit) = limit.filter(|l| p >= *l) {
+                c.f.problem(
                     CF_DEAD_LETTER,
-                    "decode",
-                    format!("a dead letter does not decode (key {})", hex::encode(k)),
-                ),
+                    "position",
+                    format!(
+                        "a dead letter at position {p}, at or after the stage position {limit}"
+                    ),
+                );
             }
         });
     }
+}
+
+/// What the `meta` check read that later checks need.
+struct Meta {
+    /// The generation counter (`u64::MAX` if it does not decode, so that no
+    /// generation is reported as above it).
+    generation: u64,
+    /// The large-transaction marker, if there is one and it decodes.
+    applying: Option<ApplyingMarker>,
 }
