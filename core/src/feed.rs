@@ -215,7 +215,7 @@ pub struct UnkeyableValue(pub &'static str);
 /// Encodes key values as bytes whose order follows the values' order (integers,
 /// dates and timestamps numerically, text bytewise), and no encoding is a prefix of
 /// another: a tuple of keys encodes unambiguously. The stage reads keys back with
-/// the stage's `decode_key`: change the two together.
+/// [`decode_key`]: change the two together.
 pub fn encode_key(values: &[&Value]) -> Result<Vec<u8>, UnkeyableValue> {
     let mut out = Vec::new();
     for v in values {
@@ -256,4 +256,88 @@ fn escaped(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
         }
     }
     out.extend_from_slice(&[0, 0]);
+}
+
+/// Bytes that [`encode_key`] did not make: a damaged stage record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("encoded key")]
+pub struct BadKey;
+
+/// The key values [`encode_key`] encoded. Fails on bytes it did not make.
+pub fn decode_key(mut bytes: &[u8]) -> Result<Vec<Value>, BadKey> {
+    let bad = || BadKey;
+    let mut out = Vec::new();
+    while let Some((&tag, rest)) = bytes.split_first() {
+        let fixed = |n: usize| rest.get(..n).ok_or_else(bad);
+        let (value, used) = match tag {
+            0x08 => (Value::Bool(fixed(1)?[0] != 0), 1),
+            0x10 => {
+                let raw = u64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?);
+                (Value::Int((raw ^ (1 << 63)) as i64), 8)
+            }
+            0x11 => {
+                let raw = u32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?);
+                (Value::Date((raw ^ (1 << 31)) as i32), 4)
+            }
+            0x12 => {
+                let raw = u64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?);
+                (Value::Timestamp((raw ^ (1 << 63)) as i64), 8)
+            }
+            0x20 | 0x21 => {
+                let mut text = Vec::new();
+                let mut i = 0;
+                loop {
+                    match (rest.get(i), rest.get(i + 1)) {
+                        (Some(0), Some(0)) => break,
+                        (Some(0), Some(0xFF)) => {
+                            text.push(0);
+                            i += 2;
+                        }
+                        (Some(&b), _) if b != 0 => {
+                            text.push(b);
+                            i += 1;
+                        }
+                        _ => return Err(bad()),
+                    }
+                }
+                let text = String::from_utf8(text).map_err(|_| bad())?;
+                let value = if tag == 0x20 {
+                    Value::Text(text)
+                } else {
+                    Value::Decimal(text)
+                };
+                (value, i + 2)
+            }
+            _ => return Err(bad()),
+        };
+        out.push(value);
+        bytes = &rest[used..];
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_key_inverts_encode_key() {
+        let tuples = [
+            vec![Value::Int(i64::MIN), Value::Text("a\0b".into())],
+            vec![Value::Date(-3), Value::Timestamp(1_700_000_000_000_000)],
+            vec![
+                Value::Bool(true),
+                Value::Decimal("-12.50".into()),
+                Value::Text(String::new()),
+            ],
+        ];
+        for tuple in tuples {
+            let refs: Vec<&Value> = tuple.iter().collect();
+            let bytes = encode_key(&refs).expect("encode");
+            assert_eq!(decode_key(&bytes).expect("decode"), tuple);
+        }
+        assert!(decode_key(&[0x10, 1, 2]).is_err());
+        assert!(decode_key(&[0x20, b'a', 0]).is_err());
+        assert!(decode_key(&[0x7F]).is_err());
+    }
 }

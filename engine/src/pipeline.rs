@@ -1357,7 +1357,7 @@ impl Pipeline {
         let mut rows = Vec::new();
         let mut changed = std::collections::HashSet::with_capacity(changes.keys.len());
         for (key, row) in changes.keys {
-            keys.push(crate::stage::decode_key(&key)?);
+            keys.push(crate::stage::decode_key(&key).map_err(crate::stage::StageError::from)?);
             rows.extend(row);
             changed.insert(key);
         }

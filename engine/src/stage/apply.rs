@@ -1,0 +1,391 @@
+//! Applying transactions: each batch of transactions in one synced write batch with
+//! the new position, built by a [`StageBatch`] that sees its own earlier changes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions};
+
+use super::error::{StageError, corrupt, db_err};
+use super::layout::{
+    CF_BACKLOG, CF_CHANGED, CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META,
+    CF_POSITION, CF_ROWS, META_GENERATION, META_SOURCE_STATE, POSITION_KEY, decode_generation,
+    partition_key, prefix_end, push_table, row_key, split_partition, split_table, table_key,
+};
+use super::{ApplyOutcome, Stage, StageChange, StagedRow};
+use crate::partition::Partition;
+use crate::source::{BadRecord, Checkpoint, Transaction};
+
+impl Stage {
+    /// Applies transactions in order, in one synced write with the position of the last
+    /// one. Transactions at or below the stored position are skipped whole.
+    ///
+    /// If the pending area holds chunks ([`Stage::append_pending`]), they are the
+    /// beginning of `transactions[0]`, which is then committed as a large transaction:
+    /// see [`Stage::append_pending`].
+    pub fn apply(&self, transactions: &[Transaction]) -> Result<ApplyOutcome, StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut outcome = ApplyOutcome::default();
+        let mut rest = transactions;
+        if self.has_pending()? {
+            let Some((large, tail)) = transactions.split_first() else {
+                return Ok(outcome);
+            };
+            if self.checkpoint()?.is_some_and(|c| large.end <= c.position) {
+                self.clear_pending()?;
+                outcome.skipped += 1;
+            } else {
+                outcome.changes += self.commit_large(large)?;
+                outcome.transactions += 1;
+            }
+            rest = tail;
+        }
+        let position = self.checkpoint()?;
+        let mut batch = StageBatch::new(self.generation()?);
+        let mut last: Option<Checkpoint> = None;
+        for txn in rest {
+            let floor = last.or(position).map(|c| c.position);
+            if floor.is_some_and(|p| txn.end <= p) {
+                outcome.skipped += 1;
+                continue;
+            }
+            batch.generation += 1;
+            outcome.changes += batch.changes(self, &txn.changes)?;
+            batch.bad_records(self, &txn.bad_records)?;
+            outcome.transactions += 1;
+            last = Some(Checkpoint {
+                position: txn.end,
+                cursor: txn.cursor,
+            });
+        }
+        let Some(last) = last else { return Ok(outcome) };
+        batch.finish(self, Some(last), true)?;
+        Ok(outcome)
+    }
+
+    fn current_partition(
+        &self,
+        overlay: &HashMap<(String, Vec<u8>), Option<Partition>>,
+        table: &str,
+        key: &[u8],
+    ) -> Result<Option<Partition>, StageError> {
+        if let Some(p) = overlay.get(&(table.to_owned(), key.to_vec())) {
+            return Ok(p.clone());
+        }
+        let bytes = self
+            .db
+            .get_cf(self.cf(CF_KEYS), table_key(table, key))
+            .map_err(db_err("read keys index"))?;
+        bytes
+            .map(|b| Partition::from_bytes(&b).ok_or_else(|| corrupt("keys index entry")))
+            .transpose()
+    }
+}
+
+/// A write batch being built, with what later changes in it must see.
+pub(super) struct StageBatch {
+    pub(super) batch: WriteBatch,
+    pub(super) generation: u64,
+    /// Keys touched earlier in this batch (`None`: deleted).
+    keys: HashMap<(String, Vec<u8>), Option<Partition>>,
+    /// Tables truncated earlier in this batch: their keys are gone unless set again.
+    truncated: std::collections::HashSet<String>,
+    dirty: BTreeMap<(String, Partition), u64>,
+    /// Bytes staged into each partition by this batch.
+    bytes: BTreeMap<(String, Partition), u64>,
+    /// Row images set earlier in this batch, encoded (`None`: deleted), for the
+    /// unchanged values of a later `UpsertUnchanged`: the batch is not readable
+    /// before it is written.
+    images: HashMap<(String, Vec<u8>), Option<Vec<u8>>>,
+}
+
+impl StageBatch {
+    /// The partition `key` is in, as of the changes added so far.
+    fn current(
+        &self,
+        stage: &Stage,
+        table: &str,
+        key: &[u8],
+    ) -> Result<Option<Partition>, StageError> {
+        if let Some(p) = self.keys.get(&(table.to_owned(), key.to_vec())) {
+            return Ok(p.clone());
+        }
+        if self.truncated.contains(table) {
+            return Ok(None);
+        }
+        stage.current_partition(&self.keys, table, key)
+    }
+
+    pub(super) fn new(generation: u64) -> StageBatch {
+        StageBatch {
+            batch: WriteBatch::default(),
+            generation,
+            keys: HashMap::new(),
+            truncated: std::collections::HashSet::new(),
+            dirty: BTreeMap::new(),
+            bytes: BTreeMap::new(),
+            images: HashMap::new(),
+        }
+    }
+
+    /// The current image of `key`, as of the changes added so far.
+    fn current_row(
+        &self,
+        stage: &Stage,
+        table: &str,
+        key: &[u8],
+    ) -> Result<Option<StagedRow>, StageError> {
+        if let Some(image) = self.images.get(&(table.to_owned(), key.to_vec())) {
+            return image
+                .as_ref()
+                .map(|bytes| {
+                    postcard::from_bytes(bytes)
+                        .map_err(|_| corrupt(format!("row of {table} in a batch")))
+                })
+                .transpose();
+        }
+        if self.truncated.contains(table) {
+            return Ok(None);
+        }
+        stage.get_row(table, key)
+    }
+
+    /// The row of an `UpsertUnchanged` with its unchanged values filled from the
+    /// current image of `previous_key`; `None`: skip it (no image, `skip_if_absent`).
+    fn resolve_unchanged(
+        &self,
+        stage: &Stage,
+        table: &str,
+        previous_key: &[u8],
+        row: &StagedRow,
+        unchanged: &[String],
+        skip_if_absent: bool,
+    ) -> Result<Option<StagedRow>, StageError> {
+        let image = self.current_row(stage, table, previous_key)?;
+        let Some(image) = image else {
+            if skip_if_absent {
+                return Ok(None);
+            }
+            return Err(StageError::UnchangedWithoutRow {
+                table: table.to_owned(),
+                column: unchanged.first().cloned().unwrap_or_default(),
+            });
+        };
+        let mut row = row.clone();
+        for column in unchanged {
+            let value = image
+                .values
+                .iter()
+                .find(|(c, _)| c == column)
+                .map(|(_, v)| v.clone())
+                .ok_or_else(|| StageError::UnchangedWithoutRow {
+                    table: table.to_owned(),
+                    column: column.clone(),
+                })?;
+            row.values.push((column.clone(), value));
+        }
+        Ok(Some(row))
+    }
+
+    /// Sets the row of `key` (moving it out of its old partition if it was elsewhere).
+    fn upsert(
+        &mut self,
+        stage: &Stage,
+        table: &str,
+        key: &[u8],
+        partition: &Partition,
+        row: &StagedRow,
+    ) -> Result<(), StageError> {
+        let old = self.current(stage, table, key)?;
+        if let Some(old) = old.filter(|old| old != partition) {
+            self.batch
+                .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
+            self.changed(stage, table, &old, key);
+            self.dirty.insert((table.to_owned(), old), self.generation);
+        }
+        self.changed(stage, table, partition, key);
+        let value =
+            postcard::to_allocvec(row).map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
+        *self
+            .bytes
+            .entry((table.to_owned(), partition.clone()))
+            .or_insert(0) += value.len() as u64;
+        self.batch
+            .put_cf(stage.cf(CF_ROWS), row_key(table, partition, key), &value);
+        self.batch.put_cf(
+            stage.cf(CF_KEYS),
+            table_key(table, key),
+            partition.to_bytes(),
+        );
+        self.keys
+            .insert((table.to_owned(), key.to_vec()), Some(partition.clone()));
+        self.dirty
+            .insert((table.to_owned(), partition.clone()), self.generation);
+        self.images
+            .insert((table.to_owned(), key.to_vec()), Some(value));
+        Ok(())
+    }
+
+    /// Adds changes at the current generation; returns how many.
+    pub(super) fn changes(
+        &mut self,
+        stage: &Stage,
+        changes: &[StageChange],
+    ) -> Result<usize, StageError> {
+        for change in changes {
+            match change {
+                StageChange::Upsert {
+                    table,
+                    key,
+                    partition,
+                    row,
+                } => self.upsert(stage, table, key, partition, row)?,
+                StageChange::UpsertUnchanged {
+                    table,
+                    key,
+                    partition,
+                    row,
+                    unchanged,
+                    previous_key,
+                    skip_if_absent,
+                } => {
+                    if let Some(row) = self.resolve_unchanged(
+                        stage,
+                        table,
+                        previous_key,
+                        row,
+                        unchanged,
+                        *skip_if_absent,
+                    )? {
+                        self.upsert(stage, table, key, partition, &row)?;
+                    }
+                }
+                StageChange::SourceState(state) => {
+                    self.batch
+                        .put_cf(stage.cf(CF_META), META_SOURCE_STATE, state);
+                }
+                StageChange::Truncate { table } => {
+                    let mut prefix = Vec::new();
+                    push_table(&mut prefix, table);
+                    let end = prefix_end(&prefix);
+                    self.batch.delete_range_cf(stage.cf(CF_ROWS), &prefix, &end);
+                    self.batch.delete_range_cf(stage.cf(CF_KEYS), &prefix, &end);
+                    self.keys.retain(|(t, _), _| t != table);
+                    self.images.retain(|(t, _), _| t != table);
+                    self.truncated.insert(table.clone());
+                    let mode = IteratorMode::From(&prefix, Direction::Forward);
+                    for item in stage.db.iterator_cf(stage.cf(CF_GENERATIONS), mode) {
+                        let (k, _) = item.map_err(db_err("read generations"))?;
+                        if !k.starts_with(&prefix) {
+                            break;
+                        }
+                        let (_, rest) =
+                            split_table(&k).ok_or_else(|| corrupt("generations key"))?;
+                        let (partition, _) = split_partition(rest)
+                            .ok_or_else(|| corrupt("generations key partition"))?;
+                        self.dirty
+                            .insert((table.clone(), partition), self.generation);
+                    }
+                    // Partitions filled earlier in this batch are in `dirty` already.
+                    // Every key of every partition changed: each is replaced whole.
+                    let partitions: Vec<Partition> = self
+                        .dirty
+                        .keys()
+                        .filter(|(t, _)| t == table)
+                        .map(|(_, p)| p.clone())
+                        .collect();
+                    for p in partitions {
+                        self.changed(stage, table, &p, &[]);
+                    }
+                }
+                StageChange::Delete { table, key } => {
+                    if let Some(old) = self.current(stage, table, key)? {
+                        self.batch
+                            .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
+                        self.changed(stage, table, &old, key);
+                        self.batch
+                            .delete_cf(stage.cf(CF_KEYS), table_key(table, key));
+                        self.keys.insert((table.clone(), key.clone()), None);
+                        self.dirty.insert((table.clone(), old), self.generation);
+                    }
+                    self.images.insert((table.clone(), key.clone()), None);
+                }
+            }
+        }
+        Ok(changes.len())
+    }
+
+    /// Records that `key` (empty: every key) of a partition changed.
+    fn changed(&mut self, stage: &Stage, table: &str, partition: &Partition, key: &[u8]) {
+        *self
+            .bytes
+            .entry((table.to_owned(), partition.clone()))
+            .or_insert(0) += key.len() as u64;
+        self.batch.put_cf(
+            stage.cf(CF_CHANGED),
+            row_key(table, partition, key),
+            self.generation.to_be_bytes(),
+        );
+    }
+
+    fn bad_records(&mut self, stage: &Stage, records: &[BadRecord]) -> Result<(), StageError> {
+        for record in records {
+            let value = postcard::to_allocvec(record)
+                .map_err(|e| corrupt(format!("cannot encode record: {e}")))?;
+            self.batch.put_cf(
+                stage.cf(CF_DEAD_LETTER),
+                record.position.to_be_bytes(),
+                value,
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes the batch with the dirty marks and generation (and the position, if
+    /// given), synced if `sync`.
+    pub(super) fn finish(
+        mut self,
+        stage: &Stage,
+        position: Option<Checkpoint>,
+        sync: bool,
+    ) -> Result<(), StageError> {
+        for ((table, partition), added) in std::mem::take(&mut self.bytes) {
+            let key = partition_key(&table, &partition);
+            let before = stage
+                .db
+                .get_cf(stage.cf(CF_BACKLOG), &key)
+                .map_err(db_err("read the backlog"))?
+                .map(|v| decode_generation(&v))
+                .transpose()?
+                .unwrap_or(0);
+            self.batch.put_cf(
+                stage.cf(CF_BACKLOG),
+                key,
+                before.saturating_add(added).to_be_bytes(),
+            );
+        }
+        for ((table, partition), generation) in std::mem::take(&mut self.dirty) {
+            let key = partition_key(&table, &partition);
+            self.batch
+                .put_cf(stage.cf(CF_GENERATIONS), &key, generation.to_be_bytes());
+            self.batch
+                .put_cf(stage.cf(CF_DIRTY), key, generation.to_be_bytes());
+        }
+        self.batch.put_cf(
+            stage.cf(CF_META),
+            META_GENERATION,
+            self.generation.to_be_bytes(),
+        );
+        if let Some(position) = position {
+            let encoded = postcard::to_allocvec(&position)
+                .map_err(|e| corrupt(format!("cannot encode position: {e}")))?;
+            self.batch
+                .put_cf(stage.cf(CF_POSITION), POSITION_KEY, encoded);
+        }
+        let mut opts = WriteOptions::default();
+        opts.set_sync(sync);
+        stage
+            .db
+            .write_opt(self.batch, &opts)
+            .map_err(db_err("stage transactions"))
+    }
+}

@@ -1,0 +1,99 @@
+//! What can go wrong with the stage, and the advice each failure carries.
+
+use std::path::PathBuf;
+
+use rocksdb::ErrorKind;
+
+use super::layout::FORMAT_VERSION;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error("cannot create the stage folder {}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the stage at {}: {hint}", path.display())]
+    Open {
+        path: PathBuf,
+        hint: &'static str,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error(
+        "the stage is damaged (RocksDB found corruption while trying to {what}): restore it with `weir checkpoint import` from an export into a new stage path, or rebuild it from the feed into a new stage path"
+    )]
+    Damaged {
+        what: &'static str,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error("stage operation failed ({what})")]
+    Db {
+        what: &'static str,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error("the stage at {} has format version {found}, newer than this build's {FORMAT_VERSION}: run a newer weir", path.display())]
+    NewerFormat { path: PathBuf, found: u32 },
+    #[error("the stage at {} was filled from `{staged}`, but the config reads `{configured}`: a stage belongs to one feed; use a new stage path for a new feed", path.display())]
+    SourceMismatch {
+        path: PathBuf,
+        staged: String,
+        configured: String,
+    },
+    #[error("the stage at {} does not exist: run `weir init` first", path.display())]
+    Missing { path: PathBuf },
+    #[error(
+        "the stage at {} was written by an older weir and lacks its `{family}` records: run `weir init` once (it adds them), then retry",
+        path.display()
+    )]
+    NeedsUpgrade { path: PathBuf, family: &'static str },
+    #[error(
+        "stage record is corrupt ({what}): run `weir checkpoint check`; restore the stage from an export or rebuild it from the feed"
+    )]
+    Corrupt { what: String },
+    #[error(
+        "a large transaction is being applied to the stage; its partitions become readable when it commits"
+    )]
+    Applying,
+    #[error(
+        "{table}: a change leaves column `{column}` unchanged (an unchanged TOAST value) for a row that is not staged, so its value is unknown; set REPLICA IDENTITY FULL on the source table, or take a new snapshot"
+    )]
+    UnchangedWithoutRow { table: String, column: String },
+}
+
+pub(super) fn db_err(what: &'static str) -> impl FnOnce(rocksdb::Error) -> StageError {
+    move |source| {
+        if source.kind() == rocksdb::ErrorKind::Corruption {
+            StageError::Damaged { what, source }
+        } else {
+            StageError::Db { what, source }
+        }
+    }
+}
+
+/// A row key that does not decode is a damaged record.
+impl From<weir_core::feed::BadKey> for StageError {
+    fn from(_: weir_core::feed::BadKey) -> Self {
+        corrupt("encoded key")
+    }
+}
+
+pub(super) fn corrupt(what: impl Into<String>) -> StageError {
+    StageError::Corrupt { what: what.into() }
+}
+
+/// The hint of a stage that RocksDB reports as damaged when it opens it.
+pub const DAMAGED_HINT: &str = "the stage is damaged (RocksDB reports corruption in its files): restore it with `weir checkpoint import` from an export into a new stage path, or rebuild it from the feed into a new stage path";
+
+/// The hint of [`StageError::Open`]: the damaged-stage advice when RocksDB reports
+/// corruption, `otherwise` else.
+pub(super) fn open_hint(error: &rocksdb::Error, otherwise: &'static str) -> &'static str {
+    if error.kind() == ErrorKind::Corruption {
+        DAMAGED_HINT
+    } else {
+        otherwise
+    }
+}

@@ -1,0 +1,146 @@
+//! The stage's layout on disk: its column families, its `meta` records, and how rows,
+//! keys and partitions make RocksDB keys (a row's own key is encoded by
+//! `weir_core::feed::encode_key`, and read back by `decode_key` beside it).
+//!
+//! A `rows` key is `table | len(partition) | partition | key`; a `keys` key is
+//! `table | key`; the `generations`, `dirty`, `backlog` and `changed` keys begin with
+//! `table | len(partition) | partition`. `table` is a big-endian `u16` length and the
+//! name; `len(partition)` a big-endian `u32`.
+
+use super::error::{StageError, corrupt};
+use crate::partition::Partition;
+
+/// The stage format this build writes. Bump it, with an upgrade step in
+/// [`super::Stage::open`], whenever a key or value layout changes.
+pub const FORMAT_VERSION: u32 = 1;
+
+pub(super) const CF_ROWS: &str = "rows";
+pub(super) const CF_KEYS: &str = "keys";
+pub(super) const CF_GENERATIONS: &str = "generations";
+pub(super) const CF_DIRTY: &str = "dirty";
+pub(super) const CF_POSITION: &str = "position";
+pub(super) const CF_DEAD_LETTER: &str = "dead_letter";
+pub(super) const CF_META: &str = "meta";
+pub(super) const CF_PENDING: &str = "pending";
+/// The keys changed in each partition since it was last written: what `merge` deletes
+/// and rewrites. An empty key stands for every key (a TRUNCATE): such a partition is
+/// replaced. Cleared with the dirty mark, for every write mode, so switching a table
+/// to `merge` never finds a partial record.
+pub(super) const CF_CHANGED: &str = "changed";
+/// Bytes of changes staged into each dirty partition since its last write: the
+/// backlog that `[stage] max_unwritten_mb` bounds. Cleared with the dirty mark.
+pub(super) const CF_BACKLOG: &str = "backlog";
+pub(super) const COLUMN_FAMILIES: [&str; 10] = [
+    CF_CHANGED,
+    CF_BACKLOG,
+    CF_PENDING,
+    CF_ROWS,
+    CF_KEYS,
+    CF_GENERATIONS,
+    CF_DIRTY,
+    CF_POSITION,
+    CF_DEAD_LETTER,
+    CF_META,
+];
+
+pub(super) const META_FORMAT_VERSION: &[u8] = b"format_version";
+pub(super) const META_SOURCE_ID: &[u8] = b"source_id";
+pub(super) const META_GENERATION: &[u8] = b"generation";
+pub(super) const META_APPLYING: &[u8] = b"applying";
+pub(super) const META_SOURCE_STATE: &[u8] = b"source_state";
+/// Present when the position is at or past everything this stage ever let its source
+/// acknowledge (a stage made by a build that advances the position before a caught-up
+/// source confirms the server's position: [`super::Stage::advance_position`]). Without it (a
+/// stage of an older build) a source acknowledged ahead of the position may be legal.
+pub(super) const META_POSITION_COVERS_ACKS: &[u8] = b"position_covers_acks";
+/// Prefix of the records of partitions whose last write failed for good (until they
+/// change): `failed\0` + the partition key.
+pub(super) const META_FAILED_PREFIX: &[u8] = b"failed\0";
+pub(super) const POSITION_KEY: &[u8] = b"checkpoint";
+/// Prefix of each table's contract: `contract\0` + the table's stage name (its
+/// configured source name). JSON, so that fields can be added.
+pub(crate) const META_CONTRACT_PREFIX: &[u8] = b"contract\0";
+
+pub(super) fn push_table(out: &mut Vec<u8>, table: &str) {
+    let len = u16::try_from(table.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&table.as_bytes()[..usize::from(len)]);
+}
+
+pub(super) fn split_table(key: &[u8]) -> Option<(String, &[u8])> {
+    let len = usize::from(u16::from_be_bytes(key.get(..2)?.try_into().ok()?));
+    let name = std::str::from_utf8(key.get(2..2 + len)?).ok()?;
+    Some((name.to_owned(), &key[2 + len..]))
+}
+
+/// Splits `len(partition) | partition | rest`.
+pub(super) fn split_partition(bytes: &[u8]) -> Option<(Partition, &[u8])> {
+    let len = usize::try_from(u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?)).ok()?;
+    let partition = Partition::from_bytes(bytes.get(4..4 + len)?)?;
+    Some((partition, &bytes[4 + len..]))
+}
+
+/// The first key after every key that starts with `prefix`.
+pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![u8::MAX; prefix.len() + 1]
+}
+
+pub(super) fn table_key(table: &str, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + table.len() + key.len());
+    push_table(&mut out, table);
+    out.extend_from_slice(key);
+    out
+}
+
+/// `table | len(partition) | partition`: the dirty key, and the prefix of its rows.
+pub(super) fn partition_key(table: &str, partition: &Partition) -> Vec<u8> {
+    let p = partition.to_bytes();
+    let mut out = Vec::with_capacity(6 + table.len() + p.len());
+    push_table(&mut out, table);
+    out.extend_from_slice(&u32::try_from(p.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(&p);
+    out
+}
+
+pub(super) fn row_key(table: &str, partition: &Partition, key: &[u8]) -> Vec<u8> {
+    let mut out = partition_key(table, partition);
+    out.extend_from_slice(key);
+    out
+}
+
+/// A big-endian `u64` record (a generation, or a backlog's bytes).
+pub(super) fn decode_generation(bytes: &[u8]) -> Result<u64, StageError> {
+    bytes
+        .try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| corrupt("generation record"))
+}
+
+pub(super) fn be_u32(b: &[u8]) -> Option<u32> {
+    b.try_into().ok().map(u32::from_be_bytes)
+}
+
+pub(super) fn be_u64(b: &[u8]) -> Option<u64> {
+    b.try_into().ok().map(u64::from_be_bytes)
+}
+
+/// Splits a `generations` or `dirty` key: `table | len(partition) | partition`.
+pub(super) fn split_partition_key(key: &[u8]) -> Option<(String, Partition)> {
+    let (table, rest) = split_table(key)?;
+    let (partition, tail) = split_partition(rest)?;
+    tail.is_empty().then_some((table, partition))
+}
+
+/// Splits a `rows` key: `table | len(partition) | partition | key`.
+pub(super) fn split_row_key(key: &[u8]) -> Option<(String, Partition, &[u8])> {
+    let (table, rest) = split_table(key)?;
+    let (partition, key) = split_partition(rest)?;
+    Some((table, partition, key))
+}

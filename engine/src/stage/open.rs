@@ -1,0 +1,234 @@
+//! Opening the stage: RocksDB's options and memory budget, the format check, and the
+//! raw access to column families and `meta` records the other parts share.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, Options, WriteOptions};
+
+use super::Stage;
+use super::error::{StageError, corrupt, db_err, open_hint};
+use super::layout::{
+    CF_META, COLUMN_FAMILIES, FORMAT_VERSION, META_FORMAT_VERSION, META_POSITION_COVERS_ACKS,
+    META_SOURCE_ID,
+};
+
+/// Memory budget of all memtables together. With the block cache this bounds what
+/// RocksDB holds in memory, whatever the size of a transaction or of the stage.
+const MEMTABLES_BYTES_MAX: usize = 128 << 20;
+/// One column family's memtable before it is flushed to an SST file.
+const MEMTABLE_BYTES: usize = 32 << 20;
+/// Block cache shared by all column families (data, index and filter blocks).
+const BLOCK_CACHE_BYTES: usize = 64 << 20;
+/// What RocksDB may hold in memory for one open stage: memtables plus block cache.
+pub const MEMORY_BUDGET_BYTES: usize = MEMTABLES_BYTES_MAX + BLOCK_CACHE_BYTES;
+
+/// Options of the database and of every column family. The workload is point reads
+/// and writes on `keys` (bloom filters), prefix scans of one partition on `rows`, and
+/// synced group commits; level compaction with dynamic level sizes keeps space
+/// amplification low for a table that is mostly updated in place.
+fn db_options(cache: &Cache) -> Options {
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    opts.set_paranoid_checks(true);
+    // Every write the source is acknowledged for is synced first, so only the tail
+    // record of an unacknowledged write can be torn by a crash: tolerate exactly that,
+    // and fail loudly on corruption anywhere else.
+    opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords);
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    opts.set_db_write_buffer_size(MEMTABLES_BYTES_MAX);
+    opts.set_write_buffer_size(MEMTABLE_BYTES);
+    opts.set_max_background_jobs(2);
+    opts.set_level_compaction_dynamic_level_bytes(true);
+    opts.set_bytes_per_sync(1 << 20);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_bloom_filter(10.0, false);
+    table.set_cache_index_and_filter_blocks(true);
+    opts.set_block_based_table_factory(&table);
+    opts
+}
+
+fn cf_descriptors(cache: &Cache) -> Vec<ColumnFamilyDescriptor> {
+    COLUMN_FAMILIES
+        .iter()
+        .map(|name| ColumnFamilyDescriptor::new(*name, db_options(cache)))
+        .collect()
+}
+
+impl Stage {
+    /// Opens (creating if missing) the stage for the feed `source_id`.
+    pub fn open(path: &Path, source_id: &str) -> Result<Stage, StageError> {
+        // A new stage folder is private (`0700`): it holds row data.
+        if !path.exists() {
+            crate::private::create_dir(path).map_err(|source| StageError::Create {
+                path: path.to_owned(),
+                source,
+            })?;
+        }
+        let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+        let db = DB::open_cf_descriptors(&db_options(&cache), path, cf_descriptors(&cache))
+            .map_err(|source| StageError::Open {
+                path: path.to_owned(),
+                hint: open_hint(
+                    &source,
+                    "is another `weir run` using it? Only one process may write a stage",
+                ),
+                source,
+            })?;
+        let stage = Stage::from_db(db, path);
+        stage.check_format(true)?;
+        match stage.meta(META_SOURCE_ID)? {
+            None => stage.put_meta(META_SOURCE_ID, source_id.as_bytes())?,
+            Some(staged) if staged == source_id.as_bytes() => {}
+            Some(staged)
+                if crate::config::same_feed(&String::from_utf8_lossy(&staged), source_id) =>
+            {
+                // The same file under an older spelling of its path: named canonically
+                // from now on.
+                tracing::info!(stage = %path.display(), "the stage's feed id is now the file's canonical path");
+                stage.put_meta(META_SOURCE_ID, source_id.as_bytes())?;
+            }
+            Some(staged) => {
+                return Err(StageError::SourceMismatch {
+                    path: path.to_owned(),
+                    staged: String::from_utf8_lossy(&staged).into_owned(),
+                    configured: source_id.to_owned(),
+                });
+            }
+        }
+        stage.recover_pending()?;
+        Ok(stage)
+    }
+
+    /// Opens an existing stage read-only; works while another process writes it (it
+    /// sees the state as of opening).
+    pub fn open_read_only(path: &Path) -> Result<Stage, StageError> {
+        if !path.join("CURRENT").exists() {
+            return Err(StageError::Missing {
+                path: path.to_owned(),
+            });
+        }
+        // A read-only open cannot add the families a newer build added; a writable
+        // open (`init`, `run`) does.
+        let existing =
+            DB::list_cf(&Options::default(), path).map_err(|source| StageError::Open {
+                path: path.to_owned(),
+                hint: open_hint(&source, "is it a weir stage?"),
+                source,
+            })?;
+        if let Some(family) = COLUMN_FAMILIES
+            .iter()
+            .find(|f| !existing.iter().any(|e| e == *f))
+        {
+            return Err(StageError::NeedsUpgrade {
+                path: path.to_owned(),
+                family,
+            });
+        }
+        // A read-only open replays the write-ahead logs that a live `weir run` may be
+        // flushing and deleting at that moment; it then sees a torn state (no format
+        // record, say) or fails. That is transient: open again. (A RocksDB secondary
+        // instance would not race, but it cannot take the snapshots consistent reads
+        // need.) A stage that is really damaged fails every attempt.
+        let mut attempt = 0u64;
+        loop {
+            let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+            let opened = DB::open_cf_descriptors_read_only(
+                &db_options(&cache),
+                path,
+                cf_descriptors(&cache),
+                false,
+            )
+            .map_err(|source| StageError::Open {
+                path: path.to_owned(),
+                hint: open_hint(&source, "is it a weir stage?"),
+                source,
+            })
+            .and_then(|db| {
+                let stage = Stage::from_db(db, path);
+                stage.check_format(false).map(|()| stage)
+            });
+            match opened {
+                Err(StageError::Open { .. } | StageError::Corrupt { .. }) if attempt < 3 => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50 * attempt));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn from_db(db: DB, path: &Path) -> Stage {
+        Stage {
+            db,
+            path: path.to_owned(),
+            write_lock: Mutex::new(()),
+            pending_seq: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn check_format(&self, writable: bool) -> Result<(), StageError> {
+        match self.meta(META_FORMAT_VERSION)? {
+            None if writable => {
+                // A new stage: it has acknowledged nothing, so its position covers that.
+                self.put_meta(META_POSITION_COVERS_ACKS, &[])?;
+                self.put_meta(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes())
+            }
+            None => Err(corrupt("no format version record")),
+            Some(bytes) => {
+                let found = u32::from_be_bytes(
+                    bytes
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| corrupt("format version record"))?,
+                );
+                if found > FORMAT_VERSION {
+                    return Err(StageError::NewerFormat {
+                        path: self.path.clone(),
+                        found,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(super) fn cf(&self, name: &'static str) -> &rocksdb::ColumnFamily {
+        // Every family in COLUMN_FAMILIES is created at open.
+        #[allow(clippy::expect_used)]
+        self.db
+            .cf_handle(name)
+            .expect("column family created at open")
+    }
+
+    pub(super) fn meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StageError> {
+        self.db
+            .get_cf(self.cf(CF_META), key)
+            .map_err(db_err("read meta"))
+    }
+
+    pub(super) fn put_meta(&self, key: &[u8], value: &[u8]) -> Result<(), StageError> {
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db
+            .put_cf_opt(self.cf(CF_META), key, value, &opts)
+            .map_err(db_err("write meta"))
+    }
+
+    /// Flushes every column family's memtable to SST files, so the stage's state is
+    /// in its table files and the write-ahead log can be dropped.
+    pub fn flush(&self) -> Result<(), StageError> {
+        for name in COLUMN_FAMILIES {
+            self.db
+                .flush_cf(self.cf(name))
+                .map_err(db_err("flush the stage"))?;
+        }
+        Ok(())
+    }
+}

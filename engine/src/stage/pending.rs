@@ -1,0 +1,170 @@
+//! Large transactions: chunks staged in the pending area, then committed under a
+//! marker that makes the transaction visible all or nothing (see
+//! [`Stage::append_pending`]).
+
+use rocksdb::{IteratorMode, WriteBatch, WriteOptions};
+use serde::{Deserialize, Serialize};
+
+use super::apply::StageBatch;
+use super::error::{StageError, corrupt, db_err};
+use super::layout::{CF_DEAD_LETTER, CF_META, CF_PENDING, META_APPLYING, META_GENERATION};
+use super::{Stage, StageChange};
+use crate::source::{Checkpoint, Transaction};
+
+impl Stage {
+    /// Adds a chunk of changes of the transaction being received to the pending area.
+    ///
+    /// A transaction too large to hold in memory arrives as chunks followed by its
+    /// last part in [`Stage::apply`]. The chunks are written unsynced; the commit then
+    /// (1) syncs a marker naming the transaction's position and generation, (2) applies
+    /// the chunks in order, each in its own batch, and (3) in one synced batch sets the
+    /// position and removes the chunks and the marker. Readers see no partition while
+    /// the marker exists ([`StageError::Applying`]), so the transaction is visible all
+    /// or nothing; after a crash in (2), opening the stage finishes the commit (replaying
+    /// a chunk is idempotent: it sets rows and keys to the same end state). Chunks with no
+    /// marker belong to a transaction that never committed and are removed at open.
+    pub fn append_pending(&self, changes: &[StageChange]) -> Result<(), StageError> {
+        let seq = self
+            .pending_seq
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let value = postcard::to_allocvec(changes)
+            .map_err(|e| corrupt(format!("cannot encode chunk: {e}")))?;
+        self.db
+            .put_cf(self.cf(CF_PENDING), seq.to_be_bytes(), value)
+            .map_err(db_err("stage a chunk"))
+    }
+
+    /// Forgets the pending area: the transaction it belonged to was aborted.
+    pub fn discard_pending(&self) -> Result<(), StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.clear_pending()
+    }
+
+    pub(super) fn has_pending(&self) -> Result<bool, StageError> {
+        match self
+            .db
+            .iterator_cf(self.cf(CF_PENDING), IteratorMode::Start)
+            .next()
+        {
+            None => Ok(false),
+            Some(item) => item.map(|_| true).map_err(db_err("read the pending area")),
+        }
+    }
+
+    pub(super) fn clear_pending(&self) -> Result<(), StageError> {
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(
+            self.cf(CF_PENDING),
+            0u64.to_be_bytes(),
+            u64::MAX.to_be_bytes(),
+        );
+        batch.delete_cf(self.cf(CF_PENDING), u64::MAX.to_be_bytes());
+        self.db
+            .write(batch)
+            .map_err(db_err("clear the pending area"))?;
+        self.pending_seq
+            .store(0, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Commits the pending chunks plus `txn` as one transaction (see `append_pending`).
+    pub(super) fn commit_large(&self, txn: &Transaction) -> Result<usize, StageError> {
+        let marker = self.mark_large(txn)?;
+        self.finish_large(marker)
+    }
+
+    /// Step (1) of a large commit: the tail chunk and the marker, synced.
+    pub(super) fn mark_large(&self, txn: &Transaction) -> Result<ApplyingMarker, StageError> {
+        let generation = self.generation()? + 1;
+        let marker = ApplyingMarker {
+            checkpoint: Checkpoint {
+                position: txn.end,
+                cursor: txn.cursor,
+            },
+            generation,
+        };
+        let mut batch = WriteBatch::default();
+        let seq = self
+            .pending_seq
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let tail = postcard::to_allocvec(&txn.changes)
+            .map_err(|e| corrupt(format!("cannot encode chunk: {e}")))?;
+        batch.put_cf(self.cf(CF_PENDING), seq.to_be_bytes(), tail);
+        for record in &txn.bad_records {
+            let value = postcard::to_allocvec(record)
+                .map_err(|e| corrupt(format!("cannot encode record: {e}")))?;
+            batch.put_cf(
+                self.cf(CF_DEAD_LETTER),
+                record.position.to_be_bytes(),
+                value,
+            );
+        }
+        let encoded = postcard::to_allocvec(&marker)
+            .map_err(|e| corrupt(format!("cannot encode marker: {e}")))?;
+        batch.put_cf(self.cf(CF_META), META_APPLYING, encoded);
+        batch.put_cf(self.cf(CF_META), META_GENERATION, generation.to_be_bytes());
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db
+            .write_opt(batch, &opts)
+            .map_err(db_err("mark a large transaction"))?;
+        Ok(marker)
+    }
+
+    /// Steps (2) and (3) of a large commit; also the recovery after a crash in them.
+    fn finish_large(&self, marker: ApplyingMarker) -> Result<usize, StageError> {
+        let mut changes = 0;
+        let mut iter = self.db.raw_iterator_cf(self.cf(CF_PENDING));
+        iter.seek_to_first();
+        while iter.valid() {
+            let chunk: Vec<StageChange> = iter
+                .value()
+                .and_then(|v| postcard::from_bytes(v).ok())
+                .ok_or_else(|| corrupt("pending chunk"))?;
+            let mut batch = StageBatch::new(marker.generation);
+            changes += batch.changes(self, &chunk)?;
+            batch.finish(self, None, false)?;
+            iter.next();
+        }
+        iter.status().map_err(db_err("read the pending area"))?;
+        drop(iter);
+        let mut batch = StageBatch::new(marker.generation);
+        batch.batch.delete_range_cf(
+            self.cf(CF_PENDING),
+            0u64.to_be_bytes(),
+            u64::MAX.to_be_bytes(),
+        );
+        batch
+            .batch
+            .delete_cf(self.cf(CF_PENDING), u64::MAX.to_be_bytes());
+        batch.batch.delete_cf(self.cf(CF_META), META_APPLYING);
+        batch.finish(self, Some(marker.checkpoint), true)?;
+        self.pending_seq
+            .store(0, std::sync::atomic::Ordering::SeqCst);
+        Ok(changes)
+    }
+
+    /// At open: finish a large commit a crash interrupted, or forget the chunks of a
+    /// transaction that never committed.
+    pub(super) fn recover_pending(&self) -> Result<(), StageError> {
+        match self.meta(META_APPLYING)? {
+            Some(bytes) => {
+                let marker: ApplyingMarker = postcard::from_bytes(&bytes)
+                    .map_err(|_| corrupt("large-transaction marker"))?;
+                tracing::info!(
+                    position = marker.checkpoint.position,
+                    "finishing a large transaction interrupted by a crash"
+                );
+                self.finish_large(marker).map(drop)
+            }
+            None => self.clear_pending(),
+        }
+    }
+}
+
+/// Names a large transaction whose chunks are being applied.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(super) struct ApplyingMarker {
+    pub(super) checkpoint: Checkpoint,
+    pub(super) generation: u64,
+}

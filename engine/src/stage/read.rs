@@ -1,0 +1,338 @@
+//! What the writer reads from the stage (dirty partitions, a partition's rows or
+//! changed keys from one snapshot, dead letters, sizes), and the compare-and-clear of
+//! what it wrote.
+
+use std::collections::BTreeMap;
+
+use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch};
+
+use super::error::{StageError, corrupt, db_err};
+use super::layout::{
+    CF_BACKLOG, CF_CHANGED, CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META,
+    CF_POSITION, CF_ROWS, META_APPLYING, POSITION_KEY, decode_generation, partition_key,
+    prefix_end, push_table, row_key, split_partition, split_table, table_key,
+};
+use super::{DirtyPartition, PartitionChanges, PartitionRows, Stage, StagedRow};
+use crate::partition::Partition;
+use crate::source::{BadRecord, Checkpoint};
+
+impl Stage {
+    /// Every dirty partition, in (table, partition) order.
+    pub fn dirty_partitions(&self) -> Result<Vec<DirtyPartition>, StageError> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf(CF_DIRTY), IteratorMode::Start) {
+            let (k, v) = item.map_err(db_err("read dirty set"))?;
+            let (table, rest) = split_table(&k).ok_or_else(|| corrupt("dirty key"))?;
+            let partition = split_partition(rest)
+                .filter(|(_, tail)| tail.is_empty())
+                .map(|(p, _)| p)
+                .ok_or_else(|| corrupt("dirty key partition"))?;
+            let generation = u64::from_be_bytes(
+                v.as_ref()
+                    .try_into()
+                    .map_err(|_| corrupt("dirty generation"))?,
+            );
+            out.push(DirtyPartition {
+                table,
+                partition,
+                generation,
+            });
+        }
+        Ok(out)
+    }
+
+    /// A partition's generation (0: never changed), its dirty mark and the stage's
+    /// position, as of `snapshot`; fails while a large transaction is being applied.
+    fn partition_state(
+        &self,
+        snapshot: &rocksdb::Snapshot<'_>,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<(u64, Option<u64>, Checkpoint), StageError> {
+        if snapshot
+            .get_cf(self.cf(CF_META), META_APPLYING)
+            .map_err(db_err("read meta"))?
+            .is_some()
+        {
+            return Err(StageError::Applying);
+        }
+        let key = partition_key(table, partition);
+        let read_generation = |cf: &'static str| -> Result<Option<u64>, StageError> {
+            snapshot
+                .get_cf(self.cf(cf), &key)
+                .map_err(db_err("read generation"))?
+                .map(|v| decode_generation(&v))
+                .transpose()
+        };
+        let generation = read_generation(CF_GENERATIONS)?.unwrap_or(0);
+        let dirty = read_generation(CF_DIRTY)?;
+        let checkpoint = snapshot
+            .get_cf(self.cf(CF_POSITION), POSITION_KEY)
+            .map_err(db_err("read position"))?
+            .map(|b| postcard::from_bytes(&b).map_err(|_| corrupt("position record")))
+            .transpose()?
+            .unwrap_or_default();
+        Ok((generation, dirty, checkpoint))
+    }
+
+    /// Reads one partition's rows, its dirty generation and the position from one
+    /// snapshot, so staging that continues meanwhile cannot tear the read.
+    pub fn read_partition(
+        &self,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<PartitionRows, StageError> {
+        let snapshot = self.db.snapshot();
+        let (generation, dirty, checkpoint) = self.partition_state(&snapshot, table, partition)?;
+        let prefix = partition_key(table, partition);
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&snapshot);
+        opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+        let mut rows = Vec::new();
+        for item in self.db.iterator_cf_opt(
+            self.cf(CF_ROWS),
+            opts,
+            IteratorMode::From(&prefix, Direction::Forward),
+        ) {
+            let (_, v) = item.map_err(db_err("read rows"))?;
+            rows.push(
+                postcard::from_bytes(&v)
+                    .map_err(|_| corrupt(format!("row in {table} partition {partition}")))?,
+            );
+        }
+        Ok(PartitionRows {
+            generation,
+            dirty,
+            checkpoint,
+            rows,
+        })
+    }
+
+    /// The keys of one partition changed since its last write, each with its row if
+    /// it is still in the partition, from one snapshot (like [`Stage::read_partition`]).
+    pub fn read_changes(
+        &self,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<PartitionChanges, StageError> {
+        let snapshot = self.db.snapshot();
+        let (generation, dirty, checkpoint) = self.partition_state(&snapshot, table, partition)?;
+        let prefix = partition_key(table, partition);
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&snapshot);
+        opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+        let mut whole = false;
+        let mut keys = Vec::new();
+        for item in self.db.iterator_cf_opt(
+            self.cf(CF_CHANGED),
+            opts,
+            IteratorMode::From(&prefix, Direction::Forward),
+        ) {
+            let (k, _) = item.map_err(db_err("read changed keys"))?;
+            let key = &k[prefix.len()..];
+            if key.is_empty() {
+                whole = true;
+                continue;
+            }
+            let row = snapshot
+                .get_cf(self.cf(CF_ROWS), row_key(table, partition, key))
+                .map_err(db_err("read a row"))?
+                .map(|v| {
+                    postcard::from_bytes(&v)
+                        .map_err(|_| corrupt(format!("row in {table} partition {partition}")))
+                })
+                .transpose()?;
+            keys.push((key.to_vec(), row));
+        }
+        // Dirty with nothing recorded: marked by a stage from before this record.
+        whole |= dirty.is_some() && keys.is_empty();
+        Ok(PartitionChanges {
+            generation,
+            dirty,
+            checkpoint,
+            whole,
+            keys,
+        })
+    }
+
+    /// The staged row of `key` in `table`, wherever its partition (the `keys` index
+    /// says where). For unchanged TOAST values, which the source leaves out.
+    pub fn get_row(&self, table: &str, key: &[u8]) -> Result<Option<StagedRow>, StageError> {
+        let snapshot = self.db.snapshot();
+        let Some(partition) = snapshot
+            .get_cf(self.cf(CF_KEYS), table_key(table, key))
+            .map_err(db_err("read keys index"))?
+        else {
+            return Ok(None);
+        };
+        let partition =
+            Partition::from_bytes(&partition).ok_or_else(|| corrupt("keys index entry"))?;
+        let row = snapshot
+            .get_cf(self.cf(CF_ROWS), row_key(table, &partition, key))
+            .map_err(db_err("read a row"))?;
+        row.map(|v| {
+            postcard::from_bytes(&v)
+                .map_err(|_| corrupt(format!("row in {table} partition {partition}")))
+        })
+        .transpose()
+    }
+
+    /// Every staged row of `table` with its partition, in (partition, key) order, from
+    /// one snapshot. For checks and tests: it holds the whole table in memory.
+    pub fn table_rows(&self, table: &str) -> Result<Vec<(Partition, StagedRow)>, StageError> {
+        let mut prefix = Vec::new();
+        push_table(&mut prefix, table);
+        let snapshot = self.db.snapshot();
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&snapshot);
+        opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+        let mut out = Vec::new();
+        let mode = IteratorMode::From(&prefix, Direction::Forward);
+        for item in self.db.iterator_cf_opt(self.cf(CF_ROWS), opts, mode) {
+            let (k, v) = item.map_err(db_err("read rows"))?;
+            let (_, rest) = split_table(&k).ok_or_else(|| corrupt("row key"))?;
+            let (partition, _) =
+                split_partition(rest).ok_or_else(|| corrupt("row key partition"))?;
+            let row = postcard::from_bytes(&v)
+                .map_err(|_| corrupt(format!("row in {table} partition {partition}")))?;
+            out.push((partition, row));
+        }
+        Ok(out)
+    }
+
+    /// Every partition of `table` the stage knows (any that ever held a row), with its
+    /// generation and its number of staged rows now (0: emptied), from one snapshot.
+    /// Reads keys only as far as RocksDB allows: values are not decoded.
+    pub fn partitions(&self, table: &str) -> Result<BTreeMap<Partition, (u64, u64)>, StageError> {
+        let mut prefix = Vec::new();
+        push_table(&mut prefix, table);
+        let snapshot = self.db.snapshot();
+        let mut out: BTreeMap<Partition, (u64, u64)> = BTreeMap::new();
+        for (cf, what) in [(CF_GENERATIONS, "generation"), (CF_ROWS, "row")] {
+            let mut opts = ReadOptions::default();
+            opts.set_snapshot(&snapshot);
+            opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+            let mode = IteratorMode::From(&prefix, Direction::Forward);
+            for item in self.db.iterator_cf_opt(self.cf(cf), opts, mode) {
+                let (k, v) = item.map_err(db_err("read partitions"))?;
+                let (_, rest) = split_table(&k).ok_or_else(|| corrupt("partition key"))?;
+                let (partition, _) = split_partition(rest)
+                    .ok_or_else(|| corrupt(format!("{what} key partition")))?;
+                let entry = out.entry(partition).or_insert((0, 0));
+                if cf == CF_GENERATIONS {
+                    entry.0 = v
+                        .as_ref()
+                        .try_into()
+                        .map(u64::from_be_bytes)
+                        .map_err(|_| corrupt("generation record"))?;
+                } else {
+                    entry.1 += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bytes of changes staged but not yet written to the target: the sum of every
+    /// dirty partition's backlog. Read in full (one entry per dirty partition).
+    pub fn unwritten_bytes(&self) -> Result<u64, StageError> {
+        let mut total = 0u64;
+        for item in self
+            .db
+            .iterator_cf(self.cf(CF_BACKLOG), IteratorMode::Start)
+        {
+            let (_, v) = item.map_err(db_err("read the backlog"))?;
+            total = total.saturating_add(decode_generation(&v)?);
+        }
+        Ok(total)
+    }
+
+    /// The approximate staged bytes of each partition, from RocksDB's table-file
+    /// index (rows still only in the memtable are not counted): for ordering jobs,
+    /// never for correctness.
+    pub fn approximate_bytes(&self, partitions: &[DirtyPartition]) -> Vec<u64> {
+        let bounds: Vec<(Vec<u8>, Vec<u8>)> = partitions
+            .iter()
+            .map(|d| {
+                let start = partition_key(&d.table, &d.partition);
+                let end = prefix_end(&start);
+                (start, end)
+            })
+            .collect();
+        let ranges: Vec<rocksdb::Range<'_>> = bounds
+            .iter()
+            .map(|(start, end)| rocksdb::Range::new(start, end))
+            .collect();
+        self.db.get_approximate_sizes_cf(self.cf(CF_ROWS), &ranges)
+    }
+
+    /// Clears the dirty mark of a partition only if it still holds `generation`, the
+    /// one the job read. Returns whether it cleared.
+    pub fn clear_dirty(
+        &self,
+        table: &str,
+        partition: &Partition,
+        generation: u64,
+    ) -> Result<bool, StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let key = partition_key(table, partition);
+        let current = self
+            .db
+            .get_cf(self.cf(CF_DIRTY), &key)
+            .map_err(db_err("read dirty mark"))?;
+        if current.as_deref() != Some(generation.to_be_bytes().as_slice()) {
+            return Ok(false);
+        }
+        // The mark still holds the generation read, so no key changed since: every
+        // changed-key record of the partition was in the job's read.
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(CF_DIRTY), &key);
+        batch.delete_cf(self.cf(CF_BACKLOG), &key);
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_range(rocksdb::PrefixRange(key.as_slice()));
+        for item in self.db.iterator_cf_opt(
+            self.cf(CF_CHANGED),
+            opts,
+            IteratorMode::From(&key, Direction::Forward),
+        ) {
+            let (k, _) = item.map_err(db_err("read changed keys"))?;
+            batch.delete_cf(self.cf(CF_CHANGED), k);
+        }
+        self.db.write(batch).map_err(db_err("clear dirty mark"))?;
+        Ok(true)
+    }
+
+    /// Bad records staged for the dead-letter table, oldest first, at most `limit`.
+    pub fn dead_letters(&self, limit: usize) -> Result<Vec<BadRecord>, StageError> {
+        let mut out = Vec::new();
+        for item in self
+            .db
+            .iterator_cf(self.cf(CF_DEAD_LETTER), IteratorMode::Start)
+            .take(limit)
+        {
+            let (_, v) = item.map_err(db_err("read dead letters"))?;
+            out.push(postcard::from_bytes(&v).map_err(|_| corrupt("dead-letter record"))?);
+        }
+        Ok(out)
+    }
+
+    /// Forgets dead letters once they are committed in the target.
+    pub fn remove_dead_letters(&self, positions: &[u64]) -> Result<(), StageError> {
+        let mut batch = WriteBatch::default();
+        for p in positions {
+            batch.delete_cf(self.cf(CF_DEAD_LETTER), p.to_be_bytes());
+        }
+        self.db.write(batch).map_err(db_err("remove dead letters"))
+    }
+
+    /// Staged rows per table.
+    pub fn row_counts(&self) -> Result<BTreeMap<String, u64>, StageError> {
+        let mut out = BTreeMap::new();
+        for item in self.db.iterator_cf(self.cf(CF_KEYS), IteratorMode::Start) {
+            let (k, _) = item.map_err(db_err("read keys index"))?;
+            let (table, _) = split_table(&k).ok_or_else(|| corrupt("keys index key"))?;
+            *out.entry(table).or_insert(0) += 1;
+        }
+        Ok(out)
+    }
+}

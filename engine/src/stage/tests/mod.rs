@@ -1,0 +1,697 @@
+//! Unit tests of the stage; the model-based test is in [`model`].
+
+mod model;
+
+use std::collections::HashMap;
+
+use super::layout::*;
+use super::*;
+use crate::source::{Op, Transaction};
+use crate::value::Value;
+
+fn row(id: i64, day: &str, pos: u64) -> StagedRow {
+    StagedRow {
+        commit_position: pos,
+        commit_time_us: None,
+        op: Op::Insert,
+        values: vec![
+            ("id".into(), Value::Int(id)),
+            ("day".into(), Value::Text(day.into())),
+        ],
+    }
+}
+
+fn upsert(id: i64, day: &str, pos: u64) -> StageChange {
+    StageChange::Upsert {
+        table: "public.t".into(),
+        key: encode_key(&[&Value::Int(id)]).expect("key"),
+        partition: Partition::Key(day.into()),
+        row: row(id, day, pos),
+    }
+}
+
+fn txn(end: u64, changes: Vec<StageChange>) -> Transaction {
+    Transaction {
+        end,
+        cursor: end,
+        changes,
+        bad_records: vec![],
+    }
+}
+
+fn p(s: &str) -> Partition {
+    Partition::Key(s.into())
+}
+
+/// Row `id` with a `note`: the column an `UpsertUnchanged` leaves out.
+fn noted(id: i64, day: &str, pos: u64, note: &str) -> StageChange {
+    let mut r = row(id, day, pos);
+    r.values.push(("note".into(), Value::Text(note.into())));
+    StageChange::Upsert {
+        table: "public.t".into(),
+        key: encode_key(&[&Value::Int(id)]).expect("key"),
+        partition: p(day),
+        row: r,
+    }
+}
+
+/// Row `id` in `day`, its `note` unchanged.
+fn note_unchanged(id: i64, day: &str, pos: u64, skip_if_absent: bool) -> StageChange {
+    let key = encode_key(&[&Value::Int(id)]).expect("key");
+    StageChange::UpsertUnchanged {
+        table: "public.t".into(),
+        key: key.clone(),
+        partition: p(day),
+        row: row(id, day, pos),
+        unchanged: vec!["note".into()],
+        previous_key: key,
+        skip_if_absent,
+    }
+}
+
+fn note_of(stage: &Stage, id: i64) -> Option<(String, Value)> {
+    let row = stage
+        .get_row("public.t", &encode_key(&[&Value::Int(id)]).expect("key"))
+        .expect("read")?;
+    let day = row.values.iter().find(|(c, _)| c == "day")?.1.to_string();
+    let note = row.values.iter().find(|(c, _)| c == "note")?.1.clone();
+    Some((day, note))
+}
+
+/// An unchanged value is the row's previous version's, wherever that version is:
+/// earlier in the same transaction, in an earlier transaction of the same group
+/// commit, staged before, or in an earlier chunk of a large transaction.
+#[test]
+fn unchanged_values_come_from_the_previous_version_of_the_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    let text = |s: &str| Value::Text(s.into());
+    stage
+        .apply(&[
+            // The same transaction: inserted, then updated (and moved).
+            txn(
+                10,
+                vec![
+                    noted(1, "d1", 10, "one"),
+                    note_unchanged(1, "d2", 10, false),
+                ],
+            ),
+            // Staged before in the stage, changed in one transaction of a group
+            // commit, then updated again in the next: the new note, not the staged one.
+            txn(20, vec![noted(2, "d1", 20, "two")]),
+        ])
+        .expect("apply");
+    stage
+        .apply(&[
+            txn(30, vec![noted(2, "d1", 30, "two, corrected")]),
+            txn(40, vec![note_unchanged(2, "d3", 40, false)]),
+            // A row never staged: skipped (a snapshot will read it), or an error.
+            txn(50, vec![note_unchanged(3, "d1", 50, true)]),
+        ])
+        .expect("apply");
+    assert_eq!(note_of(&stage, 1), Some(("d2".into(), text("one"))));
+    assert_eq!(
+        note_of(&stage, 2),
+        Some(("d3".into(), text("two, corrected")))
+    );
+    assert_eq!(note_of(&stage, 3), None, "skipped");
+    let err = stage
+        .apply(&[txn(60, vec![note_unchanged(4, "d1", 60, false)])])
+        .expect_err("no previous version");
+    assert!(
+        matches!(&err, StageError::UnchangedWithoutRow { column, .. } if column == "note"),
+        "{err}"
+    );
+    // A large transaction: the new note in one chunk, the unchanged one in the next.
+    stage
+        .append_pending(&[noted(5, "d1", 70, "five")])
+        .expect("chunk");
+    stage
+        .append_pending(&[noted(1, "d2", 70, "one, again")])
+        .expect("chunk");
+    stage
+        .apply(&[txn(
+            70,
+            vec![
+                note_unchanged(5, "d4", 70, false),
+                note_unchanged(1, "d1", 70, false),
+            ],
+        )])
+        .expect("commit the large transaction");
+    assert_eq!(note_of(&stage, 5), Some(("d4".into(), text("five"))));
+    assert_eq!(note_of(&stage, 1), Some(("d1".into(), text("one, again"))));
+    assert_eq!(
+        stage.checkpoint().expect("position").map(|c| c.position),
+        Some(70)
+    );
+}
+
+fn contract(source: &str, oid: u32) -> TableContract {
+    TableContract {
+        source: source.into(),
+        source_oid: Some(oid),
+        target: "analytics.t".into(),
+        key: vec!["id".into()],
+        partition_by: "day".into(),
+        grain: "value".into(),
+        transform: "identity".into(),
+    }
+}
+
+#[test]
+fn a_renamed_table_carries_its_rows_dirty_marks_and_contract_to_the_new_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage
+        .put_contract(&contract("public.t", 7))
+        .expect("contract");
+    // Another table whose name starts alike stays where it is.
+    stage
+        .put_contract(&contract("public.t2", 8))
+        .expect("contract");
+    let mut other = upsert(9, "d1", 10);
+    if let StageChange::Upsert { table, .. } = &mut other {
+        *table = "public.t2".into();
+    }
+    stage
+        .apply(&[txn(
+            10,
+            vec![upsert(1, "d1", 10), upsert(2, "d2", 10), other],
+        )])
+        .expect("apply");
+    let moved = stage
+        .rename_table("public.t", &contract("public.t_v2", 7))
+        .expect("rename");
+    assert!(moved >= 4, "rows and keys at least: {moved}");
+    assert!(stage.table_rows("public.t").expect("rows").is_empty());
+    assert_eq!(stage.table_rows("public.t_v2").expect("rows").len(), 2);
+    assert_eq!(stage.table_rows("public.t2").expect("rows").len(), 1);
+    let key = encode_key(&[&Value::Int(2)]).expect("key");
+    assert_eq!(
+        stage.get_row("public.t_v2", &key).expect("get"),
+        Some(row(2, "d2", 10))
+    );
+    let mut dirty: Vec<_> = stage
+        .dirty_partitions()
+        .expect("dirty")
+        .into_iter()
+        .map(|d| (d.table, d.partition))
+        .collect();
+    dirty.sort();
+    assert_eq!(
+        dirty,
+        vec![
+            ("public.t2".to_owned(), p("d1")),
+            ("public.t_v2".to_owned(), p("d1")),
+            ("public.t_v2".to_owned(), p("d2")),
+        ]
+    );
+    let contracts = stage.contracts().expect("contracts");
+    assert_eq!(
+        contracts,
+        vec![contract("public.t2", 8), contract("public.t_v2", 7)]
+    );
+    // Again (a crash after the moves, before the contract): nothing left to move.
+    assert_eq!(
+        stage
+            .rename_table("public.t", &contract("public.t_v2", 7))
+            .expect("rename"),
+        0
+    );
+    assert_eq!(stage.table_rows("public.t_v2").expect("rows").len(), 2);
+}
+
+#[test]
+fn a_partition_move_dirties_both_partitions_and_moves_the_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage
+        .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+        .expect("apply");
+    let gen1 = stage
+        .read_partition("public.t", &p("d1"))
+        .expect("read")
+        .dirty
+        .expect("dirty");
+    assert!(
+        stage
+            .clear_dirty("public.t", &p("d1"), gen1)
+            .expect("clear")
+    );
+    stage
+        .apply(&[txn(20, vec![upsert(1, "d2", 20)])])
+        .expect("apply");
+    let dirty: Vec<_> = stage
+        .dirty_partitions()
+        .expect("dirty")
+        .into_iter()
+        .map(|d| d.partition)
+        .collect();
+    assert_eq!(dirty, [p("d1"), p("d2")]);
+    assert!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("read")
+            .rows
+            .is_empty()
+    );
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d2"))
+            .expect("read")
+            .rows,
+        [row(1, "d2", 20)]
+    );
+}
+
+#[test]
+fn advancing_the_position_keeps_the_cursor_never_goes_back_and_survives_reopening() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    assert!(stage.position_covers_acknowledgements().expect("marker"));
+    // Nothing staged yet: the position starts there.
+    assert!(stage.advance_position(5).expect("advance"));
+    assert_eq!(
+        stage.checkpoint().expect("position"),
+        Some(Checkpoint {
+            position: 5,
+            cursor: 0
+        })
+    );
+    stage
+        .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+        .expect("apply");
+    assert!(stage.advance_position(30).expect("advance"));
+    assert!(!stage.advance_position(30).expect("same"));
+    assert!(!stage.advance_position(20).expect("behind"));
+    assert_eq!(
+        stage.checkpoint().expect("position"),
+        Some(Checkpoint {
+            position: 30,
+            cursor: 10
+        })
+    );
+    // A transaction at or below the advanced position is skipped, one past it staged.
+    let outcome = stage
+        .apply(&[
+            txn(25, vec![upsert(2, "d1", 25)]),
+            txn(40, vec![upsert(3, "d1", 40)]),
+        ])
+        .expect("apply");
+    assert_eq!((outcome.skipped, outcome.transactions), (1, 1));
+    assert!(
+        stage
+            .get_row("public.t", &encode_key(&[&Value::Int(2)]).expect("key"))
+            .expect("get")
+            .is_none()
+    );
+    drop(stage);
+    let stage = Stage::open(dir.path(), "test").expect("reopen");
+    assert_eq!(
+        stage.checkpoint().expect("position"),
+        Some(Checkpoint {
+            position: 40,
+            cursor: 40
+        })
+    );
+    assert!(stage.position_covers_acknowledgements().expect("marker"));
+    assert!(
+        checkpoint::check(&stage)
+            .expect("check")
+            .problems
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_stage_of_an_older_build_covers_acknowledgements_once_advanced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage
+        .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+        .expect("apply");
+    // What a stage made before the marker existed looks like.
+    stage
+        .db
+        .delete_cf(stage.cf(CF_META), META_POSITION_COVERS_ACKS)
+        .expect("delete");
+    assert!(!stage.position_covers_acknowledgements().expect("marker"));
+    // Advancing to where it already is still records that it now covers them.
+    assert!(!stage.advance_position(10).expect("advance"));
+    assert!(stage.position_covers_acknowledgements().expect("marker"));
+}
+
+fn changed_ids(stage: &Stage, day: &str) -> (bool, Vec<(i64, bool)>) {
+    let changes = stage.read_changes("public.t", &p(day)).expect("changes");
+    let keys = changes
+        .keys
+        .iter()
+        .map(|(k, row)| match decode_key(k).expect("key").as_slice() {
+            [Value::Int(id)] => (*id, row.is_some()),
+            other => panic!("unexpected key {other:?}"),
+        })
+        .collect();
+    (changes.whole, keys)
+}
+
+#[test]
+fn changed_keys_name_both_partitions_of_a_move_and_clear_with_the_mark() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage
+        .apply(&[txn(10, vec![upsert(1, "d1", 10), upsert(2, "d1", 10)])])
+        .expect("apply");
+    assert_eq!(
+        changed_ids(&stage, "d1"),
+        (false, vec![(1, true), (2, true)])
+    );
+    let gen1 = stage
+        .read_changes("public.t", &p("d1"))
+        .expect("read")
+        .dirty;
+    assert!(
+        stage
+            .clear_dirty("public.t", &p("d1"), gen1.expect("dirty"))
+            .expect("clear")
+    );
+    assert_eq!(changed_ids(&stage, "d1"), (false, vec![]));
+    // Key 1 moves to d2 and key 2 is deleted: d1 names both (neither is there now),
+    // d2 names key 1 with its row.
+    stage
+        .apply(&[txn(
+            20,
+            vec![
+                upsert(1, "d2", 20),
+                StageChange::Delete {
+                    table: "public.t".into(),
+                    key: encode_key(&[&Value::Int(2)]).expect("key"),
+                },
+            ],
+        )])
+        .expect("apply");
+    assert_eq!(
+        changed_ids(&stage, "d1"),
+        (false, vec![(1, false), (2, false)])
+    );
+    assert_eq!(changed_ids(&stage, "d2"), (false, vec![(1, true)]));
+    // A mark set after the read is not cleared, and neither are its keys.
+    let read = stage.read_changes("public.t", &p("d2")).expect("read");
+    stage
+        .apply(&[txn(30, vec![upsert(3, "d2", 30)])])
+        .expect("apply");
+    assert!(
+        !stage
+            .clear_dirty("public.t", &p("d2"), read.dirty.expect("dirty"))
+            .expect("clear")
+    );
+    assert_eq!(
+        changed_ids(&stage, "d2"),
+        (false, vec![(1, true), (3, true)])
+    );
+    // A TRUNCATE changes every key: the partitions are replaced whole.
+    stage
+        .apply(&[txn(
+            40,
+            vec![StageChange::Truncate {
+                table: "public.t".into(),
+            }],
+        )])
+        .expect("apply");
+    assert!(changed_ids(&stage, "d1").0);
+    assert!(changed_ids(&stage, "d2").0);
+}
+
+#[test]
+fn a_larger_partition_reports_more_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    let mut changes: Vec<StageChange> = (0..2000).map(|i| upsert(i, "big", 10)).collect();
+    changes.extend((5000..5010).map(|i| upsert(i, "small", 10)));
+    stage.apply(&[txn(10, changes)]).expect("apply");
+    stage.flush().expect("flush");
+    let dirty = stage.dirty_partitions().expect("dirty");
+    let bytes = stage.approximate_bytes(&dirty);
+    let by_name: HashMap<String, u64> = dirty
+        .iter()
+        .map(|d| d.partition.to_string())
+        .zip(bytes)
+        .collect();
+    assert!(by_name["big"] > by_name["small"], "{by_name:?}");
+}
+
+#[test]
+fn the_backlog_grows_with_staged_changes_and_clears_with_the_mark() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    assert_eq!(stage.unwritten_bytes().expect("backlog"), 0);
+    stage
+        .apply(&[txn(10, vec![upsert(1, "d1", 10), upsert(2, "d2", 10)])])
+        .expect("apply");
+    let first = stage.unwritten_bytes().expect("backlog");
+    assert!(first > 0);
+    stage
+        .apply(&[txn(20, vec![upsert(1, "d1", 20)])])
+        .expect("apply");
+    assert!(stage.unwritten_bytes().expect("backlog") > first);
+    // Applying the same transaction again is skipped: nothing added.
+    let before = stage.unwritten_bytes().expect("backlog");
+    stage
+        .apply(&[txn(20, vec![upsert(1, "d1", 20)])])
+        .expect("apply");
+    assert_eq!(stage.unwritten_bytes().expect("backlog"), before);
+    for d in stage.dirty_partitions().expect("dirty") {
+        assert!(
+            stage
+                .clear_dirty(&d.table, &d.partition, d.generation)
+                .expect("clear")
+        );
+    }
+    assert_eq!(stage.unwritten_bytes().expect("backlog"), 0);
+}
+
+#[test]
+fn transactions_at_or_below_the_position_are_skipped_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage
+        .apply(&[
+            txn(10, vec![upsert(1, "d1", 10)]),
+            txn(20, vec![upsert(2, "d1", 20)]),
+        ])
+        .expect("apply");
+    let again = stage
+        .apply(&[
+            txn(20, vec![upsert(3, "d1", 20)]),
+            txn(30, vec![upsert(4, "d1", 30)]),
+        ])
+        .expect("apply");
+    assert_eq!(
+        again,
+        ApplyOutcome {
+            transactions: 1,
+            changes: 1,
+            skipped: 1
+        }
+    );
+    let ids: Vec<_> = stage
+        .read_partition("public.t", &p("d1"))
+        .expect("read")
+        .rows
+        .iter()
+        .map(|r| r.values[0].1.clone())
+        .collect();
+    assert_eq!(ids, [Value::Int(1), Value::Int(2), Value::Int(4)]);
+    assert_eq!(
+        stage.checkpoint().expect("position"),
+        Some(Checkpoint {
+            position: 30,
+            cursor: 30
+        })
+    );
+}
+
+#[test]
+fn a_dirty_mark_set_after_the_read_survives_compare_and_clear() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage
+        .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+        .expect("apply");
+    let read = stage.read_partition("public.t", &p("d1")).expect("read");
+    stage
+        .apply(&[txn(20, vec![upsert(2, "d1", 20)])])
+        .expect("apply");
+    assert!(
+        !stage
+            .clear_dirty("public.t", &p("d1"), read.dirty.expect("dirty"))
+            .expect("clear")
+    );
+    assert_eq!(stage.dirty_partitions().expect("dirty").len(), 1);
+}
+
+#[test]
+fn a_stage_refuses_another_feed_and_a_newer_format() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    drop(Stage::open(dir.path(), "feed-a").expect("open"));
+    let err = Stage::open(dir.path(), "feed-b").expect_err("other feed");
+    assert!(
+        err.to_string().contains("was filled from `feed-a`"),
+        "{err}"
+    );
+    let stage = Stage::open(dir.path(), "feed-a").expect("open");
+    stage
+        .put_meta(META_FORMAT_VERSION, &(FORMAT_VERSION + 1).to_be_bytes())
+        .expect("write");
+    drop(stage);
+    let err = Stage::open(dir.path(), "feed-a").expect_err("newer format");
+    assert!(matches!(err, StageError::NewerFormat { .. }), "{err}");
+}
+
+#[test]
+fn a_large_transaction_is_visible_only_when_committed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage
+        .apply(&[txn(10, vec![upsert(1, "d1", 10)])])
+        .expect("apply");
+    stage
+        .append_pending(&[upsert(2, "d1", 20), upsert(1, "d2", 20)])
+        .expect("chunk");
+    stage.append_pending(&[upsert(3, "d2", 20)]).expect("chunk");
+    // Not committed: nothing of it is visible.
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("read")
+            .rows,
+        [row(1, "d1", 10)]
+    );
+    assert!(
+        stage
+            .read_partition("public.t", &p("d2"))
+            .expect("read")
+            .rows
+            .is_empty()
+    );
+    let outcome = stage
+        .apply(&[
+            txn(
+                20,
+                vec![StageChange::Delete {
+                    table: "public.t".into(),
+                    key: encode_key(&[&Value::Int(2)]).expect("key"),
+                }],
+            ),
+            txn(30, vec![upsert(4, "d1", 30)]),
+        ])
+        .expect("commit");
+    assert_eq!(
+        outcome,
+        ApplyOutcome {
+            transactions: 2,
+            changes: 5,
+            skipped: 0
+        }
+    );
+    let ids = |part: &str| -> Vec<Value> {
+        stage
+            .read_partition("public.t", &p(part))
+            .expect("read")
+            .rows
+            .iter()
+            .map(|r| r.values[0].1.clone())
+            .collect()
+    };
+    assert_eq!(ids("d1"), [Value::Int(4)]);
+    assert_eq!(ids("d2"), [Value::Int(1), Value::Int(3)]);
+    assert_eq!(
+        stage.checkpoint().expect("position").map(|c| c.position),
+        Some(30)
+    );
+    assert!(!stage.has_pending().expect("pending"));
+}
+
+#[test]
+fn an_uncommitted_large_transaction_leaves_nothing_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage.append_pending(&[upsert(1, "d1", 10)]).expect("chunk");
+    drop(stage);
+    let stage = Stage::open(dir.path(), "test").expect("reopen");
+    assert!(!stage.has_pending().expect("pending"));
+    assert!(stage.dirty_partitions().expect("dirty").is_empty());
+    assert_eq!(stage.checkpoint().expect("position"), None);
+    // The aborted chunks are not mistaken for the next transaction's.
+    stage
+        .apply(&[txn(20, vec![upsert(2, "d1", 20)])])
+        .expect("apply");
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("read")
+            .rows,
+        [row(2, "d1", 20)]
+    );
+}
+
+#[test]
+fn a_crash_while_applying_a_large_transaction_is_finished_at_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage
+        .append_pending(&[upsert(1, "d1", 10), upsert(2, "d2", 10)])
+        .expect("chunk");
+    let marker = stage
+        .mark_large(&txn(10, vec![upsert(3, "d1", 10)]))
+        .expect("mark");
+    assert!(matches!(
+        stage.read_partition("public.t", &p("d1")),
+        Err(StageError::Applying)
+    ));
+    drop(stage);
+    let _ = marker;
+    let stage = Stage::open(dir.path(), "test").expect("reopen finishes the commit");
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("read")
+            .rows
+            .len(),
+        2
+    );
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d2"))
+            .expect("read")
+            .rows
+            .len(),
+        1
+    );
+    assert_eq!(
+        stage.checkpoint().expect("position").map(|c| c.position),
+        Some(10)
+    );
+    let dirty: Vec<_> = stage
+        .dirty_partitions()
+        .expect("dirty")
+        .into_iter()
+        .map(|d| (d.partition, d.generation))
+        .collect();
+    assert_eq!(
+        dirty,
+        [(p("d1"), marker.generation), (p("d2"), marker.generation)]
+    );
+}
+
+#[test]
+fn key_encoding_preserves_order_and_is_prefix_free() {
+    let ints = [i64::MIN, -5, 0, 7, i64::MAX].map(|i| encode_key(&[&Value::Int(i)]).expect("key"));
+    assert!(ints.windows(2).all(|w| w[0] < w[1]));
+    let a = encode_key(&[&Value::Text("a".into()), &Value::Text("bc".into())]).expect("key");
+    let b = encode_key(&[&Value::Text("ab".into()), &Value::Text("c".into())]).expect("key");
+    assert_ne!(a, b);
+    let nul = encode_key(&[&Value::Text("a\0".into())]).expect("key");
+    let plain = encode_key(&[&Value::Text("a".into())]).expect("key");
+    assert!(plain < nul);
+    assert!(encode_key(&[&Value::Null]).is_err());
+}
