@@ -17,9 +17,9 @@
 //!   stops the cluster); if this process dies without unwinding (SIGKILL) the
 //!   cluster's watchdog removes it;
 //! * no clock or entropy decides what is written: the workload is a function of
-//!   [`Sequence`]'s seed (only how many of its transactions run depends on time);
+//!   [`Sequence`](weir::demo::Sequence)'s seed (only how many of its transactions run
+//!   depends on time);
 //! * nothing secret is printed: the local cluster has no password.
-//!
 //!
 //! The steps are in [`phases`]; the estate they set up (the cluster's config, the
 //! plugin, the database connections) in [`estate`]; the `weir` processes they drive in
