@@ -16,6 +16,12 @@
 //! - With [`LocalPgOptions::tls`], the server has `ssl = on` with a test CA, a server
 //!   certificate for `127.0.0.1` only (not `localhost`) and a client certificate, made
 //!   with the `openssl` command ([`LocalPg::tls_files`]).
+//!
+//! Two parts. Always built, for `weir demo` and the benchmarks: a cluster with
+//! `LocalPgOptions::default()`, its databases and DSNs. With the `test-support`
+//! feature (or in the engine's unit tests) also, in `test_support.rs`: TLS, password
+//! users, extra server settings, stopping and restarting the server. The integration
+//! suite turns the feature on through the package's dev-dependency on itself.
 
 use std::fmt::Write as _;
 use std::io;
@@ -67,63 +73,61 @@ pub enum LocalPgError {
     },
 }
 
-/// How to set up a [`LocalPg`] (test-only: its `Debug` shows the password).
+/// How to set up a [`LocalPg`]: `weir demo` and the benchmarks use the default; the
+/// fields are test support (test-only: its `Debug` shows the password).
 #[derive(Debug, Clone, Default)]
 pub struct LocalPgOptions {
+    #[cfg(any(test, feature = "test-support"))]
     /// Server settings `(name, value)` written after the defaults: later ones win.
     pub extra_settings: Vec<(String, String)>,
+    #[cfg(any(test, feature = "test-support"))]
     /// `(user, password)`: a LOGIN SUPERUSER role that must authenticate with
     /// [`LocalPgOptions::password_auth`] over TCP; every other connection (and that role
     /// over the socket) is `trust`.
     pub password_user: Option<(String, String)>,
+    #[cfg(any(test, feature = "test-support"))]
     /// How the password user authenticates over TCP (and how its password is stored):
     /// scram-sha-256 unless set.
     pub password_auth: PasswordAuth,
+    #[cfg(any(test, feature = "test-support"))]
     /// TLS (`ssl = on`) and the roles that may connect only over it.
     pub tls: Option<LocalPgTls>,
 }
 
-/// The TLS setup of a [`LocalPg`] (test-only: its `Debug` shows the password).
-#[derive(Debug, Clone)]
-pub struct LocalPgTls {
-    /// `(user, password)`: a LOGIN SUPERUSER role let in over TCP only with TLS
-    /// (`hostssl`, scram-sha-256); `hostnossl` rejects it.
-    pub tls_user: (String, String),
-    /// A LOGIN SUPERUSER role let in over TCP only with TLS and a client certificate
-    /// whose CN is its name (`hostssl ... cert`); `hostnossl` rejects it.
-    pub cert_user: String,
-}
+#[cfg(any(test, feature = "test-support"))]
+mod test_support;
+#[cfg(any(test, feature = "test-support"))]
+pub use test_support::{LocalPgTls, PasswordAuth, TlsFiles};
 
-/// The PEM files of a TLS [`LocalPg`], in its temporary folder.
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    /// The CA that signed the server's and the client's certificates.
-    pub ca: PathBuf,
-    /// Another CA, which signed nothing the server shows.
-    pub other_ca: PathBuf,
-    /// The server's certificate: subjectAltName `IP:127.0.0.1` only.
-    pub server_cert: PathBuf,
-    /// A client certificate for [`LocalPgTls::cert_user`] (CN), and its key.
-    pub client_cert: PathBuf,
-    pub client_key: PathBuf,
-}
+/// Test support compiled out: a cluster has none of the test options (TLS, password
+/// users, extra settings), and these hooks of [`LocalPg::start`] do nothing.
+#[cfg(not(any(test, feature = "test-support")))]
+mod test_support {
+    use std::path::Path;
 
-/// The authentication method of [`LocalPgOptions::password_user`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PasswordAuth {
-    /// `scram-sha-256`, with the password stored as a SCRAM verifier (the default).
-    #[default]
-    ScramSha256,
-    /// `md5`, with the password stored as an MD5 hash (`password_encryption = md5`).
-    Md5,
-}
+    use super::{LocalPg, LocalPgError, LocalPgOptions};
 
-impl PasswordAuth {
-    /// The name of the method in `pg_hba.conf` and in `password_encryption`.
-    fn method(self) -> &'static str {
-        match self {
-            PasswordAuth::ScramSha256 => "scram-sha-256",
-            PasswordAuth::Md5 => "md5",
+    pub(super) fn validate(_: &LocalPgOptions) -> Result<(), LocalPgError> {
+        Ok(())
+    }
+
+    pub(super) fn password_encryption(_: &LocalPgOptions) -> &'static str {
+        "scram-sha-256"
+    }
+
+    pub(super) fn settings(_: &Path, _: &LocalPgOptions) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    pub(super) fn hba_lines(_: &mut String, _: &LocalPgOptions, _: &str, _: &str) {}
+
+    impl LocalPg {
+        pub(super) fn before_start(&self, _: &LocalPgOptions) -> Result<(), LocalPgError> {
+            Ok(())
+        }
+
+        pub(super) fn create_roles(&self, _: &LocalPgOptions) -> Result<(), LocalPgError> {
+            Ok(())
         }
     }
 }
@@ -144,7 +148,7 @@ impl LocalPg {
     /// Starts a new cluster; blocking (uses std::process), call from spawn_blocking or
     /// non-async code. On error, whatever was made so far is stopped and removed.
     pub fn start(options: &LocalPgOptions) -> Result<LocalPg, LocalPgError> {
-        validate(options)?;
+        test_support::validate(options)?;
         let bin_dir = find_bin_dir()?;
         let proc_self = std::fs::metadata("/proc/self").map_err(io_err("stat /proc/self"))?;
         let run_as = if proc_self.uid() == 0 {
@@ -169,25 +173,14 @@ impl LocalPg {
         pg.chown(&pg.root)?;
         pg.spawn_watchdog()?; // before initdb: covers a process killed while starting
         pg.initdb()?;
-        if let Some(tls) = &options.tls {
-            pg.make_certificates(tls)?;
-        }
+        pg.before_start(options)?;
         pg.write_owned("pg_hba.conf", &hba_conf(options))?;
         let conf = pg.data_dir.join("postgresql.conf");
         let conf = std::fs::OpenOptions::new().append(true).open(conf);
         conf.and_then(|mut f| io::Write::write_all(&mut f, b"\ninclude 'weir.conf'\n"))
             .map_err(io_err("append to postgresql.conf"))?;
         pg.start_on_free_port(options)?;
-        if let Some((user, password)) = &options.password_user {
-            pg.create_password_user(user, password)?;
-        }
-        if let Some(tls) = &options.tls {
-            pg.create_password_user(&tls.tls_user.0, &tls.tls_user.1)?;
-            pg.create_role(&format!(
-                "CREATE ROLE \"{}\" LOGIN SUPERUSER",
-                tls.cert_user.replace('"', "\"\"")
-            ))?;
-        }
+        pg.create_roles(options)?;
         tracing::info!(port = pg.port, data_dir = %pg.data_dir.display(), "local postgres started");
         Ok(pg)
     }
@@ -202,11 +195,6 @@ impl LocalPg {
         HOST
     }
 
-    /// Directory of the server's Unix socket (the temporary folder).
-    pub fn socket_dir(&self) -> &Path {
-        &self.root
-    }
-
     /// The PostgreSQL bin directory in use (for `pg_recvlogical`, `psql`, ...).
     pub fn bin_dir(&self) -> &Path {
         &self.bin_dir
@@ -215,106 +203,6 @@ impl LocalPg {
     /// The cluster's data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
-    }
-
-    /// The certificates of a cluster started with [`LocalPgOptions::tls`].
-    pub fn tls_files(&self) -> Option<TlsFiles> {
-        let dir = self.root.join("tls");
-        dir.join("server.crt").is_file().then(|| TlsFiles {
-            ca: dir.join("ca.crt"),
-            other_ca: dir.join("other-ca.crt"),
-            server_cert: dir.join("server.crt"),
-            client_cert: dir.join("client.crt"),
-            client_key: dir.join("client.key"),
-        })
-    }
-
-    /// Makes the test CA, another CA, the server's certificate (for 127.0.0.1 only)
-    /// and the client certificate, with the `openssl` command (EC P-256 keys,
-    /// ecdsa-with-SHA256 signatures). The server's key is the server user's, mode 0600.
-    fn make_certificates(&self, tls: &LocalPgTls) -> Result<(), LocalPgError> {
-        let dir = self.root.join("tls");
-        std::fs::create_dir(&dir).map_err(io_err("create the TLS folder"))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
-            .map_err(io_err("make the TLS folder traversable"))?;
-        let openssl = |args: &[&str]| {
-            let mut cmd = Command::new("openssl");
-            cmd.args(args).current_dir(&dir);
-            run(&mut cmd, "openssl (apt-get install openssl)")
-        };
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        for (name, cn) in [("ca", "weir-test-ca"), ("other-ca", "weir-other-ca")] {
-            let (key, crt, subject) = (
-                format!("{name}.key"),
-                format!("{name}.crt"),
-                format!("/CN={cn}"),
-            );
-            let mut args = vec!["req", "-x509"];
-            args.extend(ec);
-            args.extend([
-                "-keyout", &key, "-out", &crt, "-days", "3650", "-subj", &subject,
-            ]);
-            openssl(&args)?;
-        }
-        let leaves = [
-            (
-                "server",
-                "127.0.0.1",
-                "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth\n",
-            ),
-            ("client", "", "extendedKeyUsage = clientAuth\n"),
-        ];
-        for (name, cn, extensions) in leaves {
-            let cn = if cn.is_empty() {
-                tls.cert_user.as_str()
-            } else {
-                cn
-            };
-            let ext = format!("{name}.ext");
-            std::fs::write(
-                dir.join(&ext),
-                format!("basicConstraints = CA:FALSE\n{extensions}"),
-            )
-            .map_err(io_err("write a certificate extensions file"))?;
-            let (key, csr, crt, subject) = (
-                format!("{name}.key"),
-                format!("{name}.csr"),
-                format!("{name}.crt"),
-                format!("/CN={cn}"),
-            );
-            let mut args = vec!["req"];
-            args.extend(ec);
-            args.extend(["-keyout", &key, "-out", &csr, "-subj", &subject]);
-            openssl(&args)?;
-            openssl(&[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &crt,
-                "-days",
-                "3650",
-                "-extfile",
-                &ext,
-            ])?;
-        }
-        let key = dir.join("server.key");
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
-            .map_err(io_err("restrict the server key"))?;
-        self.chown(&key)?;
-        Ok(())
     }
 
     /// DSN (URL form) for `database` as superuser `postgres` over TCP:
@@ -341,26 +229,6 @@ impl LocalPg {
     /// Runs SQL statements (simple query protocol) in database `db`.
     pub async fn execute(&self, db: &str, sql: &str) -> Result<(), LocalPgError> {
         run_sql(&self.dsn(db), db, "run SQL", sql).await
-    }
-
-    /// Stops the server (`pg_ctl stop -m fast`, waiting for it). Blocking.
-    pub fn stop(&self) -> Result<(), LocalPgError> {
-        run(
-            &mut self.pg_ctl(&["-m", "fast", "-w", "-t", "60", "stop"]),
-            "pg_ctl stop",
-        )?;
-        tracing::info!(port = self.port, "local postgres stopped");
-        Ok(())
-    }
-
-    /// Stops the server if it runs, then starts it again on the same port and data dir. Blocking.
-    pub fn restart(&self) -> Result<(), LocalPgError> {
-        if run(&mut self.pg_ctl(&["status"]), "pg_ctl status").is_ok() {
-            self.stop()?;
-        }
-        self.pg_ctl_start()?;
-        tracing::info!(port = self.port, "local postgres restarted");
-        Ok(())
     }
 
     /// A command running `program` of the bin dir, as `postgres` when we are root.
@@ -470,24 +338,13 @@ impl LocalPg {
             ("shared_buffers", "128MB"),
             ("log_min_messages", "warning"),
             ("logging_collector", "off"),
-            ("password_encryption", options.password_auth.method()),
+            (
+                "password_encryption",
+                test_support::password_encryption(options),
+            ),
         ];
-        let tls_dir = self.root.join("tls");
-        let tls_settings: Vec<(String, String)> = if options.tls.is_some() {
-            let file = |name: &str| tls_dir.join(name).to_string_lossy().into_owned();
-            vec![
-                ("ssl".to_owned(), "on".to_owned()),
-                ("ssl_cert_file".to_owned(), file("server.crt")),
-                ("ssl_key_file".to_owned(), file("server.key")),
-                ("ssl_ca_file".to_owned(), file("ca.crt")),
-            ]
-        } else {
-            Vec::new()
-        };
-        let extra = tls_settings
-            .iter()
-            .chain(&options.extra_settings)
-            .map(|(k, v)| (k.as_str(), v.as_str()));
+        let extra = test_support::settings(&self.root, options);
+        let extra = extra.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         let mut out = String::from("# Written by weir's localpg; later lines win.\n");
         for (name, value) in defaults.into_iter().chain(extra) {
             let _ = writeln!(out, "{name} = '{}'", value.replace('\'', "''"));
@@ -552,36 +409,6 @@ impl LocalPg {
         stdout
             .and_then(|mut out| io::Read::read_exact(&mut out, &mut ready))
             .map_err(io_err("start the cleanup watchdog (setsid sh)"))
-    }
-
-    /// Creates a password role (see [`LocalPg::create_role`]).
-    fn create_password_user(&self, user: &str, password: &str) -> Result<(), LocalPgError> {
-        self.create_role(&format!(
-            "CREATE ROLE \"{}\" LOGIN SUPERUSER PASSWORD '{}'",
-            user.replace('"', "\"\""),
-            password.replace('\'', "''")
-        ))
-    }
-
-    /// Runs a CREATE ROLE through a private runtime on a scoped thread, so that this
-    /// works whether or not the caller is inside a tokio runtime.
-    fn create_role(&self, create: &str) -> Result<(), LocalPgError> {
-        // The statement may hold a password: keep it out of server.log even if it fails.
-        let sql =
-            format!("SET log_min_error_statement = 'panic'; SET log_statement = 'none'; {create}");
-        let dsn = self.dsn("postgres");
-        let create = || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            let runtime = runtime.map_err(io_err("build a tokio runtime"))?;
-            runtime.block_on(run_sql(&dsn, "postgres", "create the password user", &sql))
-        };
-        std::thread::scope(|scope| scope.spawn(create).join()).unwrap_or_else(|_| {
-            Err(io_err("create the password user")(io::Error::other(
-                "thread panicked",
-            )))
-        })
     }
 }
 
@@ -661,68 +488,13 @@ async fn run_sql(dsn: &str, db: &str, what: &'static str, sql: &str) -> Result<(
     result
 }
 
-fn validate(options: &LocalPgOptions) -> Result<(), LocalPgError> {
-    let bad = |what: String| Err(LocalPgError::InvalidOption(what));
-    for (name, value) in &options.extra_settings {
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-        {
-            return bad(format!(
-                "setting name {name:?} is not letters, digits, `_` and `.`"
-            ));
-        }
-        if value.contains(['\n', '\r', '\0']) {
-            return bad(format!("the value of setting {name} is not one line"));
-        }
-    }
-    let mut users: Vec<&str> = options
-        .password_user
-        .iter()
-        .map(|(u, _)| u.as_str())
-        .collect();
-    if let Some(tls) = &options.tls {
-        users.extend([tls.tls_user.0.as_str(), tls.cert_user.as_str()]);
-        if !tls
-            .cert_user
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
-            return bad(format!(
-                "cert user name {:?} is not letters, digits and `_`",
-                tls.cert_user
-            ));
-        }
-    }
-    match users
-        .iter()
-        .find(|user| user.is_empty() || user.contains(['"', '\n', '\r', '\0']))
-    {
-        Some(user) => bad(format!(
-            "user name {user:?} is empty or holds quotes or line breaks"
-        )),
-        None => Ok(()),
-    }
-}
-
-/// First match wins: the password user over TCP needs its password method (scram-sha-256
-/// unless [`LocalPgOptions::password_auth`] says otherwise), everything else is trust.
+/// First match wins: the test roles' lines first (`test_support::hba_lines`),
+/// everything else is trust.
 fn hba_conf(options: &LocalPgOptions) -> String {
     let mut out = String::from("# Written by weir's localpg.\n");
     for db in ["all", "replication"] {
         for net in ["127.0.0.1/32", "::1/128"] {
-            if let Some(tls) = &options.tls {
-                let (tls_user, cert_user) = (&tls.tls_user.0, &tls.cert_user);
-                let _ = writeln!(out, "hostssl {db} \"{tls_user}\" {net} scram-sha-256");
-                let _ = writeln!(out, "hostnossl {db} \"{tls_user}\" {net} reject");
-                let _ = writeln!(out, "hostssl {db} \"{cert_user}\" {net} cert");
-                let _ = writeln!(out, "hostnossl {db} \"{cert_user}\" {net} reject");
-            }
-            if let Some((user, _)) = &options.password_user {
-                let method = options.password_auth.method();
-                let _ = writeln!(out, "host {db} \"{user}\" {net} {method}");
-            }
+            test_support::hba_lines(&mut out, options, db, net);
             let _ = writeln!(out, "host {db} all {net} trust");
         }
         let _ = writeln!(out, "local {db} all trust");

@@ -1,0 +1,18 @@
+//! The `weir` verbs, one file each: a verb loads the config, calls the library and
+//! prints what the user reads. `main.rs` holds the argument types, the logging setup
+//! and the dispatch to these files.
+//!
+//! A module tree of the binary, not of the library: its errors are `anyhow` (the house
+//! rule keeps `anyhow` in `main` and typed `thiserror` errors in the library), and the
+//! exit code comes from the library errors in the chain (`main.rs`, `is_usage_error`).
+//! Nothing here is a library API: tests drive these verbs through the `weir` binary.
+
+pub(crate) mod backfill;
+pub(crate) mod checkpoint;
+pub(crate) mod demo;
+pub(crate) mod init;
+pub(crate) mod plugin;
+mod progress;
+pub(crate) mod run;
+pub(crate) mod status;
+pub(crate) mod verify;

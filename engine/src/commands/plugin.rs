@@ -1,0 +1,233 @@
+//! `weir plugin`: runs a WebAssembly transform on sample rows in the sandbox (`test`),
+//! or prints what it declares (`inspect`), without a pipeline.
+
+use std::io::Write as _;
+
+use anyhow::Context as _;
+
+use crate::{LimitArgs, PluginCommand};
+
+/// Runs `weir plugin COMMAND`.
+pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
+    use weir::plugin::{self, PluginHost, json};
+    let host = PluginHost::new(PluginHost::default_cache_dir());
+    match command {
+        PluginCommand::Inspect {
+            wasm,
+            json: as_json,
+        } => {
+            let limits = plugin::SandboxLimits::default();
+            let loaded = tokio::task::spawn_blocking(move || {
+                let p = host.load(&wasm, &limits);
+                (host, p)
+            })
+            .await
+            .context("the plugin task stopped unexpectedly")?;
+            let p = loaded.1?;
+            let d = p.description();
+            let mut out = std::io::stdout().lock();
+            if as_json {
+                let j = serde_json::json!({
+                    "path": p.path().display().to_string(),
+                    "name": d.name, "version": d.version, "kind": d.kind,
+                    "columns": d.columns, "grain_key": d.grain_key,
+                    "partition_column": d.partition_column,
+                    "sha256": p.sha256_hex(), "size_bytes": p.size_bytes(),
+                    "imports": p.imports(), "wasmtime": plugin::WASMTIME_VERSION,
+                    "compile": p.compile_info(),
+                });
+                serde_json::to_writer_pretty(&mut out, &j)?;
+                writeln!(out)?;
+                return Ok(());
+            }
+            writeln!(out, "plugin:           {} {}", d.name, d.version)?;
+            writeln!(
+                out,
+                "kind:             {}",
+                serde_json::to_value(d.kind)?.as_str().unwrap_or("?")
+            )?;
+            writeln!(out, "sha256:           {}", p.sha256_hex())?;
+            writeln!(out, "size:             {} bytes", p.size_bytes())?;
+            writeln!(out, "partition column: {}", d.partition_column)?;
+            writeln!(
+                out,
+                "grain key:        {}",
+                if d.grain_key.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    d.grain_key.join(", ")
+                }
+            )?;
+            writeln!(out, "columns:")?;
+            for c in &d.columns {
+                writeln!(
+                    out,
+                    "  {:<20} {}{}",
+                    c.name,
+                    c.ty.ddl(),
+                    if c.nullable { "" } else { " not null" }
+                )?;
+            }
+            writeln!(out, "imports:")?;
+            for i in p.imports() {
+                writeln!(out, "  {i}")?;
+            }
+            let c = p.compile_info();
+            writeln!(
+                out,
+                "compiled:         {} ms ({}, wasmtime {})",
+                c.millis,
+                if c.cache_hit { "cache hit" } else { "compiled" },
+                plugin::WASMTIME_VERSION
+            )?;
+            Ok(())
+        }
+        PluginCommand::Test {
+            wasm,
+            input,
+            partition,
+            grain,
+            table,
+            config_values,
+            key,
+            repeat,
+            limits,
+        } => {
+            let grain: weir::partition::Grain =
+                serde_json::from_value(serde_json::Value::String(grain.clone())).map_err(|_| {
+                    anyhow::anyhow!("--grain `{grain}`: use hour, day, month or value")
+                })?;
+            let mut config = Vec::with_capacity(config_values.len());
+            for kv in &config_values {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| anyhow::anyhow!("--config-value `{kv}`: write KEY=VALUE"))?;
+                config.push((k.to_owned(), v.to_owned()));
+            }
+            let config = plugin::normalize_config(&config);
+            let text = if input.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).context("read rows from stdin")?
+            } else {
+                std::fs::read_to_string(&input)
+                    .with_context(|| format!("read rows from {}", input.display()))?
+            };
+            let rows = json::read_input_rows(&text, &input.display().to_string(), &key)?;
+            let partition = if partition == weir::partition::Partition::NULL_NAME {
+                weir::partition::Partition::Null
+            } else {
+                weir::partition::Partition::Key(partition)
+            };
+            let limits = limits.limits();
+            let job = plugin::OwnedJob {
+                table,
+                partition,
+                grain,
+                config,
+            };
+            let loaded = {
+                let limits = limits.clone();
+                tokio::task::spawn_blocking(move || host.load(&wasm, &limits).map(|p| (host, p)))
+                    .await
+                    .context("the plugin task stopped unexpectedly")??
+            };
+            let plugin = std::sync::Arc::new(loaded.1);
+            let (mut first, mut rss_after_first_kib, mut slowest_ms) = (None, 0, 0u64);
+            let mut rows = rows;
+            for run in 1..=repeat {
+                let started = std::time::Instant::now();
+                let (input, result) = plugin::run_job_on_thread(
+                    std::sync::Arc::clone(&plugin),
+                    limits.clone(),
+                    job.clone(),
+                    rows,
+                )
+                .await;
+                rows = input;
+                slowest_ms = slowest_ms.max(started.elapsed().as_millis() as u64);
+                let outcome = result.map_err(|e| e.to_string());
+                let fingerprint = outcome
+                    .as_ref()
+                    .map(|o| render_output(plugin.description(), o))
+                    .map_err(Clone::clone);
+                match &first {
+                    None => {
+                        rss_after_first_kib = weir::procmem::rss_kib(weir::procmem::Process::This);
+                        first = Some((fingerprint, outcome));
+                    }
+                    Some((f, _)) if *f != fingerprint => anyhow::bail!(
+                        "run {run} of {repeat} gave a different result than run 1: the plugin is not deterministic"
+                    ),
+                    Some(_) => {}
+                }
+            }
+            tracing::info!(
+                runs = repeat,
+                slowest_ms,
+                rss_after_first_kib,
+                rss_kib = weir::procmem::rss_kib(weir::procmem::Process::This),
+                peak_rss_kib = weir::procmem::peak_rss_kib(weir::procmem::Process::This),
+                "plugin test runs done"
+            );
+            let Some((_, outcome)) = first else {
+                anyhow::bail!("no run");
+            };
+            let output = outcome.map_err(|e| anyhow::anyhow!(e))?;
+            let d = plugin.description();
+            std::io::stdout()
+                .lock()
+                .write_all(render_output(d, &output).as_bytes())?;
+            tracing::info!(
+                plugin = %d.name,
+                sha256 = %plugin.sha256_hex(),
+                rows = output.rows.len(),
+                rejections = output.rejections.len(),
+                fuel = output.fuel,
+                peak_memory_bytes = output.peak_memory_bytes,
+                compile_ms = plugin.compile_info().millis,
+                cache_hit = plugin.compile_info().cache_hit,
+                "plugin test done"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// A job's output as `weir plugin test` prints it: one JSON line per output row, then
+/// one per rejection.
+fn render_output(d: &weir::plugin::Description, output: &weir::plugin::JobOutput) -> String {
+    use weir::plugin::json;
+    let mut out = String::new();
+    for row in &output.rows {
+        out.push_str(&serde_json::json!({ "row": json::tagged_row(&d.columns, row) }).to_string());
+        out.push('\n');
+    }
+    for r in &output.rejections {
+        let key: Vec<_> = r.key.iter().map(json::tagged).collect();
+        out.push_str(
+            &serde_json::json!({ "rejection": { "key": key, "reason": r.reason } }).to_string(),
+        );
+        out.push('\n');
+    }
+    out
+}
+
+impl LimitArgs {
+    /// The sandbox limits of the flags, the engine's defaults for those not given.
+    fn limits(&self) -> weir::plugin::SandboxLimits {
+        let mut l = weir::plugin::SandboxLimits::default();
+        if let Some(mb) = self.memory_mb {
+            l.memory_bytes = mb << 20;
+        }
+        if let Some(f) = self.fuel_per_call {
+            l.fuel_per_call = f;
+        }
+        if let Some(ms) = self.timeout_ms {
+            l.timeout_per_call = std::time::Duration::from_millis(ms);
+        }
+        if let Some(kb) = self.max_stack_kb {
+            // In range (at most 65,536 KiB): the shift cannot overflow.
+            l.max_stack_bytes = (kb << 10) as usize;
+        }
+        l
+    }
+}

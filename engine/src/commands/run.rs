@@ -1,0 +1,80 @@
+//! `weir run`: tails the feed, stages it and writes dirty partitions until a signal
+//! (or, with `--once`, until what is available now is written), then prints a summary.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use weir::config::Config;
+use weir::pipeline::Pipeline;
+
+/// Runs `weir run`.
+pub(crate) async fn run(
+    config_path: &Path,
+    once: bool,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> anyhow::Result<()> {
+    let config = Config::load(config_path)?;
+    let dsn = config.target_dsn()?;
+    if let Some(addr) = metrics_addr {
+        weir::metrics::serve(addr)?;
+    }
+    let pipeline = Pipeline::open(config, dsn).await?;
+    let report = pipeline.run(once, shutdown_signal()).await?;
+    writeln!(
+        std::io::stdout().lock(),
+        "staged {} transactions ({} changes, {} already staged); wrote {} partitions ({} rows); {} dead letters; {} rows rejected by plugins",
+        report.transactions,
+        report.changes,
+        report.skipped_transactions,
+        report.partitions_written,
+        report.rows_written,
+        report.dead_letters,
+        report.rows_rejected
+    )?;
+    if report.source_reconnects > 0 {
+        writeln!(
+            std::io::stdout().lock(),
+            "reconnected to the source {} times",
+            report.source_reconnects
+        )?;
+    }
+    if report.intake_pauses > 0 {
+        writeln!(
+            std::io::stdout().lock(),
+            "intake paused {} times at [stage] max_unwritten_mb",
+            report.intake_pauses
+        )?;
+    }
+    if report.changes > 0 && report.rows_written > 0 {
+        // Rows the target rewrote per change staged: the price of whole-partition
+        // replace; a longer flush interval coalesces more changes per rewrite.
+        writeln!(
+            std::io::stdout().lock(),
+            "write amplification: {:.1} rows written per changed row",
+            report.rows_written as f64 / report.changes as f64
+        )?;
+    }
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,121 @@
+//! `weir status`: the stage position, dirty partitions and the last writes, as text
+//! or JSON.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use weir::config::Config;
+use weir::pipeline;
+
+/// Runs `weir status`.
+pub(crate) async fn run(config_path: &Path, json: bool) -> anyhow::Result<()> {
+    let config = Config::load(config_path)?;
+    let status = pipeline::status(&config, &config.target_dsn()?, 20).await?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &status)?;
+        writeln!(out)?;
+    } else {
+        print_status(&mut out, &status)?;
+    }
+    Ok(())
+}
+
+fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io::Result<()> {
+    writeln!(out, "stage:      {}", s.stage)?;
+    writeln!(
+        out,
+        "source:     {}",
+        s.source.as_deref().unwrap_or("(none yet)")
+    )?;
+    match s.position {
+        Some(p) => writeln!(out, "position:   {p}")?,
+        None => writeln!(out, "position:   (nothing staged yet)")?,
+    }
+    writeln!(
+        out,
+        "stage size: {:.1} MiB",
+        s.stage_size_bytes as f64 / 1_048_576.0
+    )?;
+    for (table, rows) in &s.staged_rows {
+        writeln!(out, "staged:     {table}: {rows} rows")?;
+    }
+    let mib = |b: u64| b as f64 / 1_048_576.0;
+    match s.max_unwritten_bytes {
+        Some(limit) => writeln!(
+            out,
+            "unwritten:  {:.1} MiB of {:.1} MiB (max_unwritten_mb){}",
+            mib(s.unwritten_bytes),
+            mib(limit),
+            if s.intake_paused {
+                ": intake paused until the target catches up"
+            } else {
+                ""
+            }
+        )?,
+        None => writeln!(out, "unwritten:  {:.1} MiB", mib(s.unwritten_bytes))?,
+    }
+    if let (Some(wal_status), Some(lag)) = (&s.slot_wal_status, s.slot_lag_bytes) {
+        writeln!(out, "slot:       wal_status {wal_status}, lag {lag} bytes")?;
+    }
+    if let Some(e) = &s.source_error {
+        writeln!(out, "source:     unavailable: {e}")?;
+    }
+    writeln!(out, "dirty:      {} partitions", s.dirty_partitions.len())?;
+    for d in s.dirty_partitions.iter().take(50) {
+        writeln!(
+            out,
+            "  {} {} (generation {})",
+            d.table, d.partition, d.generation
+        )?;
+    }
+    if s.pending_dead_letters > 0 {
+        writeln!(
+            out,
+            "dead letters waiting to be written: {}",
+            s.pending_dead_letters
+        )?;
+    }
+    if !s.failed_partitions.is_empty() {
+        writeln!(
+            out,
+            "failed:     {} partitions (retried when they change)",
+            s.failed_partitions.len()
+        )?;
+        for f in s.failed_partitions.iter().take(50) {
+            writeln!(out, "  {} {}: {}", f.table, f.partition, f.error)?;
+        }
+    }
+    if !s.stale_partitions.is_empty() {
+        writeln!(
+            out,
+            "stale:      {} partitions written by another plugin or config (weir backfill --stale rebuilds them)",
+            s.stale_partitions.len()
+        )?;
+        for p in s.stale_partitions.iter().take(50) {
+            writeln!(out, "  {} {}", p.table, p.partition)?;
+        }
+    }
+    if let Some(e) = &s.target_error {
+        writeln!(out, "target:     unavailable: {e}")?;
+    }
+    writeln!(out, "last writes:")?;
+    for w in &s.last_writes {
+        writeln!(
+            out,
+            "  {} {:<14} rows={:<7} generation={:<6} position={:<10} {} at {}",
+            w.target_table,
+            w.partition,
+            w.row_count,
+            w.stage_generation,
+            w.source_position,
+            if w.write_mode == "merge" {
+                "merged (no checksum)".to_owned()
+            } else {
+                format!("checksum={}", w.checksum)
+            },
+            w.written_at
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! `weir verify`: the double-run test of a window's partitions, printed as a table or
+//! JSON; fails naming every partition that did not pass.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use weir::backfill;
+use weir::config::Config;
+use weir::pipeline::Pipeline;
+
+use super::progress::Reporter;
+
+/// Runs `weir verify` on the window `from..to` of `table`.
+pub(crate) async fn run(
+    config_path: &Path,
+    table: &str,
+    from: String,
+    to: String,
+    parallel: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    let config = Config::load(config_path)?;
+    let dsn = config.target_dsn()?;
+    let pipeline = Pipeline::open_read_only(config, dsn).await?;
+    let table = backfill::find_table(&pipeline, table)?.to_owned();
+    let scope = backfill::Scope::Window { from, to };
+    let entries = backfill::plan(&pipeline, &table, &scope, true).await?;
+    let reporter = Reporter::new("verify", entries.len());
+    let rows = backfill::verify(&pipeline, entries, parallel, &|p| reporter.update(p)).await?;
+    reporter.finish();
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "{:<14} {:>9} {:<34} {:>9} {:<7} verdict",
+            "partition", "rows", "checksum", "target", "matches"
+        )?;
+        for r in &rows {
+            writeln!(
+                out,
+                "{:<14} {:>9} {:<34} {:>9} {:<7} {}",
+                r.partition,
+                r.rows,
+                r.checksum,
+                r.target_rows,
+                if r.target_matches { "yes" } else { "NO" },
+                r.reason
+                    .as_deref()
+                    .map_or_else(|| "ok".to_owned(), |why| format!("FAIL: {why}"))
+            )?;
+        }
+    }
+    let failed: Vec<&str> = rows
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| r.partition.as_str())
+        .collect();
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "verify failed for {} of {} partitions: {}",
+            failed.len(),
+            rows.len(),
+            failed.join(", ")
+        );
+    }
+    if !json {
+        writeln!(out, "verify passed: {} partitions", rows.len())?;
+    }
+    Ok(())
+}
