@@ -216,11 +216,11 @@ pub fn read_input_rows(
         };
         let field = |name: &str| obj.get(name).filter(|_| obj.contains_key("columns"));
         let op = match field("op").map(|o| o.as_str()) {
-            None => crate::source::Op::Insert,
-            Some(Some("insert")) => crate::source::Op::Insert,
-            Some(Some("update")) => crate::source::Op::Update,
-            Some(Some("delete")) => crate::source::Op::Delete,
-            Some(Some("read")) => crate::source::Op::Read,
+            None => crate::feed::Op::Insert,
+            Some(Some("insert")) => crate::feed::Op::Insert,
+            Some(Some("update")) => crate::feed::Op::Update,
+            Some(Some("delete")) => crate::feed::Op::Delete,
+            Some(Some("read")) => crate::feed::Op::Read,
             Some(_) => {
                 return Err(err(
                     "`op` must be \"insert\", \"update\", \"delete\" or \"read\"".into(),

@@ -1,0 +1,213 @@
+use super::*;
+
+const SECRET: &str = "hunter2-very-secret";
+
+fn parse(dsn: &str) -> Result<PgSettings, DsnError> {
+    PgSettings::parse(dsn)
+}
+
+fn ssl(dsn: &str) -> SslSettings {
+    parse(dsn).expect("valid dsn").ssl
+}
+
+#[test]
+fn every_sslmode_parses_in_both_forms() {
+    for (text, mode) in [
+        ("disable", SslMode::Disable),
+        ("allow", SslMode::Allow),
+        ("prefer", SslMode::Prefer),
+        ("require", SslMode::Require),
+        ("verify-ca", SslMode::VerifyCa),
+        ("verify-full", SslMode::VerifyFull),
+    ] {
+        let kv = ssl(&format!("host=db user=u password={SECRET} sslmode={text}"));
+        assert_eq!(kv.mode, mode, "{text}");
+        let url = ssl(&format!("postgres://u:{SECRET}@db:5432/app?sslmode={text}"));
+        assert_eq!(url.mode, mode, "{text}");
+    }
+    assert_eq!(
+        ssl("host=db user=u").mode,
+        SslMode::Prefer,
+        "libpq's default"
+    );
+}
+
+#[test]
+fn tls_parameters_are_taken_out_and_the_rest_is_kept() {
+    let settings = parse(
+        "host=db port=6543 user=u password='a b\\'c' sslmode=verify-full sslrootcert='/etc/my ca.pem' \
+         sslcert=/c.pem sslkey=/k.pem channel_binding=require dbname=app sslsni=0",
+    )
+    .expect("valid");
+    assert_eq!(settings.ssl.mode, SslMode::VerifyFull);
+    assert_eq!(
+        settings.ssl.root_cert,
+        Some(RootCert::File(PathBuf::from("/etc/my ca.pem")))
+    );
+    assert_eq!(settings.ssl.cert, Some(PathBuf::from("/c.pem")));
+    assert_eq!(settings.ssl.key, Some(PathBuf::from("/k.pem")));
+    assert_eq!(settings.ssl.channel_binding, ChannelBindingMode::Require);
+    assert!(!settings.ssl.sni);
+    let config = settings.config();
+    assert_eq!(config.get_password(), Some(&b"a b'c"[..]));
+    assert_eq!(config.get_dbname(), Some("app"));
+    assert_eq!(config.get_ports(), [6543]);
+    assert_eq!(
+        config.get_channel_binding(),
+        tokio_postgres::config::ChannelBinding::Require
+    );
+
+    let url = parse(&format!(
+        "postgresql://u:{SECRET}@db.example.com:5432/app?sslmode=verify-ca&application_name=x&sslrootcert=%2Ftmp%2Fca.pem&sslcert=/c.pem&sslkey=/k.pem"
+    ))
+    .expect("valid url");
+    assert_eq!(url.ssl.mode, SslMode::VerifyCa);
+    assert_eq!(
+        url.ssl.root_cert,
+        Some(RootCert::File(PathBuf::from("/tmp/ca.pem")))
+    );
+    assert_eq!(url.config().get_application_name(), Some("x"));
+    assert_eq!(url.config().get_password(), Some(SECRET.as_bytes()));
+    assert_eq!(url.hosts(), "db.example.com");
+    // A `?` in the password does not start the parameters.
+    let tricky = parse("postgres://u:p?ss@db/app?sslmode=require").expect("valid");
+    assert_eq!(tricky.ssl.mode, SslMode::Require);
+    assert_eq!(tricky.config().get_password(), Some(&b"p?ss"[..]));
+    // The last occurrence wins, as in libpq.
+    assert_eq!(
+        ssl("host=db sslmode=disable sslmode=verify-ca sslrootcert=/a").mode,
+        SslMode::VerifyCa
+    );
+}
+
+#[test]
+fn sslrootcert_system_needs_verify_full() {
+    assert_eq!(
+        ssl("host=db sslmode=verify-full sslrootcert=system").root_cert,
+        Some(RootCert::System)
+    );
+    for mode in ["require", "verify-ca", "prefer"] {
+        let error = parse(&format!("host=db sslmode={mode} sslrootcert=system"))
+            .expect_err("system roots need verify-full");
+        assert!(error.to_string().contains("verify-full"), "{error}");
+    }
+}
+
+#[test]
+fn invalid_values_name_the_parameter_never_the_dsn() {
+    let cases = [
+        ("sslmode=verify-everything", "sslmode"),
+        ("sslmode=REQUIRE", "sslmode"),
+        ("channel_binding=always", "channel_binding"),
+        ("sslnegotiation=direct", "sslnegotiation"),
+        ("sslnegotiation=other", "sslnegotiation"),
+        ("sslsni=yes", "sslsni"),
+        ("sslcompression=2", "sslcompression"),
+        ("gssencmode=require", "gssencmode"),
+        ("sslrootcert=''", "sslrootcert"),
+        ("sslcert=''", "sslcert"),
+        ("sslkey=''", "sslkey"),
+        ("sslpassword=x", "sslpassword"),
+        ("sslcrl=/crl.pem", "sslcrl"),
+        (
+            "ssl_min_protocol_version=TLSv1.3",
+            "ssl_min_protocol_version",
+        ),
+    ];
+    for (param, name) in cases {
+        for dsn in [
+            format!("host=db user=u password={SECRET} {param}"),
+            format!("postgres://u:{SECRET}@db/app?{}", param.replace("''", "")),
+        ] {
+            let error = parse(&dsn).expect_err(param);
+            let shown = format!("{error} {error:?}");
+            assert!(
+                shown.contains(&format!("connection parameter {name}:")),
+                "{param}: {shown}"
+            );
+            assert!(!shown.contains(SECRET), "{shown}");
+            let value = param.split_once('=').map_or("", |(_, v)| v);
+            if value.len() > 2 {
+                assert!(!shown.contains(value), "the value is shown: {shown}");
+            }
+        }
+    }
+}
+
+#[test]
+fn syntax_errors_show_nothing_of_the_dsn() {
+    for dsn in [
+        format!("host=db password='{SECRET}"),
+        format!("host=db password {SECRET}"),
+        format!("postgres://u:{SECRET}@db:notaport/app"),
+        format!("postgres://u:{SECRET}@db/app?sslmode=%ZZ"),
+        format!("host=db nonsense={SECRET}"),
+    ] {
+        let error = parse(&dsn).expect_err(&dsn);
+        assert_eq!(error, DsnError::Syntax);
+        assert!(!format!("{error} {error:?}").contains(SECRET));
+    }
+    let settings = parse(&format!("host=db password={SECRET}")).expect("valid");
+    assert!(!format!("{settings:?}").contains(SECRET));
+}
+
+#[test]
+fn verify_modes_need_roots_and_files_are_named() {
+    let no_roots = SslSettings {
+        mode: SslMode::VerifyFull,
+        ..SslSettings::default()
+    };
+    // HOME points at a folder without ~/.postgresql in CI; skip if a real one exists.
+    if default_file("root.crt").is_none() {
+        let error = TlsSetup::new(&no_roots).expect_err("no roots");
+        assert!(error.to_string().contains("sslrootcert"), "{error}");
+    }
+    let missing = SslSettings {
+        mode: SslMode::VerifyCa,
+        root_cert: Some(RootCert::File(PathBuf::from("/nonexistent/ca.pem"))),
+        ..SslSettings::default()
+    };
+    let error = TlsSetup::new(&missing)
+        .expect_err("a missing root file")
+        .to_string();
+    assert!(
+        error.contains("sslrootcert /nonexistent/ca.pem: does not exist"),
+        "{error}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").expect("write");
+    let error = TlsSetup::new(&SslSettings {
+        mode: SslMode::Require,
+        root_cert: Some(RootCert::File(junk)),
+        ..SslSettings::default()
+    })
+    .expect_err("a junk root file")
+    .to_string();
+    assert!(error.contains("holds no PEM certificate"), "{error}");
+    assert!(
+        TlsSetup::new(&SslSettings {
+            mode: SslMode::Disable,
+            root_cert: Some(RootCert::File(PathBuf::from("/nonexistent"))),
+            ..SslSettings::default()
+        })
+        .expect("disable reads no file")
+        .is_none()
+    );
+}
+
+#[test]
+fn der_parsing_never_panics_and_finds_the_signature_algorithm() {
+    // A minimal Certificate: SEQUENCE { SEQUENCE {} , SEQUENCE { OID ecdsa-with-SHA384 } }
+    let cert = [
+        0x30, 0x0E, 0x30, 0x00, 0x30, 0x0A, 0x06, 0x08, 0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x04, 0x03,
+        0x03,
+    ];
+    assert_eq!(tls_server_end_point(&cert).map(|h| h.len()), Some(48));
+    for end in 0..cert.len() {
+        assert_eq!(tls_server_end_point(&cert[..end]), None);
+    }
+    let mut ed25519 = cert;
+    ed25519[8..].copy_from_slice(&[0x2B, 0x65, 0x70, 0, 0, 0, 0, 0]);
+    assert_eq!(tls_server_end_point(&ed25519), None);
+}
