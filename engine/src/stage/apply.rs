@@ -12,8 +12,8 @@ use super::layout::{
     partition_key, prefix_end, push_table, row_key, split_partition, split_table, table_key,
 };
 use super::{ApplyOutcome, Stage, StageChange, StagedRow};
+use crate::feed::{BadRecord, Checkpoint, Transaction};
 use crate::partition::Partition;
-use crate::source::{BadRecord, Checkpoint, Transaction};
 
 impl Stage {
     /// Applies transactions in order, in one synced write with the position of the last

@@ -32,8 +32,8 @@ use super::layout::{
 };
 use super::pending::ApplyingMarker;
 use super::{Stage, StageChange, StagedRow};
+use crate::feed::{BadRecord, Checkpoint};
 use crate::partition::Partition;
-use crate::source::{BadRecord, Checkpoint};
 
 /// Problems of one kind listed before the rest are only counted.
 const PROBLEMS_PER_KIND: u64 = 10;

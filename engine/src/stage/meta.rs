@@ -11,8 +11,8 @@ use super::layout::{
     table_key,
 };
 use super::{PartitionFailure, Stage, TableContract};
+use crate::feed::Checkpoint;
 use crate::partition::Partition;
-use crate::source::Checkpoint;
 
 /// Keys moved per batch when a table's stage entries are renamed.
 const RENAME_BATCH_KEYS: usize = 10_000;

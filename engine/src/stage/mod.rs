@@ -64,8 +64,8 @@ use std::sync::Mutex;
 use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 
+use crate::feed::Checkpoint;
 use crate::partition::Partition;
-use crate::source::Checkpoint;
 
 pub use error::StageError;
 pub use layout::FORMAT_VERSION;

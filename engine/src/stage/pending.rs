@@ -9,7 +9,7 @@ use super::apply::StageBatch;
 use super::error::{StageError, corrupt, db_err};
 use super::layout::{CF_DEAD_LETTER, CF_META, CF_PENDING, META_APPLYING, META_GENERATION};
 use super::{Stage, StageChange};
-use crate::source::{Checkpoint, Transaction};
+use crate::feed::{Checkpoint, Transaction};
 
 impl Stage {
     /// Adds a chunk of changes of the transaction being received to the pending area.

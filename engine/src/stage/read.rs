@@ -13,8 +13,8 @@ use super::layout::{
     prefix_end, push_table, row_key, split_partition, split_table, table_key,
 };
 use super::{DirtyPartition, PartitionChanges, PartitionRows, Stage, StagedRow};
+use crate::feed::{BadRecord, Checkpoint};
 use crate::partition::Partition;
-use crate::source::{BadRecord, Checkpoint};
 
 impl Stage {
     /// Every dirty partition, in (table, partition) order.

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::CheckpointError;
 use super::format::{Counts, FrameWriteError, Record, RecordWriter};
 use super::reader::Reader;
-use crate::source::{BadRecord, Checkpoint};
+use crate::feed::{BadRecord, Checkpoint};
 use crate::stage::layout::{
     CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_ROWS, META_APPLYING, META_FORMAT_VERSION,
     META_SOURCE_ID, be_u32, be_u64, split_partition_key, split_row_key,

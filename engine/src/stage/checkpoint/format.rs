@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::CheckpointError;
+use crate::feed::{BadRecord, Checkpoint};
 use crate::partition::Partition;
-use crate::source::{BadRecord, Checkpoint};
 use crate::stage::StagedRow;
 
 /// The first bytes of a checkpoint file.

@@ -4,7 +4,7 @@
 use rocksdb::{IteratorMode, ReadOptions, Snapshot};
 
 use super::CheckpointError;
-use crate::source::Checkpoint;
+use crate::feed::Checkpoint;
 use crate::stage::Stage;
 use crate::stage::layout::{CF_META, CF_POSITION, META_GENERATION, POSITION_KEY, be_u64};
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::CheckpointError;
 use super::reader::Reader;
-use crate::source::Checkpoint;
+use crate::feed::Checkpoint;
 use crate::stage::layout::{
     CF_DEAD_LETTER, CF_DIRTY, CF_PENDING, CF_ROWS, META_APPLYING, META_FORMAT_VERSION,
     META_SOURCE_ID, be_u32, be_u64, split_partition_key, split_table,

@@ -9,8 +9,8 @@ use sha2::{Digest, Sha256};
 
 use super::format::*;
 use super::*;
+use crate::feed::{BadRecord, Checkpoint, Op, Transaction};
 use crate::partition::Partition;
-use crate::source::{BadRecord, Checkpoint, Op, Transaction};
 use crate::stage::layout::*;
 use crate::stage::pending::ApplyingMarker;
 use crate::stage::{Stage, StageChange, StagedRow, encode_key};

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::layout::*;
 use super::*;
-use crate::source::{Op, Transaction};
+use crate::feed::{Op, Transaction};
 use crate::value::Value;
 
 fn row(id: i64, day: &str, pos: u64) -> StagedRow {

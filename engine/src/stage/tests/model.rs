@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::source::Op;
+use crate::feed::Op;
 
 const TABLE: &str = "public.t";
 
