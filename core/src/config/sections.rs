@@ -1,0 +1,199 @@
+//! The engine-wide sections of the file: the types of `[source]`, `[target]` and
+//! `[engine]`, and the checks of `[source]` and `[engine]` (`[stage]` and `[target]` are
+//! checked in the walk over the whole file, `Validator::validate` in `mod.rs`).
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::raw::{RawEngine, RawSource};
+use super::{ConfigError, Validator, check_env_name, limits};
+
+/// What to do with a source record that cannot be decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnBadRecord {
+    /// Stop; nothing after the record is acknowledged.
+    Fail,
+    /// Keep the record in the target's `weir.dead_letter` with the reason, and go on.
+    DeadLetter,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceConfig {
+    /// Debezium-envelope JSON lines from a file, or stdin when `path` is `None`.
+    Jsonl {
+        path: Option<PathBuf>,
+        on_bad_record: OnBadRecord,
+    },
+    /// PostgreSQL logical replication (pgoutput) from a slot.
+    Postgres {
+        dsn_env: String,
+        slot: String,
+        publication: String,
+        /// Rows per chunk of the initial snapshot.
+        snapshot_chunk_rows: usize,
+        /// An idle stream writes a heartbeat this often, so the slot's position keeps
+        /// up with WAL that other databases write (and the server can recycle it).
+        heartbeat_interval_ms: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    pub dsn_env: String,
+    /// How long a partition write waits for a table lock before it gives up, logs the
+    /// sessions holding the lock and is retried (`[target] lock_timeout_ms`).
+    pub lock_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub parallelism: usize,
+    pub flush_interval_ms: u64,
+    pub batch_transactions_max: usize,
+    pub transaction_chunk_changes: usize,
+}
+
+impl Validator<'_> {
+    pub(super) fn source(&self, raw: RawSource) -> Result<SourceConfig, ConfigError> {
+        match raw.kind.as_str() {
+            "jsonl" => {
+                for (field, set) in [
+                    ("dsn_env", raw.dsn_env.is_some()),
+                    ("slot", raw.slot.is_some()),
+                    ("publication", raw.publication.is_some()),
+                    ("snapshot_chunk_rows", raw.snapshot_chunk_rows.is_some()),
+                    ("heartbeat_interval_ms", raw.heartbeat_interval_ms.is_some()),
+                ] {
+                    if set {
+                        return Err(self.invalid(
+                            format!("source.{field}"),
+                            "only applies to kind = \"postgres\"",
+                        ));
+                    }
+                }
+                let path = match raw.path.as_deref() {
+                    None | Some("") => return Err(self.invalid(
+                        "source.path",
+                        "required for kind = \"jsonl\": a file of JSON lines, or \"-\" for stdin",
+                    )),
+                    Some("-") => None,
+                    Some(p) => Some(self.resolve(p)),
+                };
+                Ok(SourceConfig::Jsonl {
+                    path,
+                    on_bad_record: raw.on_bad_record.unwrap_or(OnBadRecord::Fail),
+                })
+            }
+            "postgres" => {
+                for (field, set) in [
+                    ("path", raw.path.is_some()),
+                    ("on_bad_record", raw.on_bad_record.is_some()),
+                ] {
+                    if set {
+                        return Err(self.invalid(
+                            format!("source.{field}"),
+                            "only applies to kind = \"jsonl\"",
+                        ));
+                    }
+                }
+                let dsn_env = raw.dsn_env.ok_or_else(|| {
+                    self.invalid("source.dsn_env", "required for kind = \"postgres\": the environment variable holding the source DSN")
+                })?;
+                check_env_name(&dsn_env).map_err(|m| self.invalid("source.dsn_env", m))?;
+                let slot = raw.slot.ok_or_else(|| {
+                    self.invalid(
+                        "source.slot",
+                        "required for kind = \"postgres\": the replication slot's name",
+                    )
+                })?;
+                let slot_ok = !slot.is_empty()
+                    && slot.len() <= 63
+                    && slot
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+                if !slot_ok {
+                    return Err(self.invalid("source.slot", format!("`{slot}` is not a slot name: use 1 to 63 lower-case letters, digits and underscores")));
+                }
+                let publication = raw
+                    .publication
+                    .filter(|p| !p.is_empty() && p.len() <= 63 && !p.contains('\0'))
+                    .ok_or_else(|| {
+                        self.invalid(
+                            "source.publication",
+                            "required for kind = \"postgres\": a publication name of 1 to 63 bytes",
+                        )
+                    })?;
+                let snapshot_chunk_rows = raw.snapshot_chunk_rows.unwrap_or(10_000);
+                if !(1..=limits::SNAPSHOT_CHUNK_ROWS_MAX).contains(&snapshot_chunk_rows) {
+                    return Err(self.invalid(
+                        "source.snapshot_chunk_rows",
+                        format!("must be between 1 and {}", limits::SNAPSHOT_CHUNK_ROWS_MAX),
+                    ));
+                }
+                let heartbeat_interval_ms = raw.heartbeat_interval_ms.unwrap_or(10_000);
+                if !(100..=limits::HEARTBEAT_INTERVAL_MS_MAX).contains(&heartbeat_interval_ms) {
+                    return Err(self.invalid(
+                        "source.heartbeat_interval_ms",
+                        format!(
+                            "must be between 100 and {}",
+                            limits::HEARTBEAT_INTERVAL_MS_MAX
+                        ),
+                    ));
+                }
+                Ok(SourceConfig::Postgres {
+                    dsn_env,
+                    slot,
+                    publication,
+                    snapshot_chunk_rows,
+                    heartbeat_interval_ms,
+                })
+            }
+            other => Err(self.invalid(
+                "source.kind",
+                format!("unknown kind `{other}`: use \"postgres\" or \"jsonl\""),
+            )),
+        }
+    }
+
+    pub(super) fn engine(&self, raw: RawEngine) -> Result<EngineConfig, ConfigError> {
+        let parallelism = raw.parallelism.unwrap_or(2);
+        if !(1..=limits::PARALLELISM_MAX).contains(&parallelism) {
+            return Err(self.invalid(
+                "engine.parallelism",
+                format!("must be between 1 and {}", limits::PARALLELISM_MAX),
+            ));
+        }
+        let flush_interval_ms = raw.flush_interval_ms.unwrap_or(1000);
+        if flush_interval_ms > limits::FLUSH_INTERVAL_MS_MAX {
+            return Err(self.invalid(
+                "engine.flush_interval_ms",
+                format!("must be at most {}", limits::FLUSH_INTERVAL_MS_MAX),
+            ));
+        }
+        let batch_transactions_max = raw.batch_transactions_max.unwrap_or(1024);
+        if !(1..=limits::BATCH_TRANSACTIONS_MAX).contains(&batch_transactions_max) {
+            return Err(self.invalid(
+                "engine.batch_transactions_max",
+                format!("must be between 1 and {}", limits::BATCH_TRANSACTIONS_MAX),
+            ));
+        }
+        let transaction_chunk_changes = raw.transaction_chunk_changes.unwrap_or(10_000);
+        if !(1..=limits::TRANSACTION_CHUNK_CHANGES_MAX).contains(&transaction_chunk_changes) {
+            return Err(self.invalid(
+                "engine.transaction_chunk_changes",
+                format!(
+                    "must be between 1 and {}",
+                    limits::TRANSACTION_CHUNK_CHANGES_MAX
+                ),
+            ));
+        }
+        Ok(EngineConfig {
+            parallelism,
+            flush_interval_ms,
+            batch_transactions_max,
+            transaction_chunk_changes,
+        })
+    }
+}

@@ -1,0 +1,204 @@
+use super::*;
+use crate::value::{ColumnType, EpochUnit};
+
+const GOOD: &str = r#"
+[source]
+kind = "jsonl"
+path = "feed.jsonl"
+
+[stage]
+path = "./weir-data"
+
+[target]
+kind = "postgres"
+dsn_env = "WEIR_TEST_TARGET_DSN"
+
+[[table]]
+source = "public.orders"
+target = "analytics.fact_orders"
+key = ["id"]
+partition_by = "order_date"
+grain = "day"
+columns = { id = "bigint", order_date = "date", amount = "numeric(12,2)" }
+"#;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("/etc/weir/weir.toml"))
+}
+
+fn error_of(text: &str) -> String {
+    match parse(text) {
+        Ok(_) => panic!("config should be refused:\n{text}"),
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            msg
+        }
+    }
+}
+
+#[test]
+fn a_feed_file_has_one_id_however_its_config_is_spelled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("sub")).expect("sub");
+    std::fs::write(dir.path().join("feed.jsonl"), "").expect("feed");
+    let ids: Vec<String> = ["weir.toml", "sub/../weir.toml", "./sub/../weir.toml"]
+        .iter()
+        .map(|name| {
+            Config::parse(GOOD, &dir.path().join(name))
+                .expect("valid")
+                .source_id()
+        })
+        .collect();
+    let canonical = std::fs::canonicalize(dir.path().join("feed.jsonl")).expect("canonical");
+    assert_eq!(ids[0], format!("jsonl:{}", canonical.display()));
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    // A feed not created yet: its canonical folder and its name.
+    let later = GOOD.replace("feed.jsonl", "sub/../later.jsonl");
+    let id = Config::parse(&later, &dir.path().join("weir.toml"))
+        .expect("valid")
+        .source_id();
+    let folder = std::fs::canonicalize(dir.path()).expect("canonical");
+    assert_eq!(
+        id,
+        format!("jsonl:{}", folder.join("later.jsonl").display())
+    );
+    // Older spellings of one file are one feed; other files, stdin and slots are not.
+    let spelled = format!("jsonl:{}/sub/../feed.jsonl", dir.path().display());
+    assert!(same_feed(&spelled, &ids[0]));
+    assert!(!same_feed(&ids[0], &id));
+    assert!(!same_feed("jsonl:stdin", &ids[0]));
+    assert!(same_feed("jsonl:stdin", "jsonl:stdin"));
+    assert!(!same_feed("postgres:slot=a", "postgres:slot=b"));
+}
+
+#[test]
+fn a_good_config_validates_and_resolves_paths() {
+    let config = parse(GOOD).expect("valid");
+    assert_eq!(config.stage_path, Path::new("/etc/weir/./weir-data"));
+    assert_eq!(
+        config.source,
+        SourceConfig::Jsonl {
+            path: Some("/etc/weir/feed.jsonl".into()),
+            on_bad_record: OnBadRecord::Fail
+        }
+    );
+    let t = &config.tables[0];
+    assert_eq!(t.target.quoted(), "\"analytics\".\"fact_orders\"");
+    assert_eq!(
+        t.columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        ["id", "order_date", "amount"]
+    );
+}
+
+#[test]
+fn a_column_may_declare_its_epoch_unit() {
+    let with = |spec: &str| GOOD.replace("order_date = \"date\"", &format!("order_date = {spec}"));
+    let config = parse(&with("{ type = \"date\", epoch = \"days\" }")).expect("valid");
+    let column = config.tables[0].column("order_date").expect("column");
+    assert_eq!(
+        (column.ty, column.epoch),
+        (ColumnType::Date, Some(EpochUnit::Days))
+    );
+    let config = parse(&with("{ type = \"date\" }")).expect("valid");
+    assert_eq!(
+        config.tables[0].column("order_date").expect("column").epoch,
+        None
+    );
+    let err = error_of(&with("{ type = \"date\", epoch = \"fortnights\" }"));
+    assert!(
+        err.contains("table[0].columns.order_date.epoch: unknown epoch unit `fortnights`"),
+        "{err}"
+    );
+    let err = error_of(&GOOD.replace(
+        "\"numeric(12,2)\"",
+        "{ type = \"numeric(12,2)\", epoch = \"ms\" }",
+    ));
+    assert!(
+        err.contains(
+            "table[0].columns.amount.epoch: an epoch unit is for date and timestamp columns"
+        ),
+        "{err}"
+    );
+    let err = error_of(&with("{ type = \"date\", unit = \"ms\" }"));
+    assert!(err.contains("unknown field `unit`"), "{err}");
+}
+
+#[test]
+fn errors_name_the_file_and_the_field() {
+    let cases = [
+        (GOOD.replace("grain = \"day\"", "grain = \"week\""), "grain"),
+        (
+            GOOD.replace("key = [\"id\"]", "key = [\"nope\"]"),
+            "table[0].key: `nope` is not a declared column",
+        ),
+        (
+            GOOD.replace("partition_by = \"order_date\"", "partition_by = \"amount\""),
+            "table[0].grain",
+        ),
+        (
+            GOOD.replace("\"numeric(12,2)\"", "\"point\""),
+            "table[0].columns.amount: unknown column type `point`",
+        ),
+        (
+            GOOD.replace(
+                "dsn_env = \"WEIR_TEST_TARGET_DSN\"",
+                "dsn_env = \"postgres://u:pw@h/db\"",
+            ),
+            "target.dsn_env: must name an environment variable",
+        ),
+        (
+            GOOD.replace("kind = \"jsonl\"", "kind = \"kafka\""),
+            "source.kind: unknown kind `kafka`",
+        ),
+        (
+            GOOD.replace("[stage]", "[stage]\ncolour = 1"),
+            "unknown field `colour`",
+        ),
+        (
+            GOOD.replace("path = \"feed.jsonl\"", ""),
+            "source.path: required",
+        ),
+    ];
+    for (text, want) in cases {
+        let msg = error_of(&text);
+        assert!(msg.starts_with("/etc/weir/weir.toml"), "{msg}");
+        assert!(msg.contains(want), "want `{want}` in: {msg}");
+    }
+}
+
+#[test]
+fn a_dsn_never_appears_in_errors_or_debug_output() {
+    let secret = "hunter2-very-secret";
+    let config = parse(GOOD).expect("valid");
+    let bad = format!("postgres://user:{secret}@host:notaport/db");
+    let err = config
+        .dsn_from_env("target.dsn_env", "V", |_| Some(bad.clone()))
+        .expect_err("bad port must be refused");
+    assert!(
+        err.to_string()
+            .contains("target.dsn_env: environment variable V does not hold a valid")
+    );
+    assert!(!format!("{err} {err:?}").contains(secret));
+    let good = format!("postgres://user:{secret}@host:5432/db");
+    let dsn = config
+        .dsn_from_env("target.dsn_env", "V", |_| Some(good.clone()))
+        .expect("valid dsn");
+    assert!(!format!("{dsn} {dsn:?} {config:?}").contains(secret));
+    assert_eq!(dsn.expose(), good);
+    let missing = config
+        .dsn_from_env("target.dsn_env", "V", |_| None)
+        .expect_err("unset");
+    assert!(
+        missing
+            .to_string()
+            .contains("environment variable V is not set")
+    );
+}

@@ -1,0 +1,491 @@
+use super::*;
+
+#[test]
+fn column_types_parse_with_aliases() {
+    for (text, ty) in [
+        ("bigint", ColumnType::BigInt),
+        ("INT8", ColumnType::BigInt),
+        (
+            "numeric(12,2)",
+            ColumnType::Numeric(NumericTypmod::new(12, 2)),
+        ),
+        ("numeric(5)", ColumnType::Numeric(NumericTypmod::new(5, 0))),
+        (
+            "decimal(5, -2)",
+            ColumnType::Numeric(NumericTypmod::new(5, -2)),
+        ),
+        ("numeric", ColumnType::Numeric(None)),
+        ("double  precision", ColumnType::Double),
+        ("varchar(10)", ColumnType::Varchar(Some(10))),
+        ("timestamp with time zone", ColumnType::TimestampTz),
+    ] {
+        assert_eq!(text.parse::<ColumnType>(), Ok(ty), "{text}");
+    }
+    assert!("numeric(a)".parse::<ColumnType>().is_err());
+    assert!("numeric(0,2)".parse::<ColumnType>().is_err());
+    assert!("numeric(1001)".parse::<ColumnType>().is_err());
+    assert!("numeric(12,2,1)".parse::<ColumnType>().is_err());
+    assert!("point".parse::<ColumnType>().is_err());
+    assert!("bigint(3)".parse::<ColumnType>().is_err());
+}
+
+#[test]
+fn decimals_are_canonical_and_exact() {
+    for (input, want) in [
+        ("12.340", Some("12.340")),
+        ("+0012.5", Some("12.5")),
+        ("-0.00", Some("0.00")),
+        ("1e3", Some("1000")),
+        ("1.5E-3", Some("0.0015")),
+        (
+            "123456789012345678901234567890.123456789",
+            Some("123456789012345678901234567890.123456789"),
+        ),
+        ("NaN", Some("NaN")),
+        ("1.2.3", None),
+        ("", None),
+        ("-", None),
+        ("1e99999", None),
+    ] {
+        assert_eq!(canonical_decimal(input).as_deref(), want, "{input}");
+    }
+}
+
+fn numeric_bytes(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_numeric(text, &mut out).expect("valid decimal");
+    out
+}
+
+#[test]
+fn numeric_binary_matches_postgres_layout() {
+    // ndigits, weight, sign, dscale, digits... (values taken from PostgreSQL's numeric_send)
+    let words = |w: &[u16]| w.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>();
+    assert_eq!(numeric_bytes("0"), words(&[0, 0, 0, 0]));
+    assert_eq!(numeric_bytes("0.00"), words(&[0, 0, 0, 2]));
+    assert_eq!(numeric_bytes("12.34"), words(&[2, 0, 0, 2, 12, 3400]));
+    assert_eq!(
+        numeric_bytes("-12345.6"),
+        words(&[3, 1, 0x4000, 1, 1, 2345, 6000])
+    );
+    assert_eq!(numeric_bytes("0.0001"), words(&[1, 0xFFFF, 0, 4, 1]));
+    assert_eq!(numeric_bytes("10000"), words(&[1, 1, 0, 0, 1]));
+    assert_eq!(numeric_bytes("NaN"), words(&[0, 0, 0xC000, 0]));
+}
+
+#[test]
+fn json_values_convert_by_declared_type() {
+    use serde_json::json;
+    assert_eq!(
+        Value::from_json(ColumnType::Integer, &json!(7)),
+        Ok(Value::Int(7))
+    );
+    assert!(matches!(
+        Value::from_json(ColumnType::SmallInt, &json!(70000)),
+        Err(ConvertError::OutOfRange(_))
+    ));
+    assert!(matches!(
+        Value::from_json(ColumnType::BigInt, &json!("7")),
+        Err(ConvertError::WrongKind { .. })
+    ));
+    assert_eq!(
+        Value::from_json(ColumnType::Date, &json!("2026-03-01")),
+        Ok(Value::Date(20513))
+    );
+    assert_eq!(
+        Value::from_json_unit(ColumnType::Date, Some(EpochUnit::Days), &json!(20513)),
+        Ok(Value::Date(20513))
+    );
+    assert_eq!(
+        Value::from_json(ColumnType::TimestampTz, &json!("2026-03-01T01:00:00+01:00")),
+        Value::from_json(ColumnType::TimestampTz, &json!("2026-03-01 00:00:00Z"))
+    );
+    assert_eq!(
+        Value::from_json(ColumnType::Numeric(None), &json!("19.90")),
+        Ok(Value::Decimal("19.90".into()))
+    );
+    assert!(matches!(
+        Value::from_json(ColumnType::Varchar(Some(2)), &json!("abc")),
+        Err(ConvertError::TooLong { .. })
+    ));
+    assert_eq!(
+        Value::from_json(ColumnType::Bytea, &json!("AAE=")),
+        Ok(Value::Bytes(vec![0, 1]))
+    );
+    assert_eq!(
+        Value::from_json(ColumnType::Jsonb, &json!("{\"a\":1}")),
+        Ok(Value::Json("{\"a\":1}".into()))
+    );
+    assert_eq!(
+        Value::from_json(ColumnType::Text, &json!(null)),
+        Ok(Value::Null)
+    );
+}
+
+fn numeric(p: i64, s: i64) -> ColumnType {
+    ColumnType::Numeric(NumericTypmod::new(p, s))
+}
+
+#[test]
+fn decimals_are_normalised_to_the_columns_scale_or_refused() {
+    use serde_json::json;
+    let n12_2 = numeric(12, 2);
+    for (input, want) in [
+        (json!("7"), "7.00"),
+        (json!("12.5"), "12.50"),
+        (json!(7.5), "7.50"),
+        (json!(7), "7.00"),
+        (json!("19.990"), "19.99"),
+        (json!("-0.5"), "-0.50"),
+        (json!("-0.000"), "0.00"),
+        (json!("1e2"), "100.00"),
+        (json!("9999999999.99"), "9999999999.99"),
+        (json!("NaN"), "NaN"),
+    ] {
+        assert_eq!(
+            Value::from_json(n12_2, &input),
+            Ok(Value::Decimal(want.into())),
+            "{input}"
+        );
+    }
+    // Rounding is refused, and so are too many integer digits and infinities.
+    assert!(matches!(
+        Value::from_json(n12_2, &json!("19.999")),
+        Err(ConvertError::Scale { digits: 3, .. })
+    ));
+    assert!(matches!(
+        Value::from_json(n12_2, &json!(0.001)),
+        Err(ConvertError::Scale { .. })
+    ));
+    assert!(matches!(
+        Value::from_json(n12_2, &json!("10000000000")),
+        Err(ConvertError::Precision { .. })
+    ));
+    assert!(matches!(
+        Value::from_json(n12_2, &json!("Infinity")),
+        Err(ConvertError::Infinite { .. })
+    ));
+    // Negative scale and a scale above the precision, as PostgreSQL 15 has them.
+    assert_eq!(
+        fit_decimal("12300", NumericTypmod::new(5, -2).expect("typmod")).as_deref(),
+        Ok("12300")
+    );
+    assert!(fit_decimal("12340", NumericTypmod::new(5, -2).expect("typmod")).is_err());
+    assert!(fit_decimal("1234500", NumericTypmod::new(3, -2).expect("typmod")).is_err());
+    assert_eq!(
+        fit_decimal("0.00999", NumericTypmod::new(3, 5).expect("typmod")).as_deref(),
+        Ok("0.00999")
+    );
+    assert_eq!(
+        fit_decimal("0.001", NumericTypmod::new(3, 5).expect("typmod")).as_deref(),
+        Ok("0.00100")
+    );
+    assert!(fit_decimal("0.01", NumericTypmod::new(3, 5).expect("typmod")).is_err());
+    // Unconstrained numeric keeps the scale given.
+    assert_eq!(
+        Value::from_json(ColumnType::Numeric(None), &json!("7.5")),
+        Ok(Value::Decimal("7.5".into()))
+    );
+    // The message never holds the value.
+    let message = Value::from_json(n12_2, &json!("19.999"))
+        .expect_err("rounded")
+        .to_string();
+    assert!(!message.contains("19.999"), "{message}");
+    assert!(message.contains("numeric(12,2)"), "{message}");
+}
+
+#[test]
+fn values_that_postgres_cannot_store_are_refused() {
+    use serde_json::json;
+    for ty in [ColumnType::Text, ColumnType::Varchar(Some(10))] {
+        assert!(matches!(
+            Value::from_json(ty, &json!("a\u{0}b")),
+            Err(ConvertError::Nul { .. })
+        ));
+    }
+    for ty in [ColumnType::Json, ColumnType::Jsonb] {
+        assert!(matches!(
+            Value::from_json(ty, &json!({"k": "a\u{0}b"})),
+            Err(ConvertError::Nul { .. })
+        ));
+        // An escaped backslash followed by `u0000` is no NUL.
+        assert!(Value::from_json(ty, &json!({"k": "a\\u0000b"})).is_ok());
+    }
+    assert!(matches!(
+        Value::from_json(ColumnType::Integer, &json!(2_147_483_648_i64)),
+        Err(ConvertError::OutOfRange(_))
+    ));
+    assert!(matches!(
+        Value::from_json(ColumnType::SmallInt, &json!(-32769)),
+        Err(ConvertError::OutOfRange(_))
+    ));
+    assert_eq!(
+        Value::from_json(ColumnType::SmallInt, &json!(-32768)),
+        Ok(Value::Int(-32768))
+    );
+    assert!(matches!(
+        Value::from_json(ColumnType::Varchar(Some(3)), &json!("äöüß")),
+        Err(ConvertError::TooLong { chars: 4, max: 3 })
+    ));
+    assert!(Value::from_json(ColumnType::Varchar(Some(4)), &json!("äöüß")).is_ok());
+    // PostgreSQL's dates start at 4714-11-24 BC.
+    assert!(matches!(
+        Value::from_json(ColumnType::Date, &json!("-5000-01-01")),
+        Err(ConvertError::DateRange(_))
+    ));
+    assert!(matches!(
+        Value::from_json(ColumnType::Timestamp, &json!("-5000-01-01T00:00:00")),
+        Err(ConvertError::DateRange(_))
+    ));
+    assert_eq!(
+        Value::Date(PG_DATE_MIN_DAYS).conform(ColumnType::Date),
+        Ok(Value::Date(PG_DATE_MIN_DAYS))
+    );
+    assert!(
+        Value::Date(PG_DATE_MIN_DAYS - 1)
+            .conform(ColumnType::Date)
+            .is_err()
+    );
+    assert!(
+        Value::Date(PG_DATE_MAX_DAYS + 1)
+            .conform(ColumnType::Date)
+            .is_err()
+    );
+    assert_eq!(
+        Value::Date(i32::MAX).conform(ColumnType::Date),
+        Ok(Value::Date(i32::MAX))
+    );
+    assert!(
+        Value::Timestamp(PG_TIMESTAMP_MIN_MICROS - 1)
+            .conform(ColumnType::TimestampTz)
+            .is_err()
+    );
+}
+
+#[test]
+fn epoch_numbers_need_a_unit_and_are_exact() {
+    use serde_json::json;
+    // 2026-03-01 00:00:00 UTC.
+    let us = 1_772_323_200_000_000_i64;
+    for ty in [
+        ColumnType::Timestamp,
+        ColumnType::TimestampTz,
+        ColumnType::Date,
+    ] {
+        let err = Value::from_json(ty, &json!(1_772_323_200_000_i64)).expect_err("no unit");
+        assert!(matches!(err, ConvertError::NoEpochUnit { .. }), "{err}");
+        assert!(err.to_string().contains("epoch"), "{err}");
+    }
+    for (unit, n) in [
+        (EpochUnit::Seconds, us / 1_000_000),
+        (EpochUnit::Millis, us / 1_000),
+        (EpochUnit::Micros, us),
+        (EpochUnit::Nanos, us * 1_000),
+        (EpochUnit::Days, 20_513),
+    ] {
+        assert_eq!(
+            Value::from_json_unit(ColumnType::Timestamp, Some(unit), &json!(n)),
+            Ok(Value::Timestamp(us)),
+            "{unit:?}"
+        );
+        assert_eq!(
+            Value::from_json_unit(ColumnType::Date, Some(unit), &json!(n)),
+            Ok(Value::Date(20_513)),
+            "{unit:?}"
+        );
+    }
+    assert!(matches!(
+        Value::from_json_unit(ColumnType::Timestamp, Some(EpochUnit::Nanos), &json!(1_500)),
+        Err(ConvertError::SubMicros)
+    ));
+    assert!(matches!(
+        Value::from_json_unit(ColumnType::Date, Some(EpochUnit::Millis), &json!(1_000)),
+        Err(ConvertError::NotMidnight)
+    ));
+    assert!(matches!(
+        Value::from_json_unit(
+            ColumnType::Timestamp,
+            Some(EpochUnit::Seconds),
+            &json!(i64::MAX)
+        ),
+        Err(ConvertError::DateRange(_))
+    ));
+    assert!(
+        Value::from_json_unit(ColumnType::Timestamp, Some(EpochUnit::Millis), &json!(1.5)).is_err()
+    );
+}
+
+fn logical(name: &str, parameters: serde_json::Value) -> Logical {
+    Logical::from_schema(name, Some(&parameters))
+        .expect("valid")
+        .expect("a logical type")
+}
+
+#[test]
+fn debezium_logical_types_decide_the_unit() {
+    use serde_json::json;
+    let us = 1_772_323_200_000_000_i64;
+    let none = json!(null);
+    let ts = |name: &str, v: serde_json::Value| {
+        Value::from_debezium(ColumnType::Timestamp, logical(name, json!(null)), &v)
+    };
+    assert_eq!(
+        ts("io.debezium.time.Timestamp", json!(us / 1_000)),
+        Ok(Value::Timestamp(us))
+    );
+    assert_eq!(
+        ts("io.debezium.time.MicroTimestamp", json!(us + 1)),
+        Ok(Value::Timestamp(us + 1))
+    );
+    assert_eq!(
+        ts("io.debezium.time.NanoTimestamp", json!(us * 1_000)),
+        Ok(Value::Timestamp(us))
+    );
+    assert_eq!(
+        ts("io.debezium.time.NanoTimestamp", json!(us * 1_000 + 1)),
+        Err(ConvertError::SubMicros)
+    );
+    assert_eq!(
+        Value::from_debezium(
+            ColumnType::TimestampTz,
+            logical("io.debezium.time.ZonedTimestamp", none.clone()),
+            &json!("2026-03-01T01:00:00+01:00")
+        ),
+        Ok(Value::Timestamp(us))
+    );
+    assert_eq!(
+        Value::from_debezium(
+            ColumnType::Date,
+            logical("io.debezium.time.Date", none.clone()),
+            &json!(20_513)
+        ),
+        Ok(Value::Date(20_513))
+    );
+    // A date as a string is not Debezium's Date.
+    assert!(
+        Value::from_debezium(
+            ColumnType::Date,
+            logical("io.debezium.time.Date", none.clone()),
+            &json!("2026-03-01")
+        )
+        .is_err()
+    );
+    let time = |name: &str, v: i64| {
+        Value::from_debezium(ColumnType::Text, logical(name, json!(null)), &json!(v))
+    };
+    assert_eq!(
+        time("io.debezium.time.Time", 3_723_004),
+        Ok(Value::Text("01:02:03.004".into()))
+    );
+    assert_eq!(
+        time("io.debezium.time.MicroTime", 3_723_000_005),
+        Ok(Value::Text("01:02:03.000005".into()))
+    );
+    assert_eq!(
+        time("io.debezium.time.NanoTime", 3_723_000_000_000),
+        Ok(Value::Text("01:02:03".into()))
+    );
+    assert!(time("io.debezium.time.NanoTime", 1).is_err());
+    assert!(time("io.debezium.time.Time", -1).is_err());
+    assert_eq!(
+        Value::from_debezium(
+            ColumnType::Text,
+            logical("io.debezium.time.ZonedTime", none.clone()),
+            &json!("01:02:03Z")
+        ),
+        Ok(Value::Text("01:02:03Z".into()))
+    );
+    // A time of day for a timestamp column is refused, not guessed.
+    assert!(
+        Value::from_debezium(
+            ColumnType::Timestamp,
+            logical("io.debezium.time.Time", none.clone()),
+            &json!(1)
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn debezium_decimals_are_exact() {
+    use serde_json::json;
+    let n12_2 = numeric(12, 2);
+    let decimal = |scale: &str, b64: &str, ty: ColumnType| {
+        Value::from_debezium(
+            ty,
+            logical(
+                "org.apache.kafka.connect.data.Decimal",
+                json!({"scale": scale}),
+            ),
+            &json!(b64),
+        )
+    };
+    // 1999 = 0x07CF; scale 2: 19.99.
+    assert_eq!(
+        decimal("2", "B88=", n12_2),
+        Ok(Value::Decimal("19.99".into()))
+    );
+    // -1999 = 0xF831.
+    assert_eq!(
+        decimal("2", "+DE=", n12_2),
+        Ok(Value::Decimal("-19.99".into()))
+    );
+    // 19999 (0x4E1F) at scale 3 is 19.999: refused for numeric(12,2), not rounded.
+    assert!(matches!(
+        decimal("3", "Th8=", n12_2),
+        Err(ConvertError::Scale { .. })
+    ));
+    assert_eq!(
+        decimal("3", "Th8=", ColumnType::Numeric(None)),
+        Ok(Value::Decimal("19.999".into()))
+    );
+    // 7 at scale 0, normalised to the column's scale.
+    assert_eq!(
+        decimal("0", "Bw==", n12_2),
+        Ok(Value::Decimal("7.00".into()))
+    );
+    // 5 at scale 3: 0.005.
+    assert_eq!(
+        decimal("3", "BQ==", ColumnType::Numeric(None)),
+        Ok(Value::Decimal("0.005".into()))
+    );
+    // 128 needs a leading zero byte (0x0080); 0x80 alone is -128.
+    assert_eq!(
+        decimal("0", "AIA=", ColumnType::Numeric(None)),
+        Ok(Value::Decimal("128".into()))
+    );
+    assert_eq!(
+        decimal("0", "gA==", ColumnType::Numeric(None)),
+        Ok(Value::Decimal("-128".into()))
+    );
+    // A value wider than a u64: 2^80 = 0x01 followed by ten zero bytes.
+    assert_eq!(
+        decimal("0", "AQAAAAAAAAAAAAA=", ColumnType::Numeric(None)),
+        Ok(Value::Decimal("1208925819614629174706176".into()))
+    );
+    assert!(decimal("2", "not base64!", n12_2).is_err());
+    assert!(Logical::from_schema("org.apache.kafka.connect.data.Decimal", None).is_err());
+    let variable = |v: serde_json::Value| {
+        Value::from_debezium(
+            n12_2,
+            logical("io.debezium.data.VariableScaleDecimal", json!(null)),
+            &v,
+        )
+    };
+    assert_eq!(
+        variable(json!({"scale": 1, "value": "fQ=="})),
+        Ok(Value::Decimal("12.50".into()))
+    );
+    assert!(variable(json!({"scale": 3, "value": "Th8="})).is_err());
+    assert!(variable(json!({"value": "fQ=="})).is_err());
+}
+
+#[test]
+fn values_render_as_postgres_text() {
+    assert_eq!(Value::Date(20513).to_string(), "2026-03-01");
+    assert_eq!(
+        Value::Timestamp(1_772_323_200_000_000).to_string(),
+        "2026-03-01 00:00:00"
+    );
+    assert_eq!(Value::Float(f64::NAN).to_string(), "NaN");
+}
