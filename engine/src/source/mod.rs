@@ -13,10 +13,16 @@
 mod change;
 pub mod envelope;
 pub mod jsonl;
-pub mod pgoutput;
-pub mod pgtypes;
 pub mod postgres;
-pub mod replication;
+
+// The PostgreSQL source's old module paths (issue 16): removed once every user imports
+// from `postgres`.
+pub use postgres::{pgoutput, pgtypes};
+/// The replication client's old path, with the LSN helpers it held.
+pub mod replication {
+    pub use super::postgres::lsn::{format_lsn, parse_lsn};
+    pub use super::postgres::replication::*;
+}
 
 use serde::{Deserialize, Serialize};
 
