@@ -37,6 +37,7 @@ mod model_tests;
 
 mod change;
 pub mod checkpoint;
+mod source_port;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -41,6 +41,7 @@
 //! * `setup`: what `weir init` creates and checks (publication, slot, each table's
 //!   estate);
 //! * `snapshot`: the initial copy of the tables, in chunks between watermarks;
+//! * `stage_port`: [`StagePort`], the four calls the source makes of the stage;
 //! * `error`: [`PgSourceError`].
 
 // Mechanical enforcement of the guarantees (and of documentation) outside the tests:
@@ -78,6 +79,7 @@ mod setup;
     clippy::as_conversions
 )]
 mod snapshot;
+mod stage_port;
 #[allow(clippy::indexing_slicing)]
 mod streaming;
 
@@ -87,4 +89,5 @@ pub use lsn::{format_lsn, parse_lsn};
 pub use setup::{
     Estate, SetupReport, check_estate, connect, setup, slot_status, source_columns, table_oid,
 };
+pub use stage_port::StagePort;
 pub use streaming::{PostgresSource, PostgresSourceOptions};

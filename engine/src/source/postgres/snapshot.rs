@@ -8,9 +8,10 @@ use super::error::PgSourceError;
 use super::pgtypes;
 use super::replication::ReplicationError;
 use super::setup::connect;
+use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
 use crate::source::{Row, SourceEvent};
-use crate::stage::{Stage, StageChange};
+use crate::stage::StageChange;
 use crate::value::Value;
 
 /// Without a terminal, snapshot progress is logged this often.
@@ -115,7 +116,7 @@ impl Snapshot {
     pub(super) async fn resume(
         dsn: &Dsn,
         tables: &[TableConfig],
-        stage: &Stage,
+        stage: &dyn StagePort,
         chunk_rows: usize,
     ) -> Result<Option<Snapshot>, PgSourceError> {
         let progress: SnapshotProgress = match stage.source_state().ok().flatten() {

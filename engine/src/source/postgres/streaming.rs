@@ -13,9 +13,9 @@ use super::replication::{
 };
 use super::setup::{check_estate, connect};
 use super::snapshot::{Snapshot, WATERMARK_PREFIX, Watermark};
+use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
 use crate::source::{ChangeSource, Checkpoint, SourceError, SourceEvent};
-use crate::stage::Stage;
 
 /// How long the source waits for the server before it reports `Idle`, so the engine
 /// can stage and write what it has.
@@ -58,7 +58,7 @@ pub struct PostgresSource {
     stream: ReplicationStream,
     decoder: Decoder,
     assembler: Assembler,
-    stage: Arc<Stage>,
+    stage: Arc<dyn StagePort>,
     ready: VecDeque<SourceEvent>,
     /// The last position acknowledged (synced in the stage).
     acknowledged: u64,
@@ -103,9 +103,10 @@ impl PostgresSource {
         dsn: &Dsn,
         options: &PostgresSourceOptions,
         tables: Vec<TableConfig>,
-        stage: Arc<Stage>,
+        stage: Arc<impl StagePort + 'static>,
         checkpoint: Option<Checkpoint>,
     ) -> Result<PostgresSource, PgSourceError> {
+        let stage: Arc<dyn StagePort> = stage;
         let mut client = ReplicationClient::connect(dsn).await?;
         // E'…' with quotes and backslashes doubled: right whatever
         // `standard_conforming_strings` is (the name is validated at config load too).
@@ -142,7 +143,8 @@ impl PostgresSource {
         // matched by.
         let catalog = connect(dsn).await?;
         let estate = check_estate(&catalog, &options.publication, &tables).await?;
-        let snapshot = Snapshot::resume(dsn, &tables, &stage, options.snapshot_chunk_rows).await?;
+        let snapshot =
+            Snapshot::resume(dsn, &tables, stage.as_ref(), options.snapshot_chunk_rows).await?;
         let drain_after = if options.once {
             Some(emit_drain_message(dsn).await?)
         } else {
@@ -458,7 +460,7 @@ impl PostgresSource {
 async fn hold_slot_to_stage(
     dsn: &Dsn,
     slot: &str,
-    stage: &Arc<Stage>,
+    stage: &Arc<dyn StagePort>,
     checkpoint: Option<Checkpoint>,
 ) -> Result<u64, PgSourceError> {
     let client = connect(dsn).await?;

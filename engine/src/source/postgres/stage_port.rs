@@ -1,0 +1,31 @@
+//! The stage as the PostgreSQL source sees it: four calls, not the whole [`Stage`].
+//!
+//! [`Stage`]: crate::stage::Stage
+
+use crate::stage::{StageError, StagedRow};
+
+/// The calls the PostgreSQL source makes of the stage, and nothing else: it reads the
+/// snapshot's staged progress and the staged image of a row, and moves or checks the
+/// position against what the slot confirmed. Staging itself goes through the engine
+/// (the source hands it [`SourceEvent`](crate::source::SourceEvent)s).
+///
+/// What the source relies on: [`advance_position`](StagePort::advance_position) is
+/// one synced write and never moves the position back; a row returned by
+/// [`get_row`](StagePort::get_row) is the one staged last for its key.
+pub trait StagePort: Send + Sync {
+    /// The source's resume state staged with its last `StageChange::SourceState`
+    /// (the snapshot's progress); `None` if none was staged.
+    fn source_state(&self) -> Result<Option<Vec<u8>>, StageError>;
+
+    /// The staged row of `key` in `table`, for the unchanged TOAST values the source
+    /// leaves out.
+    fn get_row(&self, table: &str, key: &[u8]) -> Result<Option<StagedRow>, StageError>;
+
+    /// Moves the position to `position` (keeping the cursor) in one synced write,
+    /// unless it is there already; returns whether it moved.
+    fn advance_position(&self, position: u64) -> Result<bool, StageError>;
+
+    /// Whether the position is at or past everything this stage let its source
+    /// acknowledge.
+    fn position_covers_acknowledgements(&self) -> Result<bool, StageError>;
+}
