@@ -27,7 +27,6 @@
 //! * a change of any other table is passed over (the publication may hold more tables
 //!   than Weir writes); a TRUNCATE of a configured table is an error
 //!   (`on_truncate = "fail"`, the default) or removes all its staged rows (`"apply"`).
-
 //!
 //! # Layout
 //!
