@@ -16,15 +16,15 @@ use tokio_postgres::fallible_iterator::FallibleIterator;
 use crate::config::{Dsn, quote_ident};
 use crate::pgconn::ChannelBindingMode;
 
-use super::{client::*, error::*, startup::*, stream::*, wire::*};
-use crate::source::postgres::lsn::{format_lsn, parse_lsn};
-
 use crate::localpg::{LocalPg, LocalPgOptions, PasswordAuth};
+use crate::source::postgres::lsn::{format_lsn, parse_lsn};
 use crate::source::postgres::pgoutput::{Begin, Decoder, PgOutputMessage as M, TupleValue};
 use proptest::prelude::*;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use tokio::io::DuplexStream;
+
+use super::{client::*, error::*, startup::*, stream::*, wire::*};
 
 const SCRAM_USER: &str = "weir_repl_scram";
 const SCRAM_PASSWORD: &str = "Scram-Pa55word-never-shown";
@@ -39,7 +39,7 @@ const PGOUTPUT: [(&str, &str); 3] = [
     ("messages", "true"),
 ];
 
-// ---- pure parsing ---------------------------------------------------------------
+// ---- server messages as bytes, for every test file ------------------------------
 
 fn xlog_data(wal_start: u64, wal_end: u64, time: i64, data: &[u8]) -> Vec<u8> {
     let mut out = vec![b'w'];
