@@ -5,8 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code)]
-#[path = "../../engine/src/source/pgoutput.rs"]
+#[allow(dead_code, unused_imports)]
+#[path = "../../engine/src/source/postgres/pgoutput/mod.rs"]
 mod pgoutput;
 
 fuzz_target!(|data: &[u8]| {

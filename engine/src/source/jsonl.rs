@@ -326,7 +326,7 @@ impl ChangeSource for JsonlSource {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::stage::StageChange;
+    use crate::feed::StageChange;
     use std::io::Write;
 
     const CONFIG: &str = r#"

@@ -55,6 +55,7 @@ mod meta;
 mod open;
 mod pending;
 mod read;
+mod source_port;
 #[cfg(test)]
 mod tests;
 

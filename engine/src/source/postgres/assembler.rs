@@ -1,0 +1,569 @@
+//! The assembler: decoded pgoutput messages in, whole committed transactions out.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::error::PgSourceError;
+use super::pgoutput::{OldTuple, PgOutputMessage, Relation, RelationColumn, TupleValue};
+use super::pgtypes;
+use crate::config::{OnTruncate, TableConfig, TableName};
+use crate::feed::{StageChange, StagedRow};
+use crate::source::{Op, Row, SourceEvent, Transaction, keyed_changes};
+use crate::value::Value;
+
+/// A relation the stream described, mapped to a configured table (or not).
+#[derive(Debug, Clone)]
+struct RelationInfo {
+    /// Index into the configured tables; `None`: not configured, passed over.
+    table: Option<usize>,
+    relation: Arc<Relation>,
+}
+
+/// A transaction being received.
+#[derive(Debug, Default)]
+struct InProgress {
+    /// LSN of the transaction's commit record, known from Begin: the rows' position.
+    commit_lsn: u64,
+    commit_time_us: i64,
+    changes: Vec<StageChange>,
+}
+
+/// Turns pgoutput messages into stage input. See the module docs.
+#[derive(Debug)]
+pub struct Assembler {
+    pub(super) tables: Vec<TableConfig>,
+    /// Each configured table's relation OID, resolved at start (`None`: matched by
+    /// name). A relation is a configured table by its OID, whatever its name now.
+    oids: Vec<Option<u32>>,
+    relations: HashMap<u32, RelationInfo>,
+    current: Option<InProgress>,
+    chunk_changes_max: usize,
+}
+
+impl Assembler {
+    /// An assembler that knows no relation OID: relations are matched to tables by name.
+    pub fn new(tables: Vec<TableConfig>, chunk_changes_max: usize) -> Assembler {
+        let oids = vec![None; tables.len()];
+        Assembler::with_oids(tables, oids, chunk_changes_max)
+    }
+
+    /// An assembler that knows each table's relation OID (`oids[i]` of `tables[i]`).
+    pub fn with_oids(
+        tables: Vec<TableConfig>,
+        oids: Vec<Option<u32>>,
+        chunk_changes_max: usize,
+    ) -> Assembler {
+        Assembler {
+            tables,
+            oids,
+            relations: HashMap::new(),
+            current: None,
+            chunk_changes_max: chunk_changes_max.max(1),
+        }
+    }
+
+    /// Whether a transaction is open (received Begin, not yet Commit).
+    pub fn in_transaction(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// Handles one message. `staged` looks up the staged row of (table, key), for
+    /// unchanged TOAST values.
+    ///
+    /// An update's unchanged TOAST values are the row's previous version's: taken from
+    /// the old tuple when it is whole (REPLICA IDENTITY FULL), or from the snapshot
+    /// chunk in flight when it read the row and the stream has not changed it since
+    /// (`unstaged`), or else left for the stage to fill when it applies the change
+    /// ([`StageChange::UpsertUnchanged`]), from the row's image at that point, which
+    /// includes every earlier change (of the same transaction, of transactions not yet
+    /// staged, of earlier chunks of a large transaction). Never from a lookup at
+    /// decoding time, which would see an older version or none.
+    pub fn handle(
+        &mut self,
+        message: PgOutputMessage,
+        staged: &dyn Fn(&str, &[u8]) -> Option<StagedRow>,
+        unstaged: &dyn Fn(usize, &str, &[u8]) -> Unstaged,
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        match message {
+            PgOutputMessage::Begin(begin) => {
+                self.current = Some(InProgress {
+                    commit_lsn: begin.final_lsn,
+                    commit_time_us: begin.commit_time_us,
+                    changes: Vec::new(),
+                });
+                Ok(vec![])
+            }
+            PgOutputMessage::Commit(commit) => {
+                let txn = self
+                    .current
+                    .take()
+                    .ok_or(PgSourceError::OutsideTransaction { what: "Commit" })?;
+                Ok(vec![SourceEvent::Transaction(Transaction {
+                    end: commit.end_lsn,
+                    cursor: commit.commit_lsn,
+                    changes: txn.changes,
+                    bad_records: vec![],
+                })])
+            }
+            PgOutputMessage::Relation(relation) => {
+                self.relation(relation)?;
+                Ok(vec![])
+            }
+            PgOutputMessage::Insert(insert) => {
+                let Some((t, relation)) = self.table_of(insert.relation_oid)? else {
+                    return Ok(vec![]);
+                };
+                let after = row(&self.tables[t], &relation.columns, &insert.new, None)?;
+                self.push(t, Op::Insert, None, Some(after))
+            }
+            PgOutputMessage::Update(update) => {
+                let Some((t, relation)) = self.table_of(update.relation_oid)? else {
+                    return Ok(vec![]);
+                };
+                let table = &self.tables[t];
+                let before = update
+                    .old
+                    .as_ref()
+                    .map(|old| key_image(table, &relation.columns, old))
+                    .transpose()?;
+                let source = table.source.to_string();
+                let (mut after, mut unchanged) =
+                    tuple_values(table, &relation.columns, &update.new)?;
+                if !unchanged.is_empty()
+                    && let Some(OldTuple::Full(old)) = &update.old
+                {
+                    // REPLICA IDENTITY FULL: PostgreSQL logs the old row whole, with
+                    // its TOAST values inline.
+                    let (old_row, _) = tuple_values(table, &relation.columns, old)?;
+                    take_unchanged(&mut after, &mut unchanged, &old_row);
+                }
+                if unchanged
+                    .iter()
+                    .any(|c| table.key.contains(c) || *c == table.partition_by)
+                {
+                    // A key or the partition column held out of line: they are needed
+                    // now, to key and place the change; only the staged image has them.
+                    let lookup = |key: &[u8]| staged(&source, key);
+                    let after = row(table, &relation.columns, &update.new, Some(&lookup))?;
+                    return self.push(t, Op::Update, before, Some(after));
+                }
+                let mut skip_if_absent = false;
+                if !unchanged.is_empty() {
+                    let key = key_of(table, &after)?;
+                    match unstaged(t, &source, &key) {
+                        Unstaged::ChunkRow(image) => {
+                            take_unchanged(&mut after, &mut unchanged, &image);
+                            if let Some(column) = unchanged.first() {
+                                return Err(PgSourceError::ToastWithoutRow {
+                                    table: source,
+                                    column: column.clone(),
+                                });
+                            }
+                        }
+                        Unstaged::NotRead => skip_if_absent = true,
+                        Unstaged::Staged => {}
+                    }
+                }
+                self.push_update(t, before, after, unchanged, skip_if_absent)
+            }
+            PgOutputMessage::Delete(delete) => {
+                let Some((t, relation)) = self.table_of(delete.relation_oid)? else {
+                    return Ok(vec![]);
+                };
+                let before = key_image(&self.tables[t], &relation.columns, &delete.old)?;
+                self.push(t, Op::Delete, Some(before), None)
+            }
+            PgOutputMessage::Truncate(truncate) => {
+                let mut refused = Vec::new();
+                let mut applied = Vec::new();
+                for oid in &truncate.relation_oids {
+                    if let Some((t, _)) = self.table_of(*oid)? {
+                        let table = &self.tables[t];
+                        match table.on_truncate {
+                            OnTruncate::Fail => refused.push(table.source.to_string()),
+                            OnTruncate::Apply => applied.push(table.source.to_string()),
+                        }
+                    }
+                }
+                if !refused.is_empty() {
+                    return Err(PgSourceError::Truncate {
+                        tables: refused.join(", "),
+                    });
+                }
+                let txn = self
+                    .current
+                    .as_mut()
+                    .ok_or(PgSourceError::OutsideTransaction { what: "a TRUNCATE" })?;
+                for table in applied {
+                    tracing::warn!(table = %table, "source table truncated: every staged row of it is removed");
+                    txn.changes.push(StageChange::Truncate { table });
+                }
+                Ok(vec![])
+            }
+            PgOutputMessage::StreamStart(_)
+            | PgOutputMessage::StreamStop
+            | PgOutputMessage::StreamCommit(_)
+            | PgOutputMessage::StreamAbort(_) => Err(PgSourceError::Streaming),
+            // Origins, types and logical messages carry no row changes.
+            PgOutputMessage::Origin(_) | PgOutputMessage::Type(_) | PgOutputMessage::Message(_) => {
+                Ok(vec![])
+            }
+        }
+    }
+
+    /// Records a relation; checks it against its configured table.
+    fn relation(&mut self, relation: Relation) -> Result<(), PgSourceError> {
+        let name = TableName {
+            schema: relation.namespace.clone(),
+            name: relation.name.clone(),
+        };
+        // By OID when known: a renamed table keeps its OID, a re-created one does not.
+        // (Names are checked against the catalog by `PostgresSource::check_relation`.)
+        let table = self
+            .oids
+            .iter()
+            .position(|o| *o == Some(relation.oid))
+            .or_else(|| {
+                self.tables
+                    .iter()
+                    .zip(&self.oids)
+                    .position(|(t, o)| o.is_none() && t.source == name)
+            });
+        if let Some(t) = table.map(|i| &self.tables[i]) {
+            let name = &t.source;
+            for column in &t.columns {
+                match relation.columns.iter().find(|c| c.name == column.name) {
+                    None => {
+                        return Err(PgSourceError::SchemaChanged {
+                            table: name.to_string(),
+                            change: format!("column `{}` was dropped or renamed", column.name),
+                        });
+                    }
+                    Some(c) => {
+                        let now = pgtypes::column_type(c.type_oid, c.type_modifier);
+                        if now != Some(column.ty) {
+                            return Err(PgSourceError::SchemaChanged {
+                                table: name.to_string(),
+                                change: format!(
+                                    "column `{}` is now {}, was {}",
+                                    column.name,
+                                    pgtypes::type_name(c.type_oid, c.type_modifier),
+                                    column.declared
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+            if let Some(previous) = self.relations.get(&relation.oid) {
+                let added: Vec<&str> = relation
+                    .columns
+                    .iter()
+                    .filter(|c| !previous.relation.columns.iter().any(|p| p.name == c.name))
+                    .map(|c| c.name.as_str())
+                    .collect();
+                if !added.is_empty() {
+                    tracing::warn!(table = %name, columns = %added.join(", "), "source table gained columns; they are staged, and written once the target has them");
+                }
+            }
+        }
+        self.relations.insert(
+            relation.oid,
+            RelationInfo {
+                table,
+                relation: Arc::new(relation),
+            },
+        );
+        Ok(())
+    }
+
+    /// The configured table of a relation (`None`: not configured) and the relation.
+    fn table_of(&self, oid: u32) -> Result<Option<(usize, Arc<Relation>)>, PgSourceError> {
+        let info = self
+            .relations
+            .get(&oid)
+            .ok_or(PgSourceError::UnknownRelation { oid })?;
+        Ok(info.table.map(|i| (i, Arc::clone(&info.relation))))
+    }
+
+    /// Adds rows read by a snapshot chunk to the open transaction (the one of the high
+    /// watermark), as reads, and the source state to stage with them.
+    pub(super) fn push_snapshot(
+        &mut self,
+        table: usize,
+        rows: Vec<Row>,
+        state: Vec<u8>,
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        let mut events = Vec::new();
+        for row in rows {
+            events.extend(self.push(table, Op::Read, None, Some(row))?);
+        }
+        let txn = self
+            .current
+            .as_mut()
+            .ok_or(PgSourceError::OutsideTransaction {
+                what: "a snapshot chunk",
+            })?;
+        txn.changes.push(StageChange::SourceState(state));
+        Ok(events)
+    }
+
+    /// An update whose `unchanged` columns (not in `after`) the stage fills from the
+    /// row's previous image when it applies it; see [`StageChange::UpsertUnchanged`].
+    fn push_update(
+        &mut self,
+        table: usize,
+        before: Option<Row>,
+        after: Row,
+        unchanged: Vec<String>,
+        skip_if_absent: bool,
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        if unchanged.is_empty() {
+            return self.push(table, Op::Update, before, Some(after));
+        }
+        let table = &self.tables[table];
+        let txn = self
+            .current
+            .as_mut()
+            .ok_or(PgSourceError::OutsideTransaction {
+                what: "a row change",
+            })?;
+        let changes = keyed_changes(
+            table,
+            Op::Update,
+            before,
+            Some(after),
+            txn.commit_lsn,
+            Some(txn.commit_time_us),
+        )
+        .map_err(|reason| PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason,
+        })?;
+        let mut previous_key = None;
+        let mut upsert = None;
+        for change in changes {
+            match change {
+                StageChange::Delete { key, .. } => previous_key = Some(key),
+                StageChange::Upsert {
+                    table,
+                    key,
+                    partition,
+                    row,
+                } => upsert = Some((table, key, partition, row)),
+                _ => {}
+            }
+        }
+        let (name, key, partition, row) = upsert.ok_or_else(|| PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason: "an update without its new row".into(),
+        })?;
+        // The new key's row first: a changed key's unchanged values are the old key's,
+        // whose row the delete after it removes.
+        txn.changes.push(StageChange::UpsertUnchanged {
+            table: name.clone(),
+            previous_key: previous_key.clone().unwrap_or_else(|| key.clone()),
+            key,
+            partition,
+            row,
+            unchanged,
+            // A changed key may be one the snapshot has passed: skipping could lose the
+            // row, so an unknown value stops the source instead.
+            skip_if_absent: skip_if_absent && previous_key.is_none(),
+        });
+        if let Some(key) = previous_key {
+            txn.changes.push(StageChange::Delete { table: name, key });
+        }
+        if txn.changes.len() >= self.chunk_changes_max {
+            return Ok(vec![SourceEvent::Chunk(std::mem::take(&mut txn.changes))]);
+        }
+        Ok(vec![])
+    }
+
+    fn push(
+        &mut self,
+        table: usize,
+        op: Op,
+        before: Option<Row>,
+        after: Option<Row>,
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        let table = &self.tables[table];
+        let txn = self
+            .current
+            .as_mut()
+            .ok_or(PgSourceError::OutsideTransaction {
+                what: "a row change",
+            })?;
+        let changes = keyed_changes(
+            table,
+            op,
+            before,
+            after,
+            txn.commit_lsn,
+            Some(txn.commit_time_us),
+        )
+        .map_err(|reason| PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason,
+        })?;
+        txn.changes.extend(changes);
+        if txn.changes.len() >= self.chunk_changes_max {
+            return Ok(vec![SourceEvent::Chunk(std::mem::take(&mut txn.changes))]);
+        }
+        Ok(vec![])
+    }
+}
+
+/// Looks up the staged row of a key of the table at hand.
+type KeyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<StagedRow>;
+
+/// Where the previous version of an updated row is, besides the stream, for the
+/// values an update leaves out (unchanged TOAST values).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unstaged {
+    /// In the stage (or in changes before this one that the stage will have applied):
+    /// no snapshot is running, or the snapshot has read the row's whole table.
+    Staged,
+    /// The snapshot chunk in flight read the row, and the stream has not changed it
+    /// since the chunk's low watermark: this is its version.
+    ChunkRow(Row),
+    /// The initial snapshot runs and may not have read the row yet: if the stage has
+    /// no version of it, the snapshot's later read of the row supersedes this update.
+    NotRead,
+}
+
+/// The values of a tuple, and the columns whose values are unchanged TOAST values
+/// (left out of the row).
+fn tuple_values(
+    table: &TableConfig,
+    columns: &[RelationColumn],
+    tuple: &[TupleValue],
+) -> Result<(Row, Vec<String>), PgSourceError> {
+    if columns.len() != tuple.len() {
+        return Err(PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason: format!(
+                "a tuple of {} columns for a relation of {}",
+                tuple.len(),
+                columns.len()
+            ),
+        });
+    }
+    let mut out = Vec::with_capacity(columns.len());
+    let mut unchanged = Vec::new();
+    for (column, value) in columns.iter().zip(tuple) {
+        match pgtypes::decode_tuple_value(
+            &column.name,
+            column.type_oid,
+            column.type_modifier,
+            value,
+        ) {
+            Ok(Some(v)) => out.push((column.name.clone(), v)),
+            Ok(None) => unchanged.push(column.name.clone()),
+            Err(source) => {
+                return Err(PgSourceError::Value {
+                    table: table.source.to_string(),
+                    column: column.name.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok((out, unchanged))
+}
+
+/// Moves the `unchanged` columns that `image` has into `row`.
+fn take_unchanged(row: &mut Row, unchanged: &mut Vec<String>, image: &[(String, Value)]) {
+    unchanged.retain(|column| match image.iter().find(|(c, _)| c == column) {
+        Some((_, value)) => {
+            row.push((column.clone(), value.clone()));
+            false
+        }
+        None => true,
+    });
+}
+
+/// The encoded key of a row of `table`.
+pub(super) fn key_of(table: &TableConfig, row: &Row) -> Result<Vec<u8>, PgSourceError> {
+    let values = table
+        .key
+        .iter()
+        .map(|k| row.iter().find(|(c, _)| c == k).map(|(_, v)| v))
+        .collect::<Option<Vec<&Value>>>()
+        .ok_or_else(|| PgSourceError::BadChange {
+            table: table.source.to_string(),
+            reason: "a row without its key".into(),
+        })?;
+    crate::feed::encode_key(&values).map_err(|e| PgSourceError::BadChange {
+        table: table.source.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// The values of a tuple as a row. Unchanged TOAST values come from the staged image
+/// of the row's key (`staged`), which only updates have.
+fn row(
+    table: &TableConfig,
+    columns: &[RelationColumn],
+    tuple: &[TupleValue],
+    staged: Option<KeyLookup<'_>>,
+) -> Result<Row, PgSourceError> {
+    let (mut out, unchanged) = tuple_values(table, columns, tuple)?;
+    if unchanged.is_empty() {
+        return Ok(out);
+    }
+    let key = crate::feed::encode_key(
+        &table
+            .key
+            .iter()
+            .map(|k| out.iter().find(|(c, _)| c == k).map(|(_, v)| v))
+            .collect::<Option<Vec<&Value>>>()
+            .ok_or_else(|| PgSourceError::BadChange {
+                table: table.source.to_string(),
+                reason: "a key column is an unchanged TOAST value".into(),
+            })?,
+    )
+    .map_err(|e| PgSourceError::BadChange {
+        table: table.source.to_string(),
+        reason: e.to_string(),
+    })?;
+    let image = staged.and_then(|lookup| lookup(&key));
+    for column in unchanged {
+        let value = image
+            .as_ref()
+            .and_then(|r| r.values.iter().find(|(c, _)| *c == column))
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| PgSourceError::ToastWithoutRow {
+                table: table.source.to_string(),
+                column: column.clone(),
+            })?;
+        out.push((column, value));
+    }
+    Ok(out)
+}
+
+/// The key columns of an old tuple (`K`: only they are set; `O`: the whole row).
+fn key_image(
+    table: &TableConfig,
+    columns: &[RelationColumn],
+    old: &OldTuple,
+) -> Result<Row, PgSourceError> {
+    let tuple = match old {
+        OldTuple::Key(t) | OldTuple::Full(t) => t,
+    };
+    let full = row(table, columns, tuple, None);
+    // An old tuple may hold unchanged TOAST values outside the key; only the key matters.
+    let mut out = Vec::with_capacity(table.key.len());
+    match full {
+        Ok(r) => {
+            for (c, v) in r {
+                if table.key.contains(&c) {
+                    out.push((c, v));
+                }
+            }
+            Ok(out)
+        }
+        Err(PgSourceError::ToastWithoutRow { .. }) => Ok(out),
+        Err(e) => Err(e),
+    }
+}

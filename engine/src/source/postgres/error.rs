@@ -1,0 +1,142 @@
+//! The PostgreSQL source's errors, and which of them a reconnect may cure.
+
+use super::pgoutput::DecodeError;
+use super::pgtypes;
+use super::replication::ReplicationError;
+use super::stage_port::PortError;
+
+/// Errors of the PostgreSQL source.
+#[derive(Debug, thiserror::Error)]
+pub enum PgSourceError {
+    #[error(transparent)]
+    Injected(#[from] crate::faults::InjectedFault),
+    #[error(
+        "{table}: the source table changed: {change}. Nothing past this transaction was acknowledged; alter the target to match and restart, or take a new snapshot"
+    )]
+    SchemaChanged { table: String, change: String },
+    #[error("{table}: {reason}")]
+    BadChange { table: String, reason: String },
+    #[error("{table}: column `{column}`")]
+    Value {
+        table: String,
+        column: String,
+        #[source]
+        source: pgtypes::TypeError,
+    },
+    #[error(
+        "{table}: unchanged TOAST value of column `{column}` for a row that is not staged; set REPLICA IDENTITY FULL on the table or take a new snapshot"
+    )]
+    ToastWithoutRow { table: String, column: String },
+    #[error(
+        "TRUNCATE of {tables}: on_truncate = \"fail\" for it, so the source stops and nothing past the TRUNCATE is acknowledged; set on_truncate = \"apply\" on the table to remove its rows from the stage and the target"
+    )]
+    Truncate { tables: String },
+    #[error(
+        "a change arrived outside a transaction ({what}): the replication stream is out of order"
+    )]
+    OutsideTransaction { what: &'static str },
+    #[error("change for relation {oid}, which no Relation message described")]
+    UnknownRelation { oid: u32 },
+    #[error("streamed in-progress transactions (protocol version 2) are not requested by Weir")]
+    Streaming,
+    #[error(
+        "replication slot `{slot}` does not exist: run `weir init`, which creates it and takes a fresh snapshot; Weir never re-creates a slot silently, since changes made meanwhile are lost"
+    )]
+    SlotMissing { slot: String },
+    #[error(
+        "replication slot `{slot}` was invalidated by the server (wal_status = lost: it fell behind max_slot_wal_keep_size); changes are lost: drop the slot and run `weir init` for a fresh snapshot"
+    )]
+    SlotInvalidated { slot: String },
+    #[error(
+        "replication slot `{slot}` has confirmed the feed up to {confirmed}, past this stage's position {position}: the changes in between were acknowledged by some other stage (an older checkpoint imported with `weir checkpoint import`, the slot dropped and created again, or another engine using this slot) and the slot cannot send them again; import a checkpoint of this feed at or past {confirmed}, or take a fresh snapshot: point `[stage] path` at a new folder and run `weir init` and `weir run`"
+    )]
+    SlotAhead {
+        slot: String,
+        confirmed: String,
+        position: String,
+    },
+    #[error(transparent)]
+    Stage(#[from] PortError),
+    #[error("a stage task failed")]
+    Task(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
+    #[error("undecodable pgoutput message")]
+    Decode(#[from] DecodeError),
+    #[error("source table {table} {problem}")]
+    SourceTable { table: String, problem: String },
+    /// The source estate (publication, replica identity, key) would hide changes from
+    /// Weir: refused before anything is streamed, with the statements that fix it.
+    #[error("{subject}: {problems}")]
+    Estate { subject: String, problems: String },
+    #[error(
+        "source table {configured} (relation OID {oid}) is now {now} (ALTER TABLE … RENAME or SET SCHEMA): nothing past this change was acknowledged; set `source = \"{now}\"` for this table in the config (the stage carries its staged rows over to the new name) and run again"
+    )]
+    Renamed {
+        configured: String,
+        oid: u32,
+        now: String,
+    },
+    #[error(
+        "source table {table} is now relation OID {oid}, not OID {expected} which this feed streams: it was dropped and created again, and its changes in between are lost to this stage. Nothing past this change was acknowledged. Take a new snapshot: point `[stage] path` at a new folder, then run `weir init` and `weir run`"
+    )]
+    Recreated {
+        table: String,
+        oid: u32,
+        expected: u32,
+    },
+    #[error(
+        "{partition} (relation OID {oid}) is a partition of the configured table {root}, and publication `{publication}` sends its changes under the partition's own name: nothing past this change was acknowledged; run `ALTER PUBLICATION {quoted} SET (publish_via_partition_root = true);` on the source and run again"
+    )]
+    LeafPartition {
+        partition: String,
+        oid: u32,
+        root: String,
+        publication: String,
+        quoted: String,
+    },
+    #[error("source query failed: {what}")]
+    Query {
+        what: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error("cannot connect to the source PostgreSQL")]
+    Connect(#[source] crate::pgconn::ConnectError),
+}
+
+impl PgSourceError {
+    /// Whether the user must change the source estate or the config before anything can
+    /// run (exit code 2): a publication, key or replica identity that would hide changes.
+    pub fn is_usage(&self) -> bool {
+        matches!(self, PgSourceError::Estate { .. })
+    }
+
+    /// Whether a reconnect may cure it: the connection failed or was closed, or the
+    /// server refused or ended it for a reason of its own (SQLSTATE classes 08
+    /// connection exception and 57 operator intervention: a shutdown, a restart,
+    /// `pg_terminate_backend`), or the slot is still held by the previous connection's
+    /// walsender (55006).
+    pub fn is_transient(&self) -> bool {
+        let transient_code =
+            |code: &str| code.starts_with("08") || code.starts_with("57") || code == "55006";
+        match self {
+            PgSourceError::Replication(e) => match e {
+                ReplicationError::Connect { .. }
+                | ReplicationError::Io { .. }
+                | ReplicationError::Closed
+                | ReplicationError::Unusable => true,
+                ReplicationError::Tls(e) => e.transient,
+                other => other.code().is_some_and(transient_code),
+            },
+            PgSourceError::Connect(e) => e.is_transient(),
+            PgSourceError::Query { source, .. } => {
+                source.is_closed()
+                    || source
+                        .code()
+                        .map_or(source.as_db_error().is_none(), |c| transient_code(c.code()))
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! `init` setup and checks: the slot, the publication, and each table's estate.
+
+use super::error::PgSourceError;
+use super::pgtypes;
+use crate::config::{Dsn, TableConfig, TableName, quote_ident};
+
+/// Connects to the source as an ordinary client, for catalog queries and setup.
+pub async fn connect(dsn: &Dsn) -> Result<tokio_postgres::Client, PgSourceError> {
+    let (client, connection) = crate::pgconn::connect(dsn)
+        .await
+        .map_err(PgSourceError::Connect)?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "source connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// The columns of a source table, in order, as Weir columns.
+pub async fn source_columns(
+    client: &tokio_postgres::Client,
+    table: &TableName,
+) -> Result<Vec<crate::config::Column>, PgSourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid, a.atttypmod \
+             FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&table.quoted()],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query { what: "read a source table's columns", source })?;
+    if rows.is_empty() {
+        return Err(PgSourceError::SourceTable {
+            table: table.to_string(),
+            problem: "does not exist (or has no columns): create it, or, if it was renamed (ALTER TABLE … RENAME or SET SCHEMA), set `source` to its new name in the config".into(),
+        });
+    }
+    rows.iter()
+        .map(|r| {
+            let (name, declared, oid, modifier): (String, String, u32, i32) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            let ty =
+                pgtypes::column_type(oid, modifier).ok_or_else(|| PgSourceError::SourceTable {
+                    table: table.to_string(),
+                    problem: format!(
+                        "column `{name}` has type {declared}, which Weir cannot write yet"
+                    ),
+                })?;
+            Ok(crate::config::Column {
+                name,
+                declared,
+                ty,
+                epoch: None,
+            })
+        })
+        .collect()
+}
+
+/// What `weir init` set up in the source.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SetupReport {
+    /// Whether the publication was created (rather than found).
+    pub created_publication: bool,
+    /// Whether the slot was created (rather than found).
+    pub created_slot: bool,
+    /// Per table: `schema.table` and its replica identity, in words.
+    pub identities: Vec<(String, String)>,
+    /// Per table: its relation OID.
+    pub oids: Vec<u32>,
+}
+
+/// A table's relation OID (`None`: it does not exist).
+pub async fn table_oid(
+    client: &tokio_postgres::Client,
+    table: &TableName,
+) -> Result<Option<u32>, PgSourceError> {
+    Ok(client
+        .query_one("SELECT to_regclass($1)::oid", &[&table.quoted()])
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "look up a source table",
+            source,
+        })?
+        .get(0))
+}
+
+/// Creates the publication (with `publish_via_partition_root`, so a partitioned
+/// table's changes come under its own name) and the slot when missing, then checks
+/// the estate ([`check_estate`]): an existing publication a DBA made is used as it is
+/// if it hides nothing, else refused with the statements that fix it. Safe to run
+/// again; never re-creates a slot.
+pub async fn setup(
+    client: &tokio_postgres::Client,
+    slot: &str,
+    publication: &str,
+    tables: &[TableConfig],
+) -> Result<SetupReport, PgSourceError> {
+    let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+    let exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
+            &[&publication],
+        )
+        .await
+        .map_err(query("look up the publication"))?
+        .get(0);
+    let created_publication = !exists;
+    if !exists {
+        for table in tables {
+            // A missing table is named before the publication is made.
+            source_columns(client, &table.source).await?;
+        }
+        let list: Vec<String> = tables.iter().map(|t| t.source.quoted()).collect();
+        client
+            .batch_execute(&format!(
+                "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)",
+                quote_ident(publication),
+                list.join(", ")
+            ))
+            .await
+            .map_err(query("create the publication"))?;
+    }
+    let estate = check_estate(client, publication, tables).await?;
+    let identities = tables
+        .iter()
+        .map(|t| t.source.to_string())
+        .zip(estate.identities.iter().cloned())
+        .collect();
+    let slot_exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+            &[&slot],
+        )
+        .await
+        .map_err(query("look up the slot"))?
+        .get(0);
+    if !slot_exists {
+        // Rows already in the tables reach the stage through the initial snapshot, which
+        // `weir run` takes (and resumes) from the stage's progress.
+        client
+            .query_one(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&slot],
+            )
+            .await
+            .map_err(query("create the replication slot"))?;
+    }
+    Ok(SetupReport {
+        created_publication,
+        created_slot: !slot_exists,
+        identities,
+        oids: estate.oids,
+    })
+}
+
+/// What [`check_estate`] found: each configured table's relation OID and replica
+/// identity, in the order of the tables.
+#[derive(Debug, Clone)]
+pub struct Estate {
+    /// Per table: its relation OID.
+    pub oids: Vec<u32>,
+    /// Per table: its replica identity, in words.
+    pub identities: Vec<String>,
+}
+
+/// One relation of a configured table whose replica identity matters: the table
+/// itself, or each leaf partition of a partitioned table.
+struct IdentityRow {
+    name: String,
+    identity: String,
+    primary_key: Vec<String>,
+    identity_index: Vec<String>,
+}
+
+/// Checks that the source hides no change of a configured table from Weir, before
+/// anything is streamed (`weir init` after it set up the publication, and every start
+/// of `weir run`): each table exists; its key is its primary key, its replica identity
+/// index, or it is `REPLICA IDENTITY FULL` (for a partitioned table: each leaf
+/// partition's, which is what the server logs); the publication exists, publishes
+/// insert, update, delete and truncate, sends a partitioned table's changes under the
+/// table's own name (`publish_via_partition_root`), covers every table, with no row
+/// filter and no column list that leaves out a column Weir reads. Every problem found
+/// is listed, each with the statement that fixes it.
+pub async fn check_estate(
+    client: &tokio_postgres::Client,
+    publication: &str,
+    tables: &[TableConfig],
+) -> Result<Estate, PgSourceError> {
+    let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+    let pub_quoted = quote_ident(publication);
+    let mut problems: Vec<String> = Vec::new();
+    let mut oids = Vec::with_capacity(tables.len());
+    let mut identities = Vec::with_capacity(tables.len());
+    let mut partitioned = Vec::with_capacity(tables.len());
+    for table in tables {
+        let row = client
+            .query_opt(
+                "SELECT c.oid, c.relkind::text FROM pg_class c WHERE c.oid = to_regclass($1)",
+                &[&table.source.quoted()],
+            )
+            .await
+            .map_err(query("look up a source table"))?;
+        let Some(row) = row else {
+            return Err(PgSourceError::SourceTable {
+                table: table.source.to_string(),
+                problem: "does not exist: create it, or, if it was renamed (ALTER TABLE … RENAME or SET SCHEMA), set `source` to its new name in the config".into(),
+            });
+        };
+        let (oid, kind): (u32, String) = (row.get(0), row.get(1));
+        oids.push(oid);
+        partitioned.push(kind == "p");
+        // The relations whose replica identity the server uses: a partitioned table's
+        // leaves (a table that is not partitioned is its own only leaf).
+        let rows = client
+            .query(
+                "WITH rels AS (SELECT relid FROM pg_partition_tree($1::text::regclass) WHERE isleaf \
+                                UNION ALL SELECT $1::text::regclass WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree($1::text::regclass) WHERE isleaf)) \
+                 SELECT c.oid::regclass::text, c.relreplident::text, \
+                   coalesce((SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = c.oid AND i.indisprimary), '{}'), \
+                   coalesce((SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = c.oid AND i.indisreplident), '{}') \
+                 FROM rels JOIN pg_class c ON c.oid = rels.relid ORDER BY 1",
+                &[&table.source.quoted()],
+            )
+            .await
+            .map_err(query("read a table's replica identity"))?;
+        let rows: Vec<IdentityRow> = rows
+            .iter()
+            .map(|r| IdentityRow {
+                name: r.get(0),
+                identity: r.get(1),
+                primary_key: r.get(2),
+                identity_index: r.get(3),
+            })
+            .collect();
+        let mut key: Vec<String> = table.key.clone();
+        key.sort();
+        let mut words = None;
+        for rel in &rows {
+            let (what, columns) = match (rel.identity.as_str(), rel.primary_key.is_empty()) {
+                ("f", _) => {
+                    words.get_or_insert("full: old rows are sent whole");
+                    continue;
+                }
+                ("d", false) => ("primary key", &rel.primary_key),
+                ("i", _) => ("replica identity index", &rel.identity_index),
+                _ => {
+                    problems.push(format!(
+                        "{} has no replica identity (REPLICA IDENTITY NOTHING, or DEFAULT without a primary key), so its updates and deletes cannot be replicated: add a primary key on ({}), or run `ALTER TABLE {} REPLICA IDENTITY FULL;`",
+                        rel.name,
+                        table.key.join(", "),
+                        rel.name
+                    ));
+                    continue;
+                }
+            };
+            if *columns != key {
+                problems.push(format!(
+                    "the configured key ({}) of {} is not the {what} ({}) of {}, which is what the server sends to identify an updated or deleted row: set `key = [{}]` in the config, or run `ALTER TABLE {} REPLICA IDENTITY FULL;`",
+                    table.key.join(", "),
+                    table.source,
+                    columns.join(", "),
+                    rel.name,
+                    columns
+                        .iter()
+                        .map(|c| format!("\"{c}\""))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    rel.name
+                ));
+            } else {
+                words.get_or_insert(if what == "primary key" {
+                    "default (primary key): deletes and key changes resolved through the stage's keys index"
+                } else {
+                    "index: old rows carry the index columns"
+                });
+            }
+        }
+        identities.push(words.unwrap_or("full: old rows are sent whole").to_owned());
+    }
+
+    let publication_row = client
+        .query_opt(
+            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(query("read the publication"))?;
+    let Some(p) = publication_row else {
+        return Err(PgSourceError::Estate {
+            subject: format!("publication `{publication}`"),
+            problems: "does not exist: run `weir init`, which creates it".into(),
+        });
+    };
+    let (insert, update, delete, truncate, via_root): (bool, bool, bool, bool, bool) =
+        (p.get(0), p.get(1), p.get(2), p.get(3), p.get(4));
+    let missing: Vec<&str> = [
+        ("insert", insert),
+        ("update", update),
+        ("delete", delete),
+        ("truncate", truncate),
+    ]
+    .iter()
+    .filter(|(_, on)| !on)
+    .map(|(op, _)| *op)
+    .collect();
+    if !missing.is_empty() {
+        problems.push(format!(
+            "publication `{publication}` does not publish {}, so those changes would never reach the target: run `ALTER PUBLICATION {pub_quoted} SET (publish = 'insert, update, delete, truncate');`",
+            missing.join(", ")
+        ));
+    }
+    let leaves_named: Vec<String> = tables
+        .iter()
+        .zip(&partitioned)
+        .filter(|(_, p)| **p)
+        .map(|(t, _)| t.source.to_string())
+        .collect();
+    if !via_root && !leaves_named.is_empty() {
+        problems.push(format!(
+            "publication `{publication}` sends the changes of partitioned table {} under each partition's name (publish_via_partition_root is off), not the table's: run `ALTER PUBLICATION {pub_quoted} SET (publish_via_partition_root = true);`",
+            leaves_named.join(", ")
+        ));
+    }
+    // Row filters and column lists exist from PostgreSQL 15 on.
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(query("read the server version"))?
+        .get(0);
+    let published = client
+        .query(
+            if version >= 150_000 {
+                "SELECT schemaname::text, tablename::text, attnames::text[], rowfilter FROM pg_publication_tables WHERE pubname = $1"
+            } else {
+                "SELECT schemaname::text, tablename::text, NULL::text[], NULL::text FROM pg_publication_tables WHERE pubname = $1"
+            },
+            &[&publication],
+        )
+        .await
+        .map_err(query("read the publication's tables"))?;
+    for (table, is_partitioned) in tables.iter().zip(&partitioned) {
+        if *is_partitioned && !via_root {
+            continue; // reported above: its partitions are listed, not it
+        }
+        let entry = published.iter().find(|r| {
+            r.get::<_, String>(0) == table.source.schema
+                && r.get::<_, String>(1) == table.source.name
+        });
+        let Some(entry) = entry else {
+            problems.push(format!(
+                "{} is not in publication `{publication}`: run `ALTER PUBLICATION {pub_quoted} ADD TABLE {};`",
+                table.source,
+                table.source.quoted()
+            ));
+            continue;
+        };
+        let refresh = format!(
+            "run `ALTER PUBLICATION {pub_quoted} DROP TABLE {t}; ALTER PUBLICATION {pub_quoted} ADD TABLE {t};`",
+            t = table.source.quoted()
+        );
+        let rowfilter: Option<String> = entry.get(3);
+        if rowfilter.is_some() {
+            problems.push(format!(
+                "publication `{publication}` has a row filter (WHERE …) on {}, so changes of rows outside it would never reach the target: {refresh}",
+                table.source
+            ));
+        }
+        let columns: Option<Vec<String>> = entry.get(2);
+        if let Some(columns) = columns {
+            let hidden: Vec<&str> = table
+                .columns
+                .iter()
+                .map(|c| c.name.as_str())
+                .filter(|c| !columns.iter().any(|p| p == c))
+                .collect();
+            if !hidden.is_empty() {
+                problems.push(format!(
+                    "publication `{publication}` has a column list on {} that leaves out {}: {refresh}",
+                    table.source,
+                    hidden.join(", ")
+                ));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(PgSourceError::Estate {
+            subject: format!(
+                "the source would hide changes from Weir ({} problems)",
+                problems.len()
+            ),
+            problems: problems.join("; "),
+        });
+    }
+    Ok(Estate { oids, identities })
+}
+
+/// A slot's `wal_status` and how many bytes of WAL it holds back.
+pub async fn slot_status(
+    client: &tokio_postgres::Client,
+    slot: &str,
+) -> Result<Option<(String, i64)>, PgSourceError> {
+    let row = client
+        .query_opt(
+            "SELECT coalesce(wal_status, 'unknown'), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query { what: "read the slot's status", source })?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}

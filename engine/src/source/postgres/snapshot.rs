@@ -1,0 +1,449 @@
+//! The initial snapshot: tables copied in chunks between watermarks while changes stream.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::assembler::{Unstaged, key_of};
+use super::error::PgSourceError;
+use super::pgtypes;
+use super::replication::ReplicationError;
+use super::setup::connect;
+use super::stage_port::StagePort;
+use crate::config::{Dsn, TableConfig, TableName, quote_ident};
+use crate::feed::StageChange;
+use crate::source::{Row, SourceEvent};
+use crate::value::Value;
+
+/// Without a terminal, snapshot progress is logged this often.
+const SNAPSHOT_LOG_INTERVAL_S: u64 = 5;
+/// The prefix of the watermark messages around each snapshot chunk.
+pub(super) const WATERMARK_PREFIX: &str = "weir.watermark";
+
+/// How far the snapshot got; staged with each chunk (`StageChange::SourceState`).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct SnapshotProgress {
+    /// Tables whose snapshot is complete.
+    done: Vec<String>,
+    /// The table being read and the text of the last key read in it.
+    current: Option<(String, Vec<Option<String>>)>,
+    /// Every table is done.
+    complete: bool,
+}
+
+/// A chunk read between its low and high watermark.
+#[derive(Debug)]
+pub(super) struct ChunkInFlight {
+    table: usize,
+    low: u64,
+    high: u64,
+    seen_low: bool,
+    rows: Vec<Row>,
+    /// Keys of the table changed by transactions committed between the watermarks:
+    /// the stream's version of those rows wins over the chunk's.
+    changed: std::collections::HashSet<Vec<u8>>,
+    last_key: Option<Vec<Option<String>>>,
+    /// The encoded key of each row: its index in `rows`.
+    index: HashMap<Vec<u8>, usize>,
+}
+
+/// Which watermark a logical message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Watermark {
+    None,
+    Low,
+    High,
+}
+
+/// The initial snapshot, merged with the stream by watermarks (as in Netflix's DBLog):
+/// each chunk of rows, in key order, is read between a low and a high watermark written
+/// into the WAL; rows changed by transactions committed between the two are dropped
+/// from the chunk (the stream already carries newer versions), and the rest are staged
+/// in the high watermark's transaction, with the snapshot's progress. A crash loses at
+/// most the chunk in flight: the next run continues after the last staged key.
+pub(super) struct Snapshot {
+    client: tokio_postgres::Client,
+    progress: SnapshotProgress,
+    chunk_rows: usize,
+    pub(super) in_flight: Option<ChunkInFlight>,
+    pub(super) rows_done: u64,
+    /// The planner's estimate of the rows to read, for the rate and ETA.
+    rows_estimate: u64,
+    started: Instant,
+    last_log: Instant,
+    /// On a terminal, a progress bar.
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Snapshot {
+    /// A progress bar on a terminal; otherwise a structured log line every few seconds,
+    /// with the rate and the estimated time left.
+    fn report_progress(&mut self, table: &str) {
+        let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
+        let rows_per_s = self.rows_done as f64 / elapsed;
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.rows_done);
+        } else if self.last_log.elapsed() >= Duration::from_secs(SNAPSHOT_LOG_INTERVAL_S)
+            || self.progress.complete
+        {
+            let eta_s = (self.rows_estimate.saturating_sub(self.rows_done) as f64
+                / rows_per_s.max(1.0)) as u64;
+            tracing::info!(
+                table,
+                rows_done = self.rows_done,
+                rows_estimate = self.rows_estimate,
+                rows_per_s = rows_per_s as u64,
+                eta_s,
+                "snapshot progress"
+            );
+            self.last_log = Instant::now();
+        }
+        if self.progress.complete
+            && let Some(bar) = &self.bar
+        {
+            bar.finish();
+        }
+    }
+
+    /// The snapshot to run, from the progress staged so far (`None`: complete).
+    pub(super) async fn resume(
+        dsn: &Dsn,
+        tables: &[TableConfig],
+        stage: &dyn StagePort,
+        chunk_rows: usize,
+    ) -> Result<Option<Snapshot>, PgSourceError> {
+        let progress: SnapshotProgress = match stage.source_state().ok().flatten() {
+            Some(bytes) => postcard::from_bytes(&bytes).unwrap_or_default(),
+            None => SnapshotProgress::default(),
+        };
+        if progress.complete || tables.is_empty() {
+            return Ok(None);
+        }
+        let client = connect(dsn).await?;
+        // The text forms the stream uses, so both decode alike.
+        client
+            .batch_execute("SET DateStyle = ISO; SET IntervalStyle = postgres; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET synchronous_commit = on")
+            .await
+            .map_err(|source| PgSourceError::Query { what: "prepare the snapshot connection", source })?;
+        // The planner's row estimates of the tables left: enough for a rate and an ETA.
+        let mut rows_estimate = 0u64;
+        for table in tables
+            .iter()
+            .filter(|t| !progress.done.contains(&t.source.to_string()))
+        {
+            let estimate: f32 = client
+                .query_one(
+                    "SELECT greatest(reltuples, 0)::real FROM pg_class WHERE oid = to_regclass($1)",
+                    &[&table.source.quoted()],
+                )
+                .await
+                .map_err(|source| PgSourceError::Query {
+                    what: "estimate a table's rows",
+                    source,
+                })?
+                .get(0);
+            rows_estimate += estimate as u64;
+        }
+        tracing::info!(
+            tables = tables.len(),
+            done = progress.done.len(),
+            rows_estimate,
+            "initial snapshot starts"
+        );
+        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+            let bar = indicatif::ProgressBar::new(rows_estimate.max(1));
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "snapshot {bar:40} {human_pos}/{human_len} rows, {per_sec}, ETA {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        Ok(Some(Snapshot {
+            client,
+            progress,
+            chunk_rows: chunk_rows.max(1),
+            in_flight: None,
+            rows_done: 0,
+            rows_estimate,
+            started: Instant::now(),
+            last_log: Instant::now(),
+            bar,
+        }))
+    }
+
+    /// Reads the next chunk between two watermarks. `false` when every table is done.
+    pub(super) async fn start_chunk(
+        &mut self,
+        tables: &[TableConfig],
+    ) -> Result<bool, PgSourceError> {
+        let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+        let next = tables
+            .iter()
+            .position(|t| !self.progress.done.contains(&t.source.to_string()));
+        let Some(index) = next else {
+            self.progress.complete = true;
+            return Ok(false);
+        };
+        let table = &tables[index];
+        let name = table.source.to_string();
+        let after = match &self.progress.current {
+            Some((t, key)) if *t == name => Some(key.clone()),
+            _ => None,
+        };
+        let emit = "SELECT pg_logical_emit_message(true, $1, $2)::text";
+        let low: String = self
+            .client
+            .query_one(emit, &[&WATERMARK_PREFIX, &"low"])
+            .await
+            .map_err(query("write a low watermark"))?
+            .get(0);
+        // The simple query protocol returns each value in its output function's text,
+        // exactly what pgoutput sends (a `::text` cast differs, e.g. for booleans).
+        let columns: Vec<String> = table.columns.iter().map(|c| quote_ident(&c.name)).collect();
+        let keys: Vec<String> = table.key.iter().map(|k| quote_ident(k)).collect();
+        let mut sql = format!(
+            "SELECT {} FROM {}",
+            columns.join(", "),
+            table.source.quoted()
+        );
+        if let Some(after) = &after {
+            let mut literals = Vec::with_capacity(after.len());
+            for (k, value) in table.key.iter().zip(after) {
+                let declared = table.column(k).map_or("text", |c| c.declared.as_str());
+                let value = value.as_deref().ok_or_else(|| PgSourceError::BadChange {
+                    table: name.clone(),
+                    reason: "a key column of a snapshot row is NULL".into(),
+                })?;
+                // One quoting function, right whatever the source's
+                // `standard_conforming_strings` is (a key may hold `\` and `'`).
+                let literal = crate::config::quote_literal(value).ok_or_else(|| {
+                    PgSourceError::BadChange {
+                        table: name.clone(),
+                        reason: format!("key column `{k}` of a snapshot row holds a NUL"),
+                    }
+                })?;
+                literals.push(format!("{literal}::{declared}"));
+            }
+            sql.push_str(&format!(
+                " WHERE ({}) > ({})",
+                keys.join(", "),
+                literals.join(", ")
+            ));
+        }
+        sql.push_str(&format!(
+            " ORDER BY {} LIMIT {}",
+            keys.join(", "),
+            self.chunk_rows
+        ));
+        let rows: Vec<tokio_postgres::SimpleQueryRow> = self
+            .client
+            .simple_query(&sql)
+            .await
+            .map_err(query("read a snapshot chunk"))?
+            .into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+                _ => None,
+            })
+            .collect();
+        let high: String = self
+            .client
+            .query_one(emit, &[&WATERMARK_PREFIX, &"high"])
+            .await
+            .map_err(query("write a high watermark"))?
+            .get(0);
+        let oids = column_types(&self.client, &table.source).await?;
+        let mut decoded = Vec::with_capacity(rows.len());
+        let mut last_key = None;
+        for r in &rows {
+            let mut row = Vec::with_capacity(table.columns.len());
+            for (i, column) in table.columns.iter().enumerate() {
+                let text: Option<&str> = r.get(i);
+                let (oid, modifier) = oids.get(&column.name).copied().unwrap_or((25, -1));
+                let value = match text {
+                    None => Value::Null,
+                    Some(t) => pgtypes::decode_text(&column.name, oid, modifier, t.as_bytes())
+                        .map_err(|source| PgSourceError::Value {
+                            table: name.clone(),
+                            column: column.name.clone(),
+                            source,
+                        })?,
+                };
+                row.push((column.name.clone(), value));
+            }
+            last_key = Some(
+                table
+                    .key
+                    .iter()
+                    .map(|k| {
+                        table
+                            .columns
+                            .iter()
+                            .position(|c| &c.name == k)
+                            .and_then(|i| r.get(i).map(str::to_owned))
+                    })
+                    .collect(),
+            );
+            decoded.push(row);
+        }
+        let mut keys = HashMap::with_capacity(decoded.len());
+        for (i, row) in decoded.iter().enumerate() {
+            keys.insert(key_of(table, row)?, i);
+        }
+        tracing::debug!(table = %name, read = rows.len(), "snapshot chunk read");
+        let parse = |lsn: &str| {
+            super::lsn::parse_lsn(lsn).ok_or(PgSourceError::Replication(ReplicationError::Closed))
+        };
+        self.in_flight = Some(ChunkInFlight {
+            table: index,
+            low: parse(&low)?,
+            high: parse(&high)?,
+            seen_low: false,
+            rows: decoded,
+            changed: std::collections::HashSet::new(),
+            index: keys,
+            last_key: if rows.len() < self.chunk_rows {
+                None
+            } else {
+                last_key
+            },
+        });
+        Ok(true)
+    }
+
+    /// Where the previous version of a row of table `table` (named `name`) is, for an
+    /// update's unchanged values; see [`Unstaged`].
+    pub(super) fn unstaged(&self, table: usize, name: &str, key: &[u8]) -> Unstaged {
+        if self.progress.done.iter().any(|t| t == name) {
+            return Unstaged::Staged;
+        }
+        match &self.in_flight {
+            Some(chunk) if chunk.table == table && !chunk.changed.contains(key) => chunk
+                .index
+                .get(key)
+                .and_then(|i| chunk.rows.get(*i))
+                .map_or(Unstaged::NotRead, |row| Unstaged::ChunkRow(row.clone())),
+            _ => Unstaged::NotRead,
+        }
+    }
+
+    /// Whether the logical message at `lsn` is this chunk's low or high watermark.
+    pub(super) fn watermark(&mut self, lsn: u64) -> Watermark {
+        match self.in_flight.as_mut() {
+            Some(chunk) if lsn == chunk.low => {
+                chunk.seen_low = true;
+                Watermark::Low
+            }
+            Some(chunk) if lsn == chunk.high && chunk.seen_low => Watermark::High,
+            _ => Watermark::None,
+        }
+    }
+
+    /// Notes the keys of the chunk's table that stream events between the watermarks
+    /// changed.
+    pub(super) fn observe(&mut self, events: &[SourceEvent]) {
+        let Some(chunk) = self.in_flight.as_mut().filter(|c| c.seen_low) else {
+            return;
+        };
+        for event in events {
+            let changes = match event {
+                SourceEvent::Transaction(t) => &t.changes,
+                SourceEvent::Chunk(c) => c,
+                _ => continue,
+            };
+            for change in changes {
+                if let StageChange::Upsert { key, .. }
+                | StageChange::UpsertUnchanged { key, .. }
+                | StageChange::Delete { key, .. } = change
+                {
+                    chunk.changed.insert(key.clone());
+                }
+            }
+        }
+    }
+
+    /// At the high watermark: the chunk's rows not changed meanwhile, and the progress
+    /// to stage with them.
+    pub(super) fn finish_chunk(
+        &mut self,
+        tables: &[TableConfig],
+    ) -> Result<(usize, Vec<Row>, Vec<u8>), PgSourceError> {
+        let chunk = self
+            .in_flight
+            .take()
+            .ok_or(PgSourceError::OutsideTransaction {
+                what: "a high watermark",
+            })?;
+        let table = &tables[chunk.table];
+        let name = table.source.to_string();
+        let mut rows = Vec::with_capacity(chunk.rows.len());
+        for row in chunk.rows {
+            let key_values: Option<Vec<&Value>> = table
+                .key
+                .iter()
+                .map(|k| row.iter().find(|(c, _)| c == k).map(|(_, v)| v))
+                .collect();
+            let key = key_values
+                .and_then(|values| crate::feed::encode_key(&values).ok())
+                .ok_or_else(|| PgSourceError::BadChange {
+                    table: name.clone(),
+                    reason: "a snapshot row without its key".into(),
+                })?;
+            if !chunk.changed.contains(&key) {
+                rows.push(row);
+            }
+        }
+        self.rows_done += rows.len() as u64;
+        match chunk.last_key {
+            Some(key) => self.progress.current = Some((name.clone(), key)),
+            None => {
+                self.progress.current = None;
+                self.progress.done.push(name.clone());
+            }
+        }
+        if tables
+            .iter()
+            .all(|t| self.progress.done.contains(&t.source.to_string()))
+        {
+            self.progress.complete = true;
+        }
+        self.report_progress(&name);
+        let state =
+            postcard::to_allocvec(&self.progress).map_err(|_| PgSourceError::BadChange {
+                table: name,
+                reason: "cannot encode the snapshot progress".into(),
+            })?;
+        Ok((chunk.table, rows, state))
+    }
+}
+
+/// Type OID and modifier of each column of a source table.
+async fn column_types(
+    client: &tokio_postgres::Client,
+    table: &TableName,
+) -> Result<HashMap<String, (u32, i32)>, PgSourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod FROM pg_attribute a \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&table.quoted()],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read a source table's column types",
+            source,
+        })?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect())
+}

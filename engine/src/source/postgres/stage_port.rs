@@ -1,0 +1,63 @@
+//! The stage as the PostgreSQL source sees it: four calls, not the whole stage. The
+//! source defines the port and the engine plugs the stage into it, so the source
+//! never depends on the stage (nor the stage on the source).
+
+use std::fmt;
+
+use crate::feed::StagedRow;
+
+/// An error of the stage behind the port, as the stage reported it (its message and
+/// its causes are the stage's own).
+pub struct PortError(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl PortError {
+    /// Wraps the stage's error.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        PortError(Box::new(error))
+    }
+}
+
+impl fmt::Debug for PortError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for PortError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// Transparent: the stage error's own causes follow its message.
+impl std::error::Error for PortError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The calls the PostgreSQL source makes of the stage, and nothing else: it reads the
+/// snapshot's staged progress and the staged image of a row, and moves or checks the
+/// position against what the slot confirmed. Staging itself goes through the engine
+/// (the source hands it [`SourceEvent`](crate::source::SourceEvent)s).
+///
+/// What the source relies on: [`advance_position`](StagePort::advance_position) is
+/// one synced write and never moves the position back; a row returned by
+/// [`get_row`](StagePort::get_row) is the one staged last for its key.
+pub trait StagePort: Send + Sync {
+    /// The source's resume state staged with its last `StageChange::SourceState`
+    /// (the snapshot's progress); `None` if none was staged.
+    fn source_state(&self) -> Result<Option<Vec<u8>>, PortError>;
+
+    /// The staged row of `key` in `table`, for the unchanged TOAST values the source
+    /// leaves out.
+    fn get_row(&self, table: &str, key: &[u8]) -> Result<Option<StagedRow>, PortError>;
+
+    /// Moves the position to `position` (keeping the cursor) in one synced write,
+    /// unless it is there already; returns whether it moved.
+    fn advance_position(&self, position: u64) -> Result<bool, PortError>;
+
+    /// Whether the position is at or past everything this stage let its source
+    /// acknowledge.
+    fn position_covers_acknowledgements(&self) -> Result<bool, PortError>;
+}

@@ -1,0 +1,23 @@
+//! The stage behind the PostgreSQL source's narrow view of it
+//! ([`StagePort`](crate::source::postgres::StagePort)): each call is the stage's own.
+
+use super::{Stage, StagedRow};
+use crate::source::postgres::{PortError, StagePort};
+
+impl StagePort for Stage {
+    fn source_state(&self) -> Result<Option<Vec<u8>>, PortError> {
+        Stage::source_state(self).map_err(PortError::new)
+    }
+
+    fn get_row(&self, table: &str, key: &[u8]) -> Result<Option<StagedRow>, PortError> {
+        Stage::get_row(self, table, key).map_err(PortError::new)
+    }
+
+    fn advance_position(&self, position: u64) -> Result<bool, PortError> {
+        Stage::advance_position(self, position).map_err(PortError::new)
+    }
+
+    fn position_covers_acknowledgements(&self) -> Result<bool, PortError> {
+        Stage::position_covers_acknowledgements(self).map_err(PortError::new)
+    }
+}
