@@ -1,6 +1,6 @@
 //! The change vocabulary every part of the engine speaks: a decoded row change ([`Op`],
 //! [`Row`]), a committed [`Transaction`] and the feed position it ends at
-//! ([`Checkpoint`]), a [`BadRecord`] kept instead of a change, and what the stage is
+//! ([`Position`]), a [`BadRecord`] kept instead of a change, and what the stage is
 //! given ([`StageChange`], the staged row image [`StagedRow`], and the key's byte
 //! encoding [`encode_key`]). Sources build these, the stage stores them, the pipeline
 //! and the plugin host read them; none of them depends on another's internals.
@@ -148,10 +148,15 @@ pub struct Transaction {
     pub bad_records: Vec<BadRecord>,
 }
 
-/// The position stored with the stage: where the feed resumes.
+/// A position in the feed, stored with the stage: where the feed resumes. (Its field
+/// names are kept from when this type was called `Checkpoint`; they are part of the
+/// JSON that `weir checkpoint show --json` prints.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Checkpoint {
+pub struct Position {
+    /// The source's position just past the last staged transaction (a byte offset of
+    /// a JSON-lines feed, an LSN of a PostgreSQL slot).
     pub position: u64,
+    /// Source-specific resume data (JSON lines: the line count).
     pub cursor: u64,
 }
 

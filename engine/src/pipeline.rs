@@ -1126,7 +1126,7 @@ impl Pipeline {
         {
             // The broken build (test-only): the source hears "durable" before it is.
             source
-                .acknowledge(crate::source::Checkpoint {
+                .acknowledge(crate::feed::Position {
                     position: last.end,
                     cursor: last.cursor,
                 })
@@ -1638,7 +1638,7 @@ impl ChangeSource for AnySource {
 
     async fn acknowledge(
         &mut self,
-        checkpoint: crate::source::Checkpoint,
+        checkpoint: crate::feed::Position,
     ) -> Result<(), SourceError> {
         match self {
             AnySource::Jsonl(s) => s.acknowledge(checkpoint).await,

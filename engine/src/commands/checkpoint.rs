@@ -99,7 +99,7 @@ async fn checkpoint_command(config: &Config, command: CheckpointCommand) -> anyh
     Ok(())
 }
 
-fn position_text(checkpoint: Option<weir::source::Checkpoint>) -> String {
+fn position_text(checkpoint: Option<weir::feed::Position>) -> String {
     checkpoint.map_or_else(
         || "none (nothing staged yet)".to_owned(),
         |c| c.position.to_string(),

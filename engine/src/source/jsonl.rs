@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncSeekExt, BufReader};
 
 use super::envelope::{BadLine, TxId, decode_line};
-use super::{BadRecord, ChangeSource, Checkpoint, SourceError, SourceEvent, Transaction};
+use super::{BadRecord, ChangeSource, Position, SourceError, SourceEvent, Transaction};
 use crate::config::{OnBadRecord, TableConfig};
 
 /// Longest line accepted. Bounds the memory one record can take; a longer line is a
@@ -75,7 +75,7 @@ impl JsonlSource {
         follow: bool,
         tables: Vec<TableConfig>,
         on_bad_record: OnBadRecord,
-        checkpoint: Option<Checkpoint>,
+        checkpoint: Option<Position>,
         chunk_changes_max: usize,
     ) -> Result<JsonlSource, SourceError> {
         let checkpoint = checkpoint.unwrap_or_default();
@@ -315,7 +315,7 @@ impl ChangeSource for JsonlSource {
         }
     }
 
-    async fn acknowledge(&mut self, _checkpoint: Checkpoint) -> Result<(), SourceError> {
+    async fn acknowledge(&mut self, _checkpoint: Position) -> Result<(), SourceError> {
         // A file or pipe holds nothing for us: the stage's position is the record of
         // how far the feed is consumed.
         Ok(())
@@ -503,7 +503,7 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
         file.write_all(feed.as_bytes()).expect("write");
         let config = Config::parse(CONFIG, std::path::Path::new("weir.toml")).expect("config");
         let first_end = line("c", None, 1, "2026-03-01").len() as u64;
-        let checkpoint = Checkpoint {
+        let checkpoint = Position {
             position: first_end,
             cursor: 1,
         };
@@ -522,7 +522,7 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
         };
         assert_eq!((t.end, t.cursor), (feed.len() as u64, 2));
         assert!(matches!(source.next().await, Ok(SourceEvent::End)));
-        let beyond = Checkpoint {
+        let beyond = Position {
             position: feed.len() as u64 + 1,
             cursor: 9,
         };

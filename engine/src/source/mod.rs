@@ -23,7 +23,7 @@ pub mod replication {
 }
 
 pub use weir_core::envelope;
-pub use weir_core::feed::{BadRecord, Checkpoint, Op, Row, Transaction, keyed_changes};
+pub use weir_core::feed::{BadRecord, Op, Position, Row, Transaction, keyed_changes};
 
 use crate::feed::StageChange;
 
@@ -87,7 +87,7 @@ impl SourceError {
 ///
 /// Guarantees a source must give:
 /// * transactions come whole and in commit order, each with a strictly greater `end`;
-/// * after a restart from a [`Checkpoint`], every transaction past it is delivered
+/// * after a restart from a [`Position`], every transaction past it is delivered
 ///   again (at-least-once; the stage drops what it already has).
 ///
 /// What it may assume: `acknowledge(c)` is only called once every transaction up to
@@ -98,5 +98,5 @@ pub trait ChangeSource {
     async fn next(&mut self) -> Result<SourceEvent, SourceError>;
 
     /// Everything up to `checkpoint` is durable in the stage.
-    async fn acknowledge(&mut self, checkpoint: Checkpoint) -> Result<(), SourceError>;
+    async fn acknowledge(&mut self, checkpoint: Position) -> Result<(), SourceError>;
 }

@@ -12,7 +12,7 @@ use super::layout::{
     partition_key, prefix_end, push_table, row_key, split_partition, split_table, table_key,
 };
 use super::{ApplyOutcome, Stage, StageChange, StagedRow};
-use crate::feed::{BadRecord, Checkpoint, Transaction};
+use crate::feed::{BadRecord, Position, Transaction};
 use crate::partition::Partition;
 
 impl Stage {
@@ -41,7 +41,7 @@ impl Stage {
         }
         let position = self.checkpoint()?;
         let mut batch = StageBatch::new(self.generation()?);
-        let mut last: Option<Checkpoint> = None;
+        let mut last: Option<Position> = None;
         for txn in rest {
             let floor = last.or(position).map(|c| c.position);
             if floor.is_some_and(|p| txn.end <= p) {
@@ -52,7 +52,7 @@ impl Stage {
             outcome.changes += batch.changes(self, &txn.changes)?;
             batch.bad_records(self, &txn.bad_records)?;
             outcome.transactions += 1;
-            last = Some(Checkpoint {
+            last = Some(Position {
                 position: txn.end,
                 cursor: txn.cursor,
             });
@@ -345,7 +345,7 @@ impl StageBatch {
     pub(super) fn finish(
         mut self,
         stage: &Stage,
-        position: Option<Checkpoint>,
+        position: Option<Position>,
         sync: bool,
     ) -> Result<(), StageError> {
         for ((table, partition), added) in std::mem::take(&mut self.bytes) {

@@ -32,7 +32,7 @@ use super::layout::{
 };
 use super::pending::ApplyingMarker;
 use super::{Stage, StageChange, StagedRow};
-use crate::feed::{BadRecord, Checkpoint};
+use crate::feed::{BadRecord, Position};
 use crate::partition::Partition;
 
 /// Problems of one kind listed before the rest are only counted.
@@ -55,7 +55,7 @@ impl std::fmt::Display for Problem {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CheckReport {
     pub rows: u64,
-    pub checkpoint: Option<Checkpoint>,
+    pub checkpoint: Option<Position>,
     /// The stage is damaged or inconsistent.
     pub problems: Vec<Problem>,
     /// Legal states worth knowing (see the module documentation).
@@ -287,8 +287,8 @@ impl Checker<'_> {
     }
 
     /// `position`: one record, under its key, that decodes.
-    fn position(&mut self) -> Option<Checkpoint> {
-        let mut checkpoint: Option<Checkpoint> = None;
+    fn position(&mut self) -> Option<Position> {
+        let mut checkpoint: Option<Position> = None;
         self.scan(CF_POSITION, |c, k, v| {
             if k != POSITION_KEY {
                 c.f.problem(
@@ -298,7 +298,7 @@ impl Checker<'_> {
                 );
                 return;
             }
-            let decoded = postcard::from_bytes::<Checkpoint>(v).ok();
+            let decoded = postcard::from_bytes::<Position>(v).ok();
             if let Some(p) = c.decoded(CF_POSITION, "decode", decoded, || {
                 "the position does not decode".into()
             }) {

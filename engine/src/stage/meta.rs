@@ -11,7 +11,7 @@ use super::layout::{
     table_key,
 };
 use super::{PartitionFailure, Stage, TableContract};
-use crate::feed::Checkpoint;
+use crate::feed::Position;
 use crate::partition::Partition;
 
 /// Keys moved per batch when a table's stage entries are renamed.
@@ -147,7 +147,7 @@ impl Stage {
     }
 
     /// The position of the last staged transaction (`None`: nothing staged yet).
-    pub fn checkpoint(&self) -> Result<Option<Checkpoint>, StageError> {
+    pub fn checkpoint(&self) -> Result<Option<Position>, StageError> {
         let bytes = self
             .db
             .get_cf(self.cf(CF_POSITION), POSITION_KEY)
@@ -171,7 +171,7 @@ impl Stage {
         if covered && current.is_some_and(|c| c.position >= position) {
             return Ok(false);
         }
-        let next = Checkpoint {
+        let next = Position {
             position: current.map_or(position, |c| c.position.max(position)),
             cursor: current.map_or(0, |c| c.cursor),
         };

@@ -65,7 +65,7 @@ use std::sync::Mutex;
 use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 
-use crate::feed::Checkpoint;
+use crate::feed::Position;
 use crate::partition::Partition;
 
 pub use error::StageError;
@@ -119,7 +119,7 @@ pub struct PartitionRows {
     /// The dirty generation seen in the same snapshot (`None`: not dirty).
     pub dirty: Option<u64>,
     /// The stage position in the same snapshot.
-    pub checkpoint: Checkpoint,
+    pub checkpoint: Position,
     /// Rows in key order (deterministic).
     pub rows: Vec<StagedRow>,
 }
@@ -130,7 +130,7 @@ pub struct PartitionChanges {
     /// As in [`PartitionRows`].
     pub generation: u64,
     pub dirty: Option<u64>,
-    pub checkpoint: Checkpoint,
+    pub checkpoint: Position,
     /// Every key changed: the partition must be replaced, not merged (a TRUNCATE, or
     /// a partition dirty from before the stage recorded changed keys).
     pub whole: bool,

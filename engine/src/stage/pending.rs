@@ -9,7 +9,7 @@ use super::apply::StageBatch;
 use super::error::{StageError, corrupt, db_err};
 use super::layout::{CF_DEAD_LETTER, CF_META, CF_PENDING, META_APPLYING, META_GENERATION};
 use super::{Stage, StageChange};
-use crate::feed::{Checkpoint, Transaction};
+use crate::feed::{Position, Transaction};
 
 impl Stage {
     /// Adds a chunk of changes of the transaction being received to the pending area.
@@ -77,7 +77,7 @@ impl Stage {
     pub(super) fn mark_large(&self, txn: &Transaction) -> Result<ApplyingMarker, StageError> {
         let generation = self.generation()? + 1;
         let marker = ApplyingMarker {
-            checkpoint: Checkpoint {
+            checkpoint: Position {
                 position: txn.end,
                 cursor: txn.cursor,
             },
@@ -165,6 +165,6 @@ impl Stage {
 /// Names a large transaction whose chunks are being applied.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(super) struct ApplyingMarker {
-    pub(super) checkpoint: Checkpoint,
+    pub(super) checkpoint: Position,
     pub(super) generation: u64,
 }

@@ -13,7 +13,7 @@ use super::layout::{
     prefix_end, push_table, row_key, split_partition, split_table, table_key,
 };
 use super::{DirtyPartition, PartitionChanges, PartitionRows, Stage, StagedRow};
-use crate::feed::{BadRecord, Checkpoint};
+use crate::feed::{BadRecord, Position};
 use crate::partition::Partition;
 
 impl Stage {
@@ -48,7 +48,7 @@ impl Stage {
         snapshot: &rocksdb::Snapshot<'_>,
         table: &str,
         partition: &Partition,
-    ) -> Result<(u64, Option<u64>, Checkpoint), StageError> {
+    ) -> Result<(u64, Option<u64>, Position), StageError> {
         if snapshot
             .get_cf(self.cf(CF_META), META_APPLYING)
             .map_err(db_err("read meta"))?

@@ -15,7 +15,7 @@ use super::setup::{check_estate, connect};
 use super::snapshot::{Snapshot, WATERMARK_PREFIX, Watermark};
 use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
-use crate::source::{ChangeSource, Checkpoint, SourceError, SourceEvent};
+use crate::source::{ChangeSource, Position, SourceError, SourceEvent};
 
 /// How long the source waits for the server before it reports `Idle`, so the engine
 /// can stage and write what it has.
@@ -104,7 +104,7 @@ impl PostgresSource {
         options: &PostgresSourceOptions,
         tables: Vec<TableConfig>,
         stage: Arc<impl StagePort + 'static>,
-        checkpoint: Option<Checkpoint>,
+        checkpoint: Option<Position>,
     ) -> Result<PostgresSource, PgSourceError> {
         let stage: Arc<dyn StagePort> = stage;
         let mut client = ReplicationClient::connect(dsn).await?;
@@ -461,7 +461,7 @@ async fn hold_slot_to_stage(
     dsn: &Dsn,
     slot: &str,
     stage: &Arc<dyn StagePort>,
-    checkpoint: Option<Checkpoint>,
+    checkpoint: Option<Position>,
 ) -> Result<u64, PgSourceError> {
     let client = connect(dsn).await?;
     let confirmed: Option<String> = client
@@ -546,7 +546,7 @@ impl ChangeSource for PostgresSource {
         }
     }
 
-    async fn acknowledge(&mut self, checkpoint: Checkpoint) -> Result<(), SourceError> {
+    async fn acknowledge(&mut self, checkpoint: Position) -> Result<(), SourceError> {
         if checkpoint.position > self.acknowledged {
             self.acknowledged = checkpoint.position;
             self.send_status()

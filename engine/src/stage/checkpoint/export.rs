@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::CheckpointError;
 use super::format::{Counts, FrameWriteError, Record, RecordWriter};
 use super::reader::Reader;
-use crate::feed::{BadRecord, Checkpoint};
+use crate::feed::{BadRecord, Position};
 use crate::stage::layout::{
     CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_ROWS, META_APPLYING, META_FORMAT_VERSION,
     META_SOURCE_ID, be_u32, be_u64, split_partition_key, split_row_key,
@@ -22,7 +22,7 @@ use crate::stage::{Stage, StagedRow};
 #[derive(Debug, Clone, Serialize)]
 pub struct ExportReport {
     pub file: PathBuf,
-    pub checkpoint: Option<Checkpoint>,
+    pub checkpoint: Option<Position>,
     pub counts: Counts,
     pub bytes: u64,
     pub sha256: String,

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::CheckpointError;
-use crate::feed::{BadRecord, Checkpoint};
+use crate::feed::{BadRecord, Position};
 use crate::partition::Partition;
 use crate::stage::StagedRow;
 
@@ -58,7 +58,7 @@ pub enum Record {
         stage_format_version: u32,
         source_id: String,
         /// `None`: nothing was staged yet.
-        checkpoint: Option<Checkpoint>,
+        checkpoint: Option<Position>,
         /// The stage's generation counter.
         generation: u64,
     },
@@ -368,7 +368,7 @@ pub(super) fn whole_file_checksum_matches(input: &mut impl Read) -> io::Result<b
 pub struct FileSummary {
     pub stage_format_version: u32,
     pub source_id: String,
-    pub checkpoint: Option<Checkpoint>,
+    pub checkpoint: Option<Position>,
     pub generation: u64,
     pub counts: Counts,
     pub sha256: [u8; DIGEST_BYTES],

@@ -24,7 +24,7 @@ use super::export::sync_parent;
 use super::format::{Counts, FileSummary, Record, RecordReader, WalkFailure, verify_file, walk};
 use super::reader::Reader;
 use super::{CheckpointError, check};
-use crate::feed::Checkpoint;
+use crate::feed::Position;
 use crate::stage::layout::{
     CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META, CF_PENDING, CF_POSITION, CF_ROWS,
     META_GENERATION, META_POSITION_COVERS_ACKS, POSITION_KEY, partition_key, row_key, table_key,
@@ -38,7 +38,7 @@ const IMPORT_BATCH_BYTES: usize = 8 << 20;
 #[derive(Debug, Clone, Serialize)]
 pub struct ImportReport {
     pub stage: PathBuf,
-    pub checkpoint: Option<Checkpoint>,
+    pub checkpoint: Option<Position>,
     pub counts: Counts,
 }
 

@@ -4,7 +4,7 @@
 use rocksdb::{IteratorMode, ReadOptions, Snapshot};
 
 use super::CheckpointError;
-use crate::feed::Checkpoint;
+use crate::feed::Position;
 use crate::stage::Stage;
 use crate::stage::layout::{CF_META, CF_POSITION, META_GENERATION, POSITION_KEY, be_u64};
 
@@ -67,7 +67,7 @@ impl Reader<'_> {
         }
     }
 
-    pub(super) fn checkpoint(&self) -> Result<Option<Checkpoint>, CheckpointError> {
+    pub(super) fn checkpoint(&self) -> Result<Option<Position>, CheckpointError> {
         self.get(CF_POSITION, POSITION_KEY)?
             .map(|b| postcard::from_bytes(&b).map_err(|_| self.record("position")))
             .transpose()

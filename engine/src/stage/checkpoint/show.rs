@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::CheckpointError;
 use super::reader::Reader;
-use crate::feed::Checkpoint;
+use crate::feed::Position;
 use crate::stage::layout::{
     CF_DEAD_LETTER, CF_DIRTY, CF_PENDING, CF_ROWS, META_APPLYING, META_FORMAT_VERSION,
     META_SOURCE_ID, be_u32, be_u64, split_partition_key, split_table,
@@ -22,7 +22,7 @@ pub struct StageSummary {
     pub format_version: u32,
     pub source_id: Option<String>,
     /// `None`: nothing staged yet.
-    pub checkpoint: Option<Checkpoint>,
+    pub checkpoint: Option<Position>,
     /// The generation counter.
     pub generation: u64,
     /// Staged rows per table (tables without rows are absent).

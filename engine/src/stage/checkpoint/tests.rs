@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::format::*;
 use super::*;
-use crate::feed::{BadRecord, Checkpoint, Op, Transaction};
+use crate::feed::{BadRecord, Op, Position, Transaction};
 use crate::partition::Partition;
 use crate::stage::layout::*;
 use crate::stage::pending::ApplyingMarker;
@@ -44,7 +44,7 @@ fn sample_records() -> Vec<Record> {
         Record::Header {
             stage_format_version: FORMAT_VERSION,
             source_id: "jsonl:/feeds/a.jsonl".into(),
-            checkpoint: Some(Checkpoint {
+            checkpoint: Some(Position {
                 position: 300,
                 cursor: 3,
             }),
@@ -557,7 +557,7 @@ fn export_is_refused_while_a_large_transaction_is_applied() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stage = sample_stage(&dir.path().join("a"));
     let marker = ApplyingMarker {
-        checkpoint: Checkpoint {
+        checkpoint: Position {
             position: 90,
             cursor: 9,
         },

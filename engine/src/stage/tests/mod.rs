@@ -273,7 +273,7 @@ fn advancing_the_position_keeps_the_cursor_never_goes_back_and_survives_reopenin
     assert!(stage.advance_position(5).expect("advance"));
     assert_eq!(
         stage.checkpoint().expect("position"),
-        Some(Checkpoint {
+        Some(Position {
             position: 5,
             cursor: 0
         })
@@ -286,7 +286,7 @@ fn advancing_the_position_keeps_the_cursor_never_goes_back_and_survives_reopenin
     assert!(!stage.advance_position(20).expect("behind"));
     assert_eq!(
         stage.checkpoint().expect("position"),
-        Some(Checkpoint {
+        Some(Position {
             position: 30,
             cursor: 10
         })
@@ -309,7 +309,7 @@ fn advancing_the_position_keeps_the_cursor_never_goes_back_and_survives_reopenin
     let stage = Stage::open(dir.path(), "test").expect("reopen");
     assert_eq!(
         stage.checkpoint().expect("position"),
-        Some(Checkpoint {
+        Some(Position {
             position: 40,
             cursor: 40
         })
@@ -503,7 +503,7 @@ fn transactions_at_or_below_the_position_are_skipped_whole() {
     assert_eq!(ids, [Value::Int(1), Value::Int(2), Value::Int(4)]);
     assert_eq!(
         stage.checkpoint().expect("position"),
-        Some(Checkpoint {
+        Some(Position {
             position: 30,
             cursor: 30
         })
