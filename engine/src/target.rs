@@ -1313,7 +1313,7 @@ pub async fn read_partition(
             let value = match row.get(i) {
                 None => Value::Null,
                 Some(text) => {
-                    crate::source::pgtypes::decode_text(name, ty.oid(), -1, text.as_bytes())
+                    crate::source::postgres::pgtypes::decode_text(name, ty.oid(), -1, text.as_bytes())
                         .map_err(|e| TargetError::Decode {
                             table: table.name.clone(),
                             message: e.to_string(),

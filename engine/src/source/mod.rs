@@ -13,15 +13,6 @@
 pub mod jsonl;
 pub mod postgres;
 
-// The PostgreSQL source's old module paths (issue 16): removed once every user imports
-// from `postgres`.
-pub use postgres::{pgoutput, pgtypes};
-/// The replication client's old path, with the LSN helpers it held.
-pub mod replication {
-    pub use super::postgres::lsn::{format_lsn, parse_lsn};
-    pub use super::postgres::replication::*;
-}
-
 pub use weir_core::envelope;
 pub use weir_core::feed::{BadRecord, Op, Position, Row, Transaction, keyed_changes};
 
