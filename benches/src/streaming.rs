@@ -25,10 +25,12 @@ use weir::demo::Sequence;
 use weir::localpg::LocalPg;
 use weir::value::Value;
 
-use crate::{
-    Args, CHANGES_PER_TRANSACTION, REPL_DIGEST, REPL_TABLE_DDL, SOURCE_DSN_ENV, TARGET_DSN_ENV,
-    cluster_cpu, connect, copy_orders, digest, load_average, median, recvlogical, seconds_list,
-    slot_released, write_orders_workload,
+use crate::Args;
+use crate::cluster::{SOURCE_DSN_ENV, TARGET_DSN_ENV, connect, recvlogical, slot_released};
+use crate::measure::{cluster_cpu, load_average, median, seconds_list};
+use crate::orders::{
+    CHANGES_PER_TRANSACTION, REPL_DIGEST, REPL_TABLE_DDL, copy_orders, digest,
+    workload_transaction, write_orders_workload,
 };
 
 /// The publication of every streaming source database.
@@ -469,7 +471,7 @@ async fn steady_writer(source_dsn: String, rate: u64, seconds: u64) -> anyhow::R
     for t in 0..rate * seconds {
         tick.tick().await;
         sql.clear();
-        let deleted = crate::workload_transaction(&mut sql, &mut seq, t)?;
+        let deleted = workload_transaction(&mut sql, &mut seq, t)?;
         client.batch_execute(&sql).await?;
         written.commit_us.push(now_us());
         written.deleted.extend(deleted.map(|id| id as i64));
