@@ -10,7 +10,10 @@ use weir::demo::DEMO_CONFIG;
 use weir::localpg::LocalPg;
 use weir::pipeline::{self, Pipeline};
 
-use crate::{Args, connect, copy_orders, day, load_average, median, orders_feed, seconds_list};
+use crate::Args;
+use crate::cluster::connect;
+use crate::measure::{load_average, median, seconds_list};
+use crate::orders::{copy_orders, day, orders_feed};
 
 /// Partition jobs at once, one backfill each per repetition.
 const PARALLEL: [usize; 3] = [1, 2, 4];

@@ -18,7 +18,9 @@ use weir::pipeline::{self, Pipeline};
 use weir::target::{self, MergeKeys, PartitionWrite, Prepare, TargetTable};
 use weir::value::Value;
 
-use crate::{Args, copy_orders, day, load_average, median, orders_feed, seconds_list};
+use crate::Args;
+use crate::measure::{load_average, median, seconds_list};
+use crate::orders::{copy_orders, day, orders_feed};
 
 /// Flush intervals of the hot-partition runs.
 const FLUSH_MS: [u64; 2] = [200, 2000];
