@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "../../engine/src/source/postgres/pgoutput/mod.rs"]
 mod pgoutput;
 
