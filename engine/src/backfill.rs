@@ -399,8 +399,8 @@ pub async fn backfill(
                         report.written.push(e.partition);
                     }
                     Err(error) => {
-                        tracing::error!(table = %e.table, partition = %e.partition, error = %crate::pipeline::error_chain(&error), "backfill of the partition failed");
-                        report.failed.push((e.partition, crate::pipeline::error_chain(&error)));
+                        tracing::error!(table = %e.table, partition = %e.partition, error = %crate::errors::error_chain(&error), "backfill of the partition failed");
+                        report.failed.push((e.partition, crate::errors::error_chain(&error)));
                     }
                 }
                 state.done += 1;
@@ -528,7 +528,7 @@ async fn verify_one(p: &Pipeline, client: &tokio_postgres::Client, e: &PlanEntry
             Err(error) => {
                 row.reason = Some(format!(
                     "the transform fails: {}",
-                    crate::pipeline::error_chain(&error)
+                    crate::errors::error_chain(&error)
                 ));
                 return row;
             }
@@ -543,7 +543,7 @@ async fn verify_one(p: &Pipeline, client: &tokio_postgres::Client, e: &PlanEntry
         Err(error) => {
             row.reason = Some(format!(
                 "cannot read the target: {}",
-                crate::pipeline::error_chain(&error)
+                crate::errors::error_chain(&error)
             ));
             return row;
         }

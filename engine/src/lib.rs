@@ -13,6 +13,7 @@
 pub mod backfill;
 pub mod config;
 pub mod demo;
+pub mod errors;
 pub mod faults;
 pub mod localpg;
 pub mod metrics;

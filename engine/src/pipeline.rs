@@ -1902,14 +1902,5 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
     Ok(status)
 }
 
-/// An error and its causes on one line, `a: b: c`.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
+/// Moved to [`crate::errors`]; the old path, kept while other modules still use it.
+pub use crate::errors::error_chain;

@@ -721,7 +721,7 @@ async fn explain_lock_timeout<T>(
             let blockers = match lock_holders(client, &table.name).await {
                 Ok(pids) => pids,
                 Err(error) => {
-                    tracing::warn!(error = %crate::pipeline::error_chain(&error), "cannot list the sessions holding the lock");
+                    tracing::warn!(error = %crate::errors::error_chain(&error), "cannot list the sessions holding the lock");
                     Vec::new()
                 }
             };
