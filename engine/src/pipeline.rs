@@ -1769,7 +1769,7 @@ pub struct Status {
     /// retried when they change.
     pub failed_partitions: Vec<FailedStatus>,
     pub pending_dead_letters: usize,
-    pub last_writes: Vec<target::LineageRow>,
+    pub last_writes: Vec<target::PartitionLineage>,
     /// Partitions written by another plugin or config than the config's now
     /// (`weir backfill --stale` rebuilds them).
     pub stale_partitions: Vec<StaleStatus>,
@@ -1874,7 +1874,7 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
                 Err(e) => status.target_error = Some(error_chain(&e)),
             }
             for table in &config.tables {
-                let expected = match crate::backfill::expected_transform(table) {
+                let expected = match target::expected_transform(table) {
                     Ok(e) => e,
                     Err(e) => {
                         status.target_error = Some(error_chain(&e));
@@ -1885,7 +1885,7 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
                     Ok(lineage) => status.stale_partitions.extend(
                         lineage
                             .into_iter()
-                            .filter(|(_, l)| crate::backfill::is_stale(l, &expected))
+                            .filter(|(_, l)| target::is_stale(l, &expected))
                             .map(|(partition, l)| StaleStatus {
                                 table: table.target.to_string(),
                                 partition,

@@ -1,12 +1,95 @@
 //! Lineage: `weir.partitions`, one row per written partition, upserted in the
-//! partition's write transaction; and `weir.backfills`, the record of each backfill
-//! window (an unfinished one is resumed).
+//! partition's write transaction; the checks that compare it with the config (which
+//! partitions a plugin or config change left stale); and `weir.backfills`, the record
+//! of each backfill window (an unfinished one is resumed).
 
-use tokio_postgres::{Client, Transaction};
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+use tokio_postgres::{Client, Row, Transaction};
 
 use super::{PartitionWrite, TargetError, TargetTable, WriteSummary, query_err};
-use crate::config::{TableName, WriteMode};
+use crate::config::{TableConfig, TableName, WriteMode};
 use crate::pgerror::PgError;
+
+/// The columns of a lineage row, in the order [`PartitionLineage::from_row`] reads.
+const LINEAGE_COLUMNS: &str = "target_table, partition, stage_generation, source_position, transform, row_count, checksum, \
+     plugin_sha256, config_hash, to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
+     (extract(epoch FROM written_at) * 1000000)::bigint, write_mode";
+
+/// What lineage says of one written partition: its row in `weir.partitions` (shown by
+/// `status`, compared with the config by `backfill`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PartitionLineage {
+    pub target_table: String,
+    pub partition: String,
+    pub stage_generation: i64,
+    pub source_position: i64,
+    pub transform: String,
+    pub row_count: i64,
+    pub checksum: String,
+    pub plugin_sha256: Option<String>,
+    pub config_hash: Option<String>,
+    /// When, by the target's clock, as ISO 8601 UTC text.
+    pub written_at: String,
+    /// When, in microseconds since the epoch, by the target's clock.
+    #[serde(skip)]
+    pub written_at_us: i64,
+    /// `replace` or `merge` (a merged partition has no checksum).
+    pub write_mode: String,
+}
+
+impl PartitionLineage {
+    /// A row selected with [`LINEAGE_COLUMNS`].
+    fn from_row(r: &Row) -> PartitionLineage {
+        PartitionLineage {
+            target_table: r.get(0),
+            partition: r.get(1),
+            stage_generation: r.get(2),
+            source_position: r.get(3),
+            transform: r.get(4),
+            row_count: r.get(5),
+            checksum: r.get(6),
+            plugin_sha256: r.get(7),
+            config_hash: r.get(8),
+            written_at: r.get(9),
+            written_at_us: r.get(10),
+            write_mode: r.get(11),
+        }
+    }
+}
+
+/// A table's plugin could not be read to compare it with lineage.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read plugin {path} to compare it with lineage")]
+pub struct ReadPluginError {
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The plugin sha256 and config hash the config asks for (none: identity), as lineage
+/// records them.
+pub fn expected_transform(
+    table: &TableConfig,
+) -> Result<(Option<String>, Option<String>), ReadPluginError> {
+    let Some(plugin) = &table.plugin else {
+        return Ok((None, None));
+    };
+    let bytes = std::fs::read(&plugin.path).map_err(|source| ReadPluginError {
+        path: plugin.path.clone(),
+        source,
+    })?;
+    Ok((
+        Some(hex::encode(Sha256::digest(&bytes))),
+        Some(crate::plugin::config_hash(&plugin.config)),
+    ))
+}
+
+/// Whether lineage was written by another plugin or config than `expected`.
+pub fn is_stale(lineage: &PartitionLineage, expected: &(Option<String>, Option<String>)) -> bool {
+    lineage.plugin_sha256 != expected.0 || lineage.config_hash != expected.1
+}
 
 /// Upserts the partition's lineage row.
 pub(super) async fn record(
@@ -46,49 +129,43 @@ pub(super) async fn record(
     Ok(())
 }
 
-/// What lineage says of one partition.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct PartitionLineage {
-    pub stage_generation: i64,
-    pub transform: String,
-    pub row_count: i64,
-    pub checksum: String,
-    pub plugin_sha256: Option<String>,
-    pub config_hash: Option<String>,
-    /// Microseconds since the epoch, by the target's clock.
-    pub written_at_us: i64,
-}
-
 /// The lineage of every partition of a target table, by partition name.
 pub async fn table_lineage(
     client: &Client,
     table: &TableName,
-) -> Result<std::collections::BTreeMap<String, PartitionLineage>, TargetError> {
+) -> Result<BTreeMap<String, PartitionLineage>, TargetError> {
     let rows = client
         .query(
-            "SELECT partition, stage_generation, transform, row_count, checksum, plugin_sha256, config_hash, \
-             (extract(epoch FROM written_at) * 1000000)::bigint FROM weir.partitions WHERE target_table = $1",
+            &format!("SELECT {LINEAGE_COLUMNS} FROM weir.partitions WHERE target_table = $1"),
             &[&table.to_string()],
         )
         .await
         .map_err(query_err(format!("read the lineage of {table}")))?;
     Ok(rows
         .iter()
-        .map(|r| {
-            (
-                r.get(0),
-                PartitionLineage {
-                    stage_generation: r.get(1),
-                    transform: r.get(2),
-                    row_count: r.get(3),
-                    checksum: r.get(4),
-                    plugin_sha256: r.get(5),
-                    config_hash: r.get(6),
-                    written_at_us: r.get(7),
-                },
-            )
-        })
+        .map(PartitionLineage::from_row)
+        .map(|l| (l.partition.clone(), l))
         .collect())
+}
+
+/// The most recent partition writes.
+pub async fn recent_writes(
+    client: &Client,
+    limit: i64,
+) -> Result<Vec<PartitionLineage>, TargetError> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {LINEAGE_COLUMNS} FROM weir.partitions ORDER BY written_at DESC, target_table, partition LIMIT $1"
+            ),
+            &[&limit],
+        )
+        .await
+        .map_err(|source| match source.code() {
+            Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => TargetError::MissingWeirSchema,
+            _ => TargetError::Query { what: "read lineage".into(), source: PgError(source) },
+        })?;
+    Ok(rows.iter().map(PartitionLineage::from_row).collect())
 }
 
 /// Starts (or resumes) the backfill of a window: returns when it started, in
@@ -128,53 +205,4 @@ pub async fn finish_backfill(
         .await
         .map_err(query_err("record the end of the backfill"))?;
     Ok(())
-}
-
-/// A lineage row, for `status`.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct LineageRow {
-    pub target_table: String,
-    pub partition: String,
-    pub stage_generation: i64,
-    pub source_position: i64,
-    pub transform: String,
-    pub row_count: i64,
-    pub checksum: String,
-    pub plugin_sha256: Option<String>,
-    pub config_hash: Option<String>,
-    pub written_at: String,
-    /// `replace` or `merge` (a merged partition has no checksum).
-    pub write_mode: String,
-}
-
-/// The most recent partition writes.
-pub async fn recent_writes(client: &Client, limit: i64) -> Result<Vec<LineageRow>, TargetError> {
-    let rows = client
-        .query(
-            "SELECT target_table, partition, stage_generation, source_position, transform, row_count, checksum, \
-             plugin_sha256, config_hash, to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), write_mode \
-             FROM weir.partitions ORDER BY written_at DESC, target_table, partition LIMIT $1",
-            &[&limit],
-        )
-        .await
-        .map_err(|source| match source.code() {
-            Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => TargetError::MissingWeirSchema,
-            _ => TargetError::Query { what: "read lineage".into(), source: PgError(source) },
-        })?;
-    Ok(rows
-        .iter()
-        .map(|r| LineageRow {
-            target_table: r.get(0),
-            partition: r.get(1),
-            stage_generation: r.get(2),
-            source_position: r.get(3),
-            transform: r.get(4),
-            row_count: r.get(5),
-            checksum: r.get(6),
-            plugin_sha256: r.get(7),
-            config_hash: r.get(8),
-            written_at: r.get(9),
-            write_mode: r.get(10),
-        })
-        .collect())
 }

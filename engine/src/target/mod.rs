@@ -12,7 +12,7 @@
 //!
 //! The rooms: [`schema`] (the `weir` schema's DDL and the target tables' checks,
 //! which `init` runs), [`write`] (the partition replace and merge: lock, DELETE, COPY),
-//! [`lineage`] (the `weir.partitions` row of each write) and
+//! [`lineage`] (the `weir.partitions` row of each write, and whether it is stale) and
 //! [`read`] (a partition read back for `verify`).
 
 use postgres_types::Type;
@@ -29,7 +29,8 @@ pub mod schema;
 pub mod write;
 
 pub use lineage::{
-    LineageRow, PartitionLineage, begin_backfill, finish_backfill, recent_writes, table_lineage,
+    PartitionLineage, begin_backfill, expected_transform, finish_backfill, is_stale, recent_writes,
+    table_lineage,
 };
 pub use read::read_partition;
 pub use schema::{Prepare, column_names, ensure_weir_schema, prepare_table};
