@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 
 use super::init::postgres_dsn;
-use super::schedule::{WRITE_BACKOFF_MAX, WRITE_BACKOFF_MIN};
+use super::schedule::{WRITE_BACKOFF_MAX, WRITE_BACKOFF_MIN, WriteBackoff};
 use super::{Pipeline, PipelineError, RunReport, blocking};
 use crate::config::SourceConfig;
 use crate::errors::error_chain;
@@ -33,7 +33,7 @@ impl Pipeline {
         let mut report = RunReport::default();
         let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
         let mut last_flush = Instant::now();
-        let mut backoff = Duration::ZERO;
+        let mut backoff = WriteBackoff::default();
         let mut batch: Vec<Transaction> = Vec::new();
         // Whether the stage's pending area holds chunks of the transaction being read.
         let mut chunked = false;
@@ -110,23 +110,19 @@ impl Pipeline {
                     continue;
                 }
             }
-            if !once && last_flush.elapsed() >= flush_interval + backoff {
+            if !once && last_flush.elapsed() >= flush_interval + backoff.wait() {
                 self.stage_batch(source, &mut batch, &mut report).await?;
                 let transient = self.write_round_inner(&mut report, true).await?;
                 // Failures a retry may cure (the target down): wait longer each time,
                 // up to a bound, while staging goes on; the first good round resets it.
-                metrics::retried(Retry::TargetWrite, transient);
-                backoff = if transient > 0 {
-                    let next = (backoff * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX);
+                let next = backoff.after_round(transient);
+                if transient > 0 {
                     tracing::warn!(
                         failed = transient,
                         retry_in_ms = next.as_millis() as u64,
                         "partition writes failed; staging goes on, writes are retried"
                     );
-                    next
-                } else {
-                    Duration::ZERO
-                };
+                }
                 last_flush = Instant::now();
             }
             // After each staged batch: at `[stage] max_unwritten_mb`, write before
@@ -326,15 +322,10 @@ impl Pipeline {
             *source = None;
         }
         let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
-        let mut backoff = Duration::ZERO;
+        let mut backoff = WriteBackoff::default();
         loop {
             let transient = self.write_round_inner(report, true).await?;
-            metrics::retried(Retry::TargetWrite, transient);
-            backoff = if transient > 0 {
-                (backoff * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX)
-            } else {
-                Duration::ZERO
-            };
+            let wait = backoff.after_round(transient);
             let unwritten = self.stage.unwritten_bytes()?;
             if unwritten < limit / 2 || self.stage.dirty_partitions()?.is_empty() {
                 tracing::info!(
@@ -346,7 +337,7 @@ impl Pipeline {
                 break;
             }
             tokio::select! {
-                () = tokio::time::sleep(flush_interval.max(WRITE_BACKOFF_MIN / 5) + backoff) => {}
+                () = tokio::time::sleep(flush_interval.max(WRITE_BACKOFF_MIN / 5) + wait) => {}
                 () = shutdown.as_mut() => return Ok(false),
             }
         }

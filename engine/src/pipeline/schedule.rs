@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 
 use super::{Pipeline, PipelineError, RunReport};
 use crate::errors::error_chain;
-use crate::metrics;
+use crate::metrics::{self, Retry};
 use crate::stage::DirtyPartition;
 use crate::target;
 
@@ -16,6 +16,32 @@ use crate::target;
 /// a way a retry may cure (doubling from the first to the second).
 pub(super) const WRITE_BACKOFF_MIN: Duration = Duration::from_millis(500);
 pub(super) const WRITE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The write backoff: the wait added to the flush interval after rounds whose writes
+/// failed in a way a retry may cure (the target down). Twice the last wait after each
+/// such round, within [`WRITE_BACKOFF_MIN`] and [`WRITE_BACKOFF_MAX`]; the first good
+/// round resets it to none.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct WriteBackoff(Duration);
+
+impl WriteBackoff {
+    /// Counts a round's `transient` failures (the retry metric) and returns the wait
+    /// before the next round.
+    pub(super) fn after_round(&mut self, transient: usize) -> Duration {
+        metrics::retried(Retry::TargetWrite, transient);
+        self.0 = if transient > 0 {
+            (self.0 * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX)
+        } else {
+            Duration::ZERO
+        };
+        self.0
+    }
+
+    /// The wait now.
+    pub(super) fn wait(self) -> Duration {
+        self.0
+    }
+}
 
 /// Dead letters moved from the stage to the target per round trip.
 const DEAD_LETTERS_PER_WRITE: usize = 1000;
@@ -144,5 +170,24 @@ impl Pipeline {
             self.stage.remove_dead_letters(&positions)?;
             total += records.len();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_write_backoff_doubles_within_its_bounds_and_resets_on_a_good_round() {
+        let mut backoff = WriteBackoff::default();
+        assert_eq!(backoff.wait(), Duration::ZERO);
+        assert_eq!(backoff.after_round(0), Duration::ZERO);
+        assert_eq!(backoff.after_round(3), WRITE_BACKOFF_MIN);
+        assert_eq!(backoff.after_round(1), WRITE_BACKOFF_MIN * 2);
+        for _ in 0..10 {
+            backoff.after_round(1);
+        }
+        assert_eq!(backoff.wait(), WRITE_BACKOFF_MAX);
+        assert_eq!(backoff.after_round(0), Duration::ZERO);
     }
 }
