@@ -17,13 +17,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use sha2::{Digest, Sha256};
 
 use crate::config::TableConfig;
 use crate::partition::{Grain, Partition};
 use crate::pipeline::{PartitionOutput, Pipeline, PipelineError, Transform};
 use crate::stage::Stage;
-use crate::target::{self, PartitionLineage, TargetTable};
+use crate::target::{self, PartitionLineage, TargetTable, expected_transform, is_stale};
 use crate::value::{ColumnType, Value};
 
 #[derive(Debug, thiserror::Error)]
@@ -51,12 +50,8 @@ pub enum BackfillError {
     UnknownTable(String),
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
-    #[error("cannot read plugin {path} to compare it with lineage")]
-    ReadPlugin {
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    ReadPlugin(#[from] target::lineage::ReadPluginError),
 }
 
 impl From<target::TargetError> for BackfillError {
@@ -102,28 +97,6 @@ pub struct PlanEntry {
     pub lineage: Option<PartitionLineage>,
     /// What the write would change in lineage, for `--dry-run`.
     pub change: String,
-}
-
-/// The plugin sha256 and config hash the config asks for (none: identity).
-pub fn expected_transform(
-    table: &TableConfig,
-) -> Result<(Option<String>, Option<String>), BackfillError> {
-    let Some(plugin) = &table.plugin else {
-        return Ok((None, None));
-    };
-    let bytes = std::fs::read(&plugin.path).map_err(|source| BackfillError::ReadPlugin {
-        path: plugin.path.clone(),
-        source,
-    })?;
-    Ok((
-        Some(hex::encode(Sha256::digest(&bytes))),
-        Some(crate::plugin::config_hash(&plugin.config)),
-    ))
-}
-
-/// Whether lineage was written by another plugin or config than `expected`.
-pub fn is_stale(lineage: &PartitionLineage, expected: &(Option<String>, Option<String>)) -> bool {
-    lineage.plugin_sha256 != expected.0 || lineage.config_hash != expected.1
 }
 
 /// Checks a window bound against the grain's partition names.
@@ -399,8 +372,8 @@ pub async fn backfill(
                         report.written.push(e.partition);
                     }
                     Err(error) => {
-                        tracing::error!(table = %e.table, partition = %e.partition, error = %crate::pipeline::error_chain(&error), "backfill of the partition failed");
-                        report.failed.push((e.partition, crate::pipeline::error_chain(&error)));
+                        tracing::error!(table = %e.table, partition = %e.partition, error = %crate::errors::error_chain(&error), "backfill of the partition failed");
+                        report.failed.push((e.partition, crate::errors::error_chain(&error)));
                     }
                 }
                 state.done += 1;
@@ -528,7 +501,7 @@ async fn verify_one(p: &Pipeline, client: &tokio_postgres::Client, e: &PlanEntry
             Err(error) => {
                 row.reason = Some(format!(
                     "the transform fails: {}",
-                    crate::pipeline::error_chain(&error)
+                    crate::errors::error_chain(&error)
                 ));
                 return row;
             }
@@ -543,7 +516,7 @@ async fn verify_one(p: &Pipeline, client: &tokio_postgres::Client, e: &PlanEntry
         Err(error) => {
             row.reason = Some(format!(
                 "cannot read the target: {}",
-                crate::pipeline::error_chain(&error)
+                crate::errors::error_chain(&error)
             ));
             return row;
         }

@@ -16,6 +16,7 @@ pub use weir_core::{config, feed, partition, value};
 
 pub mod backfill;
 pub mod demo;
+pub mod errors;
 pub mod faults;
 pub mod localpg;
 pub mod metrics;

@@ -291,7 +291,7 @@ impl PluginHost {
                         .and_then(|compiled| {
                             entry
                                 .store(&compiled)
-                                .map_err(|e| crate::pipeline::error_chain(&e))
+                                .map_err(|e| crate::errors::error_chain(&e))
                         });
                     if let Err(error) = stored {
                         tracing::warn!(%error, "compiled plugin not cached; the next start compiles it again");

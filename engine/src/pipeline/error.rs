@@ -1,0 +1,116 @@
+//! The pipeline's error, and how the run loop classifies one (usage, transient,
+//! deterministic).
+
+use crate::plugin::PluginError;
+use crate::source::SourceError;
+use crate::source::postgres::PgSourceError;
+use crate::stage::StageError;
+use crate::target::TargetError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Stage(#[from] StageError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// Boxed: the target's errors are large and rare.
+    #[error(transparent)]
+    Target(Box<TargetError>),
+    #[error("partition {partition} of {table} failed")]
+    Partition {
+        table: String,
+        partition: String,
+        #[source]
+        source: Box<PipelineError>,
+    },
+    #[error("table `{0}` is not in the config")]
+    UnknownTable(String),
+    #[error(transparent)]
+    Injected(#[from] crate::faults::InjectedFault),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    PgSource(#[from] PgSourceError),
+    #[error("{}: table {table}: {field}: {message}", config.display())]
+    Table {
+        config: std::path::PathBuf,
+        table: String,
+        field: &'static str,
+        message: String,
+    },
+    #[error("a stage task stopped unexpectedly")]
+    Task(#[source] tokio::task::JoinError),
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    #[error(
+        "{}: the stage at {} holds {tables} under another contract: {differences}. A stage's rows are keyed, partitioned and sent to their target by the contract they were staged under, so it is not changed under them: to change a key, partition column, grain or target, use a new stage (point `[stage] path` at a new folder, then run `weir init` and `weir run`, which read the source again), or put the config back",
+        config.display(),
+        stage.display()
+    )]
+    Contract {
+        config: std::path::PathBuf,
+        stage: std::path::PathBuf,
+        tables: String,
+        differences: String,
+    },
+    #[error(
+        "{table}, partition {partition}: write = \"merge\": the plugin output a row with grain key {key}, which is not the key of a changed input row; merge needs each output row's grain key to be its input row's key (use write = \"replace\")"
+    )]
+    MergeKey {
+        table: String,
+        partition: String,
+        key: String,
+    },
+    #[error(
+        "{table}, partition {partition}: the plugin rejected the row with key {key}: {reason} (on_reject = \"fail\"; set on_reject = \"dead-letter\" to record rejected rows and write the rest)"
+    )]
+    Rejected {
+        table: String,
+        partition: String,
+        key: String,
+        reason: String,
+    },
+}
+
+impl From<TargetError> for PipelineError {
+    fn from(e: TargetError) -> Self {
+        PipelineError::Target(Box::new(e))
+    }
+}
+
+impl PipelineError {
+    /// Whether the user must change the config or the source estate before anything
+    /// can run (exit code 2): a stage contract the config breaks, a publication, key or
+    /// replica identity that would hide changes.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            PipelineError::Contract { .. } => true,
+            PipelineError::PgSource(e) => e.is_usage(),
+            _ => false,
+        }
+    }
+
+    /// Whether this is a source that went away (see [`SourceError::is_transient`]).
+    pub fn is_transient_source(&self) -> bool {
+        match self {
+            PipelineError::Source(e) => e.is_transient(),
+            PipelineError::PgSource(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// Whether retrying the same partition at the same generation fails the same way
+    /// (a plugin's verdict is a function of its input), so that it waits for new
+    /// changes rather than being retried every round.
+    pub(super) fn is_deterministic(&self) -> bool {
+        match self {
+            PipelineError::Partition { source, .. } => source.is_deterministic(),
+            PipelineError::Rejected { .. } | PipelineError::MergeKey { .. } => true,
+            // A wall-clock timeout is not strictly a function of the input, but retrying
+            // a job that ran out of time every round would keep a worker busy forever:
+            // like the others, it waits for the partition to change (or a restart).
+            PipelineError::Plugin(e) => !matches!(e, PluginError::Thread(_) | PluginError::Lost),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! `init`, and the checks every open repeats: the configured tables resolved against
+//! the source and target, and their contracts reconciled with the stage's.
+
+use tokio_postgres::Client;
+
+use super::{PipelineError, Transform, blocking, plugin_host};
+use crate::config::{Config, Dsn, SourceConfig, TableConfig};
+use crate::source::postgres::{self, PgSourceError};
+use crate::stage::{Stage, TableContract};
+use crate::target;
+
+/// What `init` found and did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InitReport {
+    pub stage: String,
+    /// What was set up in the source (publication, slot, replica identities).
+    pub source: Vec<String>,
+    pub tables: Vec<String>,
+}
+
+/// Validates connectivity and creates what is missing: the stage, the target's `weir`
+/// schema, and each target table (or refuses one that does not match). Safe to re-run.
+pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineError> {
+    init_with(config, dsn, false).await
+}
+
+/// [`init`], adding declared nullable columns an existing target table lacks when
+/// `allow_add_columns` (`weir init --allow-add-columns`).
+pub async fn init_with(
+    config: &Config,
+    dsn: &Dsn,
+    allow_add_columns: bool,
+) -> Result<InitReport, PipelineError> {
+    let mut source_lines = Vec::new();
+    let resolved = resolve_tables(config, None).await?;
+    let mut oids = vec![None; resolved.len()];
+    if let SourceConfig::Postgres {
+        slot, publication, ..
+    } = &config.source
+    {
+        let source_dsn = postgres_dsn(config)?;
+        let client = postgres::connect(&source_dsn).await?;
+        let report = postgres::setup(&client, slot, publication, &resolved).await?;
+        source_lines.push(format!(
+            "publication {publication} ({}), slot {slot} ({})",
+            if report.created_publication {
+                "created"
+            } else {
+                "exists"
+            },
+            if report.created_slot {
+                "created"
+            } else {
+                "exists"
+            }
+        ));
+        oids = report.oids.iter().copied().map(Some).collect();
+        for (table, identity) in report.identities {
+            source_lines.push(format!("replica identity of {table}: {identity}"));
+        }
+    }
+    let mut client = target::connect(dsn).await?;
+    target::ensure_weir_schema(&client).await?;
+    let host = plugin_host();
+    let mut tables = Vec::new();
+    let mut contracts = Vec::with_capacity(resolved.len());
+    for (table, oid) in resolved.iter().zip(&oids) {
+        let transform = Transform::load(&host, table).await?;
+        check_write_mode(config, table, &transform)?;
+        contracts.push(contract_of(table, &transform, *oid));
+        let view = transform.target_view(table);
+        let prepared = target::prepare_table(
+            &mut client,
+            &view,
+            if allow_add_columns {
+                target::Prepare::CreateOrAddColumns
+            } else {
+                target::Prepare::Create
+            },
+        )
+        .await?;
+        tables.push(format!(
+            "{} -> {} ({} columns, partition by {} {}; transform {})",
+            table.source,
+            prepared.name,
+            prepared.columns.len(),
+            view.partition_by,
+            table.grain,
+            transform.label()
+        ));
+    }
+    let path = config.stage_path.clone();
+    let source_id = config.source_id();
+    let stage = blocking(move || Stage::open(&path, &source_id)).await?;
+    reconcile_contracts(config, &stage, &contracts, true)?;
+    Ok(InitReport {
+        stage: config.stage_path.display().to_string(),
+        source: source_lines,
+        tables,
+    })
+}
+
+pub(super) fn check_write_mode(
+    config: &Config,
+    table: &TableConfig,
+    transform: &Transform,
+) -> Result<(), PipelineError> {
+    transform
+        .check_write_mode(table)
+        .map_err(|message| PipelineError::Table {
+            config: config.path.clone(),
+            table: table.source.to_string(),
+            field: "write",
+            message,
+        })
+}
+
+/// A table's contract as the config states it.
+pub(super) fn contract_of(
+    table: &TableConfig,
+    transform: &Transform,
+    oid: Option<u32>,
+) -> TableContract {
+    TableContract {
+        source: table.source.to_string(),
+        source_oid: oid,
+        target: table.target.to_string(),
+        key: table.key.clone(),
+        partition_by: table.partition_by.clone(),
+        grain: table.grain.to_string(),
+        transform: transform.contract_id(),
+    }
+}
+
+/// What reconciling the config with the stage's contracts does to the stage.
+enum ContractStep {
+    /// A table new to the stage, or a contract recorded anew (a plugin changed, the
+    /// source's OID learnt).
+    Put(TableContract),
+    /// The same source table under a new name: move its entries.
+    Rename { from: String, to: TableContract },
+}
+
+/// Compares each configured table's contract with the stage's; refuses a config that
+/// changes a table's key, partition column, grain or target, or whose source table is
+/// another relation than the one staged (dropped and created again). Records the
+/// contracts of tables new to the stage (a stage of an older build adopts the
+/// config's), a changed transform (partitions written by the old one are listed as
+/// stale by lineage; `weir backfill --stale` rewrites them: a plugin upgrade is a
+/// normal operation, not a new feed), and carries a renamed table's staged entries
+/// to its new name (same relation OID). `writable`: `false` only checks.
+pub(super) fn reconcile_contracts(
+    config: &Config,
+    stage: &Stage,
+    wanted: &[TableContract],
+    writable: bool,
+) -> Result<(), PipelineError> {
+    let existing = stage.contracts()?;
+    let mut steps = Vec::new();
+    let mut differences = Vec::new();
+    let mut tables = Vec::new();
+    let compare = |have: &TableContract, want: &TableContract, out: &mut Vec<String>| {
+        let mut d = Vec::new();
+        if have.target != want.target {
+            d.push(format!("target {} → {}", have.target, want.target));
+        }
+        if have.key != want.key {
+            d.push(format!(
+                "key ({}) → ({})",
+                have.key.join(", "),
+                want.key.join(", ")
+            ));
+        }
+        if have.partition_by != want.partition_by {
+            d.push(format!(
+                "partition_by {} → {}",
+                have.partition_by, want.partition_by
+            ));
+        }
+        if have.grain != want.grain {
+            d.push(format!("grain {} → {}", have.grain, want.grain));
+        }
+        if !d.is_empty() {
+            out.push(format!("{}: {}", want.source, d.join(", ")));
+        }
+    };
+    for want in wanted {
+        let before = differences.len();
+        if let Some(have) = existing.iter().find(|c| c.source == want.source) {
+            if let (Some(had), Some(now)) = (have.source_oid, want.source_oid)
+                && had != now
+            {
+                return Err(PgSourceError::Recreated {
+                    table: want.source.clone(),
+                    oid: now,
+                    expected: had,
+                }
+                .into());
+            }
+            compare(have, want, &mut differences);
+            if have.transform != want.transform {
+                tracing::info!(table = %want.source, "the table's transform changed (plugin or its config): partitions written by the previous one are stale in lineage; `weir backfill --stale` rewrites them");
+            }
+            if have != want {
+                steps.push(ContractStep::Put(TableContract {
+                    source_oid: want.source_oid.or(have.source_oid),
+                    ..want.clone()
+                }));
+            }
+        } else if let Some(have) = want.source_oid.and_then(|oid| {
+            existing
+                .iter()
+                .find(|c| c.source_oid == Some(oid) && !wanted.iter().any(|w| w.source == c.source))
+        }) {
+            compare(have, want, &mut differences);
+            if !writable {
+                differences.push(format!(
+                    "{} was staged as {} (renamed since): run `weir run` once, which carries its staged rows over to the new name",
+                    want.source, have.source
+                ));
+            }
+            steps.push(ContractStep::Rename {
+                from: have.source.clone(),
+                to: want.clone(),
+            });
+        } else {
+            steps.push(ContractStep::Put(want.clone()));
+        }
+        if differences.len() > before {
+            tables.push(want.source.clone());
+        }
+    }
+    if !differences.is_empty() {
+        return Err(PipelineError::Contract {
+            config: config.path.clone(),
+            stage: stage.path().to_owned(),
+            tables: tables.join(", "),
+            differences: differences.join("; "),
+        });
+    }
+    if !writable {
+        return Ok(());
+    }
+    for step in steps {
+        match step {
+            ContractStep::Put(contract) => stage.put_contract(&contract)?,
+            ContractStep::Rename { from, to } => {
+                let moved = stage.rename_table(&from, &to)?;
+                tracing::warn!(from = %from, to = %to.source, entries = moved, "source table renamed: its staged rows now go by its new name");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each configured table's relation OID in a PostgreSQL source (`None` for other
+/// sources).
+pub(super) async fn source_oids(
+    config: &Config,
+    tables: &[TableConfig],
+) -> Result<Vec<Option<u32>>, PipelineError> {
+    let SourceConfig::Postgres { .. } = &config.source else {
+        return Ok(vec![None; tables.len()]);
+    };
+    let client = postgres::connect(&postgres_dsn(config)?).await?;
+    let mut out = Vec::with_capacity(tables.len());
+    for table in tables {
+        out.push(postgres::table_oid(&client, &table.source).await?);
+    }
+    Ok(out)
+}
+
+/// The source DSN of a PostgreSQL source.
+pub(super) fn postgres_dsn(config: &Config) -> Result<Dsn, crate::config::ConfigError> {
+    config
+        .source_dsn()?
+        .ok_or_else(|| crate::config::ConfigError::Invalid {
+            path: config.path.clone(),
+            field: "source.dsn_env".into(),
+            message: "required for kind = \"postgres\"".into(),
+        })
+}
+
+/// The configured tables with their columns: declared (JSON lines) or read from the
+/// source's catalog (PostgreSQL), checked either way.
+pub(super) async fn resolve_tables(
+    config: &Config,
+    target: Option<&Client>,
+) -> Result<Vec<TableConfig>, PipelineError> {
+    let SourceConfig::Postgres { .. } = &config.source else {
+        return Ok(config.tables.clone());
+    };
+    let source_dsn = postgres_dsn(config)?;
+    let client = postgres::connect(&source_dsn).await?;
+    let mut out = Vec::with_capacity(config.tables.len());
+    for table in &config.tables {
+        let mut columns = postgres::source_columns(&client, &table.source).await?;
+        // Running against an existing target: its columns are the ones written. A source
+        // column the target lacks (added since `init`) is staged, not written; a target
+        // column the source lost stops the table. With a plugin the target holds the
+        // plugin's declared output instead, and the plugin sees every source column.
+        if let Some(target) = target
+            && table.plugin.is_none()
+            && let Some(existing) = target::column_names(target, &table.target).await?
+        {
+            if let Some(lost) = existing
+                .iter()
+                .find(|c| !columns.iter().any(|s| &s.name == *c))
+            {
+                return Err(PgSourceError::SchemaChanged {
+                    table: table.source.to_string(),
+                    change: format!(
+                        "column `{lost}` was dropped or renamed (the target still has it)"
+                    ),
+                }
+                .into());
+            }
+            let added: Vec<String> = columns
+                .iter()
+                .filter(|c| !existing.contains(&c.name))
+                .map(|c| c.name.clone())
+                .collect();
+            if !added.is_empty() {
+                tracing::warn!(table = %table.source, columns = %added.join(", "), "source columns not in the target are staged but not written; add them to the target table to write them");
+            }
+            columns.retain(|c| existing.contains(&c.name));
+        }
+        out.push(
+            table
+                .with_columns(columns)
+                .map_err(|(field, message)| PipelineError::Table {
+                    config: config.path.clone(),
+                    table: table.source.to_string(),
+                    field,
+                    message,
+                })?,
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,478 @@
+//! Intake: the run loop that reads the source, stages each committed transaction
+//! (synced) and only then acknowledges it, reconnects a source that went away, and
+//! pauses reading while too much is staged but not yet written (backpressure).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+
+use super::init::postgres_dsn;
+use super::schedule::{WRITE_BACKOFF_MAX, WRITE_BACKOFF_MIN, WriteBackoff};
+use super::{Pipeline, PipelineError, RunReport, blocking};
+use crate::config::SourceConfig;
+use crate::errors::error_chain;
+use crate::metrics::{self, Retry};
+use crate::source::jsonl::JsonlSource;
+use crate::source::postgres;
+use crate::source::{ChangeSource, SourceError, SourceEvent, Transaction};
+use crate::stage::{ApplyOutcome, StageChange, StageError};
+
+impl Pipeline {
+    /// Tails the source, stages and writes, until the feed ends (`once`: everything
+    /// available now), or `shutdown` completes (then what is staged stays staged).
+    pub async fn run(
+        &self,
+        once: bool,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<RunReport, PipelineError> {
+        // `None` only while intake is paused with the stream closed (see pause_intake).
+        let mut slot = Some(self.open_source(once).await?);
+        let _gauges = self.spawn_gauges();
+        let mut report = RunReport::default();
+        let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
+        let mut last_flush = Instant::now();
+        let mut backoff = WriteBackoff::default();
+        let mut batch: Vec<Transaction> = Vec::new();
+        // Whether the stage's pending area holds chunks of the transaction being read.
+        let mut chunked = false;
+        tokio::pin!(shutdown);
+        loop {
+            let staged_before = report.transactions;
+            let Some(source) = slot.as_mut() else {
+                match self
+                    .reconnect_source(once, &mut report, &mut shutdown)
+                    .await?
+                {
+                    Some(source) => slot = Some(source),
+                    None => {
+                        self.flush_stage().await?;
+                        return Ok(report);
+                    }
+                }
+                continue;
+            };
+            let event = tokio::select! {
+                event = source.next() => event,
+                () = &mut shutdown => {
+                    tracing::info!("shutting down: staging what was read");
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.flush_stage().await?;
+                    return Ok(report);
+                }
+            };
+            match event {
+                Ok(SourceEvent::Chunk(changes)) => {
+                    // The pending area belongs to the next transaction to commit: stage
+                    // the whole ones read before it first.
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    if metrics::enabled() {
+                        // A large transaction's changes count as its chunks arrive.
+                        let counts = changes_by_table(&changes);
+                        metrics::staged(0, counts.iter().map(|(t, n)| (t.as_str(), *n)), None);
+                    }
+                    let stage = Arc::clone(&self.stage);
+                    blocking(move || stage.append_pending(&changes)).await?;
+                    chunked = true;
+                }
+                Ok(SourceEvent::Abort) => {
+                    let stage = Arc::clone(&self.stage);
+                    blocking(move || stage.discard_pending()).await?;
+                    chunked = false;
+                }
+                Ok(SourceEvent::Transaction(txn)) => {
+                    batch.push(txn);
+                    if std::mem::take(&mut chunked)
+                        || batch.len() >= self.config.engine.batch_transactions_max
+                    {
+                        self.stage_batch(source, &mut batch, &mut report).await?;
+                    }
+                }
+                Ok(SourceEvent::Idle) => self.stage_batch(source, &mut batch, &mut report).await?,
+                Ok(SourceEvent::End) => {
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.write_round(&mut report).await?;
+                    self.flush_stage().await?;
+                    return Ok(report);
+                }
+                Err(e) => {
+                    // What came before the error is whole and good: keep it.
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    if once || !e.is_transient() {
+                        return Err(e.into());
+                    }
+                    // The source went away (a restart, a cut connection): reconnect at
+                    // the stage's position; the slot kept everything not acknowledged.
+                    tracing::warn!(error = %error_chain(&e), "source connection lost; reconnecting");
+                    report.source_reconnects += 1;
+                    slot = None;
+                    continue;
+                }
+            }
+            if !once && last_flush.elapsed() >= flush_interval + backoff.wait() {
+                self.stage_batch(source, &mut batch, &mut report).await?;
+                let transient = self.write_round_inner(&mut report, true).await?;
+                // Failures a retry may cure (the target down): wait longer each time,
+                // up to a bound, while staging goes on; the first good round resets it.
+                let next = backoff.after_round(transient);
+                if transient > 0 {
+                    tracing::warn!(
+                        failed = transient,
+                        retry_in_ms = next.as_millis() as u64,
+                        "partition writes failed; staging goes on, writes are retried"
+                    );
+                }
+                last_flush = Instant::now();
+            }
+            // After each staged batch: at `[stage] max_unwritten_mb`, write before
+            // reading on (the overshoot is one batch at most).
+            if !once
+                && report.transactions != staged_before
+                && !self
+                    .pause_intake(&mut slot, &mut report, &mut shutdown)
+                    .await?
+            {
+                self.flush_stage().await?;
+                return Ok(report);
+            }
+        }
+    }
+
+    /// With metrics served: a task that reads the state gauges again every
+    /// [`metrics::GAUGE_REFRESH`] (stage size, unwritten bytes, dirty partitions by
+    /// table, and a PostgreSQL slot's lag, asked of the source as `weir status` does),
+    /// until the returned guard is dropped. Reads only: it never touches the run.
+    fn spawn_gauges(&self) -> Option<AbortOnDrop> {
+        if !metrics::enabled() {
+            return None;
+        }
+        let stage = Arc::clone(&self.stage);
+        let stage_path = self.config.stage_path.clone();
+        let tables: Vec<String> = self.tables.keys().cloned().collect();
+        let slot = match &self.config.source {
+            SourceConfig::Postgres { slot, .. } => postgres_dsn(&self.config)
+                .ok()
+                .map(|dsn| (dsn, slot.clone())),
+            SourceConfig::Jsonl { .. } => None,
+        };
+        let task = tokio::spawn(async move {
+            let mut source: Option<Client> = None;
+            let mut tick = tokio::time::interval(metrics::GAUGE_REFRESH);
+            loop {
+                tick.tick().await;
+                let (stage, path, tables) =
+                    (Arc::clone(&stage), stage_path.clone(), tables.clone());
+                let read = tokio::task::spawn_blocking(move || {
+                    let dirty = stage.dirty_partitions()?;
+                    let unwritten = stage.unwritten_bytes()?;
+                    let size = crate::stage::checkpoint::dir_size(&path).unwrap_or(0);
+                    let by_table: Vec<(String, usize)> = tables
+                        .into_iter()
+                        .map(|t| {
+                            let n = dirty.iter().filter(|d| d.table == t).count();
+                            (t, n)
+                        })
+                        .collect();
+                    Ok::<_, StageError>((size, unwritten, by_table))
+                })
+                .await;
+                if let Ok(Ok((size, unwritten, by_table))) = read {
+                    metrics::stage_state(
+                        size,
+                        unwritten,
+                        by_table.iter().map(|(t, n)| (t.as_str(), *n)),
+                    );
+                }
+                let Some((dsn, slot)) = &slot else { continue };
+                if source.as_ref().is_none_or(Client::is_closed) {
+                    source = postgres::connect(dsn).await.ok();
+                }
+                if let Some(client) = &source {
+                    match postgres::slot_status(client, slot).await {
+                        Ok(Some((_, lag))) => metrics::slot_lag(lag),
+                        Ok(None) => {}
+                        Err(error) => {
+                            tracing::debug!(error = %error_chain(&error), "slot lag not read; tried again later");
+                            source = None;
+                        }
+                    }
+                }
+            }
+        });
+        Some(AbortOnDrop(task.abort_handle()))
+    }
+
+    /// Opens the configured source at the stage's position.
+    async fn open_source(&self, once: bool) -> Result<AnySource, PipelineError> {
+        let checkpoint = self.stage.checkpoint()?;
+        let chunk = self.config.engine.transaction_chunk_changes;
+        let tables = self
+            .tables
+            .values()
+            .map(|(t, _, _)| t.clone())
+            .collect::<Vec<_>>();
+        Ok(match &self.config.source {
+            SourceConfig::Jsonl {
+                path,
+                on_bad_record,
+            } => AnySource::Jsonl(Box::new(
+                JsonlSource::open(
+                    path.clone(),
+                    !once,
+                    tables,
+                    *on_bad_record,
+                    checkpoint,
+                    chunk,
+                )
+                .await?,
+            )),
+            SourceConfig::Postgres {
+                slot,
+                publication,
+                snapshot_chunk_rows,
+                heartbeat_interval_ms,
+                ..
+            } => {
+                let source_dsn = postgres_dsn(&self.config)?;
+                let options = postgres::PostgresSourceOptions {
+                    slot: slot.clone(),
+                    publication: publication.clone(),
+                    once,
+                    chunk_changes_max: chunk,
+                    snapshot_chunk_rows: *snapshot_chunk_rows,
+                    heartbeat_interval_ms: *heartbeat_interval_ms,
+                };
+                AnySource::Postgres(Box::new(
+                    postgres::PostgresSource::open(
+                        &source_dsn,
+                        &options,
+                        tables,
+                        Arc::clone(&self.stage),
+                        checkpoint,
+                    )
+                    .await?,
+                ))
+            }
+        })
+    }
+
+    /// Opens the source again after it went away, waiting 0.5 s, then twice as long
+    /// each time up to 30 s, while dirty partitions are written meanwhile. `None` if
+    /// `shutdown` came first; a permanent error (say, the slot was dropped) ends it.
+    async fn reconnect_source(
+        &self,
+        once: bool,
+        report: &mut RunReport,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<AnySource>, PipelineError> {
+        let mut wait = WRITE_BACKOFF_MIN;
+        loop {
+            if let Err(error) = self.write_round_inner(report, true).await {
+                tracing::warn!(error = %error_chain(&error), "partition writes failed while the source is away");
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = shutdown.as_mut() => return Ok(None),
+            }
+            metrics::retried(Retry::SourceConnect, 1);
+            match self.open_source(once).await {
+                Ok(source) => {
+                    tracing::info!("source reconnected");
+                    return Ok(Some(source));
+                }
+                Err(error) if error.is_transient_source() => {
+                    wait = (wait * 2).min(WRITE_BACKOFF_MAX);
+                    tracing::warn!(error = %error_chain(&error), retry_in_ms = wait.as_millis() as u64, "source unavailable; retrying");
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// While the changes staged but not written reach `[stage] max_unwritten_mb` (checked
+    /// after each staged batch), stops
+    /// reading the source and only writes, until the backlog is below half the limit
+    /// (or empty). A PostgreSQL source's stream is closed meanwhile and reopened at the
+    /// stage's position after: an unread stream would miss the server's keepalives and
+    /// be cut; the slot keeps the WAL. A JSON-lines source is simply not read.
+    /// Returns `false` if `shutdown` came while paused.
+    async fn pause_intake(
+        &self,
+        source: &mut Option<AnySource>,
+        report: &mut RunReport,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<bool, PipelineError> {
+        let Some(limit) = self.config.stage_max_unwritten_bytes else {
+            return Ok(true);
+        };
+        let unwritten = self.stage.unwritten_bytes()?;
+        if unwritten < limit {
+            return Ok(true);
+        }
+        let started = Instant::now();
+        report.intake_pauses += 1;
+        metrics::intake_paused(true);
+        tracing::warn!(
+            unwritten_bytes = unwritten,
+            limit_bytes = limit,
+            "intake paused: staged changes not yet written reached [stage] max_unwritten_mb; the source is not read until the target catches up"
+        );
+        if matches!(source, Some(AnySource::Postgres(_))) {
+            *source = None;
+        }
+        let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
+        let mut backoff = WriteBackoff::default();
+        loop {
+            let transient = self.write_round_inner(report, true).await?;
+            let wait = backoff.after_round(transient);
+            let unwritten = self.stage.unwritten_bytes()?;
+            if unwritten < limit / 2 || self.stage.dirty_partitions()?.is_empty() {
+                tracing::info!(
+                    unwritten_bytes = unwritten,
+                    paused_ms = started.elapsed().as_millis() as u64,
+                    "intake resumed"
+                );
+                metrics::intake_paused(false);
+                break;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(flush_interval.max(WRITE_BACKOFF_MIN / 5) + wait) => {}
+                () = shutdown.as_mut() => return Ok(false),
+            }
+        }
+        if source.is_none() {
+            *source = Some(self.open_source(false).await?);
+        }
+        Ok(true)
+    }
+
+    /// On a clean stop: the stage's state goes to its table files, so the next start
+    /// has no write-ahead log to replay.
+    async fn flush_stage(&self) -> Result<(), PipelineError> {
+        let stage = Arc::clone(&self.stage);
+        blocking(move || stage.flush()).await
+    }
+
+    /// Stages the batch in one synced write, then acknowledges the source.
+    async fn stage_batch(
+        &self,
+        source: &mut AnySource,
+        batch: &mut Vec<Transaction>,
+        report: &mut RunReport,
+    ) -> Result<(), PipelineError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let txns = std::mem::take(batch);
+        let stage = Arc::clone(&self.stage);
+        let started = Instant::now();
+        if crate::faults::ack_before_stage()
+            && let Some(last) = txns.last()
+        {
+            // The broken build (test-only): the source hears "durable" before it is.
+            source
+                .acknowledge(crate::feed::Position {
+                    position: last.end,
+                    cursor: last.cursor,
+                })
+                .await?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Changes by table of the transactions past the position (the rest are
+        // skipped), counted only for the metrics.
+        let changes_by_table = if metrics::enabled() {
+            let position = self.stage.checkpoint()?.map_or(0, |c| c.position);
+            changes_by_table(
+                txns.iter()
+                    .filter(|t| t.end > position)
+                    .flat_map(|t| &t.changes),
+            )
+        } else {
+            Vec::new()
+        };
+        let outcome: ApplyOutcome = blocking(move || stage.apply(&txns)).await?;
+        crate::failpoint!("stage-before-ack");
+        report.transactions += outcome.transactions;
+        report.changes += outcome.changes;
+        report.skipped_transactions += outcome.skipped;
+        let checkpoint = self.stage.checkpoint()?;
+        if let Some(checkpoint) = checkpoint
+            && let Err(error) = source.acknowledge(checkpoint).await
+        {
+            // The batch is synced: a source that went away re-sends it after the
+            // reconnect (and the stage skips it). Its next read fails the same way.
+            if !error.is_transient() {
+                return Err(error.into());
+            }
+            tracing::warn!(error = %error_chain(&error), "acknowledgement not sent; the source is reconnected");
+        }
+        crate::failpoint!("stage-after-ack");
+        metrics::staged(
+            outcome.transactions,
+            changes_by_table.iter().map(|(t, n)| (t.as_str(), *n)),
+            checkpoint.map(|c| c.position),
+        );
+        tracing::info!(
+            transactions = outcome.transactions,
+            changes = outcome.changes,
+            skipped = outcome.skipped,
+            position = checkpoint.map(|c| c.position),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "staged"
+        );
+        Ok(())
+    }
+}
+
+/// Aborts a spawned task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The configured source.
+#[derive(Debug)]
+enum AnySource {
+    Jsonl(Box<JsonlSource>),
+    Postgres(Box<postgres::PostgresSource>),
+}
+
+impl ChangeSource for AnySource {
+    async fn next(&mut self) -> Result<SourceEvent, SourceError> {
+        match self {
+            AnySource::Jsonl(s) => s.next().await,
+            AnySource::Postgres(s) => s.next().await,
+        }
+    }
+
+    async fn acknowledge(&mut self, checkpoint: crate::feed::Position) -> Result<(), SourceError> {
+        match self {
+            AnySource::Jsonl(s) => s.acknowledge(checkpoint).await,
+            AnySource::Postgres(s) => s.acknowledge(checkpoint).await,
+        }
+    }
+}
+
+/// Row changes by table (a few tables: a list beats a map).
+fn changes_by_table<'a>(changes: impl IntoIterator<Item = &'a StageChange>) -> Vec<(String, u64)> {
+    let mut counts: Vec<(String, u64)> = Vec::new();
+    for change in changes {
+        let table = match change {
+            StageChange::Upsert { table, .. }
+            | StageChange::UpsertUnchanged { table, .. }
+            | StageChange::Delete { table, .. }
+            | StageChange::Truncate { table } => table,
+            StageChange::SourceState(_) => continue,
+        };
+        match counts.iter_mut().find(|(t, _)| t == table) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((table.clone(), 1)),
+        }
+    }
+    counts
+}

@@ -1,0 +1,231 @@
+//! The pipeline: tail the source, stage each committed transaction (synced), then
+//! acknowledge the source; write dirty partitions to the target; clear a dirty mark
+//! only when the generation written is still the newest.
+//!
+//! **Architecture Invariant**: [`ChangeSource::acknowledge`](crate::source::ChangeSource::acknowledge)
+//! is called only after [`Stage::apply`] returned, i.e. after the staged batch is synced.
+//!
+//! **Architecture Invariant**: no partition set here is derived from the clock: live
+//! mode writes the stage's dirty set; [`Pipeline::rewrite_partitions`] takes the
+//! partitions as a parameter.
+//!
+//! The rooms, along the data:
+//! - `init`: set up the source, the target tables and the stage; the table checks and
+//!   the contracts that every open repeats.
+//! - `intake`: the run loop, source → stage, with its backpressure (`[stage]
+//!   max_unwritten_mb`) and source reconnects.
+//! - the writer: `schedule` (write rounds, their backoff, dead letters), `write` (one
+//!   partition read, transformed and replaced), `merge` (`write = "merge"`), and
+//!   `transform` (the identity, or the plugin call).
+//! - `status`: what `weir status` reads, beside a running engine.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tokio_postgres::Client;
+
+use self::init::{check_write_mode, contract_of, reconcile_contracts, resolve_tables, source_oids};
+use crate::config::{Config, Dsn, TableConfig};
+use crate::partition::Partition;
+use crate::plugin::PluginHost;
+use crate::stage::{Stage, StageError};
+use crate::target::{self, TargetTable};
+use crate::value::Value;
+
+mod error;
+mod init;
+mod intake;
+mod merge;
+mod schedule;
+mod status;
+mod transform;
+mod write;
+
+pub use error::PipelineError;
+pub use init::{InitReport, init, init_with};
+pub use status::{DirtyStatus, FailedStatus, StaleStatus, Status, status};
+pub use transform::{IDENTITY_TRANSFORM, Transform};
+
+/// Counts of one `run`.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RunReport {
+    pub transactions: usize,
+    pub changes: usize,
+    pub skipped_transactions: usize,
+    pub partitions_written: usize,
+    pub rows_written: u64,
+    pub dead_letters: usize,
+    /// Partition writes that failed (they stay dirty).
+    pub partitions_failed: usize,
+    /// Rows the plugins rejected into `weir.dead_letter`.
+    pub rows_rejected: u64,
+    /// Times intake paused at `[stage] max_unwritten_mb`.
+    pub intake_pauses: usize,
+    /// Times the source connection was lost and opened again.
+    pub source_reconnects: usize,
+}
+
+/// A stage and a target, wired for one config.
+pub struct Pipeline {
+    config: Config,
+    stage: Arc<Stage>,
+    /// Target tables and transforms by source table name.
+    tables: HashMap<String, (TableConfig, TargetTable, Transform)>,
+    dsn: Dsn,
+    clients: Mutex<Vec<Client>>,
+    /// Partitions whose last write failed deterministically (a plugin's verdict), with
+    /// the generation that failed: not retried until the partition changes.
+    failed: std::sync::Mutex<HashMap<(String, Partition), u64>>,
+    /// Whether the stage is open for writing (`run`), or read-only beside a live engine
+    /// (`backfill`, `verify`): then dirty marks are left to the engine, and a write
+    /// never replaces a partition lineage says is newer.
+    writable: bool,
+}
+
+/// A partition's output, computed from the stage and not yet written.
+#[derive(Debug, Clone)]
+pub struct PartitionOutput {
+    pub rows: Vec<Vec<Value>>,
+    pub rejections: Vec<target::RejectedRow>,
+    /// The stage generation and source position the rows were read at.
+    pub generation: u64,
+    pub source_position: u64,
+    /// The dirty mark seen with the read.
+    pub dirty: Option<u64>,
+    /// Staged rows read.
+    pub staged_rows: u64,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// Opens the stage (which `init` created) and checks every target table.
+    pub async fn open(config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
+        Self::open_with(config, dsn, true).await
+    }
+
+    /// Opens the stage read-only, beside a `weir run` that may be live on it: for
+    /// `backfill` and `verify`. It sees the stage as of opening.
+    pub async fn open_read_only(config: Config, dsn: Dsn) -> Result<Pipeline, PipelineError> {
+        Self::open_with(config, dsn, false).await
+    }
+
+    async fn open_with(
+        mut config: Config,
+        dsn: Dsn,
+        writable: bool,
+    ) -> Result<Pipeline, PipelineError> {
+        // The target first: a mismatched table is the first thing to know.
+        let mut clients = Vec::with_capacity(config.engine.parallelism);
+        for _ in 0..config.engine.parallelism {
+            clients.push(target::connect(&dsn).await?);
+        }
+        config.tables = resolve_tables(&config, clients.first()).await?;
+        let host = plugin_host();
+        let mut tables = HashMap::new();
+        let oids = source_oids(&config, &config.tables).await?;
+        let mut contracts = Vec::with_capacity(config.tables.len());
+        for (table, oid) in config.tables.iter().zip(oids) {
+            let transform = Transform::load(&host, table).await?;
+            check_write_mode(&config, table, &transform)?;
+            contracts.push(contract_of(table, &transform, oid));
+            let mut prepared = target::prepare_table(
+                &mut clients[0],
+                &transform.target_view(table),
+                target::Prepare::Check,
+            )
+            .await?;
+            prepared.lock_timeout_ms = config.target.lock_timeout_ms;
+            tables.insert(
+                table.source.to_string(),
+                (table.clone(), prepared, transform),
+            );
+        }
+        if writable && let Some(client) = clients.first() {
+            // The weir schema as this build writes it (idempotent), once the tables
+            // passed their checks: a target `init` prepared with an older build gains
+            // the lineage columns added since.
+            target::ensure_weir_schema(client).await?;
+        }
+        let path = config.stage_path.clone();
+        if !path.join("CURRENT").exists() {
+            return Err(StageError::Missing { path }.into());
+        }
+        let source_id = config.source_id();
+        let stage = Arc::new(
+            blocking(move || {
+                if writable {
+                    Stage::open(&path, &source_id)
+                } else {
+                    Stage::open_read_only(&path)
+                }
+            })
+            .await?,
+        );
+        reconcile_contracts(&config, &stage, &contracts, writable)?;
+        Ok(Pipeline {
+            config,
+            stage,
+            tables,
+            dsn,
+            clients: Mutex::new(clients),
+            failed: std::sync::Mutex::default(),
+            writable,
+        })
+    }
+
+    pub fn stage(&self) -> &Stage {
+        &self.stage
+    }
+
+    /// A table's config, target and transform.
+    pub fn table(
+        &self,
+        table: &str,
+    ) -> Result<&(TableConfig, TargetTable, Transform), PipelineError> {
+        self.tables
+            .get(table)
+            .ok_or_else(|| PipelineError::UnknownTable(table.to_owned()))
+    }
+
+    /// The tables by source name.
+    pub fn tables(
+        &self,
+    ) -> impl Iterator<Item = (&String, &(TableConfig, TargetTable, Transform))> {
+        self.tables.iter()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn stage_arc(&self) -> Arc<Stage> {
+        Arc::clone(&self.stage)
+    }
+
+    pub fn dsn(&self) -> &Dsn {
+        &self.dsn
+    }
+}
+
+/// The compiled-plugin cache of a config: `[engine] plugin_cache` is not a setting;
+/// `$WEIR_PLUGIN_CACHE`, else the user's cache folder (see [`PluginHost`]).
+pub fn plugin_host() -> Arc<PluginHost> {
+    Arc::new(PluginHost::new(PluginHost::default_cache_dir()))
+}
+
+/// Runs blocking stage work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StageError> + Send + 'static,
+) -> Result<T, PipelineError> {
+    Ok(tokio::task::spawn_blocking(f)
+        .await
+        .map_err(PipelineError::Task)??)
+}

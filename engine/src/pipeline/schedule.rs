@@ -1,0 +1,193 @@
+//! The write scheduler: each round writes the staged dead letters, then every dirty
+//! partition, `[engine] parallelism` at once, oldest change first; a failure a retry
+//! may cure backs the next round off, a plugin's verdict waits for new changes.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+
+use super::{Pipeline, PipelineError, RunReport};
+use crate::errors::error_chain;
+use crate::metrics::{self, Retry};
+use crate::stage::DirtyPartition;
+use crate::target;
+
+/// Bounds of the wait added to the flush interval after a round whose writes failed in
+/// a way a retry may cure (doubling from the first to the second).
+pub(super) const WRITE_BACKOFF_MIN: Duration = Duration::from_millis(500);
+pub(super) const WRITE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The write backoff: the wait added to the flush interval after rounds whose writes
+/// failed in a way a retry may cure (the target down). Twice the last wait after each
+/// such round, within [`WRITE_BACKOFF_MIN`] and [`WRITE_BACKOFF_MAX`]; the first good
+/// round resets it to none.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct WriteBackoff(Duration);
+
+impl WriteBackoff {
+    /// Counts a round's `transient` failures (the retry metric) and returns the wait
+    /// before the next round.
+    pub(super) fn after_round(&mut self, transient: usize) -> Duration {
+        metrics::retried(Retry::TargetWrite, transient);
+        self.0 = if transient > 0 {
+            (self.0 * 2).clamp(WRITE_BACKOFF_MIN, WRITE_BACKOFF_MAX)
+        } else {
+            Duration::ZERO
+        };
+        self.0
+    }
+
+    /// The wait now.
+    pub(super) fn wait(self) -> Duration {
+        self.0
+    }
+}
+
+/// Dead letters moved from the stage to the target per round trip.
+const DEAD_LETTERS_PER_WRITE: usize = 1000;
+
+impl Pipeline {
+    /// Writes staged dead letters, then every dirty partition. A partition that fails
+    /// does not stop the others: with `keep_going` (live mode) its error is logged and
+    /// it stays dirty (a plugin's failure waits for the partition to change; any other
+    /// is retried next round); otherwise the first error is returned after the round.
+    pub async fn write_round(&self, report: &mut RunReport) -> Result<(), PipelineError> {
+        self.write_round_inner(report, false).await.map(drop)
+    }
+
+    /// One round; returns the number of failures that a retry may cure (the target
+    /// unreachable, a connection lost), which the live loop backs off on.
+    pub(super) async fn write_round_inner(
+        &self,
+        report: &mut RunReport,
+        keep_going: bool,
+    ) -> Result<usize, PipelineError> {
+        match self.flush_dead_letters().await {
+            Ok(n) => {
+                report.dead_letters += n;
+                metrics::dead_letters(n);
+            }
+            // The target is down: dead letters stay staged, and partitions are tried
+            // (and fail the same way, counted) so the round's outcome says so.
+            Err(error @ PipelineError::Target(_)) if keep_going => {
+                tracing::warn!(error = %error_chain(&error), "dead letters not written; they stay staged and are retried");
+            }
+            Err(error) => return Err(error),
+        }
+        let mut dirty = self.stage.dirty_partitions()?;
+        if keep_going && let Ok(failed) = self.failed.lock() {
+            dirty.retain(|d| {
+                failed.get(&(d.table.clone(), d.partition.clone())) != Some(&d.generation)
+            });
+        }
+        if dirty.is_empty() {
+            return Ok(0);
+        }
+        // Oldest change first: a partition waits at most one round behind newer ones.
+        // Among changes of one age, the largest partition first, so that the longest
+        // jobs do not start last and hold the round open on one worker.
+        let bytes = self.stage.approximate_bytes(&dirty);
+        let mut order: Vec<(DirtyPartition, u64)> = dirty.into_iter().zip(bytes).collect();
+        order.sort_by_key(|(d, bytes)| (d.generation, std::cmp::Reverse(*bytes)));
+        let dirty: Vec<DirtyPartition> = order.into_iter().map(|(d, _)| d).collect();
+        let started = Instant::now();
+        let mut transient = 0;
+        let results: Vec<_> = futures_util::stream::iter(dirty)
+            .map(|d: DirtyPartition| async move {
+                let started = Instant::now();
+                let outcome = self.write_partition(&d.table, &d.partition, true).await;
+                metrics::partition_job(&d.table, started.elapsed(), outcome.is_err());
+                (d, outcome)
+            })
+            .buffer_unordered(self.config.engine.parallelism)
+            .collect()
+            .await;
+        let mut first_error = None;
+        let (mut partitions, mut rows) = (0usize, 0u64);
+        for (d, outcome) in results {
+            match outcome {
+                Ok(Some(summary)) => {
+                    partitions += 1;
+                    rows += summary.copied;
+                    report.rows_rejected += summary.rejected;
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::error!(table = %d.table, partition = %d.partition, error = %error_chain(&error), "partition write failed; the other partitions go on");
+                    report.partitions_failed += 1;
+                    if !error.is_deterministic() {
+                        transient += 1;
+                    } else {
+                        if let Ok(mut failed) = self.failed.lock() {
+                            failed.insert((d.table.clone(), d.partition.clone()), d.generation);
+                        }
+                        // For `weir status`, until the partition is written.
+                        let failure = crate::stage::PartitionFailure {
+                            table: d.table.clone(),
+                            partition: d.partition.clone(),
+                            generation: d.generation,
+                            error: error_chain(&error),
+                        };
+                        if let Err(e) = self.stage.record_failure(&failure) {
+                            tracing::warn!(error = %error_chain(&e), "partition failure not recorded");
+                        }
+                    }
+                    first_error.get_or_insert(PipelineError::Partition {
+                        table: d.table.clone(),
+                        partition: d.partition.to_string(),
+                        source: Box::new(error),
+                    });
+                }
+            }
+        }
+        report.partitions_written += partitions;
+        report.rows_written += rows;
+        tracing::info!(
+            partitions,
+            rows,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "partitions written"
+        );
+        match first_error {
+            Some(e) if !keep_going => Err(e),
+            _ => Ok(transient),
+        }
+    }
+
+    async fn flush_dead_letters(&self) -> Result<usize, PipelineError> {
+        let mut total = 0;
+        loop {
+            let records = self.stage.dead_letters(DEAD_LETTERS_PER_WRITE)?;
+            if records.is_empty() {
+                return Ok(total);
+            }
+            let mut client = self.client().await?;
+            let result =
+                target::write_dead_letters(&mut client, &self.config.source_id(), &records).await;
+            self.clients.lock().await.push(client);
+            result?;
+            let positions: Vec<u64> = records.iter().map(|r| r.position).collect();
+            self.stage.remove_dead_letters(&positions)?;
+            total += records.len();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_write_backoff_doubles_within_its_bounds_and_resets_on_a_good_round() {
+        let mut backoff = WriteBackoff::default();
+        assert_eq!(backoff.wait(), Duration::ZERO);
+        assert_eq!(backoff.after_round(0), Duration::ZERO);
+        assert_eq!(backoff.after_round(3), WRITE_BACKOFF_MIN);
+        assert_eq!(backoff.after_round(1), WRITE_BACKOFF_MIN * 2);
+        for _ in 0..10 {
+            backoff.after_round(1);
+        }
+        assert_eq!(backoff.wait(), WRITE_BACKOFF_MAX);
+        assert_eq!(backoff.after_round(0), Duration::ZERO);
+    }
+}

@@ -1,0 +1,162 @@
+//! `status`: what the stage, the source's slot and the target's lineage say, read
+//! beside a running engine.
+
+use super::init::postgres_dsn;
+use super::{PipelineError, blocking};
+use crate::config::{Config, Dsn, SourceConfig};
+use crate::errors::error_chain;
+use crate::source::postgres;
+use crate::stage::Stage;
+use crate::target;
+
+/// What `status` shows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    pub stage: String,
+    pub source: Option<String>,
+    pub position: Option<u64>,
+    pub staged_rows: std::collections::BTreeMap<String, u64>,
+    /// Size of the stage's files on disk, in bytes.
+    pub stage_size_bytes: u64,
+    /// Bytes of changes staged but not yet written to the target, and the
+    /// `[stage] max_unwritten_mb` limit in bytes; at the limit intake pauses.
+    pub unwritten_bytes: u64,
+    pub max_unwritten_bytes: Option<u64>,
+    pub intake_paused: bool,
+    pub dirty_partitions: Vec<DirtyStatus>,
+    /// Partitions whose last write failed for good (a plugin's verdict): they are
+    /// retried when they change.
+    pub failed_partitions: Vec<FailedStatus>,
+    pub pending_dead_letters: usize,
+    pub last_writes: Vec<target::PartitionLineage>,
+    /// Partitions written by another plugin or config than the config's now
+    /// (`weir backfill --stale` rebuilds them).
+    pub stale_partitions: Vec<StaleStatus>,
+    /// Why `last_writes` could not be read, if it could not.
+    pub target_error: Option<String>,
+    /// PostgreSQL source: the slot's `wal_status` and the WAL it holds back, in bytes.
+    pub slot_wal_status: Option<String>,
+    pub slot_lag_bytes: Option<i64>,
+    /// Why the slot could not be read, if it could not.
+    pub source_error: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FailedStatus {
+    pub table: String,
+    pub partition: String,
+    pub generation: u64,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StaleStatus {
+    pub table: String,
+    pub partition: String,
+    /// What lineage says wrote it (`None`: the identity).
+    pub plugin_sha256: Option<String>,
+    pub config_hash: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DirtyStatus {
+    pub table: String,
+    pub partition: String,
+    pub generation: u64,
+}
+
+/// Reads the status from the stage (read-only, so it works beside a running `weir
+/// run`) and the target's lineage.
+pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Status, PipelineError> {
+    let path = config.stage_path.clone();
+    let stage = blocking(move || Stage::open_read_only(&path)).await?;
+    let checkpoint = stage.checkpoint()?;
+    let dirty = stage.dirty_partitions()?;
+    let unwritten_bytes = stage.unwritten_bytes()?;
+    let mut status = Status {
+        stage: config.stage_path.display().to_string(),
+        source: stage.source_id()?,
+        position: checkpoint.map(|c| c.position),
+        staged_rows: stage.row_counts()?,
+        stage_size_bytes: crate::stage::checkpoint::dir_size(&config.stage_path).unwrap_or(0),
+        unwritten_bytes,
+        max_unwritten_bytes: config.stage_max_unwritten_bytes,
+        intake_paused: config
+            .stage_max_unwritten_bytes
+            .is_some_and(|limit| unwritten_bytes >= limit),
+        dirty_partitions: dirty
+            .into_iter()
+            .map(|d| DirtyStatus {
+                table: d.table,
+                partition: d.partition.to_string(),
+                generation: d.generation,
+            })
+            .collect(),
+        failed_partitions: stage
+            .failures()?
+            .into_iter()
+            .map(|f| FailedStatus {
+                table: f.table,
+                partition: f.partition.to_string(),
+                generation: f.generation,
+                error: f.error,
+            })
+            .collect(),
+        pending_dead_letters: stage.dead_letters(usize::MAX)?.len(),
+        last_writes: Vec::new(),
+        stale_partitions: Vec::new(),
+        target_error: None,
+        slot_wal_status: None,
+        slot_lag_bytes: None,
+        source_error: None,
+    };
+    if let SourceConfig::Postgres { slot, .. } = &config.source {
+        let slot_status = async {
+            let client = postgres::connect(&postgres_dsn(config)?).await?;
+            Ok::<_, PipelineError>(postgres::slot_status(&client, slot).await?)
+        };
+        match slot_status.await {
+            Ok(Some((wal_status, lag))) => {
+                status.slot_wal_status = Some(wal_status);
+                status.slot_lag_bytes = Some(lag);
+            }
+            Ok(None) => {
+                status.source_error = Some(format!("replication slot `{slot}` does not exist"))
+            }
+            Err(e) => status.source_error = Some(error_chain(&e)),
+        }
+    }
+    match target::connect(dsn).await {
+        Ok(client) => {
+            match target::recent_writes(&client, last_writes).await {
+                Ok(rows) => status.last_writes = rows,
+                Err(e) => status.target_error = Some(error_chain(&e)),
+            }
+            for table in &config.tables {
+                let expected = match target::expected_transform(table) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        status.target_error = Some(error_chain(&e));
+                        continue;
+                    }
+                };
+                match target::table_lineage(&client, &table.target).await {
+                    Ok(lineage) => status.stale_partitions.extend(
+                        lineage
+                            .into_iter()
+                            .filter(|(_, l)| target::is_stale(l, &expected))
+                            .map(|(partition, l)| StaleStatus {
+                                table: table.target.to_string(),
+                                partition,
+                                plugin_sha256: l.plugin_sha256,
+                                config_hash: l.config_hash,
+                            }),
+                    ),
+                    Err(e) => status.target_error = Some(error_chain(&e)),
+                }
+            }
+        }
+        Err(e) => status.target_error = Some(error_chain(&e)),
+    }
+    Ok(status)
+}

@@ -1,0 +1,262 @@
+//! A table's transform: the identity, or a plugin (loaded, described, and called on
+//! a partition's staged rows).
+
+use std::sync::Arc;
+
+use super::{Pipeline, PipelineError};
+use crate::config::{Column, OnReject, PluginConfig, TableConfig, WriteMode};
+use crate::metrics;
+use crate::partition::Partition;
+use crate::plugin::{self, InputRow, Kind, OwnedJob, Plugin, PluginHost};
+use crate::stage::StagedRow;
+use crate::target::{self, TargetTable};
+use crate::value::Value;
+
+/// The transform of a table without a plugin.
+pub const IDENTITY_TRANSFORM: &str = "identity";
+
+/// A table's transform, ready to run.
+#[derive(Clone)]
+pub enum Transform {
+    Identity,
+    Plugin {
+        plugin: Arc<Plugin>,
+        settings: PluginConfig,
+        config_hash: String,
+    },
+}
+
+impl std::fmt::Debug for Transform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transform::Identity => f.write_str("Identity"),
+            Transform::Plugin { plugin, .. } => f.debug_tuple("Plugin").field(plugin).finish(),
+        }
+    }
+}
+
+impl Transform {
+    /// Loads a table's plugin (compiling it or loading the cached compilation).
+    pub async fn load(
+        host: &Arc<PluginHost>,
+        table: &TableConfig,
+    ) -> Result<Transform, PipelineError> {
+        let Some(settings) = table.plugin.clone() else {
+            return Ok(Transform::Identity);
+        };
+        let host = Arc::clone(host);
+        let (path, limits) = (settings.path.clone(), settings.limits.clone());
+        let plugin = tokio::task::spawn_blocking(move || host.load(&path, &limits))
+            .await
+            .map_err(PipelineError::Task)??;
+        let d = plugin.description();
+        tracing::info!(
+            table = %table.source,
+            plugin = %d.name,
+            version = %d.version,
+            sha256 = %plugin.sha256_hex(),
+            compile_ms = plugin.compile_info().millis,
+            cache_hit = plugin.compile_info().cache_hit,
+            "plugin loaded"
+        );
+        let config_hash = plugin::config_hash(&settings.config);
+        Ok(Transform::Plugin {
+            plugin: Arc::new(plugin),
+            settings,
+            config_hash,
+        })
+    }
+
+    /// The table as the target sees it: with a plugin, its declared output columns and
+    /// partition column; without one, the source's columns.
+    pub fn target_view(&self, table: &TableConfig) -> TableConfig {
+        let Transform::Plugin { plugin, .. } = self else {
+            return table.clone();
+        };
+        let d = plugin.description();
+        TableConfig {
+            columns: d
+                .columns
+                .iter()
+                .map(|c| Column {
+                    name: c.name.clone(),
+                    declared: if c.nullable {
+                        c.ty.ddl()
+                    } else {
+                        format!("{} NOT NULL", c.ty.ddl())
+                    },
+                    ty: c.ty.engine_type(),
+                    epoch: None,
+                })
+                .collect(),
+            partition_by: d.partition_column.clone(),
+            ..table.clone()
+        }
+    }
+
+    /// Whether the table's write mode suits this transform: `merge` needs the identity
+    /// or a `row`-kind plugin whose grain key is the table's key, so that the target
+    /// rows of a changed key are exactly those with that grain key.
+    pub fn check_write_mode(&self, table: &TableConfig) -> Result<(), String> {
+        let Transform::Plugin { plugin, .. } = self else {
+            return Ok(());
+        };
+        if table.write != WriteMode::Merge {
+            return Ok(());
+        }
+        let d = plugin.description();
+        if d.kind != Kind::Row {
+            return Err(format!(
+                "plugin {} is a `partition`-kind plugin (its output may aggregate rows), so its partitions cannot be merged: use write = \"replace\"",
+                d.name
+            ));
+        }
+        if d.grain_key != table.key {
+            return Err(format!(
+                "merge needs the plugin's grain key ({}) to be the table's key ({}): a changed key must name the target rows it produced; use write = \"replace\"",
+                d.grain_key.join(", "),
+                table.key.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// What lineage's `transform` column says: `identity` or `name@version`.
+    pub fn label(&self) -> String {
+        match self {
+            Transform::Identity => IDENTITY_TRANSFORM.to_owned(),
+            Transform::Plugin { plugin, .. } => {
+                let d = plugin.description();
+                format!("{}@{}", d.name, d.version)
+            }
+        }
+    }
+}
+
+impl Transform {
+    /// The transform's identity in a table's contract: `identity`, or the plugin's
+    /// bytes and config (as lineage records them).
+    pub fn contract_id(&self) -> String {
+        match self {
+            Transform::Identity => IDENTITY_TRANSFORM.to_owned(),
+            Transform::Plugin {
+                plugin,
+                config_hash,
+                ..
+            } => format!("sha256:{} config:{config_hash}", plugin.sha256_hex()),
+        }
+    }
+}
+
+impl Pipeline {
+    /// Runs the table's transform (a fresh plugin instance each time) over staged rows
+    /// of one partition: the output rows and the rejected input rows.
+    pub(super) async fn transform(
+        &self,
+        table: &str,
+        partition: &Partition,
+        rows: Vec<StagedRow>,
+    ) -> Result<(Vec<Vec<Value>>, Vec<target::RejectedRow>), PipelineError> {
+        let (table_config, target_table, transform) = self.table(table)?;
+        match transform {
+            Transform::Identity => Ok((identity(table_config, rows), Vec::new())),
+            Transform::Plugin {
+                plugin, settings, ..
+            } => {
+                run_plugin(
+                    table_config,
+                    target_table,
+                    plugin,
+                    settings,
+                    partition,
+                    rows,
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// Runs a table's plugin over a partition's staged rows; returns the output rows and
+/// the rejections (or fails on one, with `on_reject = "fail"`).
+async fn run_plugin(
+    table: &TableConfig,
+    target: &TargetTable,
+    plugin: &Arc<Plugin>,
+    settings: &PluginConfig,
+    partition: &Partition,
+    rows: Vec<StagedRow>,
+) -> Result<(Vec<Vec<Value>>, Vec<target::RejectedRow>), PipelineError> {
+    let input: Vec<InputRow> = rows
+        .into_iter()
+        .map(|r| InputRow {
+            key: table
+                .key
+                .iter()
+                .map(|k| {
+                    r.values
+                        .iter()
+                        .find(|(name, _)| name == k)
+                        .map_or(Value::Null, |(_, v)| v.clone())
+                })
+                .collect(),
+            op: r.op,
+            commit_position: r.commit_position,
+            commit_time: r.commit_time_us,
+            columns: r.values,
+        })
+        .collect();
+    let job = OwnedJob {
+        table: target.name.to_string(),
+        partition: partition.clone(),
+        grain: table.grain,
+        config: settings.config.clone(),
+    };
+    let (input, output) =
+        plugin::run_job_on_thread(Arc::clone(plugin), settings.limits.clone(), job, input).await;
+    let output = output?;
+    metrics::plugin_job(
+        &table.source.to_string(),
+        output.fuel,
+        output.peak_memory_bytes,
+    );
+    let mut rejections = Vec::with_capacity(output.rejections.len());
+    for r in &output.rejections {
+        let key = plugin::json::key_text(&r.key);
+        if settings.on_reject == OnReject::Fail {
+            return Err(PipelineError::Rejected {
+                table: table.source.to_string(),
+                partition: partition.to_string(),
+                key,
+                reason: r.reason.clone(),
+            });
+        }
+        let row = &input[r.input];
+        rejections.push(target::RejectedRow {
+            key,
+            reason: r.reason.clone(),
+            input: plugin::json::plain_row(&row.columns),
+            source_position: row.commit_position,
+        });
+    }
+    Ok((output.rows, rejections))
+}
+
+/// The identity transform: each staged row's values in the table's column order
+/// (absent columns are NULL). Values are moved, not copied.
+fn identity(table: &TableConfig, rows: Vec<StagedRow>) -> Vec<Vec<Value>> {
+    rows.into_iter()
+        .map(|mut row| {
+            table
+                .columns
+                .iter()
+                .map(|c| {
+                    row.values
+                        .iter_mut()
+                        .find(|(name, _)| name == &c.name)
+                        .map_or(Value::Null, |(_, v)| std::mem::replace(v, Value::Null))
+                })
+                .collect()
+        })
+        .collect()
+}

@@ -1,0 +1,132 @@
+//! The PostgreSQL target: its `weir` schema (lineage and dead letters), the target
+//! tables, and the atomic partition replace.
+//!
+//! **Architecture Invariant**: a partition is written in exactly one target
+//! transaction: advisory lock on (table, partition), DELETE of the partition, binary
+//! COPY of its rows, upsert of its lineage row. Readers see the old partition or the
+//! new one, never a mix, and two writers of one partition (threads or processes)
+//! serialize on the lock.
+//!
+//! **API Boundary**: the target sees rows already in target column order; it knows
+//! nothing of the stage or of sources.
+//!
+//! The rooms: [`schema`] (the `weir` schema's DDL and the target tables' checks,
+//! which `init` runs), [`write`] (the partition replace and merge: lock, DELETE, COPY),
+//! [`lineage`] (the `weir.partitions` row of each write, and whether it is stale) and
+//! [`read`] (a partition read back for `verify`).
+
+use postgres_types::Type;
+use tokio_postgres::Client;
+
+use crate::config::{Dsn, TableName, TargetPartitioning};
+use crate::partition::Grain;
+use crate::pgerror::PgError;
+use crate::value::{ColumnType, EncodeError};
+
+pub mod lineage;
+pub mod read;
+pub mod schema;
+pub mod write;
+
+pub use lineage::{
+    PartitionLineage, begin_backfill, expected_transform, finish_backfill, is_stale, recent_writes,
+    table_lineage,
+};
+pub use read::read_partition;
+pub use schema::{Prepare, column_names, ensure_weir_schema, prepare_table};
+pub use write::{
+    MergeKeys, PartitionWrite, RejectedRow, WriteSummary, checksum, merge_partition,
+    replace_partition, write_dead_letters,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error(transparent)]
+    Injected(#[from] crate::faults::InjectedFault),
+    #[error("cannot connect to the target PostgreSQL")]
+    Connect(#[source] crate::pgconn::ConnectError),
+    #[error("target query failed: {what}")]
+    Query {
+        what: String,
+        #[source]
+        source: PgError,
+    },
+    #[error("target table {table} does not exist: run `weir init` to create it")]
+    MissingTable { table: TableName },
+    #[error("target table {table} does not match the configured columns:\n  {}\nalter the table, or point `target` at a new table and run `weir init`", differences.join("\n  "))]
+    SchemaMismatch {
+        table: TableName,
+        differences: Vec<String>,
+    },
+    #[error("the weir schema is missing in the target: run `weir init`")]
+    MissingWeirSchema,
+    #[error("column `{column}` of {table}, partition {partition}")]
+    Encode {
+        table: TableName,
+        partition: String,
+        column: String,
+        /// Boxed: the rarest error of a write, and otherwise its largest.
+        #[source]
+        source: Box<EncodeError>,
+    },
+    #[error("{table}: cannot read back a value: {message}")]
+    Decode { table: TableName, message: String },
+    #[error(transparent)]
+    LockTimeout(Box<LockWait>),
+    #[error("partition `{partition}` of {table} has no SQL form for grain {grain}")]
+    BadPartition {
+        table: TableName,
+        partition: String,
+        grain: Grain,
+    },
+}
+
+/// A partition write that waited longer than `lock_timeout_ms` for a lock (boxed in
+/// [`TargetError::LockTimeout`]: it is the largest error of a write).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "partition {partition} of {table}: {what} waited longer than lock_timeout_ms = {timeout_ms} for a lock held by {}; it is retried (end the blocking session, or raise [target] lock_timeout_ms)",
+    if blockers.is_empty() { "another session".to_owned() } else { format!("the session(s) with pid {}", blockers.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")) }
+)]
+pub struct LockWait {
+    pub table: TableName,
+    pub partition: String,
+    pub what: String,
+    pub timeout_ms: u64,
+    pub blockers: Vec<i32>,
+}
+
+fn query_err(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> TargetError {
+    let what = what.into();
+    move |source| TargetError::Query {
+        what,
+        source: PgError(source),
+    }
+}
+
+/// Connects to the target (TLS per the DSN's sslmode, see `pgconn`); the connection's
+/// driver runs as a background task.
+pub async fn connect(dsn: &Dsn) -> Result<Client, TargetError> {
+    let (client, connection) = crate::pgconn::connect(dsn)
+        .await
+        .map_err(TargetError::Connect)?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::warn!(error = %crate::pgerror::render(&error), "target connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// A target table as the writer needs it: columns with their PostgreSQL types.
+#[derive(Debug, Clone)]
+pub struct TargetTable {
+    pub name: TableName,
+    pub columns: Vec<(String, Type)>,
+    pub partition_column: String,
+    pub partition_type: ColumnType,
+    pub grain: Grain,
+    pub partitioning: TargetPartitioning,
+    /// `[target] lock_timeout_ms`: how long a partition write waits for a lock.
+    pub lock_timeout_ms: u64,
+}

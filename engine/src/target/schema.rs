@@ -1,0 +1,523 @@
+//! The target's schema: Weir's own `weir` schema (lineage, dead letters, backfill
+//! runs), and the target tables, checked against the config (created by `init`), with
+//! the child tables of natively partitioned ones.
+
+use postgres_types::Type;
+use sha2::{Digest, Sha256};
+use tokio_postgres::{Client, GenericClient};
+
+use super::{TargetError, TargetTable, query_err};
+use crate::config::{
+    Column, TableConfig, TableName, TargetPartitioning, quote_ident, quote_literal,
+};
+use crate::partition::{Grain, Partition, PartitionPredicate};
+use crate::pgerror::PgError;
+use crate::value::Value;
+
+/// DDL of the `weir` schema. Idempotent.
+const WEIR_SCHEMA_SQL: &str = r#"
+CREATE SCHEMA IF NOT EXISTS weir;
+CREATE TABLE IF NOT EXISTS weir.partitions (
+    target_table     text        NOT NULL,
+    partition        text        NOT NULL,
+    source_table     text        NOT NULL,
+    stage_generation bigint      NOT NULL,
+    source_position  bigint      NOT NULL,
+    transform        text        NOT NULL,
+    row_count        bigint      NOT NULL,
+    checksum         text        NOT NULL,
+    written_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (target_table, partition)
+);
+COMMENT ON TABLE weir.partitions IS 'Lineage: one row per written partition, updated in the same transaction as the partition.';
+CREATE TABLE IF NOT EXISTS weir.dead_letter (
+    id              bigserial   PRIMARY KEY,
+    kind            text        NOT NULL,
+    source          text        NOT NULL,
+    source_position bigint      NOT NULL,
+    line            bigint,
+    source_table    text,
+    reason          text        NOT NULL,
+    raw             bytea       NOT NULL,
+    recorded_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE UNIQUE INDEX IF NOT EXISTS dead_letter_bad_record ON weir.dead_letter (source, source_position) WHERE kind = 'bad-record';
+-- Plugins (added after the first release of this schema; idempotent on either).
+ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS plugin_sha256 text;
+ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS config_hash text;
+COMMENT ON COLUMN weir.partitions.plugin_sha256 IS 'sha256 of the plugin component that wrote the partition (NULL: identity transform).';
+COMMENT ON COLUMN weir.partitions.config_hash IS 'sha256 of the plugin config the partition was written with (NULL: identity transform).';
+ALTER TABLE weir.dead_letter ALTER COLUMN raw DROP NOT NULL;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS target_table text;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS partition text;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS row_key jsonb;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS input jsonb;
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS plugin_sha256 text;
+ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS write_mode text NOT NULL DEFAULT 'replace';
+COMMENT ON COLUMN weir.partitions.write_mode IS 'replace: the partition was rewritten whole (checksum covers it); merge: only its changed keys were (checksum is empty).';
+CREATE INDEX IF NOT EXISTS dead_letter_rejected ON weir.dead_letter (target_table, partition) WHERE kind = 'rejected';
+CREATE TABLE IF NOT EXISTS weir.backfills (
+    target_table text        NOT NULL,
+    window_from  text        NOT NULL,
+    window_to    text        NOT NULL,
+    started_at   timestamptz NOT NULL,
+    finished_at  timestamptz,
+    PRIMARY KEY (target_table, window_from, window_to)
+);
+COMMENT ON TABLE weir.backfills IS 'Backfills by window: an unfinished one is resumed (partitions written since it started are done).';
+COMMENT ON COLUMN weir.dead_letter.kind IS 'bad-record: the source could not read it (raw holds it); rejected: the table''s plugin rejected the row (input holds it; replaced with its partition).';
+COMMENT ON TABLE weir.dead_letter IS 'Records weir could not process, with the reason and the raw record.';
+"#;
+
+/// Creates the `weir` schema and its tables if missing.
+pub async fn ensure_weir_schema(client: &Client) -> Result<(), TargetError> {
+    client
+        .batch_execute(WEIR_SCHEMA_SQL)
+        .await
+        .map_err(query_err("create the weir schema"))
+}
+
+/// What `prepare_table` may change in the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepare {
+    /// Check only (`run`, `backfill`, `verify`).
+    Check,
+    /// Create the table if it is missing (`init`).
+    Create,
+    /// Also add declared nullable columns the table lacks (`init --allow-add-columns`).
+    CreateOrAddColumns,
+}
+
+/// Checks the target table of `table` against its declared columns; creates it when
+/// missing (unless `Prepare::Check`), otherwise refuses. A table whose columns differ
+/// is refused with every difference listed, except that declared nullable columns it
+/// lacks are added with `Prepare::CreateOrAddColumns`.
+pub async fn prepare_table(
+    client: &mut Client,
+    table: &TableConfig,
+    prepare: Prepare,
+) -> Result<TargetTable, TargetError> {
+    let create = prepare != Prepare::Check;
+    let name = &table.target;
+    let exists: Option<String> = client
+        .query_one("SELECT to_regclass($1)::text", &[&name.quoted()])
+        .await
+        .map_err(query_err(format!("look up {name}")))?
+        .get(0);
+    if exists.is_none() {
+        if !create {
+            return Err(TargetError::MissingTable {
+                table: name.clone(),
+            });
+        }
+        let ddl = match table.target_partitioning {
+            TargetPartitioning::Plain => format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema};\nCREATE TABLE {table} ({cols});\nCREATE INDEX ON {table} ({part});",
+                schema = quote_ident(&name.schema),
+                table = name.quoted(),
+                cols = column_ddl(&table.columns),
+                part = quote_ident(&table.partition_by),
+            ),
+            // Children are made on demand; a RANGE table's DEFAULT child takes the NULL
+            // and infinity partitions.
+            TargetPartitioning::Native => format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema};\nCREATE TABLE {table} ({cols}) PARTITION BY {method} ({part});{default}",
+                schema = quote_ident(&name.schema),
+                table = name.quoted(),
+                cols = column_ddl(&table.columns),
+                method = if table.grain == Grain::Value {
+                    "LIST"
+                } else {
+                    "RANGE"
+                },
+                part = quote_ident(&table.partition_by),
+                default = if table.grain == Grain::Value {
+                    String::new()
+                } else {
+                    let default = default_child_name(name);
+                    format!(
+                        "\nCREATE TABLE {} PARTITION OF {} DEFAULT;",
+                        default.quoted(),
+                        name.quoted()
+                    )
+                },
+            ),
+        };
+        client
+            .batch_execute(&ddl)
+            .await
+            .map_err(query_err(format!("create {name}")))?;
+        tracing::info!(table = %name, "created target table");
+    }
+    let partitioned: bool = client
+        .query_one(
+            "SELECT relkind = 'p' FROM pg_class WHERE oid = $1::text::regclass",
+            &[&name.quoted()],
+        )
+        .await
+        .map_err(query_err(format!("look up {name}")))?
+        .get(0);
+    let wanted = table.target_partitioning == TargetPartitioning::Native;
+    if partitioned != wanted {
+        return Err(TargetError::SchemaMismatch {
+            table: name.clone(),
+            differences: vec![if wanted {
+                "it is a plain table; the config says target_partitioning = \"native\"".into()
+            } else {
+                "it is a partitioned table; the config says target_partitioning = \"plain\"".into()
+            }],
+        });
+    }
+    let mut actual = table_columns(client, &name.quoted()).await?;
+    let expected = expected_columns(client, &table.columns).await?;
+    // Declared nullable columns the table lacks: added on request, else a difference
+    // whose message says how to add them.
+    let addable: Vec<&Column> = table
+        .columns
+        .iter()
+        .filter(|c| {
+            !actual.iter().any(|(a, _, _)| *a == c.name)
+                && !c.declared.to_ascii_uppercase().contains("NOT NULL")
+        })
+        .collect();
+    if prepare == Prepare::CreateOrAddColumns && !addable.is_empty() {
+        let adds = addable
+            .iter()
+            .map(|c| format!("ADD COLUMN {} {}", quote_ident(&c.name), c.declared))
+            .collect::<Vec<_>>()
+            .join(", ");
+        client
+            .batch_execute(&format!("ALTER TABLE {} {adds}", name.quoted()))
+            .await
+            .map_err(query_err(format!("add columns to {name}")))?;
+        tracing::info!(table = %name, columns = %addable.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "), "added nullable columns to the target table");
+        actual = table_columns(client, &name.quoted()).await?;
+    }
+    let mut differences = Vec::new();
+    for (col, ty, _) in &expected {
+        match actual.iter().find(|(c, _, _)| c == col) {
+            None if addable.iter().any(|c| c.name == *col) => differences.push(format!(
+                "column `{col}` ({ty}, nullable) is missing: `weir init --allow-add-columns` adds it"
+            )),
+            None => differences.push(format!("column `{col}` ({ty}) is missing")),
+            Some((_, actual_ty, _)) if actual_ty != ty => differences.push(format!(
+                "column `{col}` is {actual_ty}, config declares {ty}"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (col, ty, _) in &actual {
+        if !expected.iter().any(|(c, _, _)| c == col) {
+            differences.push(format!("column `{col}` ({ty}) is not in the config"));
+        }
+    }
+    if !differences.is_empty() {
+        return Err(TargetError::SchemaMismatch {
+            table: name.clone(),
+            differences,
+        });
+    }
+    let columns = expected.into_iter().map(|(c, _, ty)| (c, ty)).collect();
+    Ok(TargetTable {
+        name: name.clone(),
+        columns,
+        partition_column: table.partition_by.clone(),
+        partition_type: table.partition_column().ty,
+        grain: table.grain,
+        partitioning: table.target_partitioning,
+        lock_timeout_ms: crate::config::limits::LOCK_TIMEOUT_MS_DEFAULT,
+    })
+}
+
+fn column_ddl(columns: &[Column]) -> String {
+    columns
+        .iter()
+        .map(|c| format!("{} {}", quote_ident(&c.name), c.declared))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The column names of a target table, or `None` if it does not exist.
+pub async fn column_names(
+    client: &Client,
+    table: &TableName,
+) -> Result<Option<Vec<String>>, TargetError> {
+    let exists: Option<String> = client
+        .query_one("SELECT to_regclass($1)::text", &[&table.quoted()])
+        .await
+        .map_err(query_err(format!("look up {table}")))?
+        .get(0);
+    if exists.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(
+        table_columns(client, &table.quoted())
+            .await?
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect(),
+    ))
+}
+
+/// Column name, formatted type and type of a relation, in column order.
+async fn table_columns(
+    client: &impl GenericClient,
+    relation: &str,
+) -> Result<Vec<(String, String, Type)>, TargetError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid \
+             FROM pg_attribute a WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&relation],
+        )
+        .await
+        .map_err(query_err(format!("read the columns of {relation}")))?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let oid: u32 = r.get(2);
+            (
+                r.get(0),
+                r.get(1),
+                Type::from_oid(oid).unwrap_or(Type::UNKNOWN),
+            )
+        })
+        .collect())
+}
+
+/// The columns PostgreSQL itself makes of the declared types: a temporary table is
+/// created in a rolled-back transaction, so type aliases and modifiers compare exactly
+/// as PostgreSQL sees them.
+async fn expected_columns(
+    client: &mut Client,
+    columns: &[Column],
+) -> Result<Vec<(String, String, Type)>, TargetError> {
+    let tx = client.transaction().await.map_err(query_err("begin"))?;
+    tx.batch_execute(&format!(
+        "CREATE TEMP TABLE weir_expected ({})",
+        column_ddl(columns)
+    ))
+    .await
+    .map_err(query_err("check the declared column types"))?;
+    let out = table_columns(&tx, "pg_temp.weir_expected").await?;
+    tx.rollback().await.map_err(query_err("rollback"))?;
+    Ok(out)
+}
+
+/// Where a native partition's rows live.
+pub(super) enum NativeChild {
+    /// A child table of its own (`FOR VALUES FROM … TO …` or `IN (…)`), made on demand.
+    Own { name: TableName, bound: String },
+    /// The RANGE table's DEFAULT child, shared by the NULL and infinity partitions.
+    Default,
+}
+
+/// A name Weir derives from `base` for a table it creates: `base` and `suffix`, or, when
+/// that would pass PostgreSQL's 63 bytes, `base` cut and a hash of the whole of it.
+fn derived_name(base: &str, suffix: &str) -> String {
+    let whole = format!("{base}{suffix}");
+    if whole.len() <= crate::config::limits::IDENTIFIER_BYTES_MAX {
+        return whole;
+    }
+    let digest = hex::encode(&Sha256::digest(whole.as_bytes())[..4]);
+    let mut cut = whole;
+    cut.truncate(crate::config::limits::IDENTIFIER_BYTES_MAX - 9);
+    while !cut.is_char_boundary(cut.len()) {
+        cut.pop();
+    }
+    format!("{cut}_{digest}")
+}
+
+/// The child table of a native partition: `<table>_p_<readable>_<hash>`, where
+/// `<readable>` is the partition name in lower-case letters, digits and `_` (cut to fit
+/// PostgreSQL's 63 bytes) and `<hash>` 8 hex digits of a hash of the table and the exact
+/// partition key. Two partitions never share a child name on readability alone: `EU`
+/// and `eu`, NULL and the text `__null__`, `a-b` and `a_b` differ in the hash.
+///
+/// Children made by builds before this scheme have other names; they still serve:
+/// writes go through the parent (PostgreSQL routes them), and a child is only made when
+/// no child holds the partition's bound yet (see [`ensure_child`]).
+fn child_table_name(table: &TableName, partition: &Partition) -> TableName {
+    let readable: String = partition
+        .name()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut hasher = Sha256::new();
+    hasher.update(table.to_string().as_bytes());
+    hasher.update(b"\0");
+    hasher.update(partition.to_bytes());
+    let digest = hex::encode(&hasher.finalize()[..4]);
+    let mut name = format!("{}_p_{readable}", table.name);
+    name.truncate(crate::config::limits::IDENTIFIER_BYTES_MAX - 9);
+    while !name.is_char_boundary(name.len()) {
+        name.pop();
+    }
+    TableName {
+        schema: table.schema.clone(),
+        name: format!("{name}_{digest}"),
+    }
+}
+
+/// The RANGE table's DEFAULT child.
+fn default_child_name(table: &TableName) -> TableName {
+    TableName {
+        schema: table.schema.clone(),
+        name: derived_name(&table.name, "_p_default"),
+    }
+}
+
+/// A partition bound value as SQL (bounds in DDL take no bind parameters): quoted by
+/// [`quote_literal`], timestamps with an explicit UTC offset (ignored by `timestamp`,
+/// required by `timestamptz`). `None` for a value no SQL string can hold (NUL).
+pub(super) fn bound_literal(v: &Value) -> Option<String> {
+    match v {
+        Value::Null => Some("NULL".into()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Timestamp(us) if *us != i64::MAX && *us != i64::MIN => {
+            quote_literal(&format!("{v} +00"))
+        }
+        other => quote_literal(&other.to_string()),
+    }
+}
+
+pub(super) fn native_child(
+    table: &TargetTable,
+    partition: &Partition,
+    pred: &PartitionPredicate,
+) -> Result<NativeChild, TargetError> {
+    let name = child_table_name(&table.name, partition);
+    let literal = |v: &Value| {
+        bound_literal(v).ok_or_else(|| TargetError::BadPartition {
+            table: table.name.clone(),
+            partition: partition.name().to_owned(),
+            grain: table.grain,
+        })
+    };
+    Ok(match (table.grain, pred) {
+        (Grain::Value, PartitionPredicate::IsNull) => NativeChild::Own {
+            name,
+            bound: "FOR VALUES IN (NULL)".into(),
+        },
+        (Grain::Value, PartitionPredicate::Equals(v)) => NativeChild::Own {
+            name,
+            bound: format!("FOR VALUES IN ({})", literal(v)?),
+        },
+        (_, PartitionPredicate::Range { lower, upper }) => NativeChild::Own {
+            name,
+            bound: format!(
+                "FOR VALUES FROM ({}) TO ({})",
+                literal(lower)?,
+                literal(upper)?
+            ),
+        },
+        _ => NativeChild::Default,
+    })
+}
+
+/// Creates a native partition's child table if no child holds its bound yet, in a
+/// transaction of its own (before the partition's write, so that the write holds no
+/// lock on the parent) under the write's `lock_timeout`. A child that an older build
+/// made under another name for the same bound makes PostgreSQL refuse the new one as
+/// overlapping (SQLSTATE 42P17): that child holds the partition, and serves.
+pub(super) async fn ensure_child(
+    client: &Client,
+    table: &TargetTable,
+    partition: &Partition,
+    child: &NativeChild,
+) -> Result<(), TargetError> {
+    let NativeChild::Own { name, bound } = child else {
+        return Ok(());
+    };
+    let exists: Option<String> = client
+        .query_one("SELECT to_regclass($1)::text", &[&name.quoted()])
+        .await
+        .map_err(query_err(format!("look up {name}")))?
+        .get(0);
+    if exists.is_some() {
+        return Ok(());
+    }
+    let result = client
+        .batch_execute(&format!(
+            "BEGIN; SET LOCAL lock_timeout = '{}ms'; CREATE TABLE IF NOT EXISTS {} PARTITION OF {} {bound}; COMMIT",
+            table.lock_timeout_ms,
+            name.quoted(),
+            table.name.quoted()
+        ))
+        .await;
+    // A failed batch leaves its transaction open: end it before the connection is reused.
+    if result.is_err() {
+        let _ = client.batch_execute("ROLLBACK").await;
+    }
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_OBJECT_DEFINITION) => {
+            tracing::debug!(table = %table.name, partition = %partition, "an existing child holds the partition's bound");
+            Ok(())
+        }
+        Err(e) => Err(TargetError::Query {
+            what: format!("create partition {name} of {}", table.name),
+            source: PgError(e),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_names_do_not_collide_and_fit() {
+        let t = TableName::parse("a.orders").expect("name");
+        let names: Vec<String> = [
+            Partition::Key("EU".into()),
+            Partition::Key("eu".into()),
+            Partition::Null,
+            Partition::Key("__null__".into()),
+            Partition::Key("a-b".into()),
+            Partition::Key("a_b".into()),
+            Partition::Key("x".repeat(200)),
+            Partition::Key(format!("{}y", "x".repeat(199))),
+        ]
+        .iter()
+        .map(|p| child_table_name(&t, p).name)
+        .collect();
+        let distinct: std::collections::HashSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        assert!(names.iter().all(|n| n.len() <= 63), "{names:?}");
+        assert!(names[0].starts_with("orders_p_eu_"), "{}", names[0]);
+        // Two long table names that share the part kept in the child name stay distinct.
+        let long_a = TableName::parse(&format!("a.{}a", "t".repeat(62))).expect("name");
+        let long_b = TableName::parse(&format!("a.{}b", "t".repeat(62))).expect("name");
+        let p = Partition::Key("2026-03".into());
+        assert_ne!(child_table_name(&long_a, &p), child_table_name(&long_b, &p));
+        assert!(default_child_name(&long_a).name.len() <= 63);
+        assert_ne!(default_child_name(&long_a), default_child_name(&long_b));
+        assert_eq!(default_child_name(&t).name, "orders_p_default");
+    }
+
+    #[test]
+    fn literals_are_exact_whatever_standard_conforming_strings() {
+        assert_eq!(
+            quote_literal("O'Brien\\").as_deref(),
+            Some("E'O''Brien\\\\'")
+        );
+        assert_eq!(quote_literal("a\0b"), None);
+        assert_eq!(
+            bound_literal(&Value::Text("x'); DROP TABLE t; --".into())).as_deref(),
+            Some("E'x''); DROP TABLE t; --'")
+        );
+        assert_eq!(bound_literal(&Value::Int(-7)).as_deref(), Some("-7"));
+        assert_eq!(
+            bound_literal(&Value::Timestamp(i64::MAX)).as_deref(),
+            Some("E'infinity'")
+        );
+    }
+}
