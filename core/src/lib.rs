@@ -4,7 +4,8 @@
 //! ([`partition`]), the configuration file and its checks ([`config`], with the DSN's
 //! TLS parameters in [`dsn`] and a plugin's sandbox limits in [`limits`]), the change
 //! vocabulary shared by the source, the stage, the pipeline and the plugin host
-//! ([`feed`]), and the Debezium-envelope decoder ([`envelope`]).
+//! ([`feed`]), the Debezium-envelope decoder ([`envelope`]), and what a PostgreSQL
+//! server sends, decoded ([`pg`]: pgoutput messages, column values, LSNs).
 //!
 //! No RocksDB, wasmtime or async runtime: the engine (`weir`) builds on this crate, and
 //! the fuzz crate fuzzes its parsers without building either. (tokio-postgres is here
@@ -18,4 +19,5 @@ pub mod envelope;
 pub mod feed;
 pub mod limits;
 pub mod partition;
+pub mod pg;
 pub mod value;

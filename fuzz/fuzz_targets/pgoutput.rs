@@ -1,13 +1,11 @@
 //! Fuzzes the pgoutput decoder: any bytes, in and out of a streamed block, must decode
-//! or fail with an error, never panic. The decoder depends on nothing but `std`, so the
-//! module is compiled here on its own, without the engine and its storage.
+//! or fail with an error, never panic. The decoder is in the core crate, without the
+//! engine and its storage.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code, unused_imports)]
-#[path = "../../engine/src/source/postgres/pgoutput/mod.rs"]
-mod pgoutput;
+use weir_core::pg::pgoutput;
 
 fuzz_target!(|data: &[u8]| {
     let _ = pgoutput::decode(data, false);

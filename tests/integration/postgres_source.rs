@@ -181,7 +181,7 @@ async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
         .expect("slot")
         .get(0);
     assert_eq!(
-        weir::source::postgres::lsn::parse_lsn(&confirmed),
+        weir::pg::lsn::parse_lsn(&confirmed),
         Some(position),
         "confirmed {confirmed}"
     );
@@ -1035,7 +1035,7 @@ async fn an_older_checkpoint_than_the_slot_confirmed_is_refused_not_skipped() {
             stderr.contains("replication slot `pg_slot_ahead` has confirmed the feed up to")
                 && stderr.contains(&format!(
                     "past this stage's position {}",
-                    weir::source::postgres::lsn::format_lsn(old_position)
+                    weir::pg::lsn::format_lsn(old_position)
                 ))
                 && stderr.contains("import a checkpoint of this feed at or past")
                 && stderr.contains("point `[stage] path` at a new folder"),

@@ -65,16 +65,11 @@ pub async fn read_partition(
         for (i, (name, ty)) in table.columns.iter().enumerate() {
             let value = match row.get(i) {
                 None => Value::Null,
-                Some(text) => crate::source::postgres::pgtypes::decode_text(
-                    name,
-                    ty.oid(),
-                    -1,
-                    text.as_bytes(),
-                )
-                .map_err(|e| TargetError::Decode {
-                    table: table.name.clone(),
-                    message: e.to_string(),
-                })?,
+                Some(text) => crate::pg::pgtypes::decode_text(name, ty.oid(), -1, text.as_bytes())
+                    .map_err(|e| TargetError::Decode {
+                        table: table.name.clone(),
+                        message: e.to_string(),
+                    })?,
             };
             values.push(value);
         }

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
-use weir::source::postgres::lsn::{format_lsn, parse_lsn};
+use weir::pg::lsn::{format_lsn, parse_lsn};
 
 use super::engine::{LiveRun, Weir};
 use super::estate::Db;

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use weir::source::postgres::lsn::format_lsn;
+use weir::pg::lsn::format_lsn;
 
 use super::engine::Weir;
 use super::estate::Db;

@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::error::PgSourceError;
-use super::pgoutput::{OldTuple, PgOutputMessage, Relation, RelationColumn, TupleValue};
-use super::pgtypes;
 use crate::config::{OnTruncate, TableConfig, TableName};
 use crate::feed::{StageChange, StagedRow};
+use crate::pg::pgoutput::{OldTuple, PgOutputMessage, Relation, RelationColumn, TupleValue};
+use crate::pg::pgtypes;
 use crate::source::{Op, Row, SourceEvent, Transaction, keyed_changes};
 use crate::value::Value;
 

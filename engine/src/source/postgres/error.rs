@@ -1,9 +1,9 @@
 //! The PostgreSQL source's errors, and which of them a reconnect may cure.
 
-use super::pgoutput::DecodeError;
-use super::pgtypes;
 use super::replication::ReplicationError;
 use super::stage_port::PortError;
+use crate::pg::pgoutput::DecodeError;
+use crate::pg::pgtypes;
 
 /// Errors of the PostgreSQL source.
 #[derive(Debug, thiserror::Error)]

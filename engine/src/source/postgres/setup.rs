@@ -1,8 +1,8 @@
 //! `init` setup and checks: the slot, the publication, and each table's estate.
 
 use super::error::PgSourceError;
-use super::pgtypes;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
+use crate::pg::pgtypes;
 
 /// Connects to the source as an ordinary client, for catalog queries and setup.
 pub async fn connect(dsn: &Dsn) -> Result<tokio_postgres::Client, PgSourceError> {

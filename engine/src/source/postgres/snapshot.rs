@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use super::assembler::{Unstaged, key_of};
 use super::error::PgSourceError;
-use super::pgtypes;
 use super::replication::ReplicationError;
 use super::setup::connect;
 use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
 use crate::feed::StageChange;
+use crate::pg::pgtypes;
 use crate::source::{Row, SourceEvent};
 use crate::value::Value;
 
@@ -301,7 +301,8 @@ impl Snapshot {
         }
         tracing::debug!(table = %name, read = rows.len(), "snapshot chunk read");
         let parse = |lsn: &str| {
-            super::lsn::parse_lsn(lsn).ok_or(PgSourceError::Replication(ReplicationError::Closed))
+            crate::pg::lsn::parse_lsn(lsn)
+                .ok_or(PgSourceError::Replication(ReplicationError::Closed))
         };
         self.in_flight = Some(ChunkInFlight {
             table: index,

@@ -6,8 +6,6 @@ use std::time::{Duration, Instant};
 
 use super::assembler::{Assembler, Unstaged};
 use super::error::PgSourceError;
-use super::lsn::format_lsn;
-use super::pgoutput::{Decoder, PgOutputMessage, Relation};
 use super::replication::{
     ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream,
 };
@@ -15,6 +13,8 @@ use super::setup::{check_estate, connect};
 use super::snapshot::{Snapshot, WATERMARK_PREFIX, Watermark};
 use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
+use crate::pg::lsn::format_lsn;
+use crate::pg::pgoutput::{Decoder, PgOutputMessage, Relation};
 use crate::source::{ChangeSource, Position, SourceError, SourceEvent};
 
 /// How long the source waits for the server before it reports `Idle`, so the engine
@@ -475,7 +475,7 @@ async fn hold_slot_to_stage(
             source,
         })?
         .and_then(|row| row.get(0));
-    let Some(confirmed) = confirmed.as_deref().and_then(super::lsn::parse_lsn) else {
+    let Some(confirmed) = confirmed.as_deref().and_then(crate::pg::lsn::parse_lsn) else {
         return Ok(checkpoint.map_or(0, |c| c.position));
     };
     match checkpoint {
@@ -534,7 +534,7 @@ async fn emit_drain_message(dsn: &Dsn) -> Result<u64, PgSourceError> {
             source,
         })?;
     let lsn: String = row.get(0);
-    super::lsn::parse_lsn(&lsn).ok_or(PgSourceError::Replication(ReplicationError::Closed))
+    crate::pg::lsn::parse_lsn(&lsn).ok_or(PgSourceError::Replication(ReplicationError::Closed))
 }
 
 impl ChangeSource for PostgresSource {

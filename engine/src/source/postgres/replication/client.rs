@@ -14,7 +14,7 @@ use super::error::{ReplicationError, protocol};
 use super::startup::{Binding, DEFAULT_APPLICATION_NAME, Startup, Target, open, start_up, targets};
 use super::stream::{ReplicationStream, StreamState};
 use super::wire::{Backend, Connection, log_notice, server_error, unexpected};
-use crate::source::postgres::lsn::{format_lsn, parse_lsn};
+use crate::pg::lsn::{format_lsn, parse_lsn};
 
 /// What `IDENTIFY_SYSTEM` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 //! [`ReplicationClient::start_logical`] turns it into a [`ReplicationStream`] of
 //! [`ReplicationEvent`]s (the formats are those of PostgreSQL's "Streaming Replication
 //! Protocol", protocol-replication). The payload of an `XLogData` event is one message
-//! of the output plugin, for `pgoutput` decoded by [`crate::source::postgres::pgoutput`].
+//! of the output plugin, for `pgoutput` decoded by [`crate::pg::pgoutput`].
 //!
 //! Guarantees:
 //! * **No secrets in errors or logs.** The DSN and the password never appear in a

@@ -8,7 +8,7 @@ use postgres_protocol::message::{backend, frontend};
 
 use super::error::{ReplicationError, protocol};
 use super::wire::{Backend, Connection, log_notice, server_error, show_tag, unexpected};
-use crate::source::postgres::lsn::format_lsn;
+use crate::pg::lsn::format_lsn;
 
 /// Microseconds from 1970-01-01 (Unix epoch) to 2000-01-01 (PostgreSQL's epoch).
 pub(super) const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
@@ -30,7 +30,7 @@ pub enum ReplicationEvent {
         wal_end: u64,
         /// When the server sent it, in microseconds since the Unix epoch.
         server_time_us: i64,
-        /// The payload: for `pgoutput`, one message for [`crate::source::postgres::pgoutput`]. It
+        /// The payload: for `pgoutput`, one message for [`crate::pg::pgoutput`]. It
         /// shares the memory the message was read into: decode it, or copy it to keep it
         /// long.
         data: Bytes,

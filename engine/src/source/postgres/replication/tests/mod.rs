@@ -17,8 +17,8 @@ use crate::config::{Dsn, quote_ident};
 use crate::pgconn::ChannelBindingMode;
 
 use crate::localpg::{LocalPg, LocalPgOptions, PasswordAuth};
-use crate::source::postgres::lsn::{format_lsn, parse_lsn};
-use crate::source::postgres::pgoutput::{Begin, Decoder, PgOutputMessage as M, TupleValue};
+use crate::pg::lsn::{format_lsn, parse_lsn};
+use crate::pg::pgoutput::{Begin, Decoder, PgOutputMessage as M, TupleValue};
 use proptest::prelude::*;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;

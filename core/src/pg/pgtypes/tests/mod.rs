@@ -1,32 +1,12 @@
-//! Tests of the type decoders: edge values, errors, properties; and a real PostgreSQL.
+//! Tests of the type decoders: edge values, errors, properties (a real PostgreSQL is
+//! the engine's test, `source::postgres::decoder_tests`).
 
-mod postgresql;
-
+use super::expected::*;
 use super::*;
 use chrono::NaiveDate;
 use proptest::prelude::*;
 
-use crate::value::{canonical_decimal, days_from_date};
-
-// ---- Expected values, computed with chrono (independent of the parser here) ----
-
-/// `Value::Date` of a proleptic Gregorian date, astronomical year (44 BC is -43).
-fn date(y: i32, m: u32, d: u32) -> Value {
-    let day = NaiveDate::from_ymd_opt(y, m, d).expect("a valid date");
-    Value::Date(days_from_date(day).expect("within i32 days"))
-}
-
-/// `Value::Timestamp` of a UTC (or wall) time, astronomical year.
-fn ts(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32, us: u32) -> Value {
-    let t = NaiveDate::from_ymd_opt(y, mo, d)
-        .and_then(|d| d.and_hms_micro_opt(h, mi, s, us))
-        .expect("a valid timestamp");
-    Value::Timestamp(t.and_utc().timestamp_micros())
-}
-
-fn f4(x: f32) -> Value {
-    Value::Float(f64::from(x))
-}
+use crate::value::canonical_decimal;
 
 fn unsupported(type_name: &str, text: &str) -> Value {
     Value::Unsupported {
@@ -35,26 +15,10 @@ fn unsupported(type_name: &str, text: &str) -> Value {
     }
 }
 
-/// Equality that tells -0.0 from 0.0 and compares NaNs by their bits.
-fn same(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
-        _ => a == b,
-    }
-}
-
 /// `numeric(p,s)`'s modifier.
 fn numeric_typmod(p: i32, s: i32) -> i32 {
     ((p << 16) | (s & 0x7ff)) + 4
 }
-
-const HUNDRED_DIGITS: &str = "1234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890";
-const BIG_DECIMAL: &str = "-98765432109876543210987654321098765432109876543210987654321098765432109876543210987654321098765432.109876543210987654321098765432100";
-/// i64::MAX µs after 1970 is 294247-01-10 04:00:54.775807 (and means `infinity`).
-const LAST_TIMESTAMP_US: i64 = i64::MAX - 1;
-/// PostgreSQL's last date, 5874897-12-31: DATE_END_JULIAN (2147483494) - UNIX_EPOCH_JDATE
-/// (2440588) - 1. Beyond chrono's range, so written out.
-const LAST_DATE_DAYS: i32 = 2_145_042_905;
 
 #[rustfmt::skip]
 fn valid_cases() -> Vec<(u32, i32, &'static str, Value)> {
@@ -437,24 +401,6 @@ fn type_names_as_format_type_prints_them() {
 }
 
 // ---- Properties ---------------------------------------------------------------
-
-fn known_oids() -> Vec<u32> {
-    let mut oids: Vec<u32> = PLAIN_TYPES.iter().map(|(o, _)| *o).collect();
-    oids.extend(ARRAY_TYPES.iter().map(|(o, _)| *o));
-    oids.extend([
-        BPCHAR,
-        VARCHAR,
-        TIME,
-        TIMETZ,
-        TIMESTAMP,
-        TIMESTAMPTZ,
-        INTERVAL,
-        BIT,
-        VARBIT,
-        NUMERIC,
-    ]);
-    oids
-}
 
 fn arb_oid() -> impl Strategy<Value = u32> {
     prop_oneof![

@@ -1,7 +1,7 @@
-//! Tests of the decoder: literal cases, properties, and real PostgreSQL bytes.
+//! Tests of the decoder: literal cases and properties (real PostgreSQL bytes are the
+//! engine's test, `source::postgres::decoder_tests`).
 
 mod cases;
-mod postgresql;
 mod property;
 
 use super::cursor::PG_EPOCH_OFFSET_US;

@@ -10,7 +10,7 @@
 //! * **Never panics**, on any byte sequence. Every read goes through a cursor with
 //!   checked reads; there is no slicing that can panic, no unchecked arithmetic on
 //!   lengths, no `unwrap` (enforced by the lints on
-//!   [`crate::source::postgres`]). A declared
+//!   [`crate::pg`]). A declared
 //!   count or length is checked against the bytes that remain *before* anything is
 //!   allocated, so memory use is bounded by the input's length (a few tens of bytes
 //!   per input byte at most), however large the declared counts.

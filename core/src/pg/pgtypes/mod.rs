@@ -803,6 +803,10 @@ fn days_from_civil(year: i128, month: i128, day: i128) -> Option<i128> {
         .checked_sub(719_468)
 }
 
+#[cfg(any(test, feature = "test-support"))]
+#[allow(clippy::expect_used)]
+pub mod expected;
+
 #[cfg(test)]
 #[allow(
     clippy::indexing_slicing,

@@ -1,7 +1,9 @@
 //! Against a real PostgreSQL: every supported type round-trips under several session
 //! settings.
 
-use super::*;
+use crate::pg::pgtypes::expected::*;
+use crate::pg::pgtypes::*;
+use crate::value::Value;
 
 // ---- Real PostgreSQL ------------------------------------------------------------
 
@@ -333,7 +335,7 @@ type Decoded = Vec<Result<Option<Value>, TypeError>>;
 /// Peeks the slot and decodes every inserted and updated row:
 /// (table, `I` or `U`, values).
 async fn peek_rows(client: &tokio_postgres::Client) -> Vec<(String, char, Decoded)> {
-    use crate::source::postgres::pgoutput::{Decoder, PgOutputMessage as M, Relation};
+    use crate::pg::pgoutput::{Decoder, PgOutputMessage as M, Relation};
     let rows = client
         .query(
             "SELECT data FROM pg_logical_slot_peek_binary_changes('slot', NULL, NULL, 'proto_version', '1', 'publication_names', 'pub')",
