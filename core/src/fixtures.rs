@@ -1,5 +1,5 @@
 //! The orders test config, written once: the `[[table]]` of the orders feed and the
-//! whole `weir.toml` around it, for the tests, the fuzz seeds and the benchmarks.
+//! whole `weir.toml` around it, for the tests, the fuzz targets and the benchmarks.
 //!
 //! Test-only (`cfg(test)` or the `test-support` feature): `weir demo` and the engine
 //! never read it. Every table here is `public.orders`-shaped (id, customer,
