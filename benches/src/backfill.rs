@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use weir::backfill::{self, Scope};
 use weir::config::{Config, Dsn};
-use weir::demo::DEMO_CONFIG;
 use weir::localpg::LocalPg;
 use weir::pipeline::{self, Pipeline};
+use weir_core::fixtures::{OrdersTable, jsonl_config};
 
 use crate::Args;
 use crate::cluster::connect;
@@ -68,9 +68,10 @@ pub(crate) async fn backfill(
     let connections = PARALLEL.iter().copied().max().unwrap_or(1);
     std::fs::write(
         &config_path,
-        format!(
-            "{}\n[engine]\nparallelism = {connections}\n",
-            DEMO_CONFIG.replace("on_bad_record = \"dead-letter\"", "")
+        jsonl_config(
+            "",
+            &format!("parallelism = {connections}"),
+            &OrdersTable::jsonl(TARGET).to_string(),
         ),
     )?;
     let config = Config::load(&config_path)?;

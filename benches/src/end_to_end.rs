@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use weir::config::{Config, Dsn};
-use weir::demo::DEMO_CONFIG;
 use weir::localpg::LocalPg;
 use weir::pipeline::{self, Pipeline};
+use weir_core::fixtures::{OrdersTable, jsonl_config};
 
 use crate::Args;
 use crate::cluster::connect;
@@ -31,7 +31,11 @@ pub(crate) async fn end_to_end(
         let config_path = dir.path().join("weir.toml");
         std::fs::write(
             &config_path,
-            DEMO_CONFIG.replace("on_bad_record = \"dead-letter\"", ""),
+            jsonl_config(
+                "",
+                "",
+                &OrdersTable::jsonl("analytics.fact_orders").to_string(),
+            ),
         )?;
         let config = Config::load(&config_path)?;
         pipeline::init(&config, &dsn).await?;

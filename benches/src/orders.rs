@@ -11,8 +11,9 @@ use futures_util::pin_mut;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 use weir::config::Config;
-use weir::demo::{DEMO_CONFIG, Sequence, order_line};
+use weir::demo::{Sequence, order_line};
 use weir::value::Value;
+use weir_core::fixtures::{OrdersTable, jsonl_config};
 
 pub(crate) fn day(d: u64) -> String {
     let date = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap_or_default()
@@ -81,9 +82,18 @@ pub(crate) async fn copy_orders(
     Ok(elapsed)
 }
 
+/// The demo's orders config (JSON lines, `public.orders` → `analytics.fact_orders` by
+/// day, bad lines to the dead-letter table), written into `dir` and loaded.
 pub(crate) fn demo_config(dir: &Path) -> anyhow::Result<Config> {
     let path = dir.join("weir.toml");
-    std::fs::write(&path, DEMO_CONFIG)?;
+    std::fs::write(
+        &path,
+        jsonl_config(
+            "on_bad_record = \"dead-letter\"",
+            "",
+            &OrdersTable::jsonl("analytics.fact_orders").to_string(),
+        ),
+    )?;
     Ok(Config::load(&path)?)
 }
 

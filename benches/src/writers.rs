@@ -11,12 +11,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use weir::config::{Config, Dsn, TableConfig};
-use weir::demo::{DEMO_CONFIG, Sequence, order_line};
+use weir::demo::{Sequence, order_line};
 use weir::localpg::LocalPg;
 use weir::partition::Partition;
 use weir::pipeline::{self, Pipeline};
 use weir::target::{self, MergeKeys, PartitionWrite, Prepare, TargetTable};
 use weir::value::Value;
+use weir_core::fixtures::{OrdersTable, jsonl_config};
 
 use crate::Args;
 use crate::measure::{load_average, median, seconds_list};
@@ -27,12 +28,7 @@ const FLUSH_MS: [u64; 2] = [200, 2000];
 
 /// The demo's table with another target, layout and write mode.
 fn table(dir: &Path, target: &str, extra: &str) -> anyhow::Result<TableConfig> {
-    let text = format!(
-        "{}{extra}\n",
-        DEMO_CONFIG
-            .replace("on_bad_record = \"dead-letter\"", "")
-            .replace("analytics.fact_orders", target)
-    );
+    let text = jsonl_config("", "", &OrdersTable::jsonl(target).extra(extra).to_string());
     let config = Config::parse(&text, &dir.join("weir.toml"))?;
     config
         .tables
@@ -259,9 +255,12 @@ async fn hot_partition(
     let config_path = dir.path().join("weir.toml");
     std::fs::write(
         &config_path,
-        format!(
-            "{}write = \"{mode}\"\n\n[engine]\nparallelism = 2\nflush_interval_ms = {flush_ms}\n",
-            DEMO_CONFIG.replace("on_bad_record = \"dead-letter\"", "")
+        jsonl_config(
+            "",
+            &format!("parallelism = 2\nflush_interval_ms = {flush_ms}"),
+            &OrdersTable::jsonl("analytics.fact_orders")
+                .extra(&format!("write = \"{mode}\""))
+                .to_string(),
         ),
     )?;
     let hot_day = day(0);

@@ -6,6 +6,8 @@
 //! vocabulary shared by the source, the stage, the pipeline and the plugin host
 //! ([`feed`]), the Debezium-envelope decoder ([`envelope`]), and what a PostgreSQL
 //! server sends, decoded ([`pg`]: pgoutput messages, column values, LSNs).
+//! Test-only, behind `cfg(test)` or the `test-support` feature: `fixtures`, the orders
+//! test config shared by the tests, the benchmarks and the fuzz targets.
 //!
 //! No RocksDB, wasmtime or async runtime: the engine (`weir`) builds on this crate, and
 //! the fuzz crate fuzzes its parsers without building either. (tokio-postgres is here
@@ -17,6 +19,8 @@ pub mod config;
 pub mod dsn;
 pub mod envelope;
 pub mod feed;
+#[cfg(any(test, feature = "test-support"))]
+pub mod fixtures;
 pub mod limits;
 pub mod partition;
 pub mod pg;

@@ -1,6 +1,7 @@
 //! The orders feed that `weir demo` and the benchmarks share: a seeded [`Sequence`]
-//! (the demo's workload is a function of its seed), Debezium lines of `public.orders`
-//! ([`order_line`]) and a JSON-lines config of that table ([`DEMO_CONFIG`]).
+//! (the demo's workload is a function of its seed) and Debezium lines of
+//! `public.orders` ([`order_line`]). The benchmarks' JSON-lines config of that table is
+//! the test config `weir_core::fixtures` (test-only, never in the `weir` binary).
 //!
 //! The demo itself is a verb of the `weir` binary (`engine/src/commands/demo/`), not
 //! library code.
@@ -54,26 +55,3 @@ pub fn order_line(
         1_772_323_200_000u64 + id * 1000
     )
 }
-
-/// A JSON-lines config of the same orders table (the benchmarks use it).
-pub const DEMO_CONFIG: &str = r#"# weir demo: Debezium JSON lines -> stage -> partitions of analytics.fact_orders
-[source]
-kind = "jsonl"
-path = "feed.jsonl"
-on_bad_record = "dead-letter"
-
-[stage]
-path = "stage"
-
-[target]
-kind = "postgres"
-dsn_env = "WEIR_TARGET_DSN"
-
-[[table]]
-source = "public.orders"
-target = "analytics.fact_orders"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-columns = { id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text" }
-"#;

@@ -11,25 +11,11 @@ use libfuzzer_sys::fuzz_target;
 use weir_core::config::{Config, TableConfig};
 use weir_core::envelope::decode_line;
 use weir_core::feed::StageChange;
+use weir_core::fixtures::{OrdersTable, jsonl_config};
 
-const CONFIG: &str = r#"
-[source]
-kind = "jsonl"
-path = "feed.jsonl"
-[stage]
-path = "stage"
-[target]
-kind = "postgres"
-dsn_env = "WEIR_TARGET_DSN"
-
-[[table]]
-source = "public.orders"
-target = "analytics.fact_orders"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-columns = { id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text", created_at = "timestamptz", attrs = "json" }
-
+/// The other tables, beside the orders table of the shared test config (with two more
+/// column types): every column type and grain.
+const OTHER_TABLES: &str = r#"
 [[table]]
 source = "app.events"
 target = "public.events_by_hour"
@@ -49,7 +35,10 @@ columns = { id = "uuid", region = "varchar(8)", opened = "timestamp", tier = "sm
 "#;
 
 static TABLES: LazyLock<Vec<TableConfig>> = LazyLock::new(|| {
-    Config::parse(CONFIG, Path::new("weir.toml"))
+    let orders = OrdersTable::jsonl("analytics.fact_orders")
+        .more_columns(r#"created_at = "timestamptz", attrs = "json""#);
+    let config = jsonl_config("", "", &format!("{orders}{OTHER_TABLES}"));
+    Config::parse(&config, Path::new("weir.toml"))
         .expect("the fuzz target's own config is valid")
         .tables
 });

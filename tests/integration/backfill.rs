@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use weir_core::fixtures::OrdersTable;
 
 use crate::harness::{TestDb, text};
 use crate::plugins::plugin;
@@ -208,19 +209,13 @@ async fn a_ninety_day_window_is_rebuilt_beside_the_live_engine_and_again_changes
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_names_a_hand_edited_partition_and_a_non_unique_grain_key() {
     let db = TestDb::new("verify_fails").await;
-    let dups = format!(
-        r#"
-[[table]]
-source = "public.dups"
-target = "analytics.dups"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text" }}
-plugin = "{}"
-"#,
-        plugin("hostile-duplicate-grain").display()
-    );
+    let dups = OrdersTable::jsonl("analytics.dups")
+        .source("public.dups")
+        .extra(&format!(
+            "plugin = \"{}\"",
+            plugin("hostile-duplicate-grain").display()
+        ))
+        .to_string();
     write_config(&db, "1", &dups);
     load(&db, 900);
     db.append_feed(&[

@@ -11,6 +11,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use weir_core::fixtures::{OrdersTable, postgres_config};
+
 use crate::harness::{Reaped, Rng, TestDb, text};
 use crate::postgres_source::{dump, weir_pg};
 
@@ -19,18 +21,22 @@ use crate::postgres_source::{dump, weir_pg};
 fn write_config(db: &TestDb, name: &str, table: &str) {
     std::fs::write(
         db.config_path(),
-        format!(
-            "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"{name}\"\npublication = \"{name}\"\n\
-             [engine]\nflush_interval_ms = 100\n\
-             [stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n[[table]]\n{table}\n"
+        postgres_config(
+            name,
+            "[engine]\nflush_interval_ms = 100",
+            &format!("[[table]]\n{table}\n"),
         ),
     )
     .expect("config");
 }
 
 /// A `[[table]]` body for an orders table into `analytics.fact_orders`.
-fn orders(source: &str, key: &str, grain: &str) -> String {
-    crate::harness::pg_orders_table(source, "analytics.fact_orders", key, grain)
+fn orders(source: &str, key: &[&str], grain: &str) -> String {
+    OrdersTable::postgres("analytics.fact_orders")
+        .source(source)
+        .key(key)
+        .grain(grain)
+        .body()
 }
 
 /// Starts a live `weir run` on the PostgreSQL source, logging to `log`.
@@ -164,7 +170,7 @@ async fn a_partitioned_table_flows_under_a_live_workload_with_partitions_added_m
     write_config(
         &db,
         "est_part",
-        &orders("public.orders", "\"id\", \"order_date\"", "day"),
+        &orders("public.orders", &["id", "order_date"], "day"),
     );
     let out = weir_pg(&db, &source_dsn, &["init"]);
     assert!(out.status.success(), "init: {}", text(&out.stderr));
@@ -235,7 +241,7 @@ async fn a_publication_that_hides_changes_is_refused_with_its_fix() {
          INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new');",
     )
     .await;
-    write_config(&db, "est_pub", &orders("public.orders", "\"id\"", "day"));
+    write_config(&db, "est_pub", &orders("public.orders", &["id"], "day"));
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
     let refused = |out: &std::process::Output, needle: &str| {
         let stderr = text(&out.stderr);
@@ -314,7 +320,7 @@ async fn a_publication_that_hides_changes_is_refused_with_its_fix() {
     write_config(
         &db,
         "est_pubroot",
-        &orders("public.orders", "\"id\", \"order_date\"", "day"),
+        &orders("public.orders", &["id", "order_date"], "day"),
     );
     let out = weir_pg(&db, &source_dsn, &["init"]);
     let stderr = text(&out.stderr);
@@ -340,7 +346,7 @@ async fn a_rename_and_a_set_schema_during_run_stop_the_table_until_the_config_fo
          CREATE SCHEMA archive;",
     )
     .await;
-    write_config(&db, "est_rename", &orders("public.orders", "\"id\"", "day"));
+    write_config(&db, "est_rename", &orders("public.orders", &["id"], "day"));
     let out = weir_pg(&db, &source_dsn, &["init"]);
     assert!(out.status.success(), "init: {}", text(&out.stderr));
     let target = db.client().await;
@@ -410,7 +416,7 @@ async fn a_rename_and_a_set_schema_during_run_stop_the_table_until_the_config_fo
         assert_ne!(out.status.code(), Some(0), "{stderr}");
         assert!(stderr.contains(old), "{stderr}");
         // The config follows: the same relation, carried on from where it stopped.
-        write_config(&db, "est_rename", &orders(new, "\"id\"", "day"));
+        write_config(&db, "est_rename", &orders(new, &["id"], "day"));
         let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
         assert!(out.status.success(), "resume: {}", text(&out.stderr));
         assert_same(&source, new, &target).await;
@@ -436,7 +442,7 @@ async fn a_key_that_is_not_the_replica_identity_is_refused() {
     write_config(
         &db,
         "est_key",
-        &orders("public.orders", "\"order_no\"", "day"),
+        &orders("public.orders", &["order_no"], "day"),
     );
     let out = weir_pg(&db, &source_dsn, &["init"]);
     let stderr = text(&out.stderr);
@@ -467,7 +473,7 @@ async fn a_grain_changed_against_an_existing_stage_is_refused() {
          INSERT INTO orders SELECT g, 'c' || g, DATE '2026-03-01' + (g % 40), g, 'old' FROM generate_series(1, 100) g;",
     )
     .await;
-    write_config(&db, "est_grain", &orders("public.orders", "\"id\"", "day"));
+    write_config(&db, "est_grain", &orders("public.orders", &["id"], "day"));
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
     assert!(weir(&["init"]).status.success());
     let out = weir(&["run", "--once"]);
@@ -482,11 +488,7 @@ async fn a_grain_changed_against_an_existing_stage_is_refused() {
         serde_json::from_slice(&weir(&["checkpoint", "show", "--json"]).stdout).expect("json");
     assert_eq!(json["contracts"][0]["grain"], "day", "{json}");
 
-    write_config(
-        &db,
-        "est_grain",
-        &orders("public.orders", "\"id\"", "month"),
-    );
+    write_config(&db, "est_grain", &orders("public.orders", &["id"], "month"));
     for verb in [&["run", "--once"][..], &["init"][..]] {
         let out = weir(verb);
         let stderr = text(&out.stderr);
@@ -508,7 +510,7 @@ async fn a_grain_changed_against_an_existing_stage_is_refused() {
         .expect("count")
         .get(0);
     assert_eq!(count, 100);
-    write_config(&db, "est_grain", &orders("public.orders", "\"id\"", "day"));
+    write_config(&db, "est_grain", &orders("public.orders", &["id"], "day"));
     let out = weir(&["run", "--once"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_same(&source, "orders", &target).await;
@@ -538,9 +540,11 @@ async fn a_snapshot_resumes_after_keys_with_quotes_and_backslashes_whatever_the_
         .expect("standard_conforming_strings off");
     std::fs::write(
         db.config_path(),
-        "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"est_quote\"\npublication = \"est_quote\"\nsnapshot_chunk_rows = 2\n\
-         [stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n[[table]]\n\
-         source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"\n",
+        postgres_config(
+            "est_quote",
+            "snapshot_chunk_rows = 2",
+            &OrdersTable::postgres("analytics.fact_orders").to_string(),
+        ),
     )
     .expect("config");
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);

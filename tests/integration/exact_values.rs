@@ -5,6 +5,7 @@
 //! epoch unit decide what a number means, and a bare epoch number is never guessed at.
 
 use serde_json::json;
+use weir_core::fixtures::OrdersTable;
 
 use crate::harness::{TestDb, text};
 use crate::plugins::plugin;
@@ -364,7 +365,7 @@ async fn a_postgres_source_value_is_never_rounded_into_a_narrower_target_column(
         "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date, amount numeric(14,3));
          INSERT INTO orders VALUES (1, '2026-03-01', 1.234);",
         "",
-        "source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
+        &OrdersTable::postgres("analytics.fact_orders").body(),
     )
     .await;
     let target = db.client().await;

@@ -14,6 +14,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use tokio_postgres::Client;
+use weir_core::fixtures::OrdersTable;
 
 use crate::harness::{Model, Rng, TestDb, Workload, orders_table, text};
 use crate::plugins::plugin;
@@ -207,7 +208,7 @@ async fn failpoint_snapshot_chunk() {
             "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
              INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 10), g % 10000, 'new' FROM generate_series(1, 3000) g;",
             "snapshot_chunk_rows = 500",
-            "source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
+            &OrdersTable::postgres("analytics.fact_orders").body(),
         )
         .await;
         let out = weir_pg(&db, &source_dsn, &["init"]);
@@ -273,7 +274,7 @@ async fn the_suite_catches_a_build_that_acknowledges_before_staging() {
         "fp_broken",
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);",
         "[engine]\nflush_interval_ms = 100",
-        "source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
+        &OrdersTable::postgres("analytics.fact_orders").body(),
     )
     .await;
     let out = weir_pg(&db, &source_dsn, &["init"]);

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use serde_json::json;
 use tokio_postgres::Client;
 use weir::localpg::{LocalPg, LocalPgOptions};
+use weir_core::fixtures::{OrdersTable, jsonl_config};
 
 /// The role whose password the secret-handling tests use. Its password is only ever
 /// passed through a DSN environment variable.
@@ -103,23 +104,7 @@ impl TestDb {
     /// Writes `weir.toml` for the JSON-lines feed `feed.jsonl` with the given `[engine]`
     /// settings and `[[table]]` sections.
     pub fn write_feed_config(&self, source_extra: &str, engine: &str, tables: &str) {
-        let text = format!(
-            r#"[source]
-kind = "jsonl"
-path = "feed.jsonl"
-{source_extra}
-
-[stage]
-path = "stage"
-
-[target]
-kind = "postgres"
-dsn_env = "WEIR_TARGET_DSN"
-
-[engine]
-{engine}
-{tables}"#
-        );
+        let text = jsonl_config(source_extra, engine, tables);
         std::fs::write(self.config_path(), text).expect("write config");
     }
 
@@ -188,20 +173,13 @@ dsn_env = "WEIR_TARGET_DSN"
 }
 
 /// A `[[table]]` of the orders feed (`public.orders`-shaped rows) partitioned by day on
-/// `order_date`, with `extra` lines added (a plugin, its config, …).
+/// `order_date`, with `extra` lines added (a plugin, its config, …): the shared
+/// [`OrdersTable`] fixture.
 pub fn orders_table(source: &str, target: &str, extra: &str) -> String {
-    format!(
-        r#"
-[[table]]
-source = "{source}"
-target = "{target}"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-columns = {{ id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text" }}
-{extra}
-"#
-    )
+    OrdersTable::jsonl(target)
+        .source(source)
+        .extra(extra)
+        .to_string()
 }
 
 pub fn text(bytes: &[u8]) -> String {
@@ -516,13 +494,4 @@ pub async fn source_db(name: &str, ddl: &str) -> (String, tokio_postgres::Client
     tokio::spawn(connection);
     client.batch_execute(ddl).await.expect("source ddl");
     (dsn, client)
-}
-
-/// The body of a `[[table]]` (no header) of an orders table of a PostgreSQL source
-/// (`order_date` partitions; no columns: they come from the source's catalog) copied
-/// from `source` to `target`, keyed by `key` (quoted names: `"id"`, `"id", "order_date"`).
-pub fn pg_orders_table(source: &str, target: &str, key: &str, grain: &str) -> String {
-    format!(
-        "source = \"{source}\"\ntarget = \"{target}\"\nkey = [{key}]\npartition_by = \"order_date\"\ngrain = \"{grain}\""
-    )
 }

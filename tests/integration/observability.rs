@@ -7,6 +7,8 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use weir_core::fixtures::OrdersTable;
+
 use crate::harness::{Reaped, SECRET_PASSWORD, SECRET_USER, TestDb, cluster, text};
 use crate::plugins::plugin;
 use crate::postgres_source::{source_fixture, weir_pg};
@@ -15,10 +17,12 @@ use crate::postgres_source::{source_fixture, weir_pg};
 const ORDERS_DDL: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)";
 
 fn plugin_table(target: &str) -> String {
-    format!(
-        "source = \"public.orders\"\ntarget = \"{target}\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"\nplugin = \"{}\"\non_reject = \"dead-letter\"\n[table.plugin_config]\nrate = \"1.0825\"",
-        plugin("orders-rust").display()
-    )
+    OrdersTable::postgres(target)
+        .extra(&format!(
+            "plugin = \"{}\"\non_reject = \"dead-letter\"\n[table.plugin_config]\nrate = \"1.0825\"",
+            plugin("orders-rust").display()
+        ))
+        .body()
 }
 
 /// A port nobody listens on now.

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use weir::localpg::{LocalPg, LocalPgOptions};
+use weir_core::fixtures::{OrdersTable, postgres_config};
 
 use crate::harness::{TestDb, Workload, assert_target_matches, file_len};
 
@@ -275,10 +276,11 @@ async fn the_source_restarting_while_changes_flow_loses_nothing() {
     let db = TestDb::new("source_restart").await;
     std::fs::write(
         db.config_path(),
-        "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"restart\"\npublication = \"restart\"\n\
-         [stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n\
-         [engine]\nflush_interval_ms = 200\n\
-         [[table]]\nsource = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"\n",
+        postgres_config(
+            "restart",
+            "[engine]\nflush_interval_ms = 200",
+            &OrdersTable::postgres("analytics.fact_orders").to_string(),
+        ),
     )
     .expect("config");
     let out = crate::postgres_source::weir_pg(&db, &source_dsn, &["init"]);
@@ -344,7 +346,7 @@ async fn connections_terminated_repeatedly_lose_nothing() {
         "weir_terminate",
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);",
         "[engine]\nflush_interval_ms = 200",
-        "source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"",
+        &OrdersTable::postgres("analytics.fact_orders").body(),
     )
     .await;
     let out = crate::postgres_source::weir_pg(&db, &source_dsn, &["init"]);

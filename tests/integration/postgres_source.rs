@@ -11,8 +11,9 @@ use weir::source::postgres::{PostgresSource, PostgresSourceOptions};
 use weir::source::{ChangeSource, SourceEvent};
 use weir::stage::Stage;
 use weir::value::Value;
+use weir_core::fixtures::{OrdersTable, postgres_config};
 
-use crate::harness::{TestDb, pg_orders_table};
+use crate::harness::TestDb;
 
 const CONFIG: &str = r#"
 [source]
@@ -322,7 +323,7 @@ async fn weir_run_replicates_a_postgres_table_into_partitions_through_kills() {
         "weir_e2e",
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)",
         "[engine]\nflush_interval_ms = 100\nbatch_transactions_max = 8\ntransaction_chunk_changes = 50",
-        &pg_orders_table("public.orders", "analytics.fact_orders", "\"id\"", "day"),
+        &OrdersTable::postgres("analytics.fact_orders").body(),
     )
     .await;
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
@@ -403,7 +404,7 @@ async fn a_populated_table_is_snapshotted_while_it_changes_and_survives_kills() 
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 20), g % 10000, 'new' FROM generate_series(1, 30000) g;",
         "snapshot_chunk_rows = 200\n[engine]\nflush_interval_ms = 200",
-        &pg_orders_table("public.orders", "analytics.fact_orders", "\"id\"", "day"),
+        &OrdersTable::postgres("analytics.fact_orders").body(),
     )
     .await;
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
@@ -497,10 +498,7 @@ pub(crate) async fn source_fixture(
     let (source_dsn, source) = crate::harness::source_db(name, ddl).await;
     std::fs::write(
         db.config_path(),
-        format!(
-            "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"{name}\"\npublication = \"{name}\"\n{extra_source}\n\
-             [stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n[[table]]\n{table}\n"
-        ),
+        postgres_config(name, extra_source, &format!("[[table]]\n{table}\n")),
     )
     .expect("config");
     (source_dsn, source)
@@ -593,7 +591,9 @@ async fn truncate_fails_by_default_and_applies_when_configured() {
             name,
             "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date)",
             "",
-            &format!("source = \"public.orders\"\ntarget = \"public.orders_copy\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"\n{on_truncate}"),
+            &OrdersTable::postgres("public.orders_copy")
+                .extra(on_truncate)
+                .body(),
         )
         .await;
         let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
@@ -650,7 +650,7 @@ async fn heartbeats_keep_an_idle_slot_from_holding_wal() {
         "pg_heartbeat",
         "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date)",
         "heartbeat_interval_ms = 300",
-        &pg_orders_table("public.orders", "public.orders_copy", "\"id\"", "day"),
+        &OrdersTable::postgres("public.orders_copy").body(),
     )
     .await;
     assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
@@ -706,7 +706,7 @@ async fn schema_changes_flow_through_or_stop_loudly() {
         "pg_schema",
         "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date, status text)",
         "",
-        &pg_orders_table("public.orders", "public.orders_copy", "\"id\"", "day"),
+        &OrdersTable::postgres("public.orders_copy").body(),
     )
     .await;
     let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
@@ -773,14 +773,18 @@ async fn three_tables_under_concurrent_writers_end_exact() {
     let config_tables = tables
         .iter()
         .map(|t| {
-            let mut table = format!("source = \"public.{t}\"\ntarget = \"analytics.{t}\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"");
+            let table =
+                OrdersTable::postgres(&format!("analytics.{t}")).source(&format!("public.{t}"));
             if *t == "orders_c" {
-                table.push_str(&format!(
-                    "\nplugin = \"{}\"\n[table.plugin_config]\nrate = \"1\"",
-                    orders_plugin.display()
-                ));
+                table
+                    .extra(&format!(
+                        "plugin = \"{}\"\n[table.plugin_config]\nrate = \"1\"",
+                        orders_plugin.display()
+                    ))
+                    .body()
+            } else {
+                table.body()
             }
-            table
         })
         .collect::<Vec<_>>()
         .join("\n[[table]]\n");
@@ -901,7 +905,7 @@ async fn a_million_row_table_is_snapshotted_while_writers_change_it() {
              INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 30), g % 10000, 'new' FROM generate_series(1, {rows}) g;"
         ),
         "snapshot_chunk_rows = 20000\n[engine]\nflush_interval_ms = 2000",
-        &pg_orders_table("public.orders", "analytics.fact_orders", "\"id\"", "day"),
+        &OrdersTable::postgres("analytics.fact_orders").body(),
     )
     .await;
     assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());
@@ -988,7 +992,7 @@ async fn an_older_checkpoint_than_the_slot_confirmed_is_refused_not_skipped() {
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || g, date '2026-03-01' + (g % 5), g, 'new' FROM generate_series(1, 100) g",
         "",
-        &pg_orders_table("public.orders", "public.orders_copy", "\"id\"", "day"),
+        &OrdersTable::postgres("public.orders_copy").body(),
     )
     .await;
     let ok = |args: &[&str]| {
@@ -1069,7 +1073,7 @@ async fn a_caught_up_stream_confirms_past_idle_wal_and_restarts_cleanly() {
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || g, date '2026-03-01' + (g % 3), g, 'new' FROM generate_series(1, 20) g",
         "heartbeat_interval_ms = 3600000",
-        &pg_orders_table("public.orders", "public.orders_copy", "\"id\"", "day"),
+        &OrdersTable::postgres("public.orders_copy").body(),
     )
     .await;
     assert!(weir_pg(&db, &source_dsn, &["init"]).status.success());

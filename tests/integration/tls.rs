@@ -11,10 +11,14 @@ use std::process::Output;
 
 use tokio_postgres::Client;
 use weir::localpg::TlsFiles;
+use weir_core::fixtures::{OrdersTable, postgres_config};
 
 use crate::harness::{CERT_USER, TLS_PASSWORD, TLS_USER, TestDb, text, tls_cluster};
 
-const TABLE: &str = "source = \"public.orders\"\ntarget = \"analytics.fact_orders\"\nkey = [\"id\"]\npartition_by = \"order_date\"\ngrain = \"day\"";
+/// The `[[table]]` body of every feed here: the orders table into `analytics.fact_orders`.
+fn table() -> String {
+    OrdersTable::postgres("analytics.fact_orders").body()
+}
 
 const DDL: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date NOT NULL, amount numeric(12,2), note text);
 INSERT INTO orders SELECT g, date '2026-03-01' + (g % 5), g * 1.25, 'before init ' || g FROM generate_series(1, 50) g;";
@@ -60,10 +64,7 @@ pub(crate) async fn tls_feed(name: &str, ddl: &str, extra_source: &str, table: &
     };
     std::fs::write(
         db.config_path(),
-        format!(
-            "[source]\nkind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"{name}\"\npublication = \"{name}\"\n{extra_source}\n\
-             [stage]\npath = \"stage\"\n[target]\nkind = \"postgres\"\ndsn_env = \"WEIR_TARGET_DSN\"\n[[table]]\n{table}\n"
-        ),
+        postgres_config(name, extra_source, &format!("[[table]]\n{table}\n")),
     )
     .expect("config");
     TlsFeed {
@@ -216,7 +217,7 @@ async fn init_run_and_backfill_work_over_tls_in_every_verifying_mode() {
             "sslmode=verify-full&sslrootcert=CA&channel_binding=require".to_owned(),
         ),
     ] {
-        let feed = tls_feed(name, DDL, "", TABLE).await;
+        let feed = tls_feed(name, DDL, "", &table()).await;
         let params = params.replace("CA", &path(&feed.files.ca));
         let (source_dsn, target_dsn) = (
             feed.dsn(false, host, &params),
@@ -252,7 +253,7 @@ async fn init_run_and_backfill_work_over_tls_in_every_verifying_mode() {
 /// with `sslcert`/`sslkey`, for init and replication.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_certificate_authenticates_init_and_run() {
-    let feed = tls_feed("tls_cert", DDL, "", TABLE).await;
+    let feed = tls_feed("tls_cert", DDL, "", &table()).await;
     let params = format!(
         "sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
         path(&feed.files.ca),
@@ -278,7 +279,7 @@ async fn a_client_certificate_authenticates_init_and_run() {
 /// (1 for a connection that fails, 2 for an invalid parameter), and never the password.
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_failures_are_clear_and_name_the_host() {
-    let feed = tls_feed("tls_failures", DDL, "", TABLE).await;
+    let feed = tls_feed("tls_failures", DDL, "", &table()).await;
     let (good_source, good_target) = (feed.good(false), feed.good(true));
     let ca = path(&feed.files.ca);
     let other_ca = path(&feed.files.other_ca);

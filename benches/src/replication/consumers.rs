@@ -10,33 +10,20 @@ use weir::config::{Config, Dsn, SourceConfig, TableConfig};
 use weir::source::postgres::{PostgresSource, PostgresSourceOptions, source_columns};
 use weir::source::{ChangeSource, SourceEvent, Transaction};
 use weir::stage::{ApplyOutcome, Stage};
+use weir_core::fixtures::{OrdersTable, postgres_config_with};
 
 use super::REPL_PUBLICATION;
 use crate::cluster::{SOURCE_DSN_ENV, TARGET_DSN_ENV, connect};
 
 /// The Weir config of one consumer of the workload.
 pub(crate) fn replication_config(slot: &str) -> String {
-    format!(
-        r#"[source]
-kind = "postgres"
-dsn_env = "{SOURCE_DSN_ENV}"
-slot = "{slot}"
-publication = "{REPL_PUBLICATION}"
-
-[stage]
-path = "stage"
-
-[target]
-kind = "postgres"
-dsn_env = "{TARGET_DSN_ENV}"
-
-[[table]]
-source = "public.orders"
-target = "analytics.fact_orders"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-"#
+    postgres_config_with(
+        SOURCE_DSN_ENV,
+        TARGET_DSN_ENV,
+        slot,
+        REPL_PUBLICATION,
+        "",
+        &OrdersTable::postgres("analytics.fact_orders").to_string(),
     )
 }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use weir::localpg::LocalPg;
+use weir_core::fixtures::{OrdersTable, postgres_config_with};
 
 use super::{PLUGIN_DIGEST, POLL, PUBLICATION, RATE, SOURCE_PLUGIN_DIGEST, TARGET, WAIT_MAX};
 use crate::cluster::{SOURCE_DSN_ENV, TARGET_DSN_ENV, connect, slot_released};
@@ -64,30 +65,13 @@ impl WeirConsumer {
         });
         std::fs::write(
             dir.path().join("weir.toml"),
-            format!(
-                r#"[source]
-kind = "postgres"
-dsn_env = "{SOURCE_DSN_ENV}"
-slot = "{slot}"
-publication = "{PUBLICATION}"
-
-[stage]
-path = "stage"
-
-[target]
-kind = "postgres"
-dsn_env = "{TARGET_DSN_ENV}"
-
-[engine]
-flush_interval_ms = {flush_ms}
-
-[[table]]
-source = "public.orders"
-target = "{TARGET}"
-key = ["id"]
-partition_by = "order_date"
-grain = "day"
-{plugin}"#
+            postgres_config_with(
+                SOURCE_DSN_ENV,
+                TARGET_DSN_ENV,
+                &slot,
+                PUBLICATION,
+                &format!("[engine]\nflush_interval_ms = {flush_ms}"),
+                &OrdersTable::postgres(TARGET).extra(&plugin).to_string(),
             ),
         )?;
         let consumer = WeirConsumer {
