@@ -2,37 +2,18 @@
 //! source defines the port and the engine plugs the stage into it, so the source
 //! never depends on the stage (nor the stage on the source).
 
-use std::fmt;
-
 use crate::feed::StagedRow;
 
-/// An error of the stage behind the port, as the stage reported it (its message and
-/// its causes are the stage's own).
+/// An error of the stage behind the port, as the stage reported it: its message and
+/// its causes are the stage's own.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
 pub struct PortError(Box<dyn std::error::Error + Send + Sync + 'static>);
 
 impl PortError {
     /// Wraps the stage's error.
     pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         PortError(Box::new(error))
-    }
-}
-
-impl fmt::Debug for PortError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Display for PortError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-/// Transparent: the stage error's own causes follow its message.
-impl std::error::Error for PortError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
     }
 }
 
