@@ -150,6 +150,10 @@ enum CheckpointCommand {
     Export {
         /// The checkpoint file to write (replaced atomically if it exists).
         file: PathBuf,
+        /// While a large transaction is being applied to the stage, wait up to this
+        /// many seconds for it to commit before giving up (0: give up at once).
+        #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+        wait: u64,
     },
     /// Fill the config's stage path (absent, or an empty stage) from FILE, verified first.
     Import {

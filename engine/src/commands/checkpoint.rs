@@ -2,7 +2,8 @@
 //! copy of the feed).
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use weir::config::Config;
@@ -26,6 +27,38 @@ async fn blocking<T: Send + 'static>(
         .context("a stage task stopped unexpectedly")??)
 }
 
+/// Exports the stage; while a large transaction is being applied (a live `weir run`
+/// commits it within seconds), opens the stage again every 250 ms, up to `wait`.
+async fn export_when_committed(
+    path: PathBuf,
+    file: PathBuf,
+    wait: Duration,
+) -> anyhow::Result<checkpoint::ExportReport> {
+    let deadline = Instant::now() + wait;
+    let mut told = false;
+    loop {
+        let (path, file) = (path.clone(), file.clone());
+        let result = tokio::task::spawn_blocking(move || {
+            checkpoint::export(&Stage::open_read_only(&path)?, &file)
+        })
+        .await
+        .context("a stage task stopped unexpectedly")?;
+        match result {
+            Err(CheckpointError::Applying { .. }) if Instant::now() < deadline => {
+                if !told {
+                    tracing::info!(
+                        wait_s = wait.as_secs(),
+                        "a large transaction is being applied to the stage: waiting for it to commit"
+                    );
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            result => return Ok(result?),
+        }
+    }
+}
+
 async fn checkpoint_command(config: &Config, command: CheckpointCommand) -> anyhow::Result<()> {
     let path = config.stage_path.clone();
     let stdout = std::io::stdout();
@@ -41,9 +74,8 @@ async fn checkpoint_command(config: &Config, command: CheckpointCommand) -> anyh
                 print_summary(&mut out, &summary)?;
             }
         }
-        CheckpointCommand::Export { file } => {
-            let report =
-                blocking(move || checkpoint::export(&Stage::open_read_only(&path)?, &file)).await?;
+        CheckpointCommand::Export { file, wait } => {
+            let report = export_when_committed(path, file, Duration::from_secs(wait)).await?;
             writeln!(
                 stdout.lock(),
                 "exported {} rows, {} partition generations, {} dirty partitions and {} dead letters at position {} to {} ({} bytes, sha256 {})",

@@ -65,7 +65,7 @@ pub enum CheckpointError {
     #[error("the stage at {} holds a record that does not decode ({what}): run `weir checkpoint check`", path.display())]
     StageRecord { path: PathBuf, what: String },
     #[error(
-        "a large transaction is being applied to the stage at {}: export again when it has committed (a running `weir run` commits it within seconds; after a crash, the next `weir run` finishes it)", path.display()
+        "a large transaction is being applied to the stage at {}: export again when it has committed, or wait longer with `--wait SECONDS` (a running `weir run` commits it within seconds; after a crash, the next `weir run` finishes it)", path.display()
     )]
     Applying { path: PathBuf },
     #[error("{} is not a file name to export to: name a file", path.display())]
