@@ -44,6 +44,28 @@ mod message;
 pub use decode::{DecodeError, Decoder, decode};
 pub use message::*;
 
+/// Test-only: short constructors for messages built by hand, shared by the decoder's
+/// own tests and the engine's tests against real PostgreSQL bytes.
+#[cfg(any(test, feature = "test-support"))]
+pub mod build {
+    use super::{RelationColumn, TupleValue};
+
+    /// A column value in text format.
+    pub fn text(s: &str) -> TupleValue {
+        TupleValue::Text(s.as_bytes().to_vec())
+    }
+
+    /// A relation's column.
+    pub fn col(is_key: bool, name: &str, type_oid: u32, type_modifier: i32) -> RelationColumn {
+        RelationColumn {
+            is_key,
+            name: name.to_owned(),
+            type_oid,
+            type_modifier,
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(
     clippy::indexing_slicing,

@@ -4,6 +4,7 @@
 mod cases;
 mod property;
 
+use super::build::{col, text};
 use super::cursor::PG_EPOCH_OFFSET_US;
 use super::decode::*;
 use super::*;
@@ -148,19 +149,6 @@ fn encode(message: &PgOutputMessage) -> Vec<u8> {
         M::StreamAbort(a) => w.u32(a.xid).u32(a.subxact_xid),
     };
     w.0
-}
-
-fn text(s: &str) -> TupleValue {
-    Text(s.as_bytes().to_vec())
-}
-
-fn col(is_key: bool, name: &str, type_oid: u32, type_modifier: i32) -> RelationColumn {
-    RelationColumn {
-        is_key,
-        name: name.to_owned(),
-        type_oid,
-        type_modifier,
-    }
 }
 
 /// A valid message: its bytes (built field by field from the documentation, not by

@@ -2,6 +2,7 @@
 //! and properties) against real PostgreSQL bytes: a workload peeked from a slot decodes
 //! as expected.
 
+use crate::pg::pgoutput::build::{col, text};
 use crate::pg::pgoutput::*;
 
 use PgOutputMessage as M;
@@ -9,19 +10,6 @@ use TupleValue::{Binary, Null, Text, UnchangedToast};
 
 /// 2024-05-01T12:00:00Z, as PostgreSQL's timestamp (microseconds since 2000).
 const MAY_DAY_PG_US: i64 = 767_880_000_000_000;
-
-fn text(s: &str) -> TupleValue {
-    Text(s.as_bytes().to_vec())
-}
-
-fn col(is_key: bool, name: &str, type_oid: u32, type_modifier: i32) -> RelationColumn {
-    RelationColumn {
-        is_key,
-        name: name.to_owned(),
-        type_oid,
-        type_modifier,
-    }
-}
 
 // ---- Real PostgreSQL bytes ------------------------------------------------------
 
