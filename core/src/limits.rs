@@ -4,9 +4,29 @@
 
 use std::time::Duration;
 
-/// Default memory cap per instance. Threat: a plugin that allocates without bound
-/// takes the memory of the engine and of every other job.
+/// Default memory cap per instance: all its linear memories and tables together.
+/// Threat: a plugin that allocates without bound takes the memory of the engine and of
+/// every other job.
 pub const DEFAULT_MEMORY_BYTES: u64 = 256 << 20;
+/// Core instances one plugin instance may create. Threat: a component of thousands of
+/// small instances, each with its own host-side state. A Rust component has a few, a
+/// Python or JavaScript one a few dozen.
+pub const MAX_INSTANCES: usize = 256;
+/// Linear memories one plugin instance may create. Threat: a component of many memories,
+/// each reserving gigabytes of address space. Every one counts against the memory cap.
+pub const MAX_MEMORIES: usize = 16;
+/// Tables one plugin instance may create; every element counts against the memory cap
+/// at [`TABLE_ELEMENT_BYTES`].
+pub const MAX_TABLES: usize = 256;
+/// What one table element costs the host (a function reference), counted against the
+/// memory cap.
+pub const TABLE_ELEMENT_BYTES: usize = 8;
+/// Default cap on what one call may return to the host, in bytes as the host holds it
+/// (every string and list lifted, each element at its host size). Threat: output rows
+/// that all reference one large buffer in the plugin's memory are copied once each on
+/// the host, so a plugin within its memory cap could make the host allocate without
+/// bound.
+pub const DEFAULT_OUTPUT_BYTES_PER_CALL: usize = 128 << 20;
 /// Default CPU budget per call, in fuel units (about one per wasm instruction).
 /// Threat: a call that never ends holds a worker forever. Fuel is deterministic: the
 /// same call runs out at the same instruction on any machine, so a retry cannot pass
@@ -30,6 +50,8 @@ pub const MAX_STACK_BYTES_LIMIT: usize = 64 << 20;
 
 /// The accepted range of `plugin_memory_mb` (and `plugin test --memory-mb`), MiB.
 pub const MEMORY_MB_RANGE: std::ops::RangeInclusive<u64> = 16..=4096;
+/// The accepted range of `plugin_output_mb` (and `plugin test --output-mb`), MiB.
+pub const OUTPUT_MB_RANGE: std::ops::RangeInclusive<u64> = 1..=4096;
 /// The accepted range of `plugin_fuel_per_call` (and `--fuel-per-call`).
 pub const FUEL_PER_CALL_RANGE: std::ops::RangeInclusive<u64> = 1_000_000..=u64::MAX / 2;
 /// The accepted range of `plugin_timeout_ms` (and `--timeout-ms`).
@@ -40,10 +62,13 @@ pub const MAX_STACK_KB_RANGE: std::ops::RangeInclusive<u64> =
 
 /// The sandbox limits of a table's plugin (`[[table]]` keys `plugin_memory_mb`,
 /// `plugin_fuel_per_call`, `plugin_timeout_ms`, `plugin_max_stack_kb`,
-/// `plugin_log_messages_per_call`, `plugin_log_message_bytes`).
+/// `plugin_log_messages_per_call`, `plugin_log_message_bytes`, `plugin_output_mb`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxLimits {
+    /// All linear memories and tables of an instance together.
     pub memory_bytes: u64,
+    /// What one call may return to the host (and what one call into the host may pass).
+    pub output_bytes_per_call: usize,
     pub fuel_per_call: u64,
     pub timeout_per_call: Duration,
     pub max_stack_bytes: usize,
@@ -55,6 +80,7 @@ impl Default for SandboxLimits {
     fn default() -> Self {
         SandboxLimits {
             memory_bytes: DEFAULT_MEMORY_BYTES,
+            output_bytes_per_call: DEFAULT_OUTPUT_BYTES_PER_CALL,
             fuel_per_call: DEFAULT_FUEL_PER_CALL,
             timeout_per_call: DEFAULT_TIMEOUT_PER_CALL,
             max_stack_bytes: DEFAULT_MAX_STACK_BYTES,

@@ -216,9 +216,13 @@ enum PluginCommand {
 /// Sandbox limits, as in a table's config (defaults: the engine's).
 #[derive(Debug, clap::Args)]
 struct LimitArgs {
-    /// Memory cap per instance, MiB (16 to 4096, as `plugin_memory_mb`).
+    /// Memory cap per instance (all its memories and tables), MiB (16 to 4096, as
+    /// `plugin_memory_mb`).
     #[arg(long, value_parser = in_range(weir::plugin::MEMORY_MB_RANGE))]
     memory_mb: Option<u64>,
+    /// What one call may hand the engine, MiB (1 to 4096, as `plugin_output_mb`).
+    #[arg(long, value_parser = in_range(weir::plugin::OUTPUT_MB_RANGE))]
+    output_mb: Option<u64>,
     /// CPU budget per call, in fuel units (at least 1,000,000, as `plugin_fuel_per_call`).
     #[arg(long, value_parser = in_range(weir::plugin::FUEL_PER_CALL_RANGE))]
     fuel_per_call: Option<u64>,

@@ -617,6 +617,38 @@ fn hostile_plugins_hit_the_sandbox_limits_with_clear_errors() {
     assert_eq!(code, Some(1), "the process exits normally: {stderr}");
     assert!(stderr.contains("wasm stack overflow"), "{stderr}");
 
+    // 25 MiB of valid rows in one call, within the memory cap: the output cap ends the
+    // call while its output is copied out, and names the setting…
+    let (code, _, _, stderr) =
+        plugin_test(&plugin("hostile-output"), ONE_ROW, &["--output-mb", "16"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("output cap exceeded")
+            && stderr.contains("more than 16777216 bytes (`plugin_output_mb`)"),
+        "{stderr}"
+    );
+    // …and it is the cap alone that stops it: under a larger one the same call passes.
+    let (code, out, _, stderr) =
+        plugin_test(&plugin("hostile-output"), ONE_ROW, &["--output-mb", "64"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(out.lines().count(), 100, "100 rows of 256 KiB");
+
+    // Unbounded recursion in `describe`, with a wasm stack (16 MiB) larger than a
+    // runtime thread's: `describe` runs on a thread sized for it, so the load fails
+    // with a wasm stack overflow instead of overflowing the host's stack.
+    for stack in [vec![], vec!["--max-stack-kb", "16384"]] {
+        let (code, _, _, stderr) = plugin_test(&plugin("hostile-deep-describe"), ONE_ROW, &stack);
+        assert_eq!(
+            code,
+            Some(1),
+            "the process exits normally ({stack:?}): {stderr}"
+        );
+        assert!(
+            stderr.contains("`describe` failed") && stderr.contains("wasm stack overflow"),
+            "{stack:?}: {stderr}"
+        );
+    }
+
     // 1,000 hostile calls of each kind in one process: memory does not grow.
     for (name, args) in [
         ("hostile-alloc", vec!["--memory-mb", "16"]),
@@ -838,6 +870,7 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
         hostile("hostile-alloc", ""),
         hostile("hostile-recursion", ""),
         hostile("hostile-snoop", ""),
+        hostile("hostile-output", "plugin_output_mb = 16\n"),
     ]
     .concat();
     write_config(&db, &tables);
@@ -853,8 +886,10 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
         line("hostile_alloc", "c", 1, "2026-03-01", "1.00", "new"),
         line("hostile_recursion", "c", 1, "2026-03-01", "1.00", "new"),
         line("hostile_snoop", "c", 1, "2026-03-01", "1.00", "new"),
+        line("hostile_output", "c", 1, "2026-03-01", "1.00", "new"),
     ]);
     live.wait_for_log("CPU budget exceeded");
+    live.wait_for_log("output cap exceeded");
     live.wait_for_log("memory cap exceeded");
     live.wait_for_log("wasm stack overflow");
     let peak = procmem::peak_rss_kib(Process::Pid(pid));
@@ -886,7 +921,12 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
     assert!(snooped.get::<_, String>(0).starts_with("error:"));
     assert_eq!(snooped.get::<_, String>(1), "");
     assert!(snooped.get::<_, bool>(2));
-    for t in ["hostile_loop", "hostile_alloc", "hostile_recursion"] {
+    for t in [
+        "hostile_loop",
+        "hostile_alloc",
+        "hostile_recursion",
+        "hostile_output",
+    ] {
         let n: i64 = db
             .count(&format!("SELECT count(*) FROM analytics.{t}"))
             .await;

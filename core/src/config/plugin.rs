@@ -43,6 +43,7 @@ impl Validator<'_> {
                 ("plugin_config", raw.plugin_config.is_some()),
                 ("on_reject", raw.on_reject.is_some()),
                 ("plugin_memory_mb", raw.plugin_memory_mb.is_some()),
+                ("plugin_output_mb", raw.plugin_output_mb.is_some()),
                 ("plugin_fuel_per_call", raw.plugin_fuel_per_call.is_some()),
                 ("plugin_timeout_ms", raw.plugin_timeout_ms.is_some()),
                 ("plugin_max_stack_kb", raw.plugin_max_stack_kb.is_some()),
@@ -105,6 +106,13 @@ impl Validator<'_> {
             *crate::limits::MEMORY_MB_RANGE.end(),
             defaults.memory_bytes >> 20,
         )?;
+        let output_mb = bounded(
+            "plugin_output_mb",
+            raw.plugin_output_mb,
+            *crate::limits::OUTPUT_MB_RANGE.start(),
+            *crate::limits::OUTPUT_MB_RANGE.end(),
+            (defaults.output_bytes_per_call >> 20) as u64,
+        )?;
         let fuel = bounded(
             "plugin_fuel_per_call",
             raw.plugin_fuel_per_call,
@@ -146,6 +154,7 @@ impl Validator<'_> {
             on_reject: raw.on_reject.unwrap_or(OnReject::DeadLetter),
             limits: crate::limits::SandboxLimits {
                 memory_bytes: memory_mb << 20,
+                output_bytes_per_call: (output_mb << 20) as usize,
                 fuel_per_call: fuel,
                 timeout_per_call: std::time::Duration::from_millis(timeout_ms),
                 max_stack_bytes: (stack_kb << 10) as usize,

@@ -202,3 +202,37 @@ fn a_dsn_never_appears_in_errors_or_debug_output() {
             .contains("environment variable V is not set")
     );
 }
+
+#[test]
+fn a_plugin_s_output_cap_is_a_bounded_setting_of_its_table() {
+    let with = |extra: &str| format!("{GOOD}plugin = \"orders.wasm\"\n{extra}");
+    let limits = |text: &str| {
+        parse(text).expect("valid").tables[0]
+            .plugin
+            .clone()
+            .expect("a plugin")
+            .limits
+    };
+    assert_eq!(
+        limits(&with("")).output_bytes_per_call,
+        crate::limits::DEFAULT_OUTPUT_BYTES_PER_CALL
+    );
+    assert_eq!(
+        limits(&with("plugin_output_mb = 32\n")).output_bytes_per_call,
+        32 << 20
+    );
+    for bad in ["0", "4097"] {
+        let e = error_of(&with(&format!("plugin_output_mb = {bad}\n")));
+        assert!(
+            e.contains("table[0].plugin_output_mb")
+                && e.contains(&format!("{bad} is outside 1 to 4096")),
+            "{e}"
+        );
+    }
+    let e = error_of(&format!("{GOOD}plugin_output_mb = 32\n"));
+    assert!(
+        e.contains("table[0].plugin_output_mb")
+            && e.contains("only applies to a table with a `plugin`"),
+        "{e}"
+    );
+}

@@ -218,6 +218,10 @@ impl LimitArgs {
         if let Some(mb) = self.memory_mb {
             l.memory_bytes = mb << 20;
         }
+        if let Some(mb) = self.output_mb {
+            // In range (at most 4,096 MiB): the shift cannot overflow.
+            l.output_bytes_per_call = (mb << 20) as usize;
+        }
         if let Some(f) = self.fuel_per_call {
             l.fuel_per_call = f;
         }

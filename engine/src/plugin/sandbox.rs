@@ -22,6 +22,7 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 
 use super::SandboxLimits;
 use super::bindings::weir::transform::log;
+use weir_core::limits::{MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES, TABLE_ELEMENT_BYTES};
 
 /// Identifies a job for the sandbox's deterministic inputs.
 #[derive(Debug, Clone)]
@@ -247,13 +248,20 @@ impl HostMonotonicClock for FixedClock {
     }
 }
 
-/// The memory cap of a store: a growth past it is refused with a trap (not a failed
-/// `memory.grow` the guest could ignore), and remembered so that the job's error can
-/// say what was asked for.
+/// The memory of one instance: all its linear memories and tables together, under one
+/// cap (`plugin_memory_mb`), and the number of instances, memories and tables a
+/// component may create (`weir_core::limits`: a component made of many small memories
+/// or tables would otherwise pass a per-memory cap many times over). A growth past the
+/// cap is refused with a trap (not a failed `memory.grow` the guest could ignore), and
+/// remembered so that the job's error can say what was asked for.
 #[derive(Debug)]
 pub struct MemoryCap {
     pub cap: usize,
+    /// Bytes of all linear memories and tables now.
+    pub total: usize,
+    /// The largest `total` seen.
     pub peak: usize,
+    /// The growth that was refused, if any: what the instance would have held.
     pub refused: Option<usize>,
 }
 
@@ -265,45 +273,66 @@ pub struct MemoryRefused {
     pub cap: usize,
 }
 
-/// Table elements an instance may have: bounds host memory taken through tables.
-const TABLE_ELEMENTS_MAX: usize = 1 << 20;
-
 impl MemoryCap {
     fn new(cap: u64) -> MemoryCap {
         MemoryCap {
             cap: usize::try_from(cap).unwrap_or(usize::MAX),
+            total: 0,
             peak: 0,
             refused: None,
         }
+    }
+
+    /// Accounts a growth of one memory or table from `current` to `desired` bytes;
+    /// refuses it (a trap) if the instance's total would pass the cap.
+    fn grow(&mut self, current: usize, desired: usize) -> wasmtime::Result<bool> {
+        let total = self.total.saturating_sub(current).saturating_add(desired);
+        if total > self.cap {
+            self.refused = Some(total);
+            return Err(MemoryRefused {
+                desired: total,
+                cap: self.cap,
+            }
+            .into());
+        }
+        self.total = total;
+        self.peak = self.peak.max(total);
+        Ok(true)
     }
 }
 
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.cap {
-            self.refused = Some(desired);
-            return Err(MemoryRefused {
-                desired,
-                cap: self.cap,
-            }
-            .into());
-        }
-        self.peak = self.peak.max(desired);
-        Ok(true)
+        self.grow(current, desired)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= TABLE_ELEMENTS_MAX)
+        self.grow(
+            current.saturating_mul(TABLE_ELEMENT_BYTES),
+            desired.saturating_mul(TABLE_ELEMENT_BYTES),
+        )
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
     }
 }
 
@@ -541,6 +570,28 @@ mod tests {
         assert_ne!(
             draw("2026-03-01", b"secure"),
             draw("2026-03-01", b"insecure")
+        );
+    }
+
+    #[test]
+    fn memories_and_tables_share_one_cap() {
+        let mut cap = MemoryCap::new(1 << 20);
+        // Two memories of 400 KiB each, created and then grown: their sum counts.
+        assert!(cap.memory_growing(0, 400 << 10, None).expect("first"));
+        assert!(cap.memory_growing(0, 400 << 10, None).expect("second"));
+        assert_eq!(cap.total, 800 << 10);
+        // A table of 16,384 elements takes 128 KiB of it.
+        assert!(cap.table_growing(0, 16 << 10, None).expect("table"));
+        assert_eq!(cap.total, (800 << 10) + (128 << 10));
+        // One memory growing by 100 KiB passes the 1 MiB total: refused, remembered.
+        let refused = cap.memory_growing(400 << 10, 500 << 10, None);
+        assert!(refused.is_err());
+        assert_eq!(cap.refused, Some((1028 << 10) as usize));
+        assert_eq!(cap.total, 928 << 10, "a refused growth is not counted");
+        assert_eq!(cap.peak, 928 << 10);
+        assert_eq!(
+            (cap.instances(), cap.memories(), cap.tables()),
+            (MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES)
         );
     }
 
