@@ -649,12 +649,53 @@ fn hostile_plugins_hit_the_sandbox_limits_with_clear_errors() {
         );
     }
 
+    // Components no guest language makes (plugins/hostile/wat/generate.py). Fifteen
+    // memories of 20 MiB, each far under the cap, and a table of 40 million elements:
+    // the instance's one cap for memories and tables together ends both.
+    for name in ["hostile-memories", "hostile-table"] {
+        let (code, _, summary, stderr) = plugin_test(&plugin(name), ONE_ROW, &[]);
+        assert_eq!(code, Some(1), "{name}: {stderr}");
+        assert!(
+            stderr.contains("memory cap exceeded: the plugin's memories and tables would hold")
+                && stderr.contains("the cap is 268435456 bytes"),
+            "{name}: {stderr}"
+        );
+        let peak = summary["peak_rss_kib"].as_u64().expect("peak");
+        assert!(peak < 128 * 1024, "{name}: peak RSS {peak} KiB");
+    }
+    // 100,000 output rows that all point at one 1 MiB text (4 MiB of guest memory,
+    // 100 GB if every row were copied): the default output cap ends the call after
+    // 128 MiB, and the host never holds much more.
+    let (code, _, summary, stderr) = plugin_test(&plugin("hostile-alias"), ONE_ROW, &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr
+            .contains("output cap exceeded: one call handed the engine more than 134217728 bytes"),
+        "{stderr}"
+    );
+    let peak = summary["peak_rss_kib"].as_u64().expect("peak");
+    assert!(
+        peak < (128 + 96) * 1024,
+        "peak RSS {peak} KiB: the 128 MiB output cap over a base of at most 96 MiB"
+    );
+    // 300 core instances: refused when the component is instantiated, so at load.
+    let (code, _, _, stderr) = plugin_test(&plugin("hostile-instances"), ONE_ROW, &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("`describe` failed")
+            && stderr.contains("instance limit exceeded: instance count too high at 257"),
+        "{stderr}"
+    );
+
     // 1,000 hostile calls of each kind in one process: memory does not grow.
     for (name, args) in [
         ("hostile-alloc", vec!["--memory-mb", "16"]),
         ("hostile-loop", vec!["--fuel-per-call", "5000000"]),
         ("hostile-recursion", vec![]),
         ("hostile-snoop", vec![]),
+        ("hostile-memories", vec![]),
+        ("hostile-table", vec![]),
+        ("hostile-alias", vec!["--output-mb", "1"]),
     ] {
         let mut all = args.clone();
         all.extend(["--repeat", "1000"]);
@@ -871,6 +912,10 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
         hostile("hostile-recursion", ""),
         hostile("hostile-snoop", ""),
         hostile("hostile-output", "plugin_output_mb = 16\n"),
+        // Caps of their own, so that each one's error is known apart in the log.
+        hostile("hostile-memories", "plugin_memory_mb = 128\n"),
+        hostile("hostile-table", "plugin_memory_mb = 96\n"),
+        hostile("hostile-alias", "plugin_output_mb = 8\n"),
     ]
     .concat();
     write_config(&db, &tables);
@@ -887,9 +932,15 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
         line("hostile_recursion", "c", 1, "2026-03-01", "1.00", "new"),
         line("hostile_snoop", "c", 1, "2026-03-01", "1.00", "new"),
         line("hostile_output", "c", 1, "2026-03-01", "1.00", "new"),
+        line("hostile_memories", "c", 1, "2026-03-01", "1.00", "new"),
+        line("hostile_table", "c", 1, "2026-03-01", "1.00", "new"),
+        line("hostile_alias", "c", 1, "2026-03-01", "1.00", "new"),
     ]);
     live.wait_for_log("CPU budget exceeded");
     live.wait_for_log("output cap exceeded");
+    live.wait_for_log("the cap is 134217728 bytes (`plugin_memory_mb`)");
+    live.wait_for_log("the cap is 100663296 bytes (`plugin_memory_mb`)");
+    live.wait_for_log("more than 8388608 bytes (`plugin_output_mb`)");
     live.wait_for_log("memory cap exceeded");
     live.wait_for_log("wasm stack overflow");
     let peak = procmem::peak_rss_kib(Process::Pid(pid));
@@ -926,6 +977,9 @@ async fn hostile_plugins_fail_their_partitions_while_the_live_engine_serves_the_
         "hostile_alloc",
         "hostile_recursion",
         "hostile_output",
+        "hostile_memories",
+        "hostile_table",
+        "hostile_alias",
     ] {
         let n: i64 = db
             .count(&format!("SELECT count(*) FROM analytics.{t}"))
