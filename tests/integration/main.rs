@@ -12,6 +12,7 @@ mod exact_values;
 mod faults;
 mod grains;
 mod harness;
+mod hostile_campaign;
 mod merge;
 mod observability;
 mod outage;

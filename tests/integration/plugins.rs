@@ -181,7 +181,14 @@ fn the_orders_cases_pass_in_rust_python_and_javascript_with_identical_bytes() {
 }
 
 /// One Debezium line for `table` (an orders-shaped row).
-fn line(table: &str, op: &str, id: i64, day: &str, amount: &str, status: &str) -> String {
+pub(crate) fn line(
+    table: &str,
+    op: &str,
+    id: i64,
+    day: &str,
+    amount: &str,
+    status: &str,
+) -> String {
     let after = json!({"id": id, "customer": format!("c{}", id % 7), "order_date": day, "amount": amount, "status": status});
     let l = json!({
         "op": op,
@@ -193,7 +200,7 @@ fn line(table: &str, op: &str, id: i64, day: &str, amount: &str, status: &str) -
     format!("{l}\n")
 }
 
-fn orders_table(source: &str, target: &str, plugin_path: &Path, extra: &str) -> String {
+pub(crate) fn orders_table(source: &str, target: &str, plugin_path: &Path, extra: &str) -> String {
     crate::harness::orders_table(
         source,
         target,

@@ -19,7 +19,14 @@ pub(crate) async fn run(
         weir::metrics::serve(addr)?;
     }
     let pipeline = Pipeline::open(config, dsn).await?;
-    let report = pipeline.run(once, shutdown_signal()).await?;
+    let result = pipeline.run(once, shutdown_signal()).await;
+    // The process's peak memory over the whole run, for operators and the hostile
+    // plugin campaign (`tests/integration/hostile_campaign.rs`).
+    tracing::info!(
+        peak_rss_kib = weir::procmem::peak_rss_kib(weir::procmem::Process::This),
+        "run ended"
+    );
+    let report = result?;
     writeln!(
         std::io::stdout().lock(),
         "staged {} transactions ({} changes, {} already staged); wrote {} partitions ({} rows); {} dead letters; {} rows rejected by plugins",
