@@ -53,6 +53,27 @@ function enableExtendedConst() {
   }
 }
 
+// Bumped when the patch of the transpiled glue changes (it is part of its cache key).
+const GLUE_RECIPE = 'keep-byte-order-marks-1';
+
+/**
+ * jco's glue decodes the strings a component returns with `new TextDecoder()`, whose
+ * default drops a leading U+FEFF: every component's output would lose it here although
+ * Weir's host keeps it. Decode with `ignoreBOM: true`, as the host does; fail loudly if
+ * the glue no longer has the decoder this expects (a jco upgrade).
+ */
+function keepByteOrderMarks(entry) {
+  const glue = readFileSync(entry, 'utf8');
+  const patched = glue
+    .replaceAll("new TextDecoder('utf-16')", "new TextDecoder('utf-16', { ignoreBOM: true })")
+    .replaceAll('new TextDecoder()', "new TextDecoder('utf-8', { ignoreBOM: true })");
+  if (/new TextDecoder\((?!'utf-(8|16)', \{ ignoreBOM: true \}\))/.test(patched)
+      || !patched.includes("new TextDecoder('utf-8', { ignoreBOM: true })")) {
+    throw new Error(`${entry}: jco's glue does not decode strings as expected; update keepByteOrderMarks`);
+  }
+  writeFileSync(entry, patched);
+}
+
 async function main(argv) {
   if (argv.length !== 2) {
     process.stderr.write('usage: run-component-cases.mjs COMPONENT.wasm CASES.jsonl\n');
@@ -74,7 +95,8 @@ async function main(argv) {
     }
   }
   const bytes = readFileSync(componentPath);
-  const digest = createHash('sha256').update(bytes).digest('hex').slice(0, 16);
+  // The transpiled glue depends on the bytes and on how it is patched below.
+  const digest = createHash('sha256').update(bytes).update(GLUE_RECIPE).digest('hex').slice(0, 16);
   const outDir = join(toolsDir, 'js', 'transpiled', `${name}-${digest}`);
   const entry = join(outDir, 'component.js');
   if (!existsSync(entry)) {
@@ -95,6 +117,7 @@ async function main(argv) {
         '--map', 'weir:transform/log@0.1.0=./log.js'],
       { stdio: ['ignore', 'ignore', 'inherit'] },
     );
+    keepByteOrderMarks(entry);
   }
   enableExtendedConst();
   const { transform } = await import(pathToFileURL(entry).href);
