@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -21,9 +21,9 @@ mod commands;
     about = "Change-feed ingestion: durable stage, idempotent partition replace into PostgreSQL"
 )]
 struct Cli {
-    /// The config file (TOML).
-    #[arg(long, short, global = true, default_value = "weir.toml")]
-    config: PathBuf,
+    /// The config file (TOML) [default: weir.toml].
+    #[arg(long, short, global = true)]
+    config: Option<PathBuf>,
     /// Log format on stderr; levels come from RUST_LOG (default: info).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -243,6 +243,15 @@ fn in_range(range: std::ops::RangeInclusive<u64>) -> clap::builder::RangedU64Val
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.config.is_some() && matches!(cli.command, Command::Plugin { .. }) {
+        // `-c salt=s1` would otherwise be taken as a config file and ignored.
+        <Cli as clap::CommandFactory>::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "`--config` names Weir's config file, which `weir plugin` does not read: give the plugin's settings with `-C KEY=VALUE`, once per setting",
+            )
+            .exit();
+    }
     init_logging(cli.log_format);
     // Test builds only: arm the failpoints named in FAILPOINTS (engine/src/faults.rs).
     #[cfg(feature = "failpoints")]
@@ -326,7 +335,7 @@ fn init_logging(format: LogFormat) {
 
 /// Runs the command: each verb is a file of `commands`.
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
-    let config = cli.config.as_path();
+    let config = cli.config.as_deref().unwrap_or(Path::new("weir.toml"));
     match cli.command {
         Command::Init { allow_add_columns } => commands::init::run(config, allow_add_columns).await,
         Command::Run { once, metrics_addr } => commands::run::run(config, once, metrics_addr).await,

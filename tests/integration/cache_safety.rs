@@ -130,4 +130,20 @@ fn plugin_test_limit_flags_out_of_range_are_refused() {
             "{flag} {value}: {stderr}"
         );
     }
+    // `-c` / `--config` (Weir's config file) where a plugin setting (`-C`) was meant:
+    // refused with the flag to use, never taken as a file and ignored.
+    for flag in ["-c", "--config"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["plugin", "test"])
+            .arg(plugin("orders-rust"))
+            .arg("--input")
+            .arg(&rows)
+            .args(["--partition", "2026-03-01", flag, "rate=1.5"])
+            .env("WEIR_PLUGIN_CACHE", dir.path().join("cache"))
+            .output()
+            .expect("run weir plugin test");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains("`-C KEY=VALUE`"), "{flag}: {stderr}");
+    }
 }
