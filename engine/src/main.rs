@@ -226,6 +226,10 @@ struct LimitArgs {
     /// CPU budget per call, in fuel units (at least 1,000,000, as `plugin_fuel_per_call`).
     #[arg(long, value_parser = in_range(weir::plugin::FUEL_PER_CALL_RANGE))]
     fuel_per_call: Option<u64>,
+    /// CPU budget per row a call handles, added to the call's (0 to 10^12, as
+    /// `plugin_fuel_per_row`).
+    #[arg(long, value_parser = in_range(weir::plugin::FUEL_PER_ROW_RANGE))]
+    fuel_per_row: Option<u64>,
     /// Wall-clock backstop per call, ms (10 to 3,600,000, as `plugin_timeout_ms`).
     #[arg(long, value_parser = in_range(weir::plugin::TIMEOUT_MS_RANGE))]
     timeout_ms: Option<u64>,

@@ -598,11 +598,11 @@ fn hostile_plugins_hit_the_sandbox_limits_with_clear_errors() {
     let (code, _, _, stderr) = plugin_test(
         &plugin("hostile-loop"),
         ONE_ROW,
-        &["--fuel-per-call", "50000000"],
+        &["--fuel-per-call", "50000000", "--fuel-per-row", "7"],
     );
     assert_eq!(code, Some(1));
     assert!(
-        stderr.contains("CPU budget exceeded: the call used its 50000000 units of fuel"),
+        stderr.contains("CPU budget exceeded: the call used its 50000007 units of fuel (50000000 for the call and 7 for each of its 1 rows"),
         "{stderr}"
     );
 
@@ -717,6 +717,68 @@ fn hostile_plugins_hit_the_sandbox_limits_with_clear_errors() {
             "{name}: RSS grew from {first} KiB after one call to {last} KiB after 1000 (bound: 16 MiB)"
         );
     }
+}
+
+/// `n` orders rows in `plugin test`'s input format.
+fn orders_rows(n: i64) -> String {
+    (1..=n)
+        .map(|i| {
+            let row = json!({
+                "key": [{"integer": i}],
+                "commit_time": 1_772_323_200_000_000i64,
+                "columns": {
+                    "id": {"integer": i},
+                    "customer": {"text": "c"},
+                    "order_date": {"date": 20513},
+                    "amount": {"decimal": "1.00"},
+                    "status": {"text": "new"},
+                },
+            });
+            format!("{row}\n")
+        })
+        .collect()
+}
+
+/// The fuel budget grows with the rows a call handles: a plugin within its per-row
+/// budget passes at 10 rows and at 5,000 (a chunk of 4,096 and one of 904) alike,
+/// while the same call budget without the per-row part fails the full chunk.
+#[test]
+fn the_fuel_budget_is_per_row_so_chunk_size_does_not_decide() {
+    let orders = plugin("orders-rust");
+    for n in [10, 5000] {
+        let (code, out, _, stderr) = plugin_test(
+            &orders,
+            &orders_rows(n),
+            &[
+                "-C",
+                "rate=1",
+                "--fuel-per-call",
+                "1000000",
+                "--fuel-per-row",
+                "200000",
+            ],
+        );
+        assert_eq!(code, Some(0), "{n} rows: {stderr}");
+        assert_eq!(out.lines().count(), n as usize, "{n} rows out");
+    }
+    let (code, _, _, stderr) = plugin_test(
+        &orders,
+        &orders_rows(5000),
+        &[
+            "-C",
+            "rate=1",
+            "--fuel-per-call",
+            "1000000",
+            "--fuel-per-row",
+            "0",
+        ],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("CPU budget exceeded: the call used its 1000000 units of fuel (1000000 for the call and 0 for each of its 4096 rows")
+            && stderr.contains("raise `plugin_fuel_per_row`"),
+        "{stderr}"
+    );
 }
 
 #[test]

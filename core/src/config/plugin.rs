@@ -45,6 +45,7 @@ impl Validator<'_> {
                 ("plugin_memory_mb", raw.plugin_memory_mb.is_some()),
                 ("plugin_output_mb", raw.plugin_output_mb.is_some()),
                 ("plugin_fuel_per_call", raw.plugin_fuel_per_call.is_some()),
+                ("plugin_fuel_per_row", raw.plugin_fuel_per_row.is_some()),
                 ("plugin_timeout_ms", raw.plugin_timeout_ms.is_some()),
                 ("plugin_max_stack_kb", raw.plugin_max_stack_kb.is_some()),
                 (
@@ -120,6 +121,13 @@ impl Validator<'_> {
             *crate::limits::FUEL_PER_CALL_RANGE.end(),
             defaults.fuel_per_call,
         )?;
+        let fuel_per_row = bounded(
+            "plugin_fuel_per_row",
+            raw.plugin_fuel_per_row,
+            *crate::limits::FUEL_PER_ROW_RANGE.start(),
+            *crate::limits::FUEL_PER_ROW_RANGE.end(),
+            defaults.fuel_per_row,
+        )?;
         let timeout_ms = bounded(
             "plugin_timeout_ms",
             raw.plugin_timeout_ms,
@@ -156,6 +164,7 @@ impl Validator<'_> {
                 memory_bytes: memory_mb << 20,
                 output_bytes_per_call: (output_mb << 20) as usize,
                 fuel_per_call: fuel,
+                fuel_per_row,
                 timeout_per_call: std::time::Duration::from_millis(timeout_ms),
                 max_stack_bytes: (stack_kb << 10) as usize,
                 log_messages_per_call: log_messages as u32,

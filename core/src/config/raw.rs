@@ -121,6 +121,7 @@ pub(super) struct RawTable {
     pub(super) plugin_memory_mb: Option<u64>,
     pub(super) plugin_output_mb: Option<u64>,
     pub(super) plugin_fuel_per_call: Option<u64>,
+    pub(super) plugin_fuel_per_row: Option<u64>,
     pub(super) plugin_timeout_ms: Option<u64>,
     pub(super) plugin_max_stack_kb: Option<usize>,
     pub(super) plugin_log_messages_per_call: Option<u32>,

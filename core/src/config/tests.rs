@@ -236,3 +236,25 @@ fn a_plugin_s_output_cap_is_a_bounded_setting_of_its_table() {
         "{e}"
     );
 }
+
+#[test]
+fn a_plugin_s_fuel_per_row_is_a_bounded_setting_of_its_table() {
+    let with = |extra: &str| format!("{GOOD}plugin = \"orders.wasm\"\n{extra}");
+    let per_row = |text: &str| {
+        parse(text).expect("valid").tables[0]
+            .plugin
+            .clone()
+            .expect("a plugin")
+            .limits
+            .fuel_per_row
+    };
+    assert_eq!(per_row(&with("")), crate::limits::DEFAULT_FUEL_PER_ROW);
+    assert_eq!(per_row(&with("plugin_fuel_per_row = 0\n")), 0);
+    let e = error_of(&with("plugin_fuel_per_row = 1000000000001\n"));
+    assert!(
+        e.contains("table[0].plugin_fuel_per_row") && e.contains("is outside 0 to 1000000000000"),
+        "{e}"
+    );
+    let e = error_of(&format!("{GOOD}plugin_fuel_per_row = 5\n"));
+    assert!(e.contains("only applies to a table with a `plugin`"), "{e}");
+}

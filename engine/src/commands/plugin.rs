@@ -225,6 +225,9 @@ impl LimitArgs {
         if let Some(f) = self.fuel_per_call {
             l.fuel_per_call = f;
         }
+        if let Some(f) = self.fuel_per_row {
+            l.fuel_per_row = f;
+        }
         if let Some(ms) = self.timeout_ms {
             l.timeout_per_call = std::time::Duration::from_millis(ms);
         }

@@ -90,7 +90,7 @@ impl Plugin {
         let mut store = self.new_store(&seed, limits);
         let fail =
             |store: &Store<JobState>, e: wasmtime::Error| Self::call_error(store, limits, &job, &e);
-        Self::arm(&mut store, limits);
+        Self::arm(&mut store, limits, 0);
         let world = self
             .pre
             .instantiate(&mut store)
@@ -101,11 +101,11 @@ impl Plugin {
             name: partition_name.clone(),
         };
         let mut fuel = 0u64;
-        Self::arm(&mut store, limits);
+        Self::arm(&mut store, limits, 0);
         let session: ResourceAny = session_api
             .call_constructor(&mut store, &info, spec.config)
             .map_err(|e| fail(&store, e))?;
-        fuel += Self::fuel_used(&store, limits);
+        fuel += Self::fuel_used(&store);
 
         // Keys pushed so far, to check rejections against: made on the first rejection
         // (most jobs have none), from the rows pushed until then.
@@ -161,19 +161,20 @@ impl Plugin {
         for chunk in input.chunks(CHUNK_ROWS) {
             let rows: Vec<wit::StagedRow> = chunk.iter().map(to_wit_row).collect();
             offset += chunk.len();
-            Self::arm(&mut store, limits);
+            Self::arm(&mut store, limits, chunk.len() as u64);
             crate::failpoint!("plugin-call");
             let result = session_api
                 .call_push(&mut store, session, &rows)
                 .map_err(|e| fail(&store, e))?;
-            fuel += Self::fuel_used(&store, limits);
+            fuel += Self::fuel_used(&store);
             collect(result, &mut pushed, &input[..offset], &mut output)?;
         }
-        Self::arm(&mut store, limits);
+        // A partition plugin's `finish` works over every row pushed.
+        Self::arm(&mut store, limits, input.len() as u64);
         let result = session_api
             .call_finish(&mut store, session)
             .map_err(|e| fail(&store, e))?;
-        fuel += Self::fuel_used(&store, limits);
+        fuel += Self::fuel_used(&store);
         collect(result, &mut pushed, input, &mut output)?;
         // The store (and with it the instance and every resource) is dropped here.
         output.fuel = fuel;

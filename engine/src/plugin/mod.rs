@@ -39,11 +39,12 @@ pub use job::{InputRow, JobOutput, JobSpec, OwnedJob, Rejection, run_job_on_thre
 use sandbox::{JobSeed, JobState};
 pub use schema::{Description, Kind, OutputColumn, OutputType};
 pub use weir_core::limits::{
-    DEFAULT_FUEL_PER_CALL, DEFAULT_LOG_MESSAGE_BYTES, DEFAULT_LOG_MESSAGES_PER_CALL,
-    DEFAULT_MAX_STACK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_OUTPUT_BYTES_PER_CALL,
-    DEFAULT_TIMEOUT_PER_CALL, FUEL_PER_CALL_RANGE, MAX_INSTANCES, MAX_MEMORIES,
-    MAX_STACK_BYTES_LIMIT, MAX_STACK_KB_RANGE, MAX_TABLES, MEMORY_MB_RANGE, OUTPUT_MB_RANGE,
-    SandboxLimits, TIMEOUT_MS_RANGE, normalize_config,
+    DEFAULT_FUEL_PER_CALL, DEFAULT_FUEL_PER_ROW, DEFAULT_LOG_MESSAGE_BYTES,
+    DEFAULT_LOG_MESSAGES_PER_CALL, DEFAULT_MAX_STACK_BYTES, DEFAULT_MEMORY_BYTES,
+    DEFAULT_OUTPUT_BYTES_PER_CALL, DEFAULT_TIMEOUT_PER_CALL, FUEL_PER_CALL_RANGE,
+    FUEL_PER_ROW_RANGE, MAX_INSTANCES, MAX_MEMORIES, MAX_STACK_BYTES_LIMIT, MAX_STACK_KB_RANGE,
+    MAX_TABLES, MEMORY_MB_RANGE, OUTPUT_MB_RANGE, SandboxLimits, TIMEOUT_MS_RANGE,
+    normalize_config,
 };
 
 mod bindings {
@@ -81,9 +82,15 @@ pub enum PluginError {
         source: cache::CacheError,
     },
     #[error(
-        "{job}: CPU budget exceeded: the call used its {fuel} units of fuel (raise `plugin_fuel_per_call` if the work is legitimate)"
+        "{job}: CPU budget exceeded: the call used its {fuel} units of fuel ({per_call} for the call and {per_row} for each of its {rows} rows; if the work is legitimate, raise `plugin_fuel_per_row` for each row's, `plugin_fuel_per_call` for the call's own)"
     )]
-    Fuel { job: String, fuel: u64 },
+    Fuel {
+        job: String,
+        fuel: u64,
+        per_call: u64,
+        per_row: u64,
+        rows: u64,
+    },
     #[error("{job}: CPU budget exceeded: the call ran past its wall-clock limit of {} ms (raise `plugin_timeout_ms` if the work is legitimate)", .limit.as_millis())]
     Timeout { job: String, limit: Duration },
     #[error(
@@ -423,10 +430,16 @@ impl Plugin {
         store
     }
 
-    /// Arms the per-call budgets and the log budget.
-    fn arm(store: &mut Store<JobState>, limits: &SandboxLimits) {
+    /// Arms the budgets of a call that handles `rows` rows: fuel of `fuel_per_call`
+    /// plus `fuel_per_row` for each row, so that a plugin within its per-row budget
+    /// passes whatever the chunk size; the wall-clock backstop; the log budget.
+    fn arm(store: &mut Store<JobState>, limits: &SandboxLimits, rows: u64) {
+        let fuel = limits
+            .fuel_per_call
+            .saturating_add(limits.fuel_per_row.saturating_mul(rows));
         // Fuel is enabled on every engine of the host, so this cannot fail.
-        let _ = store.set_fuel(limits.fuel_per_call);
+        let _ = store.set_fuel(fuel);
+        store.data_mut().call = sandbox::CallBudget { fuel, rows };
         let ticks = limits.timeout_per_call.as_millis() / EPOCH_TICK.as_millis();
         store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX).max(1));
         if let Ok(mut log) = store.data().log.lock() {
@@ -434,9 +447,11 @@ impl Plugin {
         }
     }
 
-    fn fuel_used(store: &Store<JobState>, limits: &SandboxLimits) -> u64 {
-        limits
-            .fuel_per_call
+    fn fuel_used(store: &Store<JobState>) -> u64 {
+        store
+            .data()
+            .call
+            .fuel
             .saturating_sub(store.get_fuel().unwrap_or(0))
     }
 
@@ -475,7 +490,10 @@ impl Plugin {
         match error.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => PluginError::Fuel {
                 job,
-                fuel: limits.fuel_per_call,
+                fuel: store.data().call.fuel,
+                per_call: limits.fuel_per_call,
+                per_row: limits.fuel_per_row,
+                rows: store.data().call.rows,
             },
             Some(Trap::Interrupt) => PluginError::Timeout {
                 job,
@@ -501,12 +519,12 @@ impl Plugin {
         };
         let job = format!("plugin {}", self.path.display());
         let mut store = self.new_store(&seed, limits);
-        Self::arm(&mut store, limits);
+        Self::arm(&mut store, limits, 0);
         let world = self
             .pre
             .instantiate(&mut store)
             .map_err(|e| Self::call_error(&store, limits, &job, &e))?;
-        Self::arm(&mut store, limits);
+        Self::arm(&mut store, limits, 0);
         let d = world
             .weir_transform_transform()
             .call_describe(&mut store)

@@ -41,6 +41,15 @@ pub struct JobState {
     table: ResourceTable,
     pub(super) memory: MemoryCap,
     pub(super) log: Arc<Mutex<LogSink>>,
+    /// The budget of the call in progress (set when it is armed).
+    pub(super) call: CallBudget,
+}
+
+/// The fuel a call was given, and the rows it was given it for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallBudget {
+    pub fuel: u64,
+    pub rows: u64,
 }
 
 impl JobState {
@@ -80,6 +89,7 @@ impl JobState {
             table: ResourceTable::new(),
             memory: MemoryCap::new(limits.memory_bytes),
             log,
+            call: CallBudget::default(),
         }
     }
 }
