@@ -19,7 +19,7 @@ use postgres_types::Type;
 use tokio_postgres::Client;
 
 use crate::config::{Dsn, TableName, TargetPartitioning};
-use crate::partition::Grain;
+use crate::partition::{Grain, Partition, PartitionPredicate, predicate};
 use crate::pgerror::PgError;
 use crate::value::{ColumnType, EncodeError};
 
@@ -129,4 +129,24 @@ pub struct TargetTable {
     pub partitioning: TargetPartitioning,
     /// `[target] lock_timeout_ms`: how long a partition write waits for a lock.
     pub lock_timeout_ms: u64,
+}
+
+impl TargetTable {
+    /// The partition as a predicate on the partition column.
+    pub(super) fn predicate(
+        &self,
+        partition: &Partition,
+    ) -> Result<PartitionPredicate, TargetError> {
+        predicate(self.partition_type, self.grain, partition)
+            .ok_or_else(|| self.bad_partition(partition))
+    }
+
+    /// The error for a partition this table's column type and grain cannot bound.
+    pub(super) fn bad_partition(&self, partition: &Partition) -> TargetError {
+        TargetError::BadPartition {
+            table: self.name.clone(),
+            partition: partition.name().to_owned(),
+            grain: self.grain,
+        }
+    }
 }

@@ -5,7 +5,7 @@ use tokio_postgres::Client;
 use super::schema::bound_literal;
 use super::{TargetError, TargetTable, query_err};
 use crate::config::quote_ident;
-use crate::partition::{Partition, PartitionPredicate, predicate};
+use crate::partition::{Partition, PartitionPredicate};
 use crate::value::Value;
 
 /// The rows a target partition holds now, decoded from PostgreSQL's text output as the
@@ -15,23 +15,11 @@ pub async fn read_partition(
     table: &TargetTable,
     partition: &Partition,
 ) -> Result<Vec<Vec<Value>>, TargetError> {
-    let pred = predicate(table.partition_type, table.grain, partition).ok_or_else(|| {
-        TargetError::BadPartition {
-            table: table.name.clone(),
-            partition: partition.name().to_owned(),
-            grain: table.grain,
-        }
-    })?;
+    let pred = table.predicate(partition)?;
     let column = quote_ident(&table.partition_column);
     // The simple protocol (for PostgreSQL's text output) takes no bind parameters: the
     // bounds are quoted by `quote_literal`, correct whatever standard_conforming_strings.
-    let literal = |v: &Value| {
-        bound_literal(v).ok_or_else(|| TargetError::BadPartition {
-            table: table.name.clone(),
-            partition: partition.name().to_owned(),
-            grain: table.grain,
-        })
-    };
+    let literal = |v: &Value| bound_literal(v).ok_or_else(|| table.bad_partition(partition));
     let condition = match &pred {
         PartitionPredicate::IsNull => format!("{column} IS NULL"),
         PartitionPredicate::Equals(v) => format!("{column} = {}", literal(v)?),

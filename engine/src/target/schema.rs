@@ -394,13 +394,7 @@ pub(super) fn native_child(
     pred: &PartitionPredicate,
 ) -> Result<NativeChild, TargetError> {
     let name = child_table_name(&table.name, partition);
-    let literal = |v: &Value| {
-        bound_literal(v).ok_or_else(|| TargetError::BadPartition {
-            table: table.name.clone(),
-            partition: partition.name().to_owned(),
-            grain: table.grain,
-        })
-    };
+    let literal = |v: &Value| bound_literal(v).ok_or_else(|| table.bad_partition(partition));
     Ok(match (table.grain, pred) {
         (Grain::Value, PartitionPredicate::IsNull) => NativeChild::Own {
             name,

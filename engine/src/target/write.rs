@@ -13,7 +13,7 @@ use super::schema::{ensure_child, native_child};
 use super::{LockWait, TargetError, TargetTable, lineage, query_err};
 use crate::config::{TableName, TargetPartitioning, WriteMode, quote_ident};
 use crate::feed::BadRecord;
-use crate::partition::{Partition, PartitionPredicate, predicate};
+use crate::partition::{Partition, PartitionPredicate};
 use crate::pgerror::PgError;
 use crate::value::Value;
 
@@ -121,13 +121,7 @@ async fn begin_partition_write<'c>(
     table: &TargetTable,
     partition: &Partition,
 ) -> Result<PartitionTx<'c>, TargetError> {
-    let pred = predicate(table.partition_type, table.grain, partition).ok_or_else(|| {
-        TargetError::BadPartition {
-            table: table.name.clone(),
-            partition: partition.name().to_owned(),
-            grain: table.grain,
-        }
-    })?;
+    let pred = table.predicate(partition)?;
     if table.partitioning == TargetPartitioning::Native {
         let child = native_child(table, partition, &pred)?;
         ensure_child(client, table, partition, &child).await?;
