@@ -624,8 +624,8 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
         if let Some(Ok(m)) = m {
             details.push(format!(
                 "{stem} {} in {:.2} s, cold starts {} ms (compile {} ms), warm starts {} ms (cache read {} ms), \
-                 {:.1} MiB of linear memory at most (the cap is {} MiB), {:.0} fuel per row ({:.1}% of the \
-                 per-call budget for a push of {CHUNK_ROWS} rows)",
+                 {:.1} MiB of linear memory and tables at most (the cap is {} MiB), {:.0} fuel per row ({:.1}% of \
+                 the default budget of a push of {CHUNK_ROWS} rows: per call plus per row)",
                 jobs(m.throughput.jobs),
                 m.throughput.time.as_secs_f64(),
                 ms_list(&m.cold),
@@ -643,7 +643,10 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
                 m.peak_memory_bytes as f64 / 1_048_576.0,
                 weir::plugin::DEFAULT_MEMORY_BYTES >> 20,
                 m.fuel_per_row,
-                m.fuel_per_row * CHUNK_ROWS as f64 * 100.0 / weir::plugin::DEFAULT_FUEL_PER_CALL as f64
+                m.fuel_per_row * CHUNK_ROWS as f64 * 100.0
+                    / (weir::plugin::DEFAULT_FUEL_PER_CALL
+                        + weir::plugin::DEFAULT_FUEL_PER_ROW * CHUNK_ROWS as u64)
+                        as f64
             ));
         }
     }
