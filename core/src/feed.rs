@@ -171,6 +171,50 @@ pub struct StagedRow {
     pub values: Row,
 }
 
+impl StagedRow {
+    /// About the bytes the row holds in memory: its own size, and each column's name
+    /// and value with their heap parts. What memory bounds count rows by.
+    pub fn approx_bytes(&self) -> usize {
+        std::mem::size_of::<StagedRow>()
+            + self
+                .values
+                .iter()
+                .map(|(name, value)| {
+                    std::mem::size_of::<(String, Value)>() + name.len() + value.heap_bytes()
+                })
+                .sum::<usize>()
+    }
+}
+
+impl StageChange {
+    /// About the bytes the change holds in memory (see [`StagedRow::approx_bytes`]).
+    pub fn approx_bytes(&self) -> usize {
+        std::mem::size_of::<StageChange>()
+            + match self {
+                StageChange::Upsert {
+                    table, key, row, ..
+                } => table.len() + key.len() + row.approx_bytes(),
+                StageChange::UpsertUnchanged {
+                    table,
+                    key,
+                    row,
+                    unchanged,
+                    previous_key,
+                    ..
+                } => {
+                    table.len()
+                        + key.len()
+                        + row.approx_bytes()
+                        + unchanged.iter().map(String::len).sum::<usize>()
+                        + previous_key.len()
+                }
+                StageChange::Delete { table, key } => table.len() + key.len(),
+                StageChange::SourceState(state) => state.len(),
+                StageChange::Truncate { table } => table.len(),
+            }
+    }
+}
+
 /// One change to apply to the stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StageChange {

@@ -111,3 +111,43 @@ pub fn normalize_config(config: &[(String, String)]) -> Vec<(String, String)> {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
 }
+
+/// A transaction a source is reading is handed to the stage's pending area in chunks
+/// once it holds this many bytes of changes in memory (or `transaction_chunk_changes`
+/// changes, whichever comes first). Threat: a transaction of a few huge rows held
+/// whole.
+pub const TRANSACTION_CHUNK_BYTES: usize = 16 << 20;
+/// Intake stages the transactions read so far in one synced write once they hold this
+/// many bytes of changes (or `batch_transactions_max` transactions). Threat: a batch of
+/// many large transactions held whole before it is staged.
+pub const INTAKE_BATCH_BYTES: usize = 32 << 20;
+
+/// What RocksDB may hold in memory for one open stage: its memtables (128 MiB in all)
+/// and its block cache (64 MiB).
+pub const STAGE_MEMORY_BYTES: usize = 192 << 20;
+/// A partition job reads its staged rows in chunks of at most this many rows ...
+pub const JOB_CHUNK_ROWS: usize = 4096;
+/// ... and about this many bytes in memory (a single larger row is a chunk of its own).
+pub const JOB_CHUNK_BYTES: usize = 8 << 20;
+/// Output chunks in flight between a partition job and its target writer.
+pub const JOB_CHANNEL_CHUNKS: usize = 1;
+/// COPY data a writer buffers before sending it to the target.
+pub const COPY_BUFFER_BYTES: usize = 1 << 20;
+/// The process itself in the memory budget: code, runtimes, connections, the
+/// sandbox's engines.
+pub const PROCESS_BASE_BYTES: u64 = 96 << 20;
+/// A loaded plugin's compiled code in the memory budget, per distinct plugin.
+pub const PLUGIN_CODE_BYTES: u64 = 64 << 20;
+
+/// The memory one partition job may hold: its input chunk three times (the staged
+/// rows, the plugin's input rows, their lowered form), one call's output three times
+/// (being made, in the channel to the writer, being encoded: a plugin's is capped by
+/// `plugin_output_mb`, the identity's is its input), the COPY buffer, and the plugin
+/// instance's memories and tables (`plugin_memory_mb`). Whatever the partition's size,
+/// but for 8 bytes per output row of a plugin with a grain key (its uniqueness check).
+pub fn job_bound_bytes(plugin: Option<&SandboxLimits>) -> u64 {
+    let input = 3 * JOB_CHUNK_BYTES as u64;
+    let output = plugin.map_or(JOB_CHUNK_BYTES as u64, |l| l.output_bytes_per_call as u64);
+    let instance = plugin.map_or(0, |l| l.memory_bytes);
+    input + (2 + JOB_CHANNEL_CHUNKS as u64) * output + COPY_BUFFER_BYTES as u64 * 5 / 4 + instance
+}

@@ -12,7 +12,7 @@
 
 // The pure core (values, partitions, config, the change vocabulary), at the paths the
 // engine's modules use.
-pub use weir_core::{config, feed, partition, pg, value};
+pub use weir_core::{config, feed, limits, partition, pg, value};
 
 pub mod backfill;
 pub mod demo;

@@ -15,8 +15,6 @@ use serde_json::Value as J;
 use crate::harness::{TestDb, text};
 use crate::plugins::{line, orders_table, plugin};
 
-/// The engine's own memory beside its stated budgets (code, runtime, compiled plugins).
-const BASE_MIB: u64 = 160;
 const PARALLELISM: u64 = 2;
 
 /// Each hostile plugin that fails in `push`, its table's limits, and the text its
@@ -145,16 +143,17 @@ fn every_hostile_plugin_fails_alone_many_times_in_one_engine_within_its_budget()
             assert_eq!(n, 0, "{t} wrote nothing");
         }
     });
-    // The budget the config states: RocksDB's, `parallelism` jobs each at the largest
-    // memory cap (alias: the default 256 MiB) and output cap (128 MiB), and the base.
+    // The budget the config states (`weir status`): RocksDB's, `parallelism` jobs each
+    // at the largest memory cap (alias: the default 256 MiB) and output cap (128 MiB),
+    // intake, and the process with each plugin's code.
     let peak = stderr
         .lines()
         .filter_map(|l| serde_json::from_str::<J>(l).ok())
         .find(|j| j["fields"]["message"] == "run ended")
         .and_then(|j| j["fields"]["peak_rss_kib"].as_u64())
         .unwrap_or_else(|| panic!("no `run ended` line:\n{stderr}"));
-    let budget_mib =
-        (weir::stage::MEMORY_BUDGET_BYTES >> 20) as u64 + PARALLELISM * (256 + 128) + BASE_MIB;
+    let config = weir::config::Config::load(&db.config_path()).expect("config");
+    let budget_mib = config.memory_budget().total >> 20;
     eprintln!(
         "hostile campaign: {} plugins x {runs} partitions in {elapsed:.1?}; peak RSS {} MiB, budget {budget_mib} MiB",
         HOSTILE.len(),

@@ -3,6 +3,7 @@
 
 mod backfill;
 mod bad_input;
+mod bounded_memory;
 mod cache_safety;
 mod checkpoint;
 mod crash_suite;

@@ -18,11 +18,13 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+mod budget;
 mod plugin;
 mod raw;
 mod sections;
 mod table;
 
+pub use budget::{MemoryBudget, mib};
 pub use plugin::{OnReject, PluginConfig};
 pub use sections::{EngineConfig, OnBadRecord, SourceConfig, TargetConfig};
 pub use table::{
@@ -53,6 +55,8 @@ pub mod limits {
     pub const LOCK_TIMEOUT_MS_DEFAULT: u64 = 5_000;
     /// Longest lock wait: ten minutes (a write that waits longer holds its connection).
     pub const LOCK_TIMEOUT_MS_MAX: u64 = 600_000;
+    /// `[engine] memory_limit_mb` at most: 1 TiB.
+    pub const MEMORY_LIMIT_MB_MAX: u64 = 1 << 20;
     /// PostgreSQL's identifier limit (NAMEDATALEN - 1): a longer name is cut silently.
     pub const IDENTIFIER_BYTES_MAX: usize = 63;
 }
@@ -375,7 +379,7 @@ impl Validator<'_> {
             }
             tables.push(table);
         }
-        Ok(Config {
+        let config = Config {
             path: self.path.to_owned(),
             source,
             stage_path: self.resolve(&raw.stage.path),
@@ -386,7 +390,21 @@ impl Validator<'_> {
             },
             engine,
             tables,
-        })
+        };
+        let budget = config.memory_budget();
+        if let Some(limit) = config.engine.memory_limit_bytes
+            && budget.total > limit
+        {
+            return Err(self.invalid(
+                "engine.memory_limit_mb",
+                format!(
+                    "the config's memory budget is {}, more than the limit of {}: lower `parallelism`, or a table's `plugin_memory_mb` or `plugin_output_mb`, or raise the limit",
+                    budget.explain(),
+                    budget::mib(limit)
+                ),
+            ));
+        }
+        Ok(config)
     }
 }
 

@@ -57,6 +57,7 @@ pub(super) struct RawEngine {
     pub(super) flush_interval_ms: Option<u64>,
     pub(super) batch_transactions_max: Option<usize>,
     pub(super) transaction_chunk_changes: Option<usize>,
+    pub(super) memory_limit_mb: Option<u64>,
 }
 
 /// A declared column: `"numeric(12,2)"`, or `{ type = "timestamp", epoch = "ms" }`.

@@ -53,6 +53,8 @@ pub struct EngineConfig {
     pub flush_interval_ms: u64,
     pub batch_transactions_max: usize,
     pub transaction_chunk_changes: usize,
+    /// `[engine] memory_limit_mb`: a config whose memory budget is larger is refused.
+    pub memory_limit_bytes: Option<u64>,
 }
 
 impl Validator<'_> {
@@ -189,11 +191,25 @@ impl Validator<'_> {
                 ),
             ));
         }
+        let memory_limit_bytes = match raw.memory_limit_mb {
+            None => None,
+            Some(mb) if (64..=limits::MEMORY_LIMIT_MB_MAX).contains(&mb) => Some(mb << 20),
+            Some(_) => {
+                return Err(self.invalid(
+                    "engine.memory_limit_mb",
+                    format!(
+                        "must be between 64 and {} (MiB; leave it out for no limit)",
+                        limits::MEMORY_LIMIT_MB_MAX
+                    ),
+                ));
+            }
+        };
         Ok(EngineConfig {
             parallelism,
             flush_interval_ms,
             batch_transactions_max,
             transaction_chunk_changes,
+            memory_limit_bytes,
         })
     }
 }

@@ -71,6 +71,18 @@ pub enum Value {
     },
 }
 
+impl Value {
+    /// The heap bytes the value holds beside its own size.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Value::Text(s) | Value::Decimal(s) | Value::Json(s) => s.len(),
+            Value::Bytes(b) => b.len(),
+            Value::Unsupported { type_name, text } => type_name.len() + text.len(),
+            _ => 0,
+        }
+    }
+}
+
 /// The column types Weir understands, parsed from a PostgreSQL type name such as
 /// `bigint`, `numeric(12,2)` or `timestamp with time zone`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

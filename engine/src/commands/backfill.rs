@@ -26,7 +26,9 @@ pub(crate) async fn run(
     }
     let dsn = config.target_dsn()?;
     let pipeline = Pipeline::open_read_only(config, dsn).await?;
-    backfill_tables(&pipeline, table, scope, parallel, dry_run, allow_empty).await
+    let result = backfill_tables(&pipeline, table, scope, parallel, dry_run, allow_empty).await;
+    super::log_peak_memory("backfill ended");
+    result
 }
 
 async fn backfill_tables(

@@ -16,3 +16,12 @@ mod progress;
 pub(crate) mod run;
 pub(crate) mod status;
 pub(crate) mod verify;
+
+/// Logs the process's peak memory at the end of a command (`peak_rss_kib`), for
+/// operators to hold against the memory budget `weir status` shows.
+pub(crate) fn log_peak_memory(message: &'static str) {
+    tracing::info!(
+        peak_rss_kib = weir::procmem::peak_rss_kib(weir::procmem::Process::This),
+        "{message}"
+    );
+}

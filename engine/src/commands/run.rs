@@ -18,14 +18,17 @@ pub(crate) async fn run(
     if let Some(addr) = metrics_addr {
         weir::metrics::serve(addr)?;
     }
+    let budget = config.memory_budget();
+    tracing::info!(
+        memory_budget_mib = budget.total >> 20,
+        budget = %budget.explain(),
+        "memory budget"
+    );
     let pipeline = Pipeline::open(config, dsn).await?;
     let result = pipeline.run(once, shutdown_signal()).await;
     // The process's peak memory over the whole run, for operators and the hostile
     // plugin campaign (`tests/integration/hostile_campaign.rs`).
-    tracing::info!(
-        peak_rss_kib = weir::procmem::peak_rss_kib(weir::procmem::Process::This),
-        "run ended"
-    );
+    super::log_peak_memory("run ended");
     let report = result?;
     writeln!(
         std::io::stdout().lock(),

@@ -41,6 +41,14 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
         writeln!(out, "staged:     {table}: {rows} rows")?;
     }
     let mib = |b: u64| b as f64 / 1_048_576.0;
+    writeln!(
+        out,
+        "memory:     budget {}{}",
+        s.memory_budget.explain(),
+        s.memory_limit_bytes
+            .map(|l| format!(" (memory_limit_mb {})", l >> 20))
+            .unwrap_or_default()
+    )?;
     match s.max_unwritten_bytes {
         Some(limit) => writeln!(
             out,

@@ -26,7 +26,9 @@ pub(crate) async fn run(
     let scope = backfill::Scope::Window { from, to };
     let entries = backfill::plan(&pipeline, &table, &scope, true).await?;
     let reporter = Reporter::new("verify", entries.len());
-    let rows = backfill::verify(&pipeline, entries, parallel, &|p| reporter.update(p)).await?;
+    let rows = backfill::verify(&pipeline, entries, parallel, &|p| reporter.update(p)).await;
+    super::log_peak_memory("verify ended");
+    let rows = rows?;
     reporter.finish();
     let mut out = std::io::stdout().lock();
     if json {

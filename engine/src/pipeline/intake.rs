@@ -13,6 +13,7 @@ use super::schedule::{WRITE_BACKOFF_MAX, WRITE_BACKOFF_MIN, WriteBackoff};
 use super::{Pipeline, PipelineError, RunReport, blocking};
 use crate::config::SourceConfig;
 use crate::errors::error_chain;
+use crate::limits::INTAKE_BATCH_BYTES;
 use crate::metrics::{self, Retry};
 use crate::source::jsonl::JsonlSource;
 use crate::source::postgres;
@@ -35,6 +36,8 @@ impl Pipeline {
         let mut last_flush = Instant::now();
         let mut backoff = WriteBackoff::default();
         let mut batch: Vec<Transaction> = Vec::new();
+        // About the bytes of changes `batch` holds: staged at INTAKE_BATCH_BYTES.
+        let mut batch_bytes = 0usize;
         // Whether the stage's pending area holds chunks of the transaction being read.
         let mut chunked = false;
         tokio::pin!(shutdown);
@@ -82,9 +85,18 @@ impl Pipeline {
                     chunked = false;
                 }
                 Ok(SourceEvent::Transaction(txn)) => {
+                    if batch.is_empty() {
+                        batch_bytes = 0;
+                    }
+                    batch_bytes += txn
+                        .changes
+                        .iter()
+                        .map(StageChange::approx_bytes)
+                        .sum::<usize>();
                     batch.push(txn);
                     if std::mem::take(&mut chunked)
                         || batch.len() >= self.config.engine.batch_transactions_max
+                        || batch_bytes >= INTAKE_BATCH_BYTES
                     {
                         self.stage_batch(source, &mut batch, &mut report).await?;
                     }

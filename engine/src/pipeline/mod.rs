@@ -14,9 +14,10 @@
 //!   the contracts that every open repeats.
 //! - `intake`: the run loop, source → stage, with its backpressure (`[stage]
 //!   max_unwritten_mb`) and source reconnects.
-//! - the writer: `schedule` (write rounds, their backoff, dead letters), `write` (one
-//!   partition read, transformed and replaced), `merge` (`write = "merge"`), and
-//!   `transform` (the identity, or the plugin call).
+//! - the writer: `schedule` (write rounds, their backoff, dead letters), `stream` (one
+//!   partition job: the stage read in chunks, transformed, checked), `write` (its
+//!   stream into the partition's one transaction: a replace, or a merge of the
+//!   changed keys), and `transform` (the identity, or the table's plugin).
 //! - `status`: what `weir status` reads, beside a running engine.
 
 use std::collections::HashMap;
@@ -31,20 +32,20 @@ use crate::partition::Partition;
 use crate::plugin::PluginHost;
 use crate::stage::{Stage, StageError};
 use crate::target::{self, TargetTable};
-use crate::value::Value;
 
 mod error;
 mod init;
 mod intake;
-mod merge;
 mod schedule;
 mod status;
+mod stream;
 mod transform;
 mod write;
 
 pub use error::PipelineError;
 pub use init::{InitReport, init, init_with};
 pub use status::{DirtyStatus, FailedStatus, StaleStatus, Status, status};
+pub use stream::CHANNEL_CHUNKS;
 pub use transform::{IDENTITY_TRANSFORM, Transform};
 
 /// Counts of one `run`.
@@ -81,20 +82,6 @@ pub struct Pipeline {
     /// (`backfill`, `verify`): then dirty marks are left to the engine, and a write
     /// never replaces a partition lineage says is newer.
     writable: bool,
-}
-
-/// A partition's output, computed from the stage and not yet written.
-#[derive(Debug, Clone)]
-pub struct PartitionOutput {
-    pub rows: Vec<Vec<Value>>,
-    pub rejections: Vec<target::RejectedRow>,
-    /// The stage generation and source position the rows were read at.
-    pub generation: u64,
-    pub source_position: u64,
-    /// The dirty mark seen with the read.
-    pub dirty: Option<u64>,
-    /// Staged rows read.
-    pub staged_rows: u64,
 }
 
 impl std::fmt::Debug for Pipeline {

@@ -39,6 +39,10 @@ pub struct Status {
     pub slot_lag_bytes: Option<i64>,
     /// Why the slot could not be read, if it could not.
     pub source_error: Option<String>,
+    /// What a run of this config may hold in memory, by part (bytes).
+    pub memory_budget: crate::config::MemoryBudget,
+    /// `[engine] memory_limit_mb` in bytes, if set.
+    pub memory_limit_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -75,6 +79,8 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
     let unwritten_bytes = stage.unwritten_bytes()?;
     let mut status = Status {
         stage: config.stage_path.display().to_string(),
+        memory_budget: config.memory_budget(),
+        memory_limit_bytes: config.engine.memory_limit_bytes,
         source: stage.source_id()?,
         position: checkpoint.map(|c| c.position),
         staged_rows: stage.row_counts()?,

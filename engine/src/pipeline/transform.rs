@@ -1,16 +1,11 @@
-//! A table's transform: the identity, or a plugin (loaded, described, and called on
-//! a partition's staged rows).
+//! A table's transform: the identity, or a plugin (loaded and described; its jobs run
+//! in `stream`).
 
 use std::sync::Arc;
 
-use super::{Pipeline, PipelineError};
-use crate::config::{Column, OnReject, PluginConfig, TableConfig, WriteMode};
-use crate::metrics;
-use crate::partition::Partition;
-use crate::plugin::{self, InputRow, Kind, OwnedJob, Plugin, PluginHost};
-use crate::stage::StagedRow;
-use crate::target::{self, TargetTable};
-use crate::value::Value;
+use super::PipelineError;
+use crate::config::{Column, PluginConfig, TableConfig, WriteMode};
+use crate::plugin::{self, Kind, Plugin, PluginHost};
 
 /// The transform of a table without a plugin.
 pub const IDENTITY_TRANSFORM: &str = "identity";
@@ -146,117 +141,4 @@ impl Transform {
             } => format!("sha256:{} config:{config_hash}", plugin.sha256_hex()),
         }
     }
-}
-
-impl Pipeline {
-    /// Runs the table's transform (a fresh plugin instance each time) over staged rows
-    /// of one partition: the output rows and the rejected input rows.
-    pub(super) async fn transform(
-        &self,
-        table: &str,
-        partition: &Partition,
-        rows: Vec<StagedRow>,
-    ) -> Result<(Vec<Vec<Value>>, Vec<target::RejectedRow>), PipelineError> {
-        let (table_config, target_table, transform) = self.table(table)?;
-        match transform {
-            Transform::Identity => Ok((identity(table_config, rows), Vec::new())),
-            Transform::Plugin {
-                plugin, settings, ..
-            } => {
-                run_plugin(
-                    table_config,
-                    target_table,
-                    plugin,
-                    settings,
-                    partition,
-                    rows,
-                )
-                .await
-            }
-        }
-    }
-}
-
-/// Runs a table's plugin over a partition's staged rows; returns the output rows and
-/// the rejections (or fails on one, with `on_reject = "fail"`).
-async fn run_plugin(
-    table: &TableConfig,
-    target: &TargetTable,
-    plugin: &Arc<Plugin>,
-    settings: &PluginConfig,
-    partition: &Partition,
-    rows: Vec<StagedRow>,
-) -> Result<(Vec<Vec<Value>>, Vec<target::RejectedRow>), PipelineError> {
-    let input: Vec<InputRow> = rows
-        .into_iter()
-        .map(|r| InputRow {
-            key: table
-                .key
-                .iter()
-                .map(|k| {
-                    r.values
-                        .iter()
-                        .find(|(name, _)| name == k)
-                        .map_or(Value::Null, |(_, v)| v.clone())
-                })
-                .collect(),
-            op: r.op,
-            commit_position: r.commit_position,
-            commit_time: r.commit_time_us,
-            columns: r.values,
-        })
-        .collect();
-    let job = OwnedJob {
-        table: target.name.to_string(),
-        partition: partition.clone(),
-        grain: table.grain,
-        config: settings.config.clone(),
-    };
-    let (input, output) =
-        plugin::run_job_on_thread(Arc::clone(plugin), settings.limits.clone(), job, input).await;
-    let output = output?;
-    metrics::plugin_job(
-        &table.source.to_string(),
-        output.fuel,
-        output.peak_memory_bytes,
-    );
-    let mut rejections = Vec::with_capacity(output.rejections.len());
-    for r in &output.rejections {
-        let key = plugin::json::key_text(&r.key);
-        if settings.on_reject == OnReject::Fail {
-            return Err(PipelineError::Rejected {
-                table: table.source.to_string(),
-                partition: partition.to_string(),
-                key,
-                reason: r.reason.clone(),
-            });
-        }
-        let row = &input[r.input];
-        rejections.push(target::RejectedRow {
-            key,
-            reason: r.reason.clone(),
-            input: plugin::json::plain_row(&row.columns),
-            source_position: row.commit_position,
-        });
-    }
-    Ok((output.rows, rejections))
-}
-
-/// The identity transform: each staged row's values in the table's column order
-/// (absent columns are NULL). Values are moved, not copied.
-fn identity(table: &TableConfig, rows: Vec<StagedRow>) -> Vec<Vec<Value>> {
-    rows.into_iter()
-        .map(|mut row| {
-            table
-                .columns
-                .iter()
-                .map(|c| {
-                    row.values
-                        .iter_mut()
-                        .find(|(name, _)| name == &c.name)
-                        .map_or(Value::Null, |(_, v)| std::mem::replace(v, Value::Null))
-                })
-                .collect()
-        })
-        .collect()
 }

@@ -1,20 +1,28 @@
-//! One partition's write: read from the stage, transformed, replaced in the target
-//! (or merged, see [`super::merge`]), then its dirty mark cleared if still current.
-
-use std::sync::Arc;
+//! One partition's write: its job streamed from the stage (see [`super::stream`])
+//! into the partition's one target transaction (a replace, or a merge of the changed
+//! keys), then its dirty mark cleared if still current.
 
 use tokio_postgres::Client;
 
-use super::merge::Merge;
-use super::{PartitionOutput, Pipeline, PipelineError, Transform, blocking};
+use super::stream::{self, End, Head, OutChunk, Piece, Pieces, StreamJob};
+use super::{Pipeline, PipelineError, Transform};
 use crate::config::WriteMode;
 use crate::metrics;
 use crate::partition::Partition;
-use crate::target::{self, MergeKeys, PartitionWrite, WriteSummary};
+use crate::target::{self, Opened, PartitionMeta, WriteSummary};
+use crate::value::Value;
+
+/// How a write went.
+enum Written {
+    Done(WriteSummary),
+    /// Lineage refused a merge: replace instead.
+    Refused,
+}
 
 impl Pipeline {
     /// Writes one partition from the stage. With `only_if_dirty`, a partition whose
-    /// mark another job already cleared is left alone (`Ok(None)`).
+    /// mark another job already cleared is left alone (`Ok(None)`); such a write of a
+    /// `merge` table merges the changed keys when lineage allows it.
     pub async fn write_partition(
         &self,
         table: &str,
@@ -22,80 +30,76 @@ impl Pipeline {
         only_if_dirty: bool,
     ) -> Result<Option<WriteSummary>, PipelineError> {
         let (table_config, _, _) = self.table(table)?;
-        if only_if_dirty && self.writable && table_config.write == WriteMode::Merge {
-            match self.merge_partition(table, partition).await? {
-                Merge::Clean => return Ok(None),
-                Merge::Merged(summary) => return Ok(Some(summary)),
-                Merge::Replace => {}
+        let mut merge = only_if_dirty && self.writable && table_config.write == WriteMode::Merge;
+        loop {
+            let mut pieces = self.stream(table, partition, merge, only_if_dirty)?;
+            let head = match pieces.recv().await {
+                Some(Ok(Piece::Head(head))) => head,
+                Some(Err(e)) => return Err(e),
+                _ => return Err(crate::plugin::PluginError::Lost.into()),
+            };
+            if only_if_dirty && head.dirty.is_none() {
+                return Ok(None);
+            }
+            match self.write_stream(table, partition, head, pieces).await? {
+                Written::Done(summary) => return Ok(Some(summary)),
+                Written::Refused => merge = false,
             }
         }
-        let Some(output) = self
-            .compute_partition(table, partition, only_if_dirty)
-            .await?
-        else {
-            return Ok(None);
-        };
-        self.write_output(table, partition, output).await.map(Some)
     }
 
-    /// Reads a partition from the stage and runs the table's transform over it (a
-    /// fresh plugin instance each time). With `only_if_dirty`, `None` for a clean one.
-    pub async fn compute_partition(
+    /// Starts a partition's job (see [`super::stream`]).
+    fn stream(
         &self,
         table: &str,
         partition: &Partition,
+        merge: bool,
         only_if_dirty: bool,
-    ) -> Result<Option<PartitionOutput>, PipelineError> {
-        self.table(table)?;
-        let stage = Arc::clone(&self.stage);
-        let (t, p) = (table.to_owned(), partition.clone());
-        let read = blocking(move || stage.read_partition(&t, &p)).await?;
-        if only_if_dirty && read.dirty.is_none() {
-            return Ok(None);
-        }
-        let staged_rows = read.rows.len() as u64;
-        let (rows, rejections) = self.transform(table, partition, read.rows).await?;
-        Ok(Some(PartitionOutput {
-            rows,
-            rejections,
-            generation: read.generation,
-            source_position: read.checkpoint.position,
-            dirty: read.dirty,
-            staged_rows,
-        }))
+    ) -> Result<Pieces, PipelineError> {
+        let (table_config, target_table, transform) = self.table(table)?;
+        let key_columns = if merge {
+            self.key_columns(table)?
+        } else {
+            Vec::new()
+        };
+        stream::spawn(StreamJob {
+            stage: self.stage_arc(),
+            table: table_config.clone(),
+            target_name: target_table.name.to_string(),
+            transform: transform.clone(),
+            partition: partition.clone(),
+            merge,
+            only_if_dirty,
+            key_columns,
+        })
     }
 
-    /// Writes a computed partition (see the target's invariant), then clears its dirty
-    /// mark if the stage is writable and still holds the generation read.
-    pub async fn write_output(
+    /// The target columns of the table's key, which `check_write_mode` made the grain
+    /// key of a merged table.
+    fn key_columns(&self, table: &str) -> Result<Vec<usize>, PipelineError> {
+        let (table_config, target_table, _) = self.table(table)?;
+        table_config
+            .key
+            .iter()
+            .map(|k| target_table.columns.iter().position(|(name, _)| name == k))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| PipelineError::Table {
+                config: self.config.path.clone(),
+                table: table.to_owned(),
+                field: "write",
+                message: "merge needs every key column in the target table".into(),
+            })
+    }
+
+    /// Writes a job's stream in one transaction; then the bookkeeping of a write.
+    async fn write_stream(
         &self,
         table: &str,
         partition: &Partition,
-        output: PartitionOutput,
-    ) -> Result<WriteSummary, PipelineError> {
-        self.write_computed(table, partition, output, None)
-            .await?
-            .ok_or_else(|| PipelineError::UnknownTable(table.to_owned()))
-    }
-
-    /// Replaces the partition (`merge`: `None`) or merges the given keys; a merge that
-    /// lineage refuses (`Ok(None)`) changed nothing.
-    pub(super) async fn write_computed(
-        &self,
-        table: &str,
-        partition: &Partition,
-        output: PartitionOutput,
-        merge: Option<&MergeKeys>,
-    ) -> Result<Option<WriteSummary>, PipelineError> {
+        head: Head,
+        mut pieces: Pieces,
+    ) -> Result<Written, PipelineError> {
         let (_, target_table, transform) = self.table(table)?;
-        let PartitionOutput {
-            rows,
-            rejections,
-            generation,
-            source_position,
-            dirty,
-            ..
-        } = output;
         let (plugin_sha256, config_hash) = match transform {
             Transform::Identity => (None, None),
             Transform::Plugin {
@@ -106,31 +110,57 @@ impl Pipeline {
         };
         let label = transform.label();
         let source_id = self.config.source_id();
-        let write = PartitionWrite {
+        let meta = PartitionMeta {
             source_id: &source_id,
             source_table: table,
             partition,
-            generation,
-            source_position,
+            generation: head.generation,
+            source_position: head.source_position,
             transform: &label,
-            rows: &rows,
             plugin_sha256: plugin_sha256.as_deref(),
             config_hash,
-            rejections: &rejections,
             skip_if_newer: !self.writable,
         };
         let mut client = self.client().await?;
-        let result = match merge {
-            None => target::replace_partition(&mut client, target_table, &write)
-                .await
-                .map(Some),
-            Some(merge) => target::merge_partition(&mut client, target_table, &write, merge).await,
+        let key_columns = if head.merge {
+            self.key_columns(table)?
+        } else {
+            Vec::new()
         };
-        self.clients.lock().await.push(client);
-        let Some(summary) = result? else {
-            return Ok(None);
+        let result = write_pieces(&mut client, target_table, meta, &key_columns, &mut pieces).await;
+        let result = match result {
+            Err(PipelineError::Target(e)) => {
+                Err(
+                    target::explain_lock_error(&client, target_table, partition, *e)
+                        .await
+                        .into(),
+                )
+            }
+            other => other,
+        };
+        // A failed write's connection may be mid-COPY: it is dropped, not pooled.
+        if result.is_ok() {
+            self.clients.lock().await.push(client);
+        }
+        let (summary, rejected) = match result? {
+            None => return Ok(Written::Refused),
+            Some(done) => done,
         };
         crate::failpoint!("target-after-commit");
+        self.after_write(table, partition, &summary, rejected, head.dirty)?;
+        Ok(Written::Done(summary))
+    }
+
+    /// The bookkeeping after a committed write: metrics, the failure record, the
+    /// dirty mark cleared if the stage still holds the generation written.
+    fn after_write(
+        &self,
+        table: &str,
+        partition: &Partition,
+        summary: &WriteSummary,
+        rejected: u64,
+        dirty: Option<u64>,
+    ) -> Result<(), PipelineError> {
         if summary.superseded_by.is_none() {
             metrics::partition_written(table, summary.copied, summary.rejected);
         }
@@ -140,8 +170,8 @@ impl Pipeline {
         if self.writable && summary.superseded_by.is_none() {
             self.stage.clear_failure(table, partition)?;
         }
-        if !rejections.is_empty() {
-            tracing::warn!(table, partition = %partition, rejected = rejections.len(), "rows rejected by the plugin were written to weir.dead_letter");
+        if rejected > 0 {
+            tracing::warn!(table, partition = %partition, rejected, "rows rejected by the plugin were written to weir.dead_letter");
         }
         if let Some(dirty) = dirty
             && self.writable
@@ -151,7 +181,26 @@ impl Pipeline {
                 tracing::debug!(table, partition = %partition, "partition changed while written; it stays dirty");
             }
         }
-        Ok(Some(summary))
+        Ok(())
+    }
+
+    /// Hands a partition's output to `f` chunk by chunk, as a write would compute it,
+    /// without writing it (for `verify`); returns the staged rows read.
+    pub async fn for_each_output(
+        &self,
+        table: &str,
+        partition: &Partition,
+        mut f: impl FnMut(Vec<Vec<Value>>) + Send,
+    ) -> Result<u64, PipelineError> {
+        let mut pieces = self.stream(table, partition, false, false)?;
+        while let Some(piece) = pieces.recv().await {
+            match piece? {
+                Piece::Head(_) => {}
+                Piece::Chunk(chunk) => f(chunk.rows),
+                Piece::End(End { staged_rows, .. }) => return Ok(staged_rows),
+            }
+        }
+        Err(crate::plugin::PluginError::Lost.into())
     }
 
     /// Rewrites the given partitions of `table` from the stage, dirty or not. The
@@ -177,4 +226,63 @@ impl Pipeline {
             _ => Ok(target::connect(&self.dsn).await?),
         }
     }
+}
+
+/// Feeds a job's chunks into the partition's transaction and commits at its end:
+/// `None` if lineage refused the merge; else the summary and the rows rejected.
+async fn write_pieces(
+    client: &mut Client,
+    table: &target::TargetTable,
+    meta: PartitionMeta<'_>,
+    key_columns: &[usize],
+    pieces: &mut Pieces,
+) -> Result<Option<(WriteSummary, u64)>, PipelineError> {
+    // A merge deletes the rows of the changed keys by the key's target columns.
+    let merge = !key_columns.is_empty();
+    let opened = if merge {
+        target::open_merge(client, table, meta).await?
+    } else {
+        target::open_replace(client, table, meta).await?
+    };
+    let mut writer = match opened {
+        Opened::Writer(writer) => writer,
+        Opened::Refused => return Ok(None),
+        Opened::Superseded(newer) => {
+            let summary = WriteSummary {
+                rows: 0,
+                copied: 0,
+                checksum: String::new(),
+                rejected: 0,
+                superseded_by: Some(newer),
+            };
+            return Ok(Some((summary, 0)));
+        }
+    };
+    let mut rejected = 0;
+    while let Some(piece) = pieces.recv().await {
+        match piece? {
+            Piece::Head(_) => break,
+            Piece::Chunk(OutChunk {
+                rows,
+                rejections,
+                keys,
+                rejection_keys,
+            }) => {
+                if merge {
+                    writer
+                        .delete_keys(key_columns, &keys, &rejection_keys)
+                        .await?;
+                }
+                writer.copy(&rows).await?;
+                writer.reject(&rejections).await?;
+                rejected += rejections.len() as u64;
+            }
+            Piece::End(End { checksum, .. }) => {
+                let checksum = if merge { String::new() } else { checksum };
+                return Ok(Some((writer.commit(checksum).await?, rejected)));
+            }
+        }
+    }
+    // The job ended without its end: it failed (its error came first) or was lost.
+    Err(crate::plugin::PluginError::Lost.into())
 }

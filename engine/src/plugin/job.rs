@@ -58,28 +58,66 @@ pub struct JobOutput {
     pub peak_memory_bytes: usize,
 }
 
+/// What one call handed back: output rows (not yet checked, see [`OutputCheck`]) and
+/// rejections (the key the plugin named, and its reason).
+#[derive(Debug, Default)]
+pub struct CallOutput {
+    pub rows: Vec<Vec<Value>>,
+    pub rejections: Vec<(Vec<Value>, String)>,
+}
+
+/// What a finished job used.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobStats {
+    /// Fuel used by all calls of the job.
+    pub fuel: u64,
+    /// The most the instance held in linear memories and tables together, in bytes.
+    pub peak_memory_bytes: usize,
+}
+
+/// One partition job in progress: a fresh store and instance, and the plugin's
+/// session, fed in chunks. Dropping it drops the instance and every resource.
+pub struct JobSession<'p> {
+    plugin: &'p Plugin,
+    limits: SandboxLimits,
+    job: String,
+    store: Store<JobState>,
+    world: super::bindings::Plugin,
+    session: ResourceAny,
+    fuel: u64,
+    pushed: u64,
+}
+
+impl std::fmt::Debug for JobSession<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobSession")
+            .field("job", &self.job)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Plugin {
-    /// Runs one partition job over `input` in a fresh instance: construct a session,
-    /// push the rows in chunks of [`CHUNK_ROWS`], finish, then check the output.
-    pub fn run_job(
-        &self,
-        limits: &SandboxLimits,
-        spec: &JobSpec<'_>,
-        input: &[InputRow],
-    ) -> Result<JobOutput, PluginError> {
-        let description = self.description();
-        let job = format!(
+    /// The name of a job in errors: plugin, hash, table, partition.
+    pub fn job_label(&self, spec: &JobSpec<'_>) -> String {
+        format!(
             "plugin `{}` ({}…), table {}, partition {}",
-            description.name,
+            self.description().name,
             &self.sha256_hex()[..12],
             spec.table,
             spec.partition
-        );
-        let clock_micros = input
-            .iter()
-            .filter_map(|r| r.commit_time)
-            .max()
-            .unwrap_or(0);
+        )
+    }
+
+    /// Starts a partition job in a fresh instance: instantiate, construct the session.
+    /// `clock_micros` is what the plugin's clock reads (the partition's latest commit
+    /// time, so a job's output depends only on its rows).
+    pub fn start_job(
+        &self,
+        limits: &SandboxLimits,
+        spec: &JobSpec<'_>,
+        clock_micros: i64,
+    ) -> Result<JobSession<'_>, PluginError> {
+        let job = self.job_label(spec);
         let partition_name = spec.partition.name().to_owned();
         let seed = JobSeed {
             plugin_sha256: &self.sha256,
@@ -88,122 +126,264 @@ impl Plugin {
             clock_micros,
         };
         let mut store = self.new_store(&seed, limits);
-        let fail =
-            |store: &Store<JobState>, e: wasmtime::Error| Self::call_error(store, limits, &job, &e);
         Self::arm(&mut store, limits, 0);
         let world = self
             .pre
             .instantiate(&mut store)
-            .map_err(|e| fail(&store, e))?;
-        let session_api = world.weir_transform_transform().session();
+            .map_err(|e| Self::call_error(&store, limits, &job, &e))?;
         let info = wit::PartitionInfo {
             table: spec.table.to_owned(),
-            name: partition_name.clone(),
+            name: partition_name,
         };
-        let mut fuel = 0u64;
         Self::arm(&mut store, limits, 0);
-        let session: ResourceAny = session_api
+        let session = world
+            .weir_transform_transform()
+            .session()
             .call_constructor(&mut store, &info, spec.config)
-            .map_err(|e| fail(&store, e))?;
-        fuel += Self::fuel_used(&store);
+            .map_err(|e| Self::call_error(&store, limits, &job, &e))?;
+        let fuel = Self::fuel_used(&store);
+        Ok(JobSession {
+            plugin: self,
+            limits: limits.clone(),
+            job,
+            store,
+            world,
+            session,
+            fuel,
+            pushed: 0,
+        })
+    }
 
-        // Keys pushed so far, to check rejections against: made on the first rejection
-        // (most jobs have none), from the rows pushed until then.
-        // It covers the first `.1` rows of the input and grows as rejections need it.
-        let mut pushed: (HashMap<Vec<u8>, usize>, usize) = (HashMap::new(), 0);
+    /// Runs one partition job over `input` held in memory (`weir plugin test`, tests):
+    /// the rows pushed in chunks of [`CHUNK_ROWS`], finish, every output row checked.
+    /// The engine's writes stream instead (see the pipeline's `stream`).
+    pub fn run_job(
+        &self,
+        limits: &SandboxLimits,
+        spec: &JobSpec<'_>,
+        input: &[InputRow],
+    ) -> Result<JobOutput, PluginError> {
+        let clock_micros = input
+            .iter()
+            .filter_map(|r| r.commit_time)
+            .max()
+            .unwrap_or(0);
+        let mut session = self.start_job(limits, spec, clock_micros)?;
+        let mut check = OutputCheck::new(self, session.job(), spec);
         let mut output = JobOutput::default();
-        let collect = |result: Result<wit::PushOutput, wty::Error>,
-                       pushed: &mut (HashMap<Vec<u8>, usize>, usize),
-                       pushed_rows: &[InputRow],
-                       output: &mut JobOutput|
-         -> Result<(), PluginError> {
-            let out = result.map_err(|e| {
-                let (kind, message) = match e {
-                    wty::Error::InvalidConfig(m) => ("invalid config", m),
-                    wty::Error::InvalidInput(m) => ("invalid input", m),
-                    wty::Error::Other(m) => ("error", m),
+        let mut keys = KeyIndex::default();
+        let mut take = |out: CallOutput, pushed: &[InputRow], output: &mut JobOutput| {
+            let mut rows = out.rows;
+            check.check(&mut rows)?;
+            output.rows.append(&mut rows);
+            for (key, reason) in out.rejections {
+                let Some(input) = keys.find(&key, pushed) else {
+                    return Err(check.not_pushed(&key));
                 };
-                PluginError::Guest {
-                    job: job.clone(),
-                    kind,
-                    message,
-                }
-            })?;
-            for row in out.rows {
-                output.rows.push(row.into_iter().map(from_wit).collect());
-            }
-            for r in out.rejections {
-                let key: Vec<Value> = r.key.into_iter().map(from_wit).collect();
-                let bytes = schema::key_bytes(&key.iter().collect::<Vec<_>>());
-                let (index_of, covered) = pushed;
-                for (i, r) in pushed_rows.iter().enumerate().skip(*covered) {
-                    index_of.insert(schema::key_bytes(&r.key.iter().collect::<Vec<_>>()), i);
-                }
-                *covered = pushed_rows.len();
-                let Some(&index) = index_of.get(&bytes) else {
-                    return Err(PluginError::Output {
-                        job: job.clone(),
-                        message: format!(
-                            "a rejection names key {}, which was not pushed",
-                            json::key_text(&key)
-                        ),
-                    });
-                };
-                output.rejections.push(Rejection {
-                    key,
-                    reason: r.reason,
-                    input: index,
-                });
+                output.rejections.push(Rejection { key, reason, input });
             }
             Ok(())
         };
         let mut offset = 0;
         for chunk in input.chunks(CHUNK_ROWS) {
-            let rows: Vec<wit::StagedRow> = chunk.iter().map(to_wit_row).collect();
+            let out = session.push(chunk)?;
             offset += chunk.len();
-            Self::arm(&mut store, limits, chunk.len() as u64);
-            crate::failpoint!("plugin-call");
-            let result = session_api
-                .call_push(&mut store, session, &rows)
-                .map_err(|e| fail(&store, e))?;
-            fuel += Self::fuel_used(&store);
-            collect(result, &mut pushed, &input[..offset], &mut output)?;
+            take(out, &input[..offset], &mut output)?;
         }
-        // A partition plugin's `finish` works over every row pushed.
-        Self::arm(&mut store, limits, input.len() as u64);
-        let result = session_api
-            .call_finish(&mut store, session)
-            .map_err(|e| fail(&store, e))?;
-        fuel += Self::fuel_used(&store);
-        collect(result, &mut pushed, input, &mut output)?;
-        // The store (and with it the instance and every resource) is dropped here.
-        output.fuel = fuel;
-        output.peak_memory_bytes = store.data().memory.peak;
-        drop(store);
-        self.check_output(&job, spec, &output)?;
-        self.normalise_output(&mut output);
+        let (out, stats) = session.finish()?;
+        take(out, input, &mut output)?;
+        check.finish(|visit| visit(&output.rows))?;
+        output.fuel = stats.fuel;
+        output.peak_memory_bytes = stats.peak_memory_bytes;
         Ok(output)
     }
+}
 
-    /// Pads the checked output's decimals to their `numeric(p,s)` column's scale (`7.5`
-    /// → `7.50`), as PostgreSQL stores them, so that the lineage checksum of the rows
-    /// written is the checksum of the rows `weir verify` reads back.
-    fn normalise_output(&self, output: &mut JobOutput) {
-        let d = self.description();
-        let typmods: Vec<(usize, crate::value::NumericTypmod)> = d
-            .columns
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| match c.ty.engine_type() {
-                crate::value::ColumnType::Numeric(Some(m)) => Some((i, m)),
-                _ => None,
-            })
-            .collect();
-        if typmods.is_empty() {
-            return;
+impl JobSession<'_> {
+    /// The job's name in errors.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    fn output(
+        &self,
+        result: Result<wit::PushOutput, wty::Error>,
+    ) -> Result<CallOutput, PluginError> {
+        let out = result.map_err(|e| {
+            let (kind, message) = match e {
+                wty::Error::InvalidConfig(m) => ("invalid config", m),
+                wty::Error::InvalidInput(m) => ("invalid input", m),
+                wty::Error::Other(m) => ("error", m),
+            };
+            PluginError::Guest {
+                job: self.job.clone(),
+                kind,
+                message,
+            }
+        })?;
+        Ok(CallOutput {
+            rows: out
+                .rows
+                .into_iter()
+                .map(|row| row.into_iter().map(from_wit).collect())
+                .collect(),
+            rejections: out
+                .rejections
+                .into_iter()
+                .map(|r| (r.key.into_iter().map(from_wit).collect(), r.reason))
+                .collect(),
+        })
+    }
+
+    /// Pushes one chunk of rows; the output the plugin gives for it.
+    pub fn push(&mut self, rows: &[InputRow]) -> Result<CallOutput, PluginError> {
+        let wit_rows: Vec<wit::StagedRow> = rows.iter().map(to_wit_row).collect();
+        Plugin::arm(&mut self.store, &self.limits, rows.len() as u64);
+        crate::failpoint!("plugin-call");
+        let result = self
+            .world
+            .weir_transform_transform()
+            .session()
+            .call_push(&mut self.store, self.session, &wit_rows)
+            .map_err(|e| Plugin::call_error(&self.store, &self.limits, &self.job, &e))?;
+        drop(wit_rows);
+        self.fuel += Plugin::fuel_used(&self.store);
+        self.pushed += rows.len() as u64;
+        self.output(result)
+    }
+
+    /// Ends the session: the plugin's last output (a partition plugin's `finish` works
+    /// over every row pushed, and is budgeted for them), and what the job used.
+    pub fn finish(mut self) -> Result<(CallOutput, JobStats), PluginError> {
+        Plugin::arm(&mut self.store, &self.limits, self.pushed);
+        let result = self
+            .world
+            .weir_transform_transform()
+            .session()
+            .call_finish(&mut self.store, self.session)
+            .map_err(|e| Plugin::call_error(&self.store, &self.limits, &self.job, &e))?;
+        self.fuel += Plugin::fuel_used(&self.store);
+        let stats = JobStats {
+            fuel: self.fuel,
+            peak_memory_bytes: self.store.data().memory.peak,
+        };
+        let out = self.output(result)?;
+        // The store (and with it the instance and every resource) is dropped here.
+        drop(self);
+        Ok((out, stats))
+    }
+
+    /// The plugin this job runs.
+    pub fn plugin(&self) -> &Plugin {
+        self.plugin
+    }
+}
+
+/// The input rows pushed so far by key, to find the row a rejection names: made on the
+/// first rejection (most jobs have none), and grown as rejections need it.
+#[derive(Debug, Default)]
+pub struct KeyIndex {
+    index_of: HashMap<Vec<u8>, usize>,
+    covered: usize,
+}
+
+impl KeyIndex {
+    /// The index in `pushed` of the row of `key`.
+    pub fn find(&mut self, key: &[Value], pushed: &[InputRow]) -> Option<usize> {
+        for (i, r) in pushed.iter().enumerate().skip(self.covered) {
+            self.index_of
+                .insert(schema::key_bytes(&r.key.iter().collect::<Vec<_>>()), i);
         }
-        for row in &mut output.rows {
-            for &(i, typmod) in &typmods {
+        self.covered = self.covered.max(pushed.len());
+        self.index_of
+            .get(&schema::key_bytes(&key.iter().collect::<Vec<_>>()))
+            .copied()
+    }
+}
+
+/// The checks of a job's output rows, made chunk by chunk as they arrive: types, the
+/// job's partition, decimals padded to their column's scale; and the grain key's
+/// uniqueness, from a compact list of 64-bit key hashes whose repeats are checked
+/// exactly by [`OutputCheck::finish`].
+#[derive(Debug)]
+pub struct OutputCheck<'p> {
+    d: &'p Description,
+    job: String,
+    partition: Partition,
+    grain: Grain,
+    bounds: Option<PartitionPredicate>,
+    typmods: Vec<(usize, crate::value::NumericTypmod)>,
+    hashes: Vec<u64>,
+}
+
+impl<'p> OutputCheck<'p> {
+    pub fn new(plugin: &'p Plugin, job: &str, spec: &JobSpec<'_>) -> OutputCheck<'p> {
+        let d = plugin.description();
+        let column_type = d.columns[d.partition_index].ty.engine_type();
+        OutputCheck {
+            d,
+            job: job.to_owned(),
+            partition: spec.partition.clone(),
+            grain: spec.grain,
+            // The job's partition as a predicate on the value, computed once: most rows
+            // are checked by a comparison; `partition_of` names the partition of one
+            // that fails.
+            bounds: predicate(column_type, spec.grain, spec.partition),
+            typmods: d
+                .columns
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| match c.ty.engine_type() {
+                    crate::value::ColumnType::Numeric(Some(m)) => Some((i, m)),
+                    _ => None,
+                })
+                .collect(),
+            hashes: Vec::new(),
+        }
+    }
+
+    fn grain_hash(&self, row: &[Value]) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        schema::key_bytes(
+            &self
+                .d
+                .grain_indexes
+                .iter()
+                .map(|&i| &row[i])
+                .collect::<Vec<_>>(),
+        )
+        .hash(&mut h);
+        h.finish()
+    }
+
+    /// The error for a rejection naming a key that was not pushed.
+    pub fn not_pushed(&self, key: &[Value]) -> PluginError {
+        PluginError::Output {
+            job: self.job.clone(),
+            message: format!(
+                "a rejection names key {}, which was not pushed",
+                json::key_text(key)
+            ),
+        }
+    }
+
+    /// Checks a chunk of output rows, then pads their decimals to their `numeric(p,s)`
+    /// column's scale (`7.5` → `7.50`), as PostgreSQL stores them, so that the lineage
+    /// checksum of the rows written is the checksum of the rows `weir verify` reads.
+    pub fn check(&mut self, rows: &mut [Vec<Value>]) -> Result<(), PluginError> {
+        for row in rows.iter() {
+            self.check_row(row)?;
+            if !self.d.grain_indexes.is_empty() {
+                let hash = self.grain_hash(row);
+                self.hashes.push(hash);
+            }
+        }
+        if self.typmods.is_empty() {
+            return Ok(());
+        }
+        for row in rows {
+            for &(i, typmod) in &self.typmods {
                 if let Some(Value::Decimal(text)) = row.get_mut(i)
                     && let Ok(fitted) = crate::value::fit_decimal(text, typmod)
                 {
@@ -211,73 +391,103 @@ impl Plugin {
                 }
             }
         }
+        Ok(())
     }
 
-    /// Checks types, partition and grain uniqueness of a job's output.
-    fn check_output(
-        &self,
-        job: &str,
-        spec: &JobSpec<'_>,
-        output: &JobOutput,
-    ) -> Result<(), PluginError> {
-        let d = self.description();
-        let mut grains = std::collections::HashSet::with_capacity(output.rows.len());
-        // The job's partition as a predicate on the value, computed once: most rows are
-        // checked by a comparison; `partition_of` names the partition of one that fails.
-        let column_type = d.columns[d.partition_index].ty.engine_type();
-        let bounds = predicate(column_type, spec.grain, spec.partition);
-        for row in &output.rows {
-            d.check_row(row).map_err(|message| PluginError::Output {
-                job: job.to_owned(),
-                message,
-            })?;
+    fn check_row(&self, row: &[Value]) -> Result<(), PluginError> {
+        let d = self.d;
+        d.check_row(row).map_err(|message| PluginError::Output {
+            job: self.job.clone(),
+            message,
+        })?;
+        let value = &row[d.partition_index];
+        let inside = match &self.bounds {
+            Some(PartitionPredicate::IsNull) => value.is_null(),
+            Some(PartitionPredicate::Equals(v)) => value == v,
+            Some(PartitionPredicate::Range { lower, upper }) => match (value, lower, upper) {
+                (Value::Date(x), Value::Date(lo), Value::Date(hi)) => lo <= x && x < hi,
+                (Value::Timestamp(x), Value::Timestamp(lo), Value::Timestamp(hi)) => {
+                    lo <= x && x < hi
+                }
+                _ => false,
+            },
+            None => false,
+        };
+        if inside {
+            return Ok(());
+        }
+        let found = partition_of(&d.partition_column, self.grain, value).map_err(|e| {
+            PluginError::Output {
+                job: self.job.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        if found != self.partition {
             let grain: Vec<&Value> = d.grain_indexes.iter().map(|&i| &row[i]).collect();
-            let value = &row[d.partition_index];
-            let inside = match &bounds {
-                Some(PartitionPredicate::IsNull) => value.is_null(),
-                Some(PartitionPredicate::Equals(v)) => value == v,
-                Some(PartitionPredicate::Range { lower, upper }) => match (value, lower, upper) {
-                    (Value::Date(x), Value::Date(lo), Value::Date(hi)) => lo <= x && x < hi,
-                    (Value::Timestamp(x), Value::Timestamp(lo), Value::Timestamp(hi)) => {
-                        lo <= x && x < hi
-                    }
-                    _ => false,
-                },
-                None => false,
-            };
-            let found = if inside {
-                spec.partition.clone()
-            } else {
-                partition_of(&d.partition_column, spec.grain, value).map_err(|e| {
-                    PluginError::Output {
-                        job: job.to_owned(),
-                        message: e.to_string(),
-                    }
-                })?
-            };
-            if &found != spec.partition {
-                return Err(PluginError::WrongPartition {
-                    job: job.to_owned(),
-                    partition: spec.partition.name().to_owned(),
-                    found: found.name().to_owned(),
-                    key: grain_text(d, &grain),
-                });
-            }
-            if !d.grain_indexes.is_empty() && !grains.insert(schema::key_bytes(&grain)) {
-                return Err(PluginError::DuplicateGrain {
-                    job: job.to_owned(),
-                    columns: d.grain_key.join(", "),
-                    key: grain_text(d, &grain),
-                });
-            }
+            return Err(PluginError::WrongPartition {
+                job: self.job.clone(),
+                partition: self.partition.name().to_owned(),
+                found: found.name().to_owned(),
+                key: grain_text(d, &grain),
+            });
         }
         Ok(())
+    }
+
+    /// Bytes the grain-key check holds: 8 per output row with a grain key.
+    pub fn held_bytes(&self) -> usize {
+        self.hashes.capacity() * std::mem::size_of::<u64>()
+    }
+
+    /// Ends the grain key's check: if two output rows' key hashes are equal, `rerun`
+    /// hands every output row again (the rows held, or the job run again: it is
+    /// deterministic) to the visitor it is given, which compares the keys of those
+    /// hashes exactly, so a duplicate is named and a hash collision is not one.
+    pub fn finish<E: From<PluginError>>(
+        mut self,
+        rerun: impl FnOnce(&mut dyn FnMut(&[Vec<Value>]) -> Result<(), PluginError>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.hashes.sort_unstable();
+        let repeated: std::collections::HashSet<u64> = self
+            .hashes
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
+        self.hashes = Vec::new();
+        if repeated.is_empty() {
+            return Ok(());
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut visit = |rows: &[Vec<Value>]| -> Result<(), PluginError> {
+            for row in rows {
+                if !repeated.contains(&self.grain_hash(row)) {
+                    continue;
+                }
+                let grain: Vec<&Value> = self.d.grain_indexes.iter().map(|&i| &row[i]).collect();
+                if !seen.insert(schema::key_bytes(&grain)) {
+                    return Err(PluginError::DuplicateGrain {
+                        job: self.job.clone(),
+                        columns: self.d.grain_key.join(", "),
+                        key: grain_text(self.d, &grain),
+                    });
+                }
+            }
+            Ok(())
+        };
+        rerun(&mut visit)
     }
 }
 
 /// Host stack beyond the wasm stack on a job's thread: the host's own frames (wasmtime,
 /// WASI, the value conversions) below and between wasm frames.
 const JOB_THREAD_STACK_MARGIN: usize = 4 << 20;
+
+/// The stack a thread that runs a job's calls needs: the wasm stack limit with room
+/// for the host's frames (wasm runs on the calling thread's stack).
+pub fn job_thread_stack(limits: &SandboxLimits) -> usize {
+    limits.max_stack_bytes + JOB_THREAD_STACK_MARGIN
+}
 
 /// Runs `f` on a thread of its own whose stack holds a wasm stack of
 /// `max_stack_bytes` with room to spare, and waits for it: `describe` and instantiation
@@ -320,7 +530,7 @@ pub async fn run_job_on_thread(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("weir-plugin-job".into())
-        .stack_size(limits.max_stack_bytes + JOB_THREAD_STACK_MARGIN)
+        .stack_size(job_thread_stack(&limits))
         .spawn(move || {
             let spec = JobSpec {
                 table: &job.table,

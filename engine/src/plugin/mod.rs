@@ -35,7 +35,10 @@ use crate::value::Value;
 
 pub use cache::{CacheError, WASMTIME_VERSION};
 use job::run_on_stack;
-pub use job::{InputRow, JobOutput, JobSpec, OwnedJob, Rejection, run_job_on_thread};
+pub use job::{
+    CallOutput, InputRow, JobOutput, JobSession, JobSpec, JobStats, KeyIndex, OutputCheck,
+    OwnedJob, Rejection, job_thread_stack, run_job_on_thread,
+};
 use sandbox::{JobSeed, JobState};
 pub use schema::{Description, Kind, OutputColumn, OutputType};
 pub use weir_core::limits::{

@@ -28,6 +28,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncSeekExt, BufReade
 use super::envelope::{BadLine, TxId, decode_line};
 use super::{BadRecord, ChangeSource, Position, SourceError, SourceEvent, Transaction};
 use crate::config::{OnBadRecord, TableConfig};
+use crate::feed::StageChange;
+use crate::limits::TRANSACTION_CHUNK_BYTES;
 
 /// Longest line accepted. Bounds the memory one record can take; a longer line is a
 /// bad record, read and kept in bounded pieces only up to this size.
@@ -53,6 +55,8 @@ pub struct JsonlSource {
     pending: Option<(TxId, Transaction)>,
     /// Whether chunks of the pending transaction were handed out already.
     pending_chunked: bool,
+    /// About the bytes the pending transaction's changes hold in memory.
+    pending_bytes: usize,
     /// A pending transaction hands out its changes in chunks of this many.
     chunk_changes_max: usize,
     ready: VecDeque<Result<SourceEvent, SourceError>>,
@@ -132,6 +136,7 @@ impl JsonlSource {
             partial: Vec::new(),
             pending: None,
             pending_chunked: false,
+            pending_bytes: 0,
             chunk_changes_max: chunk_changes_max.max(1),
             ready: VecDeque::new(),
             ended: false,
@@ -196,10 +201,18 @@ impl JsonlSource {
             Ok(line) => {
                 self.start_or_join(&line.tx_id);
                 if let Some((_, txn)) = self.pending.as_mut() {
+                    self.pending_bytes += line
+                        .changes
+                        .iter()
+                        .map(StageChange::approx_bytes)
+                        .sum::<usize>();
                     txn.changes.extend(line.changes);
                     txn.end = end;
                     txn.cursor = line_no;
-                    if txn.changes.len() >= self.chunk_changes_max {
+                    if txn.changes.len() >= self.chunk_changes_max
+                        || self.pending_bytes >= TRANSACTION_CHUNK_BYTES
+                    {
+                        self.pending_bytes = 0;
                         // A large transaction: hand its changes out now, to the stage's
                         // pending area, rather than hold them all.
                         let chunk = std::mem::take(&mut txn.changes);
@@ -279,6 +292,7 @@ impl JsonlSource {
         if let Some((_, txn)) = self.pending.take() {
             self.ready.push_back(Ok(SourceEvent::Transaction(txn)));
             self.pending_chunked = false;
+            self.pending_bytes = 0;
         }
     }
 }

@@ -55,6 +55,7 @@ mod meta;
 mod open;
 mod pending;
 mod read;
+mod snapshot;
 mod source_port;
 #[cfg(test)]
 mod tests;
@@ -71,6 +72,7 @@ use crate::partition::Partition;
 pub use error::StageError;
 pub use layout::FORMAT_VERSION;
 pub use open::MEMORY_BUDGET_BYTES;
+pub use snapshot::{CHUNK_BYTES, CHUNK_ROWS, ChangedChunk, PartitionSnapshot};
 pub use weir_core::feed::{StageChange, StagedRow, UnkeyableValue, decode_key, encode_key};
 
 /// A partition whose last write failed in a way a retry would repeat (a plugin's

@@ -22,6 +22,8 @@ const MEMTABLE_BYTES: usize = 32 << 20;
 const BLOCK_CACHE_BYTES: usize = 64 << 20;
 /// What RocksDB may hold in memory for one open stage: memtables plus block cache.
 pub const MEMORY_BUDGET_BYTES: usize = MEMTABLES_BYTES_MAX + BLOCK_CACHE_BYTES;
+// The memory budget (`Config::memory_budget`) counts the stage at this figure.
+const _: () = assert!(MEMORY_BUDGET_BYTES == crate::limits::STAGE_MEMORY_BYTES);
 
 /// Options of the database and of every column family. The workload is point reads
 /// and writes on `keys` (bloom filters), prefix scans of one partition on `rows`, and

@@ -43,7 +43,7 @@ impl Stage {
 
     /// A partition's generation (0: never changed), its dirty mark and the stage's
     /// position, as of `snapshot`; fails while a large transaction is being applied.
-    fn partition_state(
+    pub(super) fn partition_state(
         &self,
         snapshot: &rocksdb::Snapshot<'_>,
         table: &str,
@@ -76,34 +76,23 @@ impl Stage {
     }
 
     /// Reads one partition's rows, its dirty generation and the position from one
-    /// snapshot, so staging that continues meanwhile cannot tear the read.
+    /// snapshot, so staging that continues meanwhile cannot tear the read. Holds the
+    /// whole partition: for tests and checks; jobs read [`Stage::snapshot_partition`]
+    /// in chunks.
     pub fn read_partition(
         &self,
         table: &str,
         partition: &Partition,
     ) -> Result<PartitionRows, StageError> {
-        let snapshot = self.db.snapshot();
-        let (generation, dirty, checkpoint) = self.partition_state(&snapshot, table, partition)?;
-        let prefix = partition_key(table, partition);
-        let mut opts = ReadOptions::default();
-        opts.set_snapshot(&snapshot);
-        opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
+        let snap = self.snapshot_partition(table, partition)?;
         let mut rows = Vec::new();
-        for item in self.db.iterator_cf_opt(
-            self.cf(CF_ROWS),
-            opts,
-            IteratorMode::From(&prefix, Direction::Forward),
-        ) {
-            let (_, v) = item.map_err(db_err("read rows"))?;
-            rows.push(
-                postcard::from_bytes(&v)
-                    .map_err(|_| corrupt(format!("row in {table} partition {partition}")))?,
-            );
+        for chunk in snap.rows() {
+            rows.extend(chunk?);
         }
         Ok(PartitionRows {
-            generation,
-            dirty,
-            checkpoint,
+            generation: snap.generation,
+            dirty: snap.dirty,
+            checkpoint: snap.checkpoint,
             rows,
         })
     }
@@ -115,42 +104,16 @@ impl Stage {
         table: &str,
         partition: &Partition,
     ) -> Result<PartitionChanges, StageError> {
-        let snapshot = self.db.snapshot();
-        let (generation, dirty, checkpoint) = self.partition_state(&snapshot, table, partition)?;
-        let prefix = partition_key(table, partition);
-        let mut opts = ReadOptions::default();
-        opts.set_snapshot(&snapshot);
-        opts.set_iterate_range(rocksdb::PrefixRange(prefix.as_slice()));
-        let mut whole = false;
+        let snap = self.snapshot_partition(table, partition)?;
         let mut keys = Vec::new();
-        for item in self.db.iterator_cf_opt(
-            self.cf(CF_CHANGED),
-            opts,
-            IteratorMode::From(&prefix, Direction::Forward),
-        ) {
-            let (k, _) = item.map_err(db_err("read changed keys"))?;
-            let key = &k[prefix.len()..];
-            if key.is_empty() {
-                whole = true;
-                continue;
-            }
-            let row = snapshot
-                .get_cf(self.cf(CF_ROWS), row_key(table, partition, key))
-                .map_err(db_err("read a row"))?
-                .map(|v| {
-                    postcard::from_bytes(&v)
-                        .map_err(|_| corrupt(format!("row in {table} partition {partition}")))
-                })
-                .transpose()?;
-            keys.push((key.to_vec(), row));
+        for chunk in snap.changed() {
+            keys.extend(chunk?);
         }
-        // Dirty with nothing recorded: marked by a stage from before this record.
-        whole |= dirty.is_some() && keys.is_empty();
         Ok(PartitionChanges {
-            generation,
-            dirty,
-            checkpoint,
-            whole,
+            generation: snap.generation,
+            dirty: snap.dirty,
+            checkpoint: snap.checkpoint,
+            whole: snap.whole_changed()?,
             keys,
         })
     }

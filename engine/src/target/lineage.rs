@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 use tokio_postgres::{Client, Row, Transaction};
 
-use super::{PartitionWrite, TargetError, TargetTable, WriteSummary, query_err};
+use super::{PartitionMeta, TargetError, TargetTable, WriteSummary, query_err};
 use crate::config::{TableConfig, TableName, WriteMode};
 use crate::pgerror::PgError;
 
@@ -95,7 +95,7 @@ pub fn is_stale(lineage: &PartitionLineage, expected: &(Option<String>, Option<S
 pub(super) async fn record(
     tx: &Transaction<'_>,
     table: &TargetTable,
-    write: &PartitionWrite<'_>,
+    write: &PartitionMeta<'_>,
     summary: &WriteSummary,
     mode: WriteMode,
 ) -> Result<(), TargetError> {

@@ -27,6 +27,7 @@ pub mod lineage;
 pub mod read;
 pub mod schema;
 pub mod write;
+pub mod writer;
 
 pub use lineage::{
     PartitionLineage, begin_backfill, expected_transform, finish_backfill, is_stale, recent_writes,
@@ -35,9 +36,11 @@ pub use lineage::{
 pub use read::read_partition;
 pub use schema::{Prepare, column_names, ensure_weir_schema, prepare_table};
 pub use write::{
-    MergeKeys, PartitionWrite, RejectedRow, WriteSummary, checksum, merge_partition,
-    replace_partition, write_dead_letters,
+    Checksum, MergeKeys, PartitionMeta, PartitionWrite, RejectedRow, WriteSummary, checksum,
+    explain_lock_error, explain_lock_timeout, merge_partition, replace_partition,
+    write_dead_letters,
 };
+pub use writer::{Opened, PartitionWriter, open_merge, open_replace};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::error::PgSourceError;
 use crate::config::{OnTruncate, TableConfig, TableName};
 use crate::feed::{StageChange, StagedRow};
+use crate::limits::TRANSACTION_CHUNK_BYTES;
 use crate::pg::pgoutput::{OldTuple, PgOutputMessage, Relation, RelationColumn, TupleValue};
 use crate::pg::pgtypes;
 use crate::source::{Op, Row, SourceEvent, Transaction, keyed_changes};
@@ -26,6 +27,27 @@ struct InProgress {
     commit_lsn: u64,
     commit_time_us: i64,
     changes: Vec<StageChange>,
+    /// About the bytes `changes` holds (see `StageChange::approx_bytes`).
+    bytes: usize,
+}
+
+impl InProgress {
+    fn extend(&mut self, changes: impl IntoIterator<Item = StageChange>) {
+        for c in changes {
+            self.bytes = self.bytes.saturating_add(c.approx_bytes());
+            self.changes.push(c);
+        }
+    }
+
+    /// A large transaction's changes handed out now, to the stage's pending area, once
+    /// they reach `chunk_changes_max` changes or [`TRANSACTION_CHUNK_BYTES`].
+    fn chunk_if_full(&mut self, chunk_changes_max: usize) -> Vec<SourceEvent> {
+        if self.changes.len() < chunk_changes_max && self.bytes < TRANSACTION_CHUNK_BYTES {
+            return Vec::new();
+        }
+        self.bytes = 0;
+        vec![SourceEvent::Chunk(std::mem::take(&mut self.changes))]
+    }
 }
 
 /// Turns pgoutput messages into stage input. See the module docs.
@@ -90,6 +112,7 @@ impl Assembler {
                     commit_lsn: begin.final_lsn,
                     commit_time_us: begin.commit_time_us,
                     changes: Vec::new(),
+                    bytes: 0,
                 });
                 Ok(vec![])
             }
@@ -360,7 +383,7 @@ impl Assembler {
         })?;
         // The new key's row first: a changed key's unchanged values are the old key's,
         // whose row the delete after it removes.
-        txn.changes.push(StageChange::UpsertUnchanged {
+        txn.extend([StageChange::UpsertUnchanged {
             table: name.clone(),
             previous_key: previous_key.clone().unwrap_or_else(|| key.clone()),
             key,
@@ -370,14 +393,11 @@ impl Assembler {
             // A changed key may be one the snapshot has passed: skipping could lose the
             // row, so an unknown value stops the source instead.
             skip_if_absent: skip_if_absent && previous_key.is_none(),
-        });
+        }]);
         if let Some(key) = previous_key {
-            txn.changes.push(StageChange::Delete { table: name, key });
+            txn.extend([StageChange::Delete { table: name, key }]);
         }
-        if txn.changes.len() >= self.chunk_changes_max {
-            return Ok(vec![SourceEvent::Chunk(std::mem::take(&mut txn.changes))]);
-        }
-        Ok(vec![])
+        Ok(txn.chunk_if_full(self.chunk_changes_max))
     }
 
     fn push(
@@ -406,11 +426,8 @@ impl Assembler {
             table: table.source.to_string(),
             reason,
         })?;
-        txn.changes.extend(changes);
-        if txn.changes.len() >= self.chunk_changes_max {
-            return Ok(vec![SourceEvent::Chunk(std::mem::take(&mut txn.changes))]);
-        }
-        Ok(vec![])
+        txn.extend(changes);
+        Ok(txn.chunk_if_full(self.chunk_changes_max))
     }
 }
 

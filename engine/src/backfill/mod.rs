@@ -1,4 +1,5 @@
-//! Backfill and verify: rebuild, or check, any window of partitions from the stage.
+//! Backfill and verify (`verify`): rebuild, or check, any window of partitions from
+//! the stage.
 //!
 //! Both open the stage read-only (`Pipeline::open_read_only`), so they run beside a
 //! live `weir run` on the same stage and target: the partition's advisory lock keeps
@@ -12,18 +13,20 @@
 //! target's `now()` when it started.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
 
+mod verify;
+pub use verify::{DIFFERENCES_SHOWN, KeyDifference, VerifyRow, verify};
+
 use crate::config::TableConfig;
 use crate::partition::{Grain, Partition};
-use crate::pipeline::{PartitionOutput, Pipeline, PipelineError, Transform};
+use crate::pipeline::{Pipeline, PipelineError};
 use crate::stage::Stage;
-use crate::target::{self, PartitionLineage, TargetTable, expected_transform, is_stale};
-use crate::value::{ColumnType, Value};
+use crate::target::{self, PartitionLineage, expected_transform, is_stale};
+use crate::value::ColumnType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackfillError {
@@ -340,14 +343,10 @@ pub async fn backfill(
     let jobs = futures_util::stream::iter(todo)
         .map(|e| async move {
             let started = std::time::Instant::now();
-            let result = async {
-                let output = p
-                    .compute_partition(&e.table, &e.partition_value, false)
-                    .await?
-                    .ok_or_else(|| PipelineError::UnknownTable(e.table.clone()))?;
-                p.write_output(&e.table, &e.partition_value, output).await
-            }
-            .await;
+            let result = p
+                .write_partition(&e.table, &e.partition_value, false)
+                .await
+                .and_then(|s| s.ok_or_else(|| PipelineError::UnknownTable(e.table.clone())));
             crate::metrics::partition_job(&e.table, started.elapsed(), result.is_err());
             (e, result)
         })
@@ -398,325 +397,6 @@ pub async fn backfill(
     Ok(report)
 }
 
-/// The verdict on one partition.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct VerifyRow {
-    pub table: String,
-    pub partition: String,
-    pub rows: u64,
-    pub checksum: String,
-    pub second_checksum: String,
-    pub target_rows: u64,
-    pub target_checksum: String,
-    pub target_matches: bool,
-    pub ok: bool,
-    /// Why not, when not.
-    pub reason: Option<String>,
-    /// When the target differs: the first keys that differ (up to
-    /// [`DIFFERENCES_SHOWN`]), each with the columns that differ. Keys only, never the
-    /// values: shown in the report (and `--json`), never logged.
-    pub differences: Vec<KeyDifference>,
-    /// How many keys differ in all.
-    pub keys_differing: u64,
-}
-
-/// Keys named per failing partition by `verify`.
-pub const DIFFERENCES_SHOWN: usize = 5;
-
-/// One key whose rows differ between the target and the recomputed output.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct KeyDifference {
-    /// The grain key, `col = value, …`.
-    pub key: String,
-    /// `differs` (same key, other values: `columns` names them), `missing` (computed,
-    /// not in the target) or `extra` (in the target, not computed).
-    pub kind: &'static str,
-    pub columns: Vec<String>,
-}
-
-/// The double-run test: each partition's output computed twice from the stage (two
-/// fresh instances), compared with each other and with what the target holds now, and
-/// the grain key checked for uniqueness in both.
-pub async fn verify(
-    p: &Pipeline,
-    entries: Vec<PlanEntry>,
-    parallel: usize,
-    progress: &(dyn Fn(Progress) + Sync),
-) -> Result<Vec<VerifyRow>, BackfillError> {
-    let total = entries.len();
-    let client = Arc::new(target::connect(p.dsn()).await?);
-    let rows: Vec<VerifyRow> = futures_util::stream::iter(entries)
-        .map(|e| {
-            let client = Arc::clone(&client);
-            async move { verify_one(p, &client, &e).await }
-        })
-        .buffer_unordered(parallel.max(1))
-        .enumerate()
-        .map(|(i, row)| {
-            progress(Progress {
-                done: i + 1,
-                total,
-                rows: 0,
-            });
-            row
-        })
-        .collect()
-        .await;
-    let mut rows: Vec<VerifyRow> = rows;
-    rows.sort_by(|a, b| (&a.table, &a.partition).cmp(&(&b.table, &b.partition)));
-    Ok(rows)
-}
-
-async fn verify_one(p: &Pipeline, client: &tokio_postgres::Client, e: &PlanEntry) -> VerifyRow {
-    let mut row = VerifyRow {
-        table: e.table.clone(),
-        partition: e.partition.clone(),
-        rows: 0,
-        checksum: String::new(),
-        second_checksum: String::new(),
-        target_rows: 0,
-        target_checksum: String::new(),
-        target_matches: false,
-        ok: false,
-        reason: None,
-        differences: Vec::new(),
-        keys_differing: 0,
-    };
-    let (config, target, transform) = match p.table(&e.table) {
-        Ok(t) => t,
-        Err(error) => {
-            row.reason = Some(error.to_string());
-            return row;
-        }
-    };
-    let grain = grain_indexes(config, target, transform);
-    let mut runs: Vec<PartitionOutput> = Vec::with_capacity(2);
-    for _ in 0..2 {
-        match p
-            .compute_partition(&e.table, &e.partition_value, false)
-            .await
-        {
-            Ok(Some(out)) => runs.push(out),
-            Ok(None) => {}
-            Err(error) => {
-                row.reason = Some(format!(
-                    "the transform fails: {}",
-                    crate::errors::error_chain(&error)
-                ));
-                return row;
-            }
-        }
-    }
-    let [first, second] = [&runs[0], &runs[1]];
-    row.rows = first.rows.len() as u64;
-    row.checksum = canonical_checksum(&first.rows);
-    row.second_checksum = canonical_checksum(&second.rows);
-    let target_rows = match target::read_partition(client, target, &e.partition_value).await {
-        Ok(r) => r,
-        Err(error) => {
-            row.reason = Some(format!(
-                "cannot read the target: {}",
-                crate::errors::error_chain(&error)
-            ));
-            return row;
-        }
-    };
-    row.target_rows = target_rows.len() as u64;
-    row.target_checksum = canonical_checksum(&target_rows);
-    row.target_matches = row.target_checksum == row.checksum && row.target_rows == row.rows;
-    row.reason = if row.checksum != row.second_checksum || first.rows.len() != second.rows.len() {
-        Some("two runs of the transform differ: it is not deterministic".into())
-    } else if let Some(key) = duplicate(&first.rows, &grain) {
-        Some(format!("the output's grain key is not unique: {key}"))
-    } else if let Some(key) = duplicate(&target_rows, &grain) {
-        Some(format!("the target's grain key is not unique: {key}"))
-    } else if !row.target_matches {
-        let names: Vec<&str> = target.columns.iter().map(|(n, _)| n.as_str()).collect();
-        let (differences, total) = differences(&first.rows, &target_rows, &grain, &names);
-        let mut why = format!(
-            "the target differs from the stage's output ({} rows in the target, {} computed)",
-            row.target_rows, row.rows
-        );
-        if total > 0 {
-            let shown: Vec<String> = differences
-                .iter()
-                .map(|d| match d.kind {
-                    "differs" => format!("{}: column {} differs", d.key, d.columns.join(", ")),
-                    "missing" => format!("{}: missing in the target", d.key),
-                    _ => format!("{}: in the target, not in the output", d.key),
-                })
-                .collect();
-            let _ = write!(
-                why,
-                "; {total} key(s) differ{}: {}",
-                if total > shown.len() as u64 {
-                    format!(", the first {}", shown.len())
-                } else {
-                    String::new()
-                },
-                shown.join("; ")
-            );
-        }
-        row.differences = differences;
-        row.keys_differing = total;
-        Some(why)
-    } else {
-        None
-    };
-    row.ok = row.reason.is_none();
-    row
-}
-
-/// The grain key's column indexes in target column order (the table's key for the
-/// identity, the plugin's grain key otherwise), with their names.
-fn grain_indexes(
-    config: &TableConfig,
-    target: &TargetTable,
-    transform: &Transform,
-) -> Vec<(usize, String)> {
-    let names: Vec<String> = match transform {
-        Transform::Identity => config.key.clone(),
-        Transform::Plugin { plugin, .. } => plugin.description().grain_key.clone(),
-    };
-    names
-        .into_iter()
-        .filter_map(|n| {
-            target
-                .columns
-                .iter()
-                .position(|(c, _)| *c == n)
-                .map(|i| (i, n))
-        })
-        .collect()
-}
-
-/// The keys whose rows differ between the computed output and the target, in key
-/// order: the first [`DIFFERENCES_SHOWN`] and the count of all. Compared as the checksum
-/// compares them (after [`canonical`]). Empty without a grain key.
-fn differences(
-    computed: &[Vec<Value>],
-    target: &[Vec<Value>],
-    grain: &[(usize, String)],
-    columns: &[&str],
-) -> (Vec<KeyDifference>, u64) {
-    if grain.is_empty() {
-        return (Vec::new(), 0);
-    }
-    let by_key = |rows: &[Vec<Value>]| -> BTreeMap<Vec<String>, Vec<Value>> {
-        rows.iter()
-            .map(|r| {
-                let row: Vec<Value> = r.iter().map(canonical).collect();
-                let key = grain.iter().map(|(i, _)| row[*i].to_string()).collect();
-                (key, row)
-            })
-            .collect()
-    };
-    let (computed, target) = (by_key(computed), by_key(target));
-    let render = |key: &[String]| {
-        grain
-            .iter()
-            .zip(key)
-            .map(|((_, n), v)| format!("{n} = {v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut keys: Vec<&Vec<String>> = computed.keys().chain(target.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    let (mut shown, mut total) = (Vec::new(), 0u64);
-    for key in keys {
-        let difference = match (computed.get(key), target.get(key)) {
-            (Some(a), Some(b)) if a == b => continue,
-            (Some(a), Some(b)) => KeyDifference {
-                key: render(key),
-                kind: "differs",
-                columns: a
-                    .iter()
-                    .zip(b)
-                    .zip(columns)
-                    .filter(|((x, y), _)| x != y)
-                    .map(|(_, c)| (*c).to_owned())
-                    .collect(),
-            },
-            (Some(_), None) => KeyDifference {
-                key: render(key),
-                kind: "missing",
-                columns: Vec::new(),
-            },
-            _ => KeyDifference {
-                key: render(key),
-                kind: "extra",
-                columns: Vec::new(),
-            },
-        };
-        total += 1;
-        if shown.len() < DIFFERENCES_SHOWN {
-            shown.push(difference);
-        }
-    }
-    (shown, total)
-}
-
-/// The first grain key that occurs twice, as `col = value, …`.
-fn duplicate(rows: &[Vec<Value>], grain: &[(usize, String)]) -> Option<String> {
-    if grain.is_empty() {
-        return None;
-    }
-    let mut seen = HashSet::with_capacity(rows.len());
-    for r in rows {
-        let key: Vec<String> = grain
-            .iter()
-            .map(|(i, _)| canonical(&r[*i]).to_string())
-            .collect();
-        if !seen.insert(key.clone()) {
-            return Some(
-                grain
-                    .iter()
-                    .zip(key)
-                    .map(|((_, n), v)| format!("{n} = {v}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            );
-        }
-    }
-    None
-}
-
-/// The value as compared between the stage's output and the target: JSON documents
-/// with sorted keys and no white space (`jsonb` reorders and respaces what it stores).
-fn canonical(v: &Value) -> Value {
-    match v {
-        Value::Json(text) => match serde_json::from_str::<serde_json::Value>(text) {
-            Ok(j) => Value::Json(sorted_json(j).to_string()),
-            Err(_) => v.clone(),
-        },
-        other => other.clone(),
-    }
-}
-
-fn sorted_json(j: serde_json::Value) -> serde_json::Value {
-    match j {
-        serde_json::Value::Object(map) => {
-            let sorted: BTreeMap<String, serde_json::Value> =
-                map.into_iter().map(|(k, v)| (k, sorted_json(v))).collect();
-            serde_json::Value::Object(sorted.into_iter().collect())
-        }
-        serde_json::Value::Array(items) => {
-            serde_json::Value::Array(items.into_iter().map(sorted_json).collect())
-        }
-        other => other,
-    }
-}
-
-/// The lineage checksum of rows after [`canonical`].
-fn canonical_checksum(rows: &[Vec<Value>]) -> String {
-    let rows: Vec<Vec<Value>> = rows
-        .iter()
-        .map(|r| r.iter().map(canonical).collect())
-        .collect();
-    target::checksum(&rows)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,49 +428,5 @@ mod tests {
             "integers compare as integers"
         );
         assert!(!in_window(&day("10"), "2", "10", true));
-    }
-
-    #[test]
-    fn differences_name_the_keys_and_columns() {
-        let row =
-            |id: i64, a: &str, b: i64| vec![Value::Int(id), Value::Text(a.into()), Value::Int(b)];
-        let computed = vec![row(1, "x", 1), row(2, "y", 2), row(3, "z", 3)];
-        let target = vec![row(3, "z", 3), row(2, "y", 9), row(4, "w", 4)];
-        let grain = vec![(0, "id".to_owned())];
-        let (shown, total) = differences(&computed, &target, &grain, &["id", "a", "b"]);
-        assert_eq!(total, 3);
-        assert_eq!(
-            shown,
-            vec![
-                KeyDifference {
-                    key: "id = 1".into(),
-                    kind: "missing",
-                    columns: vec![]
-                },
-                KeyDifference {
-                    key: "id = 2".into(),
-                    kind: "differs",
-                    columns: vec!["b".into()]
-                },
-                KeyDifference {
-                    key: "id = 4".into(),
-                    kind: "extra",
-                    columns: vec![]
-                },
-            ]
-        );
-        let (none, zero) = differences(&computed, &computed, &grain, &["id", "a", "b"]);
-        assert!(none.is_empty() && zero == 0);
-    }
-
-    #[test]
-    fn json_compares_without_key_order_or_spaces() {
-        let a = Value::Json("{\"b\": [1, {\"y\":1,\"x\":2}], \"a\": null}".into());
-        let b = Value::Json("{\"a\":null,\"b\":[1,{\"x\":2,\"y\":1}]}".into());
-        assert_eq!(canonical(&a), canonical(&b));
-        assert_ne!(
-            canonical_checksum(&[vec![a.clone()]]),
-            canonical_checksum(&[vec![Value::Json("{}".into())]])
-        );
     }
 }

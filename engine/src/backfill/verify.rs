@@ -1,0 +1,624 @@
+//! `weir verify`: each partition's output computed twice from the stage (two fresh
+//! instances) and compared with each other and with what the target holds, and the
+//! grain key checked for uniqueness in both. Every side is streamed: a partition is
+//! digested chunk by chunk (row count, an order-independent checksum, 8 bytes per row
+//! of grain-key hashes), and only a failed check reads it again, as often as its
+//! bounded diagnosis needs (which keys are duplicated, which differ).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+
+use futures_util::StreamExt;
+
+use super::{BackfillError, PlanEntry, Progress};
+use crate::config::TableConfig;
+use crate::pipeline::{Pipeline, Transform};
+use crate::target::{self, Checksum, TargetTable};
+use crate::value::Value;
+
+/// The verdict on one partition.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VerifyRow {
+    pub table: String,
+    pub partition: String,
+    pub rows: u64,
+    pub checksum: String,
+    pub second_checksum: String,
+    pub target_rows: u64,
+    pub target_checksum: String,
+    pub target_matches: bool,
+    pub ok: bool,
+    /// Why not, when not.
+    pub reason: Option<String>,
+    /// When the target differs: the first keys that differ (up to
+    /// [`DIFFERENCES_SHOWN`]), each with the columns that differ. Keys only, never the
+    /// values: shown in the report (and `--json`), never logged.
+    pub differences: Vec<KeyDifference>,
+    /// How many keys differ in all.
+    pub keys_differing: u64,
+}
+
+/// Keys named per failing partition by `verify`.
+pub const DIFFERENCES_SHOWN: usize = 5;
+
+/// The memory the comparison of a differing partition may hold for its per-key
+/// digests (about 48 bytes a key): a larger partition is compared in several passes,
+/// each over a share of the keys.
+const DIFF_MAP_BYTES: u64 = 64 << 20;
+const DIFF_BYTES_PER_KEY: u64 = 48;
+
+/// One key whose rows differ between the target and the recomputed output.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyDifference {
+    /// The grain key, `col = value, …`.
+    pub key: String,
+    /// `differs` (same key, other values: `columns` names them), `missing` (computed,
+    /// not in the target) or `extra` (in the target, not computed).
+    pub kind: &'static str,
+    pub columns: Vec<String>,
+}
+
+/// Rows that can be read again, chunk by chunk, each as [`canonical`] makes it: the
+/// recomputed output (the job runs again) or the target partition (read again).
+pub(super) trait Rows {
+    async fn each(&mut self, f: &mut (dyn FnMut(&[Vec<Value>]) + Send)) -> Result<(), String>;
+}
+
+/// A partition's recomputed output.
+struct Output<'p> {
+    p: &'p Pipeline,
+    entry: &'p PlanEntry,
+}
+
+impl Rows for Output<'_> {
+    async fn each(&mut self, f: &mut (dyn FnMut(&[Vec<Value>]) + Send)) -> Result<(), String> {
+        self.p
+            .for_each_output(&self.entry.table, &self.entry.partition_value, |rows| {
+                f(&canonical_rows(rows));
+            })
+            .await
+            .map(drop)
+            .map_err(|e| format!("the transform fails: {}", crate::errors::error_chain(&e)))
+    }
+}
+
+/// A target partition, read through its own connection.
+struct TargetRows<'p> {
+    client: tokio_postgres::Client,
+    table: &'p TargetTable,
+    entry: &'p PlanEntry,
+}
+
+impl Rows for TargetRows<'_> {
+    async fn each(&mut self, f: &mut (dyn FnMut(&[Vec<Value>]) + Send)) -> Result<(), String> {
+        target::read::for_each_chunk(
+            &mut self.client,
+            self.table,
+            &self.entry.partition_value,
+            |rows| f(&canonical_rows(rows)),
+        )
+        .await
+        .map_err(|e| format!("cannot read the target: {}", crate::errors::error_chain(&e)))
+    }
+}
+
+impl Rows for Vec<Vec<Value>> {
+    async fn each(&mut self, f: &mut (dyn FnMut(&[Vec<Value>]) + Send)) -> Result<(), String> {
+        f(&canonical_rows(self.clone()));
+        Ok(())
+    }
+}
+
+/// What one read of a side gives: its rows, checksum and grain-key hashes.
+#[derive(Debug, Default)]
+struct Digest {
+    rows: u64,
+    checksum: String,
+    /// Grain-key hashes that occur more than once (duplicates, or a collision).
+    repeated: HashSet<u64>,
+}
+
+async fn digest(rows: &mut impl Rows, grain: &[(usize, String)]) -> Result<Digest, String> {
+    let state = Mutex::new((0u64, Checksum::default(), Vec::<u64>::new()));
+    rows.each(&mut |chunk: &[Vec<Value>]| {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 += chunk.len() as u64;
+        s.1.add(chunk);
+        if !grain.is_empty() {
+            s.2.extend(chunk.iter().map(|r| key_hash(r, grain)));
+        }
+    })
+    .await?;
+    let (rows, checksum, mut hashes) = state.into_inner().unwrap_or_else(|p| p.into_inner());
+    hashes.sort_unstable();
+    let repeated = hashes
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    Ok(Digest {
+        rows,
+        checksum: checksum.finish(),
+        repeated,
+    })
+}
+
+/// The double-run test of each planned partition, `parallel` at once.
+pub async fn verify(
+    p: &Pipeline,
+    entries: Vec<PlanEntry>,
+    parallel: usize,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Vec<VerifyRow>, BackfillError> {
+    let total = entries.len();
+    let rows: Vec<VerifyRow> = futures_util::stream::iter(entries)
+        .map(|e| async move { verify_one(p, &e).await })
+        .buffer_unordered(parallel.max(1))
+        .enumerate()
+        .map(|(i, row)| {
+            progress(Progress {
+                done: i + 1,
+                total,
+                rows: 0,
+            });
+            row
+        })
+        .collect()
+        .await;
+    let mut rows: Vec<VerifyRow> = rows;
+    rows.sort_by(|a, b| (&a.table, &a.partition).cmp(&(&b.table, &b.partition)));
+    Ok(rows)
+}
+
+async fn verify_one(p: &Pipeline, e: &PlanEntry) -> VerifyRow {
+    let mut row = VerifyRow {
+        table: e.table.clone(),
+        partition: e.partition.clone(),
+        rows: 0,
+        checksum: String::new(),
+        second_checksum: String::new(),
+        target_rows: 0,
+        target_checksum: String::new(),
+        target_matches: false,
+        ok: false,
+        reason: None,
+        differences: Vec::new(),
+        keys_differing: 0,
+    };
+    if let Err(reason) = check(p, e, &mut row).await {
+        row.reason = Some(reason);
+    }
+    row.ok = row.reason.is_none();
+    row
+}
+
+async fn check(p: &Pipeline, e: &PlanEntry, row: &mut VerifyRow) -> Result<(), String> {
+    let (config, target, transform) = p.table(&e.table).map_err(|e| e.to_string())?;
+    let grain = grain_indexes(config, target, transform);
+    let mut output = Output { p, entry: e };
+    let first = digest(&mut output, &grain).await?;
+    let second = digest(&mut output, &[]).await?;
+    let client = target::connect(p.dsn())
+        .await
+        .map_err(|e| format!("cannot read the target: {}", crate::errors::error_chain(&e)))?;
+    let mut target_rows = TargetRows {
+        client,
+        table: target,
+        entry: e,
+    };
+    let target_digest = digest(&mut target_rows, &grain).await?;
+    row.rows = first.rows;
+    row.checksum = first.checksum.clone();
+    row.second_checksum = second.checksum.clone();
+    row.target_rows = target_digest.rows;
+    row.target_checksum = target_digest.checksum.clone();
+    row.target_matches = row.target_checksum == row.checksum && row.target_rows == row.rows;
+    if first.checksum != second.checksum || first.rows != second.rows {
+        return Err("two runs of the transform differ: it is not deterministic".into());
+    }
+    if let Some(key) = duplicate(&mut output, &grain, &first.repeated).await? {
+        return Err(format!("the output's grain key is not unique: {key}"));
+    }
+    if let Some(key) = duplicate(&mut target_rows, &grain, &target_digest.repeated).await? {
+        return Err(format!("the target's grain key is not unique: {key}"));
+    }
+    if row.target_matches {
+        return Ok(());
+    }
+    let names: Vec<&str> = target.columns.iter().map(|(n, _)| n.as_str()).collect();
+    let (differences, total) =
+        differences(&mut output, &mut target_rows, &grain, &names, first.rows).await?;
+    let mut why = format!(
+        "the target differs from the stage's output ({} rows in the target, {} computed)",
+        row.target_rows, row.rows
+    );
+    if total > 0 {
+        let shown: Vec<String> = differences
+            .iter()
+            .map(|d| match d.kind {
+                "differs" => format!("{}: column {} differs", d.key, d.columns.join(", ")),
+                "missing" => format!("{}: missing in the target", d.key),
+                _ => format!("{}: in the target, not in the output", d.key),
+            })
+            .collect();
+        let _ = write!(
+            why,
+            "; {total} key(s) differ{}: {}",
+            if total > shown.len() as u64 {
+                format!(", the first {}", shown.len())
+            } else {
+                String::new()
+            },
+            shown.join("; ")
+        );
+    }
+    row.differences = differences;
+    row.keys_differing = total;
+    Err(why)
+}
+
+/// The grain key's column indexes in target column order (the table's key for the
+/// identity, the plugin's grain key otherwise), with their names.
+fn grain_indexes(
+    config: &TableConfig,
+    target: &TargetTable,
+    transform: &Transform,
+) -> Vec<(usize, String)> {
+    let names: Vec<String> = match transform {
+        Transform::Identity => config.key.clone(),
+        Transform::Plugin { plugin, .. } => plugin.description().grain_key.clone(),
+    };
+    names
+        .into_iter()
+        .filter_map(|n| {
+            target
+                .columns
+                .iter()
+                .position(|(c, _)| *c == n)
+                .map(|i| (i, n))
+        })
+        .collect()
+}
+
+/// A row's grain key as text values: what keys compare and sort by.
+fn key_of(row: &[Value], grain: &[(usize, String)]) -> Vec<String> {
+    grain.iter().map(|(i, _)| row[*i].to_string()).collect()
+}
+
+fn key_hash(row: &[Value], grain: &[(usize, String)]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    key_of(row, grain).hash(&mut h);
+    h.finish()
+}
+
+fn row_digest(row: &[Value]) -> u64 {
+    let mut c = Checksum::default();
+    c.add_row(row);
+    let text = c.finish();
+    u64::from_str_radix(&text[..16], 16).unwrap_or(0)
+}
+
+/// `col = value, …` for a key.
+fn render(key: &[String], grain: &[(usize, String)]) -> String {
+    grain
+        .iter()
+        .zip(key)
+        .map(|((_, n), v)| format!("{n} = {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The first grain key (in key order) that occurs twice among the rows whose key hash
+/// is `suspects`, checked exactly by reading the rows again.
+async fn duplicate(
+    rows: &mut impl Rows,
+    grain: &[(usize, String)],
+    suspects: &HashSet<u64>,
+) -> Result<Option<String>, String> {
+    if grain.is_empty() || suspects.is_empty() {
+        return Ok(None);
+    }
+    let seen = Mutex::new((HashSet::<Vec<String>>::new(), None::<Vec<String>>));
+    rows.each(&mut |chunk: &[Vec<Value>]| {
+        let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
+        for r in chunk {
+            if !suspects.contains(&key_hash(r, grain)) {
+                continue;
+            }
+            let key = key_of(r, grain);
+            if !s.0.insert(key.clone()) && s.1.as_ref().is_none_or(|k| key < *k) {
+                s.1 = Some(key);
+            }
+        }
+    })
+    .await?;
+    let (_, first) = seen.into_inner().unwrap_or_else(|p| p.into_inner());
+    Ok(first.map(|k| render(&k, grain)))
+}
+
+/// One key found to differ: its kind, and the rows seen of it.
+#[derive(Debug, Clone)]
+struct Found {
+    kind: &'static str,
+    hash: u64,
+    target: Option<Vec<Value>>,
+    computed: Option<Vec<Value>>,
+}
+
+/// The keys whose rows differ between the computed output and the target: the first
+/// [`DIFFERENCES_SHOWN`] in key order and the count of all. Compared as the checksum
+/// compares them (after [`canonical`]). Empty without a grain key. Each pass holds a
+/// digest of its share of the keys (see [`DIFF_MAP_BYTES`]), and reads the output, the
+/// target, then the output again for the rows it names.
+async fn differences(
+    computed: &mut impl Rows,
+    target: &mut impl Rows,
+    grain: &[(usize, String)],
+    columns: &[&str],
+    rows_hint: u64,
+) -> Result<(Vec<KeyDifference>, u64), String> {
+    if grain.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
+    let passes = (rows_hint * DIFF_BYTES_PER_KEY)
+        .div_ceil(DIFF_MAP_BYTES)
+        .max(1);
+    let mut shown: BTreeMap<Vec<String>, Found> = BTreeMap::new();
+    let mut total = 0u64;
+    let offer = |shown: &mut BTreeMap<Vec<String>, Found>, key: Vec<String>, found: Found| {
+        if shown.len() < DIFFERENCES_SHOWN
+            || shown.last_key_value().is_some_and(|(last, _)| key < *last)
+        {
+            shown.insert(key, found);
+            if shown.len() > DIFFERENCES_SHOWN {
+                shown.pop_last();
+            }
+        }
+    };
+    for pass in 0..passes {
+        let mine = |hash: u64| hash % passes == pass;
+        let map = Mutex::new(HashMap::<u64, u64>::new());
+        computed
+            .each(&mut |chunk: &[Vec<Value>]| {
+                let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+                for r in chunk {
+                    let hash = key_hash(r, grain);
+                    if mine(hash) {
+                        m.insert(hash, row_digest(r));
+                    }
+                }
+            })
+            .await?;
+        let found = Mutex::new((Vec::<(Vec<String>, Found)>::new(), 0u64));
+        target
+            .each(&mut |chunk: &[Vec<Value>]| {
+                let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+                let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
+                for r in chunk {
+                    let hash = key_hash(r, grain);
+                    if !mine(hash) {
+                        continue;
+                    }
+                    let kind = match m.remove(&hash) {
+                        Some(digest) if digest == row_digest(r) => continue,
+                        Some(_) => "differs",
+                        None => "extra",
+                    };
+                    f.1 += 1;
+                    let found = Found {
+                        kind,
+                        hash,
+                        target: Some(r.clone()),
+                        computed: None,
+                    };
+                    // Bounded: only the smallest keys can be shown.
+                    f.0.push((key_of(r, grain), found));
+                    if f.0.len() > 4 * DIFFERENCES_SHOWN {
+                        f.0.sort_by(|a, b| a.0.cmp(&b.0));
+                        f.0.truncate(DIFFERENCES_SHOWN);
+                    }
+                }
+            })
+            .await?;
+        let (seen, count) = found.into_inner().unwrap_or_else(|p| p.into_inner());
+        total += count;
+        for (key, f) in seen {
+            offer(&mut shown, key, f);
+        }
+        // What is left of the output's digest is missing in the target.
+        let missing = map.into_inner().unwrap_or_else(|p| p.into_inner());
+        total += missing.len() as u64;
+        let wanted: HashSet<u64> = shown
+            .values()
+            .filter(|f| f.kind == "differs" && mine(f.hash))
+            .map(|f| f.hash)
+            .collect();
+        if missing.is_empty() && wanted.is_empty() {
+            continue;
+        }
+        let rows_of = Mutex::new((Vec::<(Vec<String>, Found)>::new(), HashMap::new()));
+        computed
+            .each(&mut |chunk: &[Vec<Value>]| {
+                let mut s = rows_of.lock().unwrap_or_else(|p| p.into_inner());
+                for r in chunk {
+                    let hash = key_hash(r, grain);
+                    if missing.contains_key(&hash) {
+                        let found = Found {
+                            kind: "missing",
+                            hash,
+                            target: None,
+                            computed: None,
+                        };
+                        s.0.push((key_of(r, grain), found));
+                        if s.0.len() > 4 * DIFFERENCES_SHOWN {
+                            s.0.sort_by(|a, b| a.0.cmp(&b.0));
+                            s.0.truncate(DIFFERENCES_SHOWN);
+                        }
+                    } else if wanted.contains(&hash) {
+                        s.1.insert(hash, r.clone());
+                    }
+                }
+            })
+            .await?;
+        let (missing_keys, computed_rows) = rows_of.into_inner().unwrap_or_else(|p| p.into_inner());
+        for (key, f) in missing_keys {
+            offer(&mut shown, key, f);
+        }
+        for f in shown.values_mut() {
+            if let Some(r) = computed_rows.get(&f.hash) {
+                f.computed = Some(r.clone());
+            }
+        }
+    }
+    let shown = shown
+        .into_iter()
+        .map(|(key, f)| KeyDifference {
+            key: render(&key, grain),
+            kind: f.kind,
+            columns: match (&f.computed, &f.target) {
+                (Some(a), Some(b)) => a
+                    .iter()
+                    .zip(b)
+                    .zip(columns)
+                    .filter(|((x, y), _)| x != y)
+                    .map(|(_, c)| (*c).to_owned())
+                    .collect(),
+                _ => Vec::new(),
+            },
+        })
+        .collect();
+    Ok((shown, total))
+}
+
+fn canonical_rows(rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
+    rows.into_iter()
+        .map(|r| r.into_iter().map(|v| canonical(&v)).collect())
+        .collect()
+}
+
+/// The value as compared between the stage's output and the target: JSON documents
+/// with sorted keys and no white space (`jsonb` reorders and respaces what it stores).
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Json(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(j) => Value::Json(sorted_json(j).to_string()),
+            Err(_) => v.clone(),
+        },
+        other => other.clone(),
+    }
+}
+
+fn sorted_json(j: serde_json::Value) -> serde_json::Value {
+    match j {
+        serde_json::Value::Object(map) => {
+            let sorted: BTreeMap<String, serde_json::Value> =
+                map.into_iter().map(|(k, v)| (k, sorted_json(v))).collect();
+            serde_json::Value::Object(sorted.into_iter().collect())
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sorted_json).collect())
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, a: &str, b: i64) -> Vec<Value> {
+        vec![Value::Int(id), Value::Text(a.into()), Value::Int(b)]
+    }
+
+    #[tokio::test]
+    async fn differences_name_the_keys_and_columns() {
+        let mut computed = vec![row(1, "x", 1), row(2, "y", 2), row(3, "z", 3)];
+        let mut target = vec![row(3, "z", 3), row(2, "y", 9), row(4, "w", 4)];
+        let grain = vec![(0, "id".to_owned())];
+        let names = ["id", "a", "b"];
+        let want = vec![
+            KeyDifference {
+                key: "id = 1".into(),
+                kind: "missing",
+                columns: vec![],
+            },
+            KeyDifference {
+                key: "id = 2".into(),
+                kind: "differs",
+                columns: vec!["b".into()],
+            },
+            KeyDifference {
+                key: "id = 4".into(),
+                kind: "extra",
+                columns: vec![],
+            },
+        ];
+        let got = differences(&mut computed, &mut target, &grain, &names, 3)
+            .await
+            .expect("compare");
+        assert_eq!(got, (want.clone(), 3));
+        // The same verdict however many passes share the keys out.
+        let got = differences(&mut computed, &mut target, &grain, &names, 10_000_000)
+            .await
+            .expect("compare");
+        assert_eq!(got, (want, 3));
+        let mut same = computed.clone();
+        let (none, zero) = differences(&mut computed, &mut same, &grain, &names, 3)
+            .await
+            .expect("compare");
+        assert!(none.is_empty() && zero == 0);
+    }
+
+    #[tokio::test]
+    async fn many_differences_show_the_first_keys_in_order_and_count_all() {
+        let mut computed: Vec<Vec<Value>> = (1..=1000).map(|i| row(i, "x", i)).collect();
+        let mut target: Vec<Vec<Value>> = (1..=1000)
+            .map(|i| row(i, "x", if i % 3 == 0 { -i } else { i }))
+            .collect();
+        let grain = vec![(0, "id".to_owned())];
+        let (shown, total) =
+            differences(&mut computed, &mut target, &grain, &["id", "a", "b"], 1000)
+                .await
+                .expect("compare");
+        assert_eq!(total, 333);
+        // Keys compare as text, as they sort in the report.
+        let keys: Vec<&str> = shown.iter().map(|d| d.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["id = 102", "id = 105", "id = 108", "id = 111", "id = 114"]
+        );
+        assert!(
+            shown
+                .iter()
+                .all(|d| d.kind == "differs" && d.columns == ["b"])
+        );
+    }
+
+    #[tokio::test]
+    async fn duplicates_are_found_exactly() {
+        let grain = vec![(0, "id".to_owned())];
+        let mut rows = vec![row(1, "x", 1), row(2, "y", 2), row(1, "z", 3)];
+        let d = digest(&mut rows, &grain).await.expect("digest");
+        assert_eq!(d.rows, 3);
+        let key = duplicate(&mut rows, &grain, &d.repeated)
+            .await
+            .expect("read");
+        assert_eq!(key.as_deref(), Some("id = 1"));
+        let mut unique = vec![row(1, "x", 1), row(2, "y", 2)];
+        let d = digest(&mut unique, &grain).await.expect("digest");
+        assert!(d.repeated.is_empty());
+    }
+
+    #[test]
+    fn json_compares_without_key_order_or_spaces() {
+        let a = Value::Json("{\"b\": [1, {\"y\":1,\"x\":2}], \"a\": null}".into());
+        let b = Value::Json("{\"a\":null,\"b\":[1,{\"x\":2,\"y\":1}]}".into());
+        assert_eq!(canonical(&a), canonical(&b));
+        assert_ne!(
+            target::checksum(&canonical_rows(vec![vec![a]])),
+            target::checksum(&[vec![Value::Json("{}".into())]])
+        );
+    }
+}

@@ -1,0 +1,440 @@
+//! A partition job as a stream: on a thread of its own, one stage snapshot of the
+//! partition is read in chunks ([`crate::stage::CHUNK_ROWS`] rows, about
+//! [`crate::stage::CHUNK_BYTES`]), each chunk transformed (the identity, or pushed to
+//! the plugin's session) and its output checked, then handed through a channel of
+//! [`CHANNEL_CHUNKS`] to the writer, which COPYs it inside the partition's one
+//! transaction. No job holds a whole partition: its memory is bounded by
+//! [`crate::limits::job_bound_bytes`] whatever the partition's size.
+//!
+//! **Architecture Invariant**: a job's output is a function of the rows of one
+//! snapshot (its generation is the one lineage records and the dirty mark is compared
+//! with); any failure, in the job or the write, ends the stream and the transaction
+//! rolls back, so nothing of the partition is written.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::{PipelineError, Transform};
+use crate::config::{OnReject, TableConfig};
+use crate::feed::encode_key;
+use crate::partition::Partition;
+use crate::plugin::{self, InputRow, JobSession, JobSpec, KeyIndex, OutputCheck};
+use crate::stage::{PartitionSnapshot, Stage, StagedRow, decode_key};
+use crate::target::{Checksum, RejectedRow};
+use crate::value::Value;
+
+/// Output chunks in flight between a job and its writer.
+pub const CHANNEL_CHUNKS: usize = crate::limits::JOB_CHANNEL_CHUNKS;
+
+/// What a job hands its writer, in order: one [`Piece::Head`], chunks, one
+/// [`Piece::End`].
+#[derive(Debug)]
+pub(super) enum Piece {
+    Head(Head),
+    Chunk(OutChunk),
+    End(End),
+}
+
+/// What the job's snapshot says of the partition.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Head {
+    pub generation: u64,
+    pub dirty: Option<u64>,
+    pub source_position: u64,
+    /// The job merges the changed keys (else it replaces the partition).
+    pub merge: bool,
+}
+
+/// A chunk of checked output.
+#[derive(Debug, Default)]
+pub(super) struct OutChunk {
+    pub rows: Vec<Vec<Value>>,
+    pub rejections: Vec<RejectedRow>,
+    /// Merge: the changed keys whose target rows this chunk replaces (values in the
+    /// table's key order), and the same as rejection keys (`[42]`).
+    pub keys: Vec<Vec<Value>>,
+    pub rejection_keys: Vec<String>,
+}
+
+/// The end of a job.
+#[derive(Debug, Clone)]
+pub(super) struct End {
+    pub staged_rows: u64,
+    /// The lineage checksum of every output row (a replace).
+    pub checksum: String,
+}
+
+/// The stream of a job (see the module).
+pub(super) type Pieces = mpsc::Receiver<Result<Piece, PipelineError>>;
+
+/// A job to stream.
+pub(super) struct StreamJob {
+    pub stage: Arc<Stage>,
+    pub table: TableConfig,
+    pub target_name: String,
+    pub transform: Transform,
+    pub partition: Partition,
+    /// Merge the changed keys if the partition allows it (dirty, not changed whole).
+    pub merge: bool,
+    /// Stop after the head if the partition is not dirty.
+    pub only_if_dirty: bool,
+    /// Merge: the target columns of the table's key (the plugin's grain key).
+    pub key_columns: Vec<usize>,
+}
+
+/// Starts a job on a thread of its own (sized for the plugin's wasm stack); its
+/// pieces arrive on the returned channel. Dropping the channel stops the job.
+pub(super) fn spawn(job: StreamJob) -> Result<Pieces, PipelineError> {
+    let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
+    let stack = match &job.transform {
+        Transform::Plugin { settings, .. } => plugin::job_thread_stack(&settings.limits),
+        Transform::Identity => 8 << 20,
+    };
+    std::thread::Builder::new()
+        .name("weir-partition-job".into())
+        .stack_size(stack)
+        .spawn(move || {
+            if let Err(e) = produce(&job, &tx) {
+                let _ = tx.blocking_send(Err(e));
+            }
+        })
+        .map_err(|e| PipelineError::Plugin(plugin::PluginError::Thread(e)))?;
+    Ok(rx)
+}
+
+/// The writer went away (a failure on its side, or it chose not to write): the job
+/// stops without a word.
+struct Stopped;
+
+impl From<Stopped> for PipelineError {
+    fn from(_: Stopped) -> Self {
+        PipelineError::Plugin(plugin::PluginError::Lost)
+    }
+}
+
+fn send(tx: &mpsc::Sender<Result<Piece, PipelineError>>, piece: Piece) -> Result<(), Stopped> {
+    tx.blocking_send(Ok(piece)).map_err(|_| Stopped)
+}
+
+fn produce(
+    job: &StreamJob,
+    tx: &mpsc::Sender<Result<Piece, PipelineError>>,
+) -> Result<(), PipelineError> {
+    let snap = job
+        .stage
+        .snapshot_partition(&job.table.source.to_string(), &job.partition)?;
+    let merge = job.merge && snap.dirty.is_some() && !snap.whole_changed()?;
+    let head = Head {
+        generation: snap.generation,
+        dirty: snap.dirty,
+        source_position: snap.checkpoint.position,
+        merge,
+    };
+    if send(tx, Piece::Head(head)).is_err() || (job.only_if_dirty && snap.dirty.is_none()) {
+        return Ok(());
+    }
+    let mut run = Run::start(job, &snap, merge)?;
+    match run.all(tx) {
+        Err(RunError::Stopped) => return Ok(()),
+        Err(RunError::Failed(e)) => return Err(e),
+        Ok(()) => {}
+    }
+    let (staged_rows, checksum) = (run.staged_rows, run.checksum.finish());
+    if let Some(check) = run.check.take() {
+        // Two output rows' grain-key hashes are equal: the job runs again (it is
+        // deterministic) and those keys are compared exactly.
+        check.finish(|visit| {
+            let mut again = Run::start(job, &snap, merge)?;
+            again.check = None;
+            again.visit = Some(visit);
+            match again.all(tx) {
+                Err(RunError::Failed(e)) => Err(e),
+                _ => Ok(()),
+            }
+        })?;
+    }
+    if send(
+        tx,
+        Piece::End(End {
+            staged_rows,
+            checksum,
+        }),
+    )
+    .is_err()
+    {
+        return Ok(());
+    }
+    Ok(())
+}
+
+enum RunError {
+    Stopped,
+    Failed(PipelineError),
+}
+
+impl<E: Into<PipelineError>> From<E> for RunError {
+    fn from(e: E) -> Self {
+        RunError::Failed(e.into())
+    }
+}
+
+type Visit<'v> = &'v mut dyn FnMut(&[Vec<Value>]) -> Result<(), plugin::PluginError>;
+
+/// One pass of a job over its snapshot.
+struct Run<'j, 's, 'v> {
+    job: &'j StreamJob,
+    snap: &'j PartitionSnapshot<'s>,
+    merge: bool,
+    session: Option<JobSession<'j>>,
+    check: Option<OutputCheck<'j>>,
+    /// A rerun: output rows go to this, not to the writer.
+    visit: Option<Visit<'v>>,
+    checksum: Checksum,
+    staged_rows: u64,
+    /// Merge: the last changed key pushed (encoded); keys sort by it.
+    last_key: Vec<u8>,
+}
+
+impl<'j, 's, 'v> Run<'j, 's, 'v> {
+    fn start(
+        job: &'j StreamJob,
+        snap: &'j PartitionSnapshot<'s>,
+        merge: bool,
+    ) -> Result<Run<'j, 's, 'v>, PipelineError> {
+        let (session, check) = match &job.transform {
+            Transform::Identity => (None, None),
+            Transform::Plugin {
+                plugin, settings, ..
+            } => {
+                let spec = JobSpec {
+                    table: &job.target_name,
+                    partition: &job.partition,
+                    grain: job.table.grain,
+                    config: &settings.config,
+                };
+                let clock = snap.max_commit_time()?.unwrap_or(0);
+                let session = plugin.start_job(&settings.limits, &spec, clock)?;
+                let check = OutputCheck::new(plugin, session.job(), &spec);
+                (Some(session), Some(check))
+            }
+        };
+        Ok(Run {
+            job,
+            snap,
+            merge,
+            session,
+            check,
+            visit: None,
+            checksum: Checksum::default(),
+            staged_rows: 0,
+            last_key: Vec::new(),
+        })
+    }
+
+    fn all(&mut self, tx: &mpsc::Sender<Result<Piece, PipelineError>>) -> Result<(), RunError> {
+        let snap = self.snap;
+        if self.merge {
+            for chunk in snap.changed() {
+                let mut out = OutChunk::default();
+                let mut rows = Vec::with_capacity(chunk.as_ref().map_or(0, Vec::len));
+                for (key, row) in chunk? {
+                    let values = decode_key(&key).map_err(crate::stage::StageError::from)?;
+                    out.rejection_keys.push(plugin::json::key_text(&values));
+                    out.keys.push(values);
+                    rows.extend(row);
+                    self.last_key = key;
+                }
+                self.chunk(rows, out, tx)?;
+            }
+        } else {
+            for chunk in snap.rows() {
+                self.chunk(chunk?, OutChunk::default(), tx)?;
+            }
+        }
+        if let Some(session) = self.session.take() {
+            let (out, stats) = session.finish()?;
+            crate::metrics::plugin_job(
+                &self.job.table.source.to_string(),
+                stats.fuel,
+                stats.peak_memory_bytes,
+            );
+            let mut chunk = OutChunk::default();
+            self.take(out, &[], &mut chunk)?;
+            self.emit(chunk, tx)?;
+        }
+        Ok(())
+    }
+
+    /// Transforms one chunk of staged rows and hands on its checked output.
+    fn chunk(
+        &mut self,
+        rows: Vec<StagedRow>,
+        mut out: OutChunk,
+        tx: &mpsc::Sender<Result<Piece, PipelineError>>,
+    ) -> Result<(), RunError> {
+        self.staged_rows += rows.len() as u64;
+        match self.session.as_mut() {
+            None => out.rows = identity(&self.job.table, rows),
+            Some(session) => {
+                let input: Vec<InputRow> = rows
+                    .into_iter()
+                    .map(|r| input_row(&self.job.table, r))
+                    .collect();
+                let call = session.push(&input)?;
+                self.take(call, &input, &mut out)?;
+            }
+        }
+        self.emit(out, tx)
+    }
+
+    /// Checks a call's output and resolves its rejections to their input rows (in
+    /// `pushed`, the call's chunk, or else in the snapshot).
+    fn take(
+        &mut self,
+        call: plugin::CallOutput,
+        pushed: &[InputRow],
+        out: &mut OutChunk,
+    ) -> Result<(), RunError> {
+        let mut rows = call.rows;
+        // A rerun has no check: it only feeds the grain key's (see `produce`).
+        if let Some(check) = self.check.as_mut() {
+            check.check(&mut rows)?;
+        }
+        if self.merge && self.session.is_some() {
+            self.check_merge_keys(&rows)?;
+        }
+        out.rows = rows;
+        if call.rejections.is_empty() || self.visit.is_some() {
+            return Ok(());
+        }
+        let Transform::Plugin { settings, .. } = &self.job.transform else {
+            return Ok(());
+        };
+        let mut index = KeyIndex::default();
+        for (key, reason) in call.rejections {
+            let key_text = plugin::json::key_text(&key);
+            if settings.on_reject == OnReject::Fail {
+                return Err(RunError::Failed(PipelineError::Rejected {
+                    table: self.job.table.source.to_string(),
+                    partition: self.job.partition.to_string(),
+                    key: key_text,
+                    reason,
+                }));
+            }
+            let found = match index.find(&key, pushed) {
+                Some(i) => Some((
+                    plugin::json::plain_row(&pushed[i].columns),
+                    pushed[i].commit_position,
+                )),
+                None => self
+                    .pushed_row(&key)?
+                    .map(|r| (plugin::json::plain_row(&r.values), r.commit_position)),
+            };
+            let Some((input, source_position)) = found else {
+                let job = self.session.as_ref().map_or("", |s| s.job());
+                return Err(RunError::Failed(PipelineError::Plugin(
+                    plugin::PluginError::Output {
+                        job: job.to_owned(),
+                        message: format!("a rejection names key {key_text}, which was not pushed"),
+                    },
+                )));
+            };
+            out.rejections.push(RejectedRow {
+                key: key_text,
+                reason,
+                input,
+                source_position,
+            });
+        }
+        Ok(())
+    }
+
+    /// The snapshot's row of a key pushed in an earlier chunk (a partition plugin
+    /// rejects at `finish`), if the job pushed it.
+    fn pushed_row(&self, key: &[Value]) -> Result<Option<StagedRow>, PipelineError> {
+        let Ok(encoded) = encode_key(&key.iter().collect::<Vec<_>>()) else {
+            return Ok(None);
+        };
+        if self.merge && (encoded > self.last_key || !self.snap.is_changed(&encoded)?) {
+            return Ok(None);
+        }
+        Ok(self.snap.row(&encoded)?)
+    }
+
+    /// Merge: every output row's grain key is a changed key already pushed, so its
+    /// target rows were deleted before the row is copied.
+    fn check_merge_keys(&self, rows: &[Vec<Value>]) -> Result<(), PipelineError> {
+        for row in rows {
+            let grain: Vec<&Value> = self.job.key_columns.iter().map(|&c| &row[c]).collect();
+            let known = match encode_key(&grain) {
+                Ok(k) => k <= self.last_key && self.snap.is_changed(&k)?,
+                Err(_) => false,
+            };
+            if !known {
+                return Err(PipelineError::MergeKey {
+                    table: self.job.table.source.to_string(),
+                    partition: self.job.partition.to_string(),
+                    key: plugin::json::key_text(&grain.into_iter().cloned().collect::<Vec<_>>()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn emit(
+        &mut self,
+        out: OutChunk,
+        tx: &mpsc::Sender<Result<Piece, PipelineError>>,
+    ) -> Result<(), RunError> {
+        if let Some(visit) = self.visit.as_mut() {
+            return Ok(visit(&out.rows)?);
+        }
+        if !self.merge {
+            self.checksum.add(&out.rows);
+        }
+        if out.rows.is_empty() && out.rejections.is_empty() && out.keys.is_empty() {
+            return Ok(());
+        }
+        send(tx, Piece::Chunk(out)).map_err(|Stopped| RunError::Stopped)
+    }
+}
+
+/// A staged row as the plugin's input: the table's key values, and the columns.
+fn input_row(table: &TableConfig, r: StagedRow) -> InputRow {
+    InputRow {
+        key: table
+            .key
+            .iter()
+            .map(|k| {
+                r.values
+                    .iter()
+                    .find(|(name, _)| name == k)
+                    .map_or(Value::Null, |(_, v)| v.clone())
+            })
+            .collect(),
+        op: r.op,
+        commit_position: r.commit_position,
+        commit_time: r.commit_time_us,
+        columns: r.values,
+    }
+}
+
+/// The identity transform: each staged row's values in the table's column order
+/// (absent columns are NULL). Values are moved, not copied.
+fn identity(table: &TableConfig, rows: Vec<StagedRow>) -> Vec<Vec<Value>> {
+    rows.into_iter()
+        .map(|mut row| {
+            table
+                .columns
+                .iter()
+                .map(|c| {
+                    row.values
+                        .iter_mut()
+                        .find(|(name, _)| name == &c.name)
+                        .map_or(Value::Null, |(_, v)| std::mem::replace(v, Value::Null))
+                })
+                .collect()
+        })
+        .collect()
+}

@@ -1,0 +1,255 @@
+//! One partition as of one RocksDB snapshot, read in bounded chunks: what a streamed
+//! partition job reads (its rows, or the keys changed since its last write), and the
+//! point reads it makes in the same snapshot (a rejected row's image, whether a key
+//! changed), so no job holds a whole partition.
+
+use rocksdb::{DB, DBRawIteratorWithThreadMode, ReadOptions};
+
+use super::error::{StageError, corrupt, db_err};
+use super::layout::{CF_CHANGED, CF_ROWS, partition_key, row_key};
+use super::{Stage, StagedRow};
+use crate::feed::Position;
+use crate::partition::Partition;
+
+/// A chunk ends at this many rows or [`CHUNK_BYTES`], whichever comes first.
+pub const CHUNK_ROWS: usize = crate::limits::JOB_CHUNK_ROWS;
+/// A chunk ends once its rows hold about this many bytes in memory (by
+/// [`StagedRow::approx_bytes`]). A single row larger than this is a chunk of its own.
+pub const CHUNK_BYTES: usize = crate::limits::JOB_CHUNK_BYTES;
+
+/// A partition as of one snapshot.
+pub struct PartitionSnapshot<'s> {
+    stage: &'s Stage,
+    snapshot: rocksdb::Snapshot<'s>,
+    table: String,
+    partition: Partition,
+    prefix: Vec<u8>,
+    /// The generation of the partition's last change (0: never changed).
+    pub generation: u64,
+    /// The dirty generation (`None`: not dirty).
+    pub dirty: Option<u64>,
+    /// The stage's position.
+    pub checkpoint: Position,
+}
+
+/// A chunk of changed keys: each key (encoded) with its row if it is in the partition
+/// now (`None`: deleted or moved out), in key order.
+pub type ChangedChunk = Vec<(Vec<u8>, Option<StagedRow>)>;
+
+impl Stage {
+    /// Takes a snapshot of one partition; fails while a large transaction is being
+    /// applied (as [`Stage::read_partition`] does).
+    pub fn snapshot_partition(
+        &self,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<PartitionSnapshot<'_>, StageError> {
+        let snapshot = self.db.snapshot();
+        let (generation, dirty, checkpoint) = self.partition_state(&snapshot, table, partition)?;
+        Ok(PartitionSnapshot {
+            stage: self,
+            snapshot,
+            table: table.to_owned(),
+            partition: partition.clone(),
+            prefix: partition_key(table, partition),
+            generation,
+            dirty,
+            checkpoint,
+        })
+    }
+}
+
+impl<'s> PartitionSnapshot<'s> {
+    fn iter(&self, cf: &'static str) -> DBRawIteratorWithThreadMode<'_, DB> {
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&self.snapshot);
+        opts.set_iterate_range(rocksdb::PrefixRange(self.prefix.as_slice()));
+        let mut it = self.stage.db.raw_iterator_cf_opt(self.stage.cf(cf), opts);
+        it.seek(&self.prefix);
+        it
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<StagedRow, StageError> {
+        postcard::from_bytes(bytes).map_err(|_| {
+            corrupt(format!(
+                "row in {} partition {}",
+                self.table, self.partition
+            ))
+        })
+    }
+
+    /// The partition's rows in key order, in chunks of at most [`CHUNK_ROWS`] rows and
+    /// about [`CHUNK_BYTES`].
+    pub fn rows(&self) -> RowChunks<'_, 's> {
+        RowChunks {
+            snap: self,
+            it: self.iter(CF_ROWS),
+            done: false,
+        }
+    }
+
+    /// The latest commit time of the partition's rows, read without decoding their
+    /// values: a plugin's clock reads it (see the plugin sandbox).
+    pub fn max_commit_time(&self) -> Result<Option<i64>, StageError> {
+        let mut it = self.iter(CF_ROWS);
+        let mut max = None;
+        while let Some(v) = it.value() {
+            // A staged row's image begins with its position and commit time.
+            let ((_, time), _): ((u64, Option<i64>), _) =
+                postcard::take_from_bytes(v).map_err(|_| {
+                    corrupt(format!(
+                        "row in {} partition {}",
+                        self.table, self.partition
+                    ))
+                })?;
+            max = max.max(time);
+            it.next();
+        }
+        it.status().map_err(db_err("read rows"))?;
+        Ok(max)
+    }
+
+    /// Whether every key changed (the partition must be replaced, not merged): a
+    /// TRUNCATE, or a dirty partition with no changed key recorded (marked by a stage
+    /// from before the stage recorded them).
+    pub fn whole_changed(&self) -> Result<bool, StageError> {
+        let it = self.iter(CF_CHANGED);
+        let first = it.key().map(|k| k.len() == self.prefix.len());
+        it.status().map_err(db_err("read changed keys"))?;
+        Ok(match first {
+            Some(empty_key) => empty_key,
+            None => self.dirty.is_some(),
+        })
+    }
+
+    /// The keys changed since the partition's last write, in chunks like [`Self::rows`].
+    pub fn changed(&self) -> ChangedChunks<'_, 's> {
+        ChangedChunks {
+            snap: self,
+            it: self.iter(CF_CHANGED),
+            done: false,
+        }
+    }
+
+    /// The row of `key` (encoded) in this partition, if there is one.
+    pub fn row(&self, key: &[u8]) -> Result<Option<StagedRow>, StageError> {
+        self.snapshot
+            .get_cf(
+                self.stage.cf(CF_ROWS),
+                row_key(&self.table, &self.partition, key),
+            )
+            .map_err(db_err("read a row"))?
+            .map(|v| self.decode(&v))
+            .transpose()
+    }
+
+    /// Whether `key` (encoded) changed since the partition's last write.
+    pub fn is_changed(&self, key: &[u8]) -> Result<bool, StageError> {
+        let mut k = self.prefix.clone();
+        k.extend_from_slice(key);
+        Ok(self
+            .snapshot
+            .get_cf(self.stage.cf(CF_CHANGED), k)
+            .map_err(db_err("read changed keys"))?
+            .is_some())
+    }
+}
+
+impl std::fmt::Debug for PartitionSnapshot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionSnapshot")
+            .field("table", &self.table)
+            .field("partition", &self.partition)
+            .field("generation", &self.generation)
+            .field("dirty", &self.dirty)
+            .finish_non_exhaustive()
+    }
+}
+
+/// See [`PartitionSnapshot::rows`].
+#[allow(missing_debug_implementations)] // a RocksDB iterator
+pub struct RowChunks<'a, 's> {
+    snap: &'a PartitionSnapshot<'s>,
+    it: DBRawIteratorWithThreadMode<'a, DB>,
+    done: bool,
+}
+
+impl Iterator for RowChunks<'_, '_> {
+    type Item = Result<Vec<StagedRow>, StageError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let mut chunk = Vec::new();
+        let mut bytes = 0;
+        while chunk.len() < CHUNK_ROWS && bytes < CHUNK_BYTES {
+            let Some(v) = self.it.value() else { break };
+            let row = match self.snap.decode(v) {
+                Ok(row) => row,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            };
+            bytes += row.approx_bytes();
+            chunk.push(row);
+            self.it.next();
+        }
+        if let Err(e) = self.it.status() {
+            self.done = true;
+            return Some(Err(db_err("read rows")(e)));
+        }
+        if chunk.is_empty() {
+            self.done = true;
+            return None;
+        }
+        Some(Ok(chunk))
+    }
+}
+
+/// See [`PartitionSnapshot::changed`].
+#[allow(missing_debug_implementations)] // a RocksDB iterator
+pub struct ChangedChunks<'a, 's> {
+    snap: &'a PartitionSnapshot<'s>,
+    it: DBRawIteratorWithThreadMode<'a, DB>,
+    done: bool,
+}
+
+impl Iterator for ChangedChunks<'_, '_> {
+    type Item = Result<ChangedChunk, StageError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let mut chunk = Vec::new();
+        let mut bytes = 0;
+        while chunk.len() < CHUNK_ROWS && bytes < CHUNK_BYTES {
+            let Some(k) = self.it.key() else { break };
+            let key = k[self.snap.prefix.len()..].to_vec();
+            self.it.next();
+            if key.is_empty() {
+                continue; // the every-key record: see `whole_changed`
+            }
+            let row = match self.snap.row(&key) {
+                Ok(row) => row,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            };
+            bytes += key.len() + row.as_ref().map_or(0, StagedRow::approx_bytes);
+            chunk.push((key, row));
+        }
+        if let Err(e) = self.it.status() {
+            self.done = true;
+            return Some(Err(db_err("read changed keys")(e)));
+        }
+        if chunk.is_empty() {
+            self.done = true;
+            return None;
+        }
+        Some(Ok(chunk))
+    }
+}
