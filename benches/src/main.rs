@@ -31,6 +31,10 @@
 //!    at a steady offered rate, recorded by triggers on the targets; the rate of catching
 //!    up a backlog (with the plugin, with the identity, the peer, pg_recvlogical, raw
 //!    COPY); recovery after SIGKILL (restart → streaming again, → caught up).
+//! 9. One big partition: `--big-rows` rows in one month partition through the `weir`
+//!    binary (identity and the Rust orders plugin; run, backfill, verify, merge), each
+//!    command's peak RSS against the config's stated memory budget, and rows/s against
+//!    one raw binary COPY of the same final rows.
 //!
 //! A full run puts a summary of the headline figures and ratios at the top of the
 //! report, then the command, the machine, PostgreSQL's settings and the run's wall time.
@@ -49,6 +53,7 @@
 #![allow(clippy::print_stdout)]
 
 mod backfill;
+mod big_partition;
 mod cluster;
 mod end_to_end;
 mod large_transaction;
@@ -150,6 +155,9 @@ struct Args {
     /// Streaming: milliseconds between a kill and the restart.
     #[arg(long, default_value_t = 1000)]
     recovery_down_ms: u64,
+    /// Rows of the one big partition (section 9).
+    #[arg(long, default_value_t = 5_000_000)]
+    big_rows: u64,
     /// The folder of the plugin components (`orders-rust.wasm`, `orders-python.wasm`,
     /// `orders-js.wasm`); default `$CARGO_TARGET_DIR/plugins`, the target folder
     /// defaulting to `$HOME/.cache/weir-target`.
@@ -215,6 +223,8 @@ async fn main() -> anyhow::Result<()> {
         sections.done("writers");
         h.streaming = streaming::streaming(&mut body, &args, &pg).await?;
         sections.done("streaming");
+        big_partition::big_partition(&mut body, &args, &pg).await?;
+        sections.done("big partition");
         let mut report = String::from("# Benchmarks\n");
         summary_table(&mut report, &h)?;
         header(&mut report, &command)?;
@@ -233,6 +243,7 @@ async fn main() -> anyhow::Result<()> {
             | Section::Backfill
             | Section::Writers
             | Section::Streaming
+            | Section::BigPartition
     ) {
         Some(tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??)
     } else {
@@ -258,12 +269,16 @@ async fn main() -> anyhow::Result<()> {
         (Section::Streaming, Some(pg)) => {
             streaming::streaming(&mut section, &args, pg).await?;
         }
+        (Section::BigPartition, Some(pg)) => {
+            big_partition::big_partition(&mut section, &args, pg).await?;
+        }
         (
             Section::EndToEnd
             | Section::Replication
             | Section::Backfill
             | Section::Writers
-            | Section::Streaming,
+            | Section::Streaming
+            | Section::BigPartition,
             None,
         ) => anyhow::bail!("no PostgreSQL for a section that needs one"),
     }
@@ -312,6 +327,8 @@ enum Section {
     Writers,
     /// 8: streaming latency, sustained rate and recovery of a live `weir run`.
     Streaming,
+    /// 9: one big partition: peak RSS against the memory budget, rate against COPY.
+    BigPartition,
 }
 
 /// The `scripts/bench` command line of this run, with the sizes that matter to what
@@ -347,11 +364,13 @@ fn command_line(args: &Args) -> String {
         args.recovery_period_s,
         args.recovery_down_ms
     );
+    let big = format!("--big-rows {}", args.big_rows);
     match args.only {
         None => format!(
-            "scripts/bench {end_to_end} {staging} {large} --pg-changes {} {plugins} {backfill} {writers} {streaming}",
+            "scripts/bench {end_to_end} {staging} {large} --pg-changes {} {plugins} {backfill} {writers} {streaming} {big}",
             args.pg_changes
         ),
+        Some(Section::BigPartition) => format!("scripts/bench --only big-partition {big}"),
         Some(Section::Streaming) => format!(
             "scripts/bench --only streaming {streaming} --repeat {}",
             args.repeat

@@ -258,3 +258,50 @@ fn a_plugin_s_fuel_per_row_is_a_bounded_setting_of_its_table() {
     let e = error_of(&format!("{GOOD}plugin_fuel_per_row = 5\n"));
     assert!(e.contains("only applies to a table with a `plugin`"), "{e}");
 }
+
+#[test]
+fn the_memory_budget_adds_up_and_a_limit_below_it_is_refused() {
+    let plugin = GOOD.replace(
+        "columns = {",
+        "plugin = \"p.wasm\"\nplugin_memory_mb = 64\nplugin_output_mb = 32\ncolumns = {",
+    );
+    let with = |engine: &str, text: &str| format!("{text}\n[engine]\n{engine}\n");
+    let budget = parse(&with("parallelism = 3", &plugin))
+        .expect("valid")
+        .memory_budget();
+    let mib = |n: u64| n << 20;
+    // A job: three 8 MiB input chunks, three 32 MiB outputs, 1.25 MiB of COPY buffer and
+    // the 64 MiB instance.
+    assert_eq!(budget.job, mib(24) + mib(96) + mib(5) / 4 + mib(64));
+    assert_eq!(budget.jobs, 3 * budget.job);
+    assert_eq!(budget.stage, mib(192));
+    assert_eq!(budget.intake, mib(64));
+    assert_eq!(budget.process, mib(96) + mib(64));
+    assert_eq!(
+        budget.total,
+        budget.stage + budget.jobs + budget.intake + budget.process
+    );
+    // The identity's job is its input chunks thrice and the buffer.
+    let identity = parse(GOOD).expect("valid").memory_budget();
+    assert_eq!(identity.job, mib(48) + mib(5) / 4);
+    assert_eq!(identity.process, mib(96));
+
+    let total_mib = budget.total.div_ceil(1 << 20);
+    let refused = error_of(&with(
+        &format!("parallelism = 3\nmemory_limit_mb = {}", total_mib - 1),
+        &plugin,
+    ));
+    assert!(
+        refused.contains("engine.memory_limit_mb")
+            && refused.contains(&format!("{total_mib} MiB = stage 192 MiB + 3 jobs"))
+            && refused.contains("lower `parallelism`"),
+        "{refused}"
+    );
+    let fits = parse(&with(
+        &format!("parallelism = 3\nmemory_limit_mb = {total_mib}"),
+        &plugin,
+    ))
+    .expect("a budget at the limit fits");
+    assert_eq!(fits.engine.memory_limit_bytes, Some(mib(total_mib)));
+    assert!(error_of(&with("memory_limit_mb = 10", GOOD)).contains("between 64 and"));
+}
