@@ -1097,6 +1097,96 @@ async fn crash_suite_kill_loop_under_concurrent_writers_ends_exact() {
     drop_slot(&source, slot).await;
 }
 
+/// Live intake and writes overlap (the writer runs beside intake). Every partition
+/// write is slowed inside its transaction (`target-after-copy=sleep(150)`), so most
+/// kills land while a write is open and intake goes on staging; the logs must show
+/// batches staged while a write round was open, and the target ends exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_suite_kills_while_intake_and_writes_overlap_end_exact() {
+    let campaign = Campaign::new("overlap");
+    let kills_wanted = (kills_wanted() / 5).max(6);
+    let db = TestDb::new("crash_overlap_target").await;
+    let slot = "crash_overlap";
+    let (source_dsn, source, target) = setup(
+        &db,
+        slot,
+        &oracle_ddl("DEFAULT", 3, 0),
+        "snapshot_chunk_rows = 1000",
+    )
+    .await;
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    if !out.status.success() {
+        campaign.fail(&db, &format!("weir init failed: {}", text(&out.stderr)));
+    }
+    let shape = Shape {
+        large_one_in: 0,
+        large_rows: (0, 0),
+        pause_ms: 20,
+    };
+    let writers = Writers::start(&campaign, &source_dsn, 3, 0, shape);
+    let mut rng = campaign.rng(5);
+    let (mut kills, mut runs, mut refused, mut overlaps) = (0usize, 0usize, 0usize, 0usize);
+    let mut watch = PositionWatch::default();
+    while kills < kills_wanted {
+        runs += 1;
+        let log = format!("overlap-run-{runs}.log");
+        let mut child = db
+            .weir_command(&["run"])
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .env("FAILPOINTS", "target-after-copy=sleep(150)")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(db.path(&log)).expect("create a weir log"))
+            .spawn()
+            .expect("spawn weir");
+        tokio::time::sleep(Duration::from_millis(500 + rng.below(2000))).await;
+        if let Some(status) = child.try_wait().expect("poll weir run") {
+            let body = std::fs::read_to_string(db.path(&log)).unwrap_or_default();
+            if slot_busy(&body) && refused < kills_wanted {
+                refused += 1;
+                continue;
+            }
+            campaign.fail(
+                &db,
+                &format!("weir run exited by itself ({status}) in run {runs}"),
+            );
+        }
+        child.kill().expect("SIGKILL weir run");
+        child.wait().expect("reap weir run");
+        kills += 1;
+        overlaps +=
+            staged_during_writes(&std::fs::read_to_string(db.path(&log)).unwrap_or_default());
+        watch.check(&campaign, &db).await;
+    }
+    let (expected, stats) = writers.finish(&campaign, &db).await;
+    eprintln!(
+        "crash suite overlap: {kills} kills in {runs} runs; {overlaps} batches staged while a write round was open; writers: {stats:?}"
+    );
+    drain(&campaign, &db, &source_dsn, &source, slot).await;
+    final_check(&campaign, &db, &target, &expected, kills).await;
+    assert!(
+        overlaps >= kills,
+        "intake should stage while writes are open ({overlaps} batches over {kills} runs); {}",
+        campaign.repro()
+    );
+    drop_slot(&source, slot).await;
+}
+
+/// Batches a weir log shows staged while a write round was open (between `write round
+/// starts` and its `partitions written`).
+fn staged_during_writes(log: &str) -> usize {
+    let (mut open, mut staged) = (false, 0);
+    for line in log.lines() {
+        if line.contains("write round starts") {
+            open = true;
+        } else if line.contains("partitions written") {
+            open = false;
+        } else if open && line.contains(" staged ") && !line.contains("transactions=0") {
+            staged += 1;
+        }
+    }
+    staged
+}
+
 /// Whether a weir log shows the initial snapshot started and not finished.
 fn killed_mid_snapshot(log: &str) -> bool {
     log.contains("initial snapshot starts") && !log.contains("initial snapshot complete")

@@ -1,6 +1,7 @@
-//! Intake: the run loop that reads the source, stages each committed transaction
-//! (synced) and only then acknowledges it, reconnects a source that went away, and
-//! pauses reading while too much is staged but not yet written (backpressure).
+//! Intake: the loop that reads the source, stages each committed transaction (synced)
+//! and only then acknowledges it, wakes the writer, reconnects a source that went
+//! away, and pauses reading while too much is staged but not yet written
+//! (backpressure). `run` runs it beside the writer (`writer`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 
 use super::init::postgres_dsn;
-use super::schedule::{WRITE_BACKOFF_MAX, WRITE_BACKOFF_MIN, WriteBackoff};
+use super::schedule::{WRITE_BACKOFF_MAX, WRITE_BACKOFF_MIN};
 use super::{Pipeline, PipelineError, RunReport, blocking};
 use crate::config::SourceConfig;
 use crate::errors::error_chain;
@@ -23,18 +24,46 @@ use crate::stage::{ApplyOutcome, StageChange, StageError};
 impl Pipeline {
     /// Tails the source, stages and writes, until the feed ends (`once`: everything
     /// available now), or `shutdown` completes (then what is staged stays staged).
+    ///
+    /// Live, intake and the writer run at the same time (see `writer`): intake stages
+    /// and acknowledges, and wakes the writer; the writer writes whatever is dirty. With
+    /// `once`, intake reads what is available, then every dirty partition is written.
     pub async fn run(
+        &self,
+        once: bool,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<RunReport, PipelineError> {
+        let _gauges = self.spawn_gauges();
+        if once {
+            return self.intake(true, shutdown).await;
+        }
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let intake = async {
+            let report = self.intake(false, shutdown).await;
+            let _ = stop.send(true);
+            report
+        };
+        let (mut report, written) = tokio::try_join!(intake, self.write_loop(stopped))?;
+        report.add_writes(&written);
+        if report.fed_to_end {
+            // A live feed that ended (stdin closed): what it staged is written now,
+            // as `--once` would, after the writer's last round.
+            self.write_round(&mut report).await?;
+        }
+        // The writer's last dirty marks go to the table files too.
+        self.flush_stage().await?;
+        Ok(report)
+    }
+
+    /// The intake loop (see [`Pipeline::run`]).
+    async fn intake(
         &self,
         once: bool,
         shutdown: impl Future<Output = ()>,
     ) -> Result<RunReport, PipelineError> {
         // `None` only while intake is paused with the stream closed (see pause_intake).
         let mut slot = Some(self.open_source(once).await?);
-        let _gauges = self.spawn_gauges();
         let mut report = RunReport::default();
-        let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
-        let mut last_flush = Instant::now();
-        let mut backoff = WriteBackoff::default();
         let mut batch: Vec<Transaction> = Vec::new();
         // About the bytes of changes `batch` holds: staged at INTAKE_BATCH_BYTES.
         let mut batch_bytes = 0usize;
@@ -44,10 +73,7 @@ impl Pipeline {
         loop {
             let staged_before = report.transactions;
             let Some(source) = slot.as_mut() else {
-                match self
-                    .reconnect_source(once, &mut report, &mut shutdown)
-                    .await?
-                {
+                match self.reconnect_source(once, &mut shutdown).await? {
                     Some(source) => slot = Some(source),
                     None => {
                         self.flush_stage().await?;
@@ -104,7 +130,12 @@ impl Pipeline {
                 Ok(SourceEvent::Idle) => self.stage_batch(source, &mut batch, &mut report).await?,
                 Ok(SourceEvent::End) => {
                     self.stage_batch(source, &mut batch, &mut report).await?;
-                    self.write_round(&mut report).await?;
+                    // The feed is whole: write everything before the run ends. Live, the
+                    // writer is stopped first (one round at a time), see `run`.
+                    report.fed_to_end = true;
+                    if once {
+                        self.write_round(&mut report).await?;
+                    }
                     self.flush_stage().await?;
                     return Ok(report);
                 }
@@ -122,23 +153,8 @@ impl Pipeline {
                     continue;
                 }
             }
-            if !once && last_flush.elapsed() >= flush_interval + backoff.wait() {
-                self.stage_batch(source, &mut batch, &mut report).await?;
-                let transient = self.write_round_inner(&mut report, true).await?;
-                // Failures a retry may cure (the target down): wait longer each time,
-                // up to a bound, while staging goes on; the first good round resets it.
-                let next = backoff.after_round(transient);
-                if transient > 0 {
-                    tracing::warn!(
-                        failed = transient,
-                        retry_in_ms = next.as_millis() as u64,
-                        "partition writes failed; staging goes on, writes are retried"
-                    );
-                }
-                last_flush = Instant::now();
-            }
-            // After each staged batch: at `[stage] max_unwritten_mb`, write before
-            // reading on (the overshoot is one batch at most).
+            // After each staged batch: at `[stage] max_unwritten_mb`, wait for the writer
+            // before reading on (the overshoot is one batch at most).
             if !once
                 && report.transactions != staged_before
                 && !self
@@ -270,19 +286,15 @@ impl Pipeline {
     }
 
     /// Opens the source again after it went away, waiting 0.5 s, then twice as long
-    /// each time up to 30 s, while dirty partitions are written meanwhile. `None` if
-    /// `shutdown` came first; a permanent error (say, the slot was dropped) ends it.
+    /// each time up to 30 s, while the writer goes on writing dirty partitions. `None`
+    /// if `shutdown` came first; a permanent error (say, the slot was dropped) ends it.
     async fn reconnect_source(
         &self,
         once: bool,
-        report: &mut RunReport,
         shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Option<AnySource>, PipelineError> {
         let mut wait = WRITE_BACKOFF_MIN;
         loop {
-            if let Err(error) = self.write_round_inner(report, true).await {
-                tracing::warn!(error = %error_chain(&error), "partition writes failed while the source is away");
-            }
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = shutdown.as_mut() => return Ok(None),
@@ -303,9 +315,8 @@ impl Pipeline {
     }
 
     /// While the changes staged but not written reach `[stage] max_unwritten_mb` (checked
-    /// after each staged batch), stops
-    /// reading the source and only writes, until the backlog is below half the limit
-    /// (or empty). A PostgreSQL source's stream is closed meanwhile and reopened at the
+    /// after each staged batch), stops reading the source while the writer writes,
+    /// until the backlog is below half the limit (or nothing is dirty). A PostgreSQL source's stream is closed meanwhile and reopened at the
     /// stage's position after: an unread stream would miss the server's keepalives and
     /// be cut; the slot keeps the WAL. A JSON-lines source is simply not read.
     /// Returns `false` if `shutdown` came while paused.
@@ -333,11 +344,7 @@ impl Pipeline {
         if matches!(source, Some(AnySource::Postgres(_))) {
             *source = None;
         }
-        let flush_interval = Duration::from_millis(self.config.engine.flush_interval_ms);
-        let mut backoff = WriteBackoff::default();
         loop {
-            let transient = self.write_round_inner(report, true).await?;
-            let wait = backoff.after_round(transient);
             let unwritten = self.stage.unwritten_bytes()?;
             if unwritten < limit / 2 || self.stage.dirty_partitions()?.is_empty() {
                 tracing::info!(
@@ -348,8 +355,9 @@ impl Pipeline {
                 metrics::intake_paused(false);
                 break;
             }
+            self.write_wake.notify_one();
             tokio::select! {
-                () = tokio::time::sleep(flush_interval.max(WRITE_BACKOFF_MIN / 5) + wait) => {}
+                () = tokio::time::sleep(PAUSE_CHECK) => {}
                 () = shutdown.as_mut() => return Ok(false),
             }
         }
@@ -404,6 +412,10 @@ impl Pipeline {
             Vec::new()
         };
         let outcome: ApplyOutcome = blocking(move || stage.apply(&txns)).await?;
+        if outcome.transactions > 0 {
+            // Something may be dirty: the writer starts a round if it is idle.
+            self.write_wake.notify_one();
+        }
         crate::failpoint!("stage-before-ack");
         report.transactions += outcome.transactions;
         report.changes += outcome.changes;
@@ -436,6 +448,9 @@ impl Pipeline {
         Ok(())
     }
 }
+
+/// How often paused intake looks at the backlog again while the writer drains it.
+const PAUSE_CHECK: Duration = Duration::from_millis(100);
 
 /// Aborts a spawned task when dropped.
 #[derive(Debug)]

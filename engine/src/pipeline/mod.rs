@@ -13,7 +13,8 @@
 //! - `init`: set up the source, the target tables and the stage; the table checks and
 //!   the contracts that every open repeats.
 //! - `intake`: the run loop, source → stage, with its backpressure (`[stage]
-//!   max_unwritten_mb`) and source reconnects.
+//!   max_unwritten_mb`) and source reconnects; live, it runs beside the `writer`, which
+//!   starts a write round whenever it is free and something is dirty.
 //! - the writer: `schedule` (write rounds, their backoff, dead letters), `stream` (one
 //!   partition job: the stage read in chunks, transformed, checked), `write` (its
 //!   stream into the partition's one transaction: a replace, or a merge of the
@@ -41,6 +42,7 @@ mod status;
 mod stream;
 mod transform;
 mod write;
+mod writer;
 
 pub use error::PipelineError;
 pub use init::{InitReport, init, init_with};
@@ -65,6 +67,20 @@ pub struct RunReport {
     pub intake_pauses: usize,
     /// Times the source connection was lost and opened again.
     pub source_reconnects: usize,
+    /// The feed ended (a file read with `--once`, stdin closed).
+    #[serde(skip)]
+    pub fed_to_end: bool,
+}
+
+impl RunReport {
+    /// Adds what the live writer did to intake's report.
+    fn add_writes(&mut self, w: &RunReport) {
+        self.partitions_written += w.partitions_written;
+        self.rows_written += w.rows_written;
+        self.dead_letters += w.dead_letters;
+        self.partitions_failed += w.partitions_failed;
+        self.rows_rejected += w.rows_rejected;
+    }
 }
 
 /// A stage and a target, wired for one config.
@@ -82,6 +98,8 @@ pub struct Pipeline {
     /// (`backfill`, `verify`): then dirty marks are left to the engine, and a write
     /// never replaces a partition lineage says is newer.
     writable: bool,
+    /// Intake's signal to the live writer that it staged something (see `writer`).
+    write_wake: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -165,6 +183,7 @@ impl Pipeline {
             clients: Mutex::new(clients),
             failed: std::sync::Mutex::default(),
             writable,
+            write_wake: tokio::sync::Notify::new(),
         })
     }
 

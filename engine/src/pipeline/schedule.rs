@@ -36,11 +36,15 @@ impl WriteBackoff {
         };
         self.0
     }
+}
 
-    /// The wait now.
-    pub(super) fn wait(self) -> Duration {
-        self.0
-    }
+/// What a write round did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Round {
+    /// Dirty partitions it tried to write.
+    pub tried: usize,
+    /// Of those, failures a retry may cure.
+    pub transient: usize,
 }
 
 /// Dead letters moved from the stage to the target per round trip.
@@ -55,13 +59,14 @@ impl Pipeline {
         self.write_round_inner(report, false).await.map(drop)
     }
 
-    /// One round; returns the number of failures that a retry may cure (the target
-    /// unreachable, a connection lost), which the live loop backs off on.
+    /// One round; returns the partitions it tried and the failures among them that a
+    /// retry may cure (the target unreachable, a connection lost), which the live
+    /// writer backs off on.
     pub(super) async fn write_round_inner(
         &self,
         report: &mut RunReport,
         keep_going: bool,
-    ) -> Result<usize, PipelineError> {
+    ) -> Result<Round, PipelineError> {
         match self.flush_dead_letters().await {
             Ok(n) => {
                 report.dead_letters += n;
@@ -81,8 +86,10 @@ impl Pipeline {
             });
         }
         if dirty.is_empty() {
-            return Ok(0);
+            return Ok(Round::default());
         }
+        let tried = dirty.len();
+        tracing::info!(partitions = tried, "write round starts");
         // Oldest change first: a partition waits at most one round behind newer ones.
         // Among changes of one age, the largest partition first, so that the longest
         // jobs do not start last and hold the round open on one worker.
@@ -150,7 +157,7 @@ impl Pipeline {
         );
         match first_error {
             Some(e) if !keep_going => Err(e),
-            _ => Ok(transient),
+            _ => Ok(Round { tried, transient }),
         }
     }
 
@@ -180,14 +187,13 @@ mod tests {
     #[test]
     fn the_write_backoff_doubles_within_its_bounds_and_resets_on_a_good_round() {
         let mut backoff = WriteBackoff::default();
-        assert_eq!(backoff.wait(), Duration::ZERO);
         assert_eq!(backoff.after_round(0), Duration::ZERO);
         assert_eq!(backoff.after_round(3), WRITE_BACKOFF_MIN);
         assert_eq!(backoff.after_round(1), WRITE_BACKOFF_MIN * 2);
         for _ in 0..10 {
             backoff.after_round(1);
         }
-        assert_eq!(backoff.wait(), WRITE_BACKOFF_MAX);
+        assert_eq!(backoff.after_round(1), WRITE_BACKOFF_MAX);
         assert_eq!(backoff.after_round(0), Duration::ZERO);
     }
 }

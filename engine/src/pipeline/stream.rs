@@ -27,12 +27,14 @@ use crate::value::Value;
 /// Output chunks in flight between a job and its writer.
 pub const CHANNEL_CHUNKS: usize = crate::limits::JOB_CHANNEL_CHUNKS;
 
-/// What a job hands its writer, in order: one [`Piece::Head`], chunks, one
-/// [`Piece::End`].
+/// What a job hands its writer, in order: one [`Piece::Head`]; for a merge, chunks of
+/// changed keys then [`Piece::KeysDone`]; chunks of output; one [`Piece::End`].
 #[derive(Debug)]
 pub(super) enum Piece {
     Head(Head),
     Chunk(OutChunk),
+    /// A merge's changed keys are all sent: their target rows are deleted now.
+    KeysDone,
     End(End),
 }
 
@@ -192,8 +194,6 @@ struct Run<'j, 's, 'v> {
     visit: Option<Visit<'v>>,
     checksum: Checksum,
     staged_rows: u64,
-    /// Merge: the last changed key pushed (encoded); keys sort by it.
-    last_key: Vec<u8>,
 }
 
 impl<'j, 's, 'v> Run<'j, 's, 'v> {
@@ -228,24 +228,29 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
             visit: None,
             checksum: Checksum::default(),
             staged_rows: 0,
-            last_key: Vec::new(),
         })
     }
 
     fn all(&mut self, tx: &mpsc::Sender<Result<Piece, PipelineError>>) -> Result<(), RunError> {
         let snap = self.snap;
         if self.merge {
-            for chunk in snap.changed() {
-                let mut out = OutChunk::default();
-                let mut rows = Vec::with_capacity(chunk.as_ref().map_or(0, Vec::len));
-                for (key, row) in chunk? {
-                    let values = decode_key(&key).map_err(crate::stage::StageError::from)?;
-                    out.rejection_keys.push(plugin::json::key_text(&values));
-                    out.keys.push(values);
-                    rows.extend(row);
-                    self.last_key = key;
+            // Every changed key first, so that their target rows are deleted before any
+            // output is copied; then the rows of those still in the partition.
+            if self.visit.is_none() {
+                for chunk in snap.changed_keys() {
+                    let mut out = OutChunk::default();
+                    for key in chunk? {
+                        let values = decode_key(&key).map_err(crate::stage::StageError::from)?;
+                        out.rejection_keys.push(plugin::json::key_text(&values));
+                        out.keys.push(values);
+                    }
+                    send(tx, Piece::Chunk(out)).map_err(|Stopped| RunError::Stopped)?;
                 }
-                self.chunk(rows, out, tx)?;
+                send(tx, Piece::KeysDone).map_err(|Stopped| RunError::Stopped)?;
+            }
+            for chunk in snap.changed() {
+                let rows = chunk?.into_iter().filter_map(|(_, row)| row).collect();
+                self.chunk(rows, OutChunk::default(), tx)?;
             }
         } else {
             for chunk in snap.rows() {
@@ -356,19 +361,19 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
         let Ok(encoded) = encode_key(&key.iter().collect::<Vec<_>>()) else {
             return Ok(None);
         };
-        if self.merge && (encoded > self.last_key || !self.snap.is_changed(&encoded)?) {
+        if self.merge && !self.snap.is_changed(&encoded)? {
             return Ok(None);
         }
         Ok(self.snap.row(&encoded)?)
     }
 
-    /// Merge: every output row's grain key is a changed key already pushed, so its
-    /// target rows were deleted before the row is copied.
+    /// Merge: every output row's grain key is a changed key, whose target rows were
+    /// deleted before any row is copied.
     fn check_merge_keys(&self, rows: &[Vec<Value>]) -> Result<(), PipelineError> {
         for row in rows {
             let grain: Vec<&Value> = self.job.key_columns.iter().map(|&c| &row[c]).collect();
             let known = match encode_key(&grain) {
-                Ok(k) => k <= self.last_key && self.snap.is_changed(&k)?,
+                Ok(k) => self.snap.is_changed(&k)?,
                 Err(_) => false,
             };
             if !known {

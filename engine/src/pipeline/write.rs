@@ -195,7 +195,7 @@ impl Pipeline {
         let mut pieces = self.stream(table, partition, false, false)?;
         while let Some(piece) = pieces.recv().await {
             match piece? {
-                Piece::Head(_) => {}
+                Piece::Head(_) | Piece::KeysDone => {}
                 Piece::Chunk(chunk) => f(chunk.rows),
                 Piece::End(End { staged_rows, .. }) => return Ok(staged_rows),
             }
@@ -269,14 +269,13 @@ async fn write_pieces(
                 rejection_keys,
             }) => {
                 if merge {
-                    writer
-                        .delete_keys(key_columns, &keys, &rejection_keys)
-                        .await?;
+                    writer.add_keys(key_columns, keys, &rejection_keys).await?;
                 }
                 writer.copy(&rows).await?;
                 writer.reject(&rejections).await?;
                 rejected += rejections.len() as u64;
             }
+            Piece::KeysDone => writer.delete_keys().await?,
             Piece::End(End { checksum, .. }) => {
                 let checksum = if merge { String::new() } else { checksum };
                 return Ok(Some((writer.commit(checksum).await?, rejected)));

@@ -131,6 +131,16 @@ impl<'s> PartitionSnapshot<'s> {
         }
     }
 
+    /// The keys changed since the partition's last write (encoded), without their rows,
+    /// in chunks of at most [`CHUNK_ROWS`].
+    pub fn changed_keys(&self) -> ChangedKeys<'_> {
+        ChangedKeys {
+            prefix: self.prefix.len(),
+            it: self.iter(CF_CHANGED),
+            done: false,
+        }
+    }
+
     /// The row of `key` (encoded) in this partition, if there is one.
     pub fn row(&self, key: &[u8]) -> Result<Option<StagedRow>, StageError> {
         self.snapshot
@@ -241,6 +251,42 @@ impl Iterator for ChangedChunks<'_, '_> {
             };
             bytes += key.len() + row.as_ref().map_or(0, StagedRow::approx_bytes);
             chunk.push((key, row));
+        }
+        if let Err(e) = self.it.status() {
+            self.done = true;
+            return Some(Err(db_err("read changed keys")(e)));
+        }
+        if chunk.is_empty() {
+            self.done = true;
+            return None;
+        }
+        Some(Ok(chunk))
+    }
+}
+
+/// See [`PartitionSnapshot::changed_keys`].
+#[allow(missing_debug_implementations)] // a RocksDB iterator
+pub struct ChangedKeys<'a> {
+    prefix: usize,
+    it: DBRawIteratorWithThreadMode<'a, DB>,
+    done: bool,
+}
+
+impl Iterator for ChangedKeys<'_> {
+    type Item = Result<Vec<Vec<u8>>, StageError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let mut chunk = Vec::new();
+        while chunk.len() < CHUNK_ROWS {
+            let Some(k) = self.it.key() else { break };
+            let key = k[self.prefix..].to_vec();
+            self.it.next();
+            if !key.is_empty() {
+                chunk.push(key);
+            }
         }
         if let Err(e) = self.it.status() {
             self.done = true;

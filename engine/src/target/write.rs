@@ -318,8 +318,9 @@ pub async fn merge_partition(
             Opened::Superseded(_) | Opened::Refused => Ok(None),
             Opened::Writer(mut writer) => {
                 writer
-                    .delete_keys(&merge.columns, &merge.keys, &merge.rejection_keys)
+                    .add_keys(&merge.columns, merge.keys.clone(), &merge.rejection_keys)
                     .await?;
+                writer.delete_keys().await?;
                 writer.copy(write.rows).await?;
                 writer.reject(write.rejections).await?;
                 writer.commit(String::new()).await.map(Some)

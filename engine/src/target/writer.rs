@@ -30,7 +30,14 @@ pub struct PartitionWriter<'c, 'a> {
     mode: WriteMode,
     pred: PartitionPredicate,
     partition_name: String,
-    sink: Option<Pin<Box<CopyInSink<Bytes>>>>,
+    /// The COPY in progress, and what it copies into.
+    sink: Option<(CopyInto, Pin<Box<CopyInSink<Bytes>>>)>,
+    /// Merge: the key columns (indexes into the target's), the first chunk of keys
+    /// (held until a second one, or the delete), and whether the temporary table of
+    /// keys holds them instead.
+    key_columns: Vec<usize>,
+    keys: Option<Vec<Vec<Value>>>,
+    keys_table: bool,
     buf: BytesMut,
     value_bytes: Vec<u8>,
     insert_rejection: Option<Statement>,
@@ -49,6 +56,15 @@ impl std::fmt::Debug for PartitionWriter<'_, '_> {
             .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
+}
+
+/// What a COPY copies into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopyInto {
+    /// The target table.
+    Target,
+    /// A merge's temporary table of changed keys.
+    Keys,
 }
 
 /// What opening a partition write came to.
@@ -78,6 +94,9 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
             mode,
             pred,
             sink: None,
+            key_columns: Vec::new(),
+            keys: None,
+            keys_table: false,
             buf: BytesMut::new(),
             value_bytes: Vec::new(),
             insert_rejection: None,
@@ -140,40 +159,112 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         Ok(())
     }
 
-    /// Merge: deletes the target rows of these changed keys (values in the order of
-    /// `columns`, indexes into the target's columns) and their rejections (`[42]`).
-    /// Every key must be deleted before an output row of it is copied.
-    pub async fn delete_keys(
+    /// Merge: takes a chunk of changed keys (values in the order of `columns`,
+    /// indexes into the target's columns) and removes their rejections (`[42]`). Their
+    /// target rows are deleted by [`Self::delete_keys`], once every key is in: one
+    /// chunk by a `DELETE` with the keys as arrays, more through a temporary table of
+    /// keys, COPYed in as they come, in one `DELETE … USING` (a hash join, however many
+    /// keys and whatever the target's indexes).
+    pub async fn add_keys(
         &mut self,
         columns: &[usize],
-        keys: &[Vec<Value>],
+        keys: Vec<Vec<Value>>,
         rejection_keys: &[String],
     ) -> Result<(), TargetError> {
         if keys.is_empty() {
             return Ok(());
         }
         self.end_copy().await?;
-        // DELETE … WHERE <partition> AND (k1, k2) IN (SELECT * FROM unnest($3::t1[], $4::t2[]))
-        let mut params = Vec::new();
-        let condition = self.condition(&mut params);
-        let mut key_cols = Vec::with_capacity(columns.len());
-        let mut arrays = Vec::with_capacity(columns.len());
-        for (i, &c) in columns.iter().enumerate() {
-            let (name, ty) = &self.table.columns[c];
-            key_cols.push(quote_ident(name));
-            params.push(Box::new(
-                keys.iter()
-                    .map(|k| k.get(i).cloned().unwrap_or(Value::Null))
-                    .collect::<Vec<Value>>(),
-            ));
-            arrays.push(format!("${}::{}[]", params.len(), quote_ident(ty.name())));
+        self.tx
+            .execute(
+                "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2 \
+                 AND row_key = ANY($3::text[]::jsonb[])",
+                &[&self.table.name.to_string(), &self.partition_name, &rejection_keys],
+            )
+            .await
+            .map_err(query_err("clear the changed keys' rejections"))?;
+        self.key_columns = columns.to_vec();
+        match self.keys.take() {
+            None if !self.keys_table => self.keys = Some(keys),
+            held => {
+                if !self.keys_table {
+                    let defs = self
+                        .key_types()
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (_, ty))| format!("k{i} {}", quote_ident(ty.name())))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    self.tx
+                        .batch_execute(&format!(
+                            "CREATE TEMPORARY TABLE weir_merge_keys ({defs}) ON COMMIT DROP"
+                        ))
+                        .await
+                        .map_err(query_err("create the merge's table of keys"))?;
+                    self.keys_table = true;
+                }
+                for chunk in held.into_iter().chain([keys]) {
+                    self.copy_into(CopyInto::Keys, &chunk).await?;
+                }
+            }
         }
-        let delete = format!(
-            "DELETE FROM {} WHERE {condition} AND ({}) IN (SELECT * FROM unnest({}))",
-            self.table.name.quoted(),
-            key_cols.join(", "),
-            arrays.join(", ")
-        );
+        Ok(())
+    }
+
+    /// The (name, type) of the merge's key columns.
+    fn key_types(&self) -> Vec<(String, postgres_types::Type)> {
+        self.key_columns
+            .iter()
+            .map(|&c| self.table.columns[c].clone())
+            .collect()
+    }
+
+    /// Merge: deletes the target rows of every key added (see [`Self::add_keys`]),
+    /// before any output row is copied.
+    pub async fn delete_keys(&mut self) -> Result<(), TargetError> {
+        self.end_copy().await?;
+        let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+        let condition = self.condition(&mut params);
+        let names: Vec<String> = self
+            .key_types()
+            .iter()
+            .map(|(name, _)| quote_ident(name))
+            .collect();
+        let delete = if self.keys_table {
+            self.tx
+                .batch_execute("ANALYZE weir_merge_keys")
+                .await
+                .map_err(query_err("analyze the merge's table of keys"))?;
+            let join = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| format!("t.{n} = k.k{i}"))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            format!(
+                "DELETE FROM {} AS t USING weir_merge_keys AS k WHERE {condition} AND {join}",
+                self.table.name.quoted()
+            )
+        } else if let Some(keys) = self.keys.take() {
+            // DELETE … WHERE <partition> AND (k1, k2) IN (SELECT * FROM unnest($3::t1[], $4::t2[]))
+            let mut arrays = Vec::with_capacity(names.len());
+            for (i, (_, ty)) in self.key_types().iter().enumerate() {
+                params.push(Box::new(
+                    keys.iter()
+                        .map(|k| k.get(i).cloned().unwrap_or(Value::Null))
+                        .collect::<Vec<Value>>(),
+                ));
+                arrays.push(format!("${}::{}[]", params.len(), quote_ident(ty.name())));
+            }
+            format!(
+                "DELETE FROM {} WHERE {condition} AND ({}) IN (SELECT * FROM unnest({}))",
+                self.table.name.quoted(),
+                names.join(", "),
+                arrays.join(", ")
+            )
+        } else {
+            return Ok(());
+        };
         let refs: Vec<&(dyn ToSql + Sync)> = params
             .iter()
             .map(|p| p.as_ref() as &(dyn ToSql + Sync))
@@ -187,51 +278,59 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                 self.partition_name, self.table.name
             )))?;
         crate::failpoint!("target-after-delete");
-        self.tx
-            .execute(
-                "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2 \
-                 AND row_key = ANY($3::text[]::jsonb[])",
-                &[&self.table.name.to_string(), &self.partition_name, &rejection_keys],
-            )
-            .await
-            .map_err(query_err("clear the changed keys' rejections"))?;
         Ok(())
     }
 
-    /// Copies output rows (in target column order) into the partition: encoded into
+    /// Copies output rows (in target column order) into the partition.
+    pub async fn copy(&mut self, rows: &[Vec<Value>]) -> Result<(), TargetError> {
+        self.copy_into(CopyInto::Target, rows).await?;
+        self.copied += rows.len() as u64;
+        Ok(())
+    }
+
+    /// Copies rows into the target table or the merge's table of keys: encoded into
     /// PostgreSQL's binary COPY format and sent in chunks of [`COPY_CHUNK_BYTES`]. A
     /// value that does not fit its column fails the write with the column named.
-    pub async fn copy(&mut self, rows: &[Vec<Value>]) -> Result<(), TargetError> {
+    async fn copy_into(&mut self, into: CopyInto, rows: &[Vec<Value>]) -> Result<(), TargetError> {
         if rows.is_empty() {
             return Ok(());
         }
+        if self.sink.as_ref().is_some_and(|(open, _)| *open != into) {
+            self.end_copy().await?;
+        }
+        let columns = match into {
+            CopyInto::Target => self.table.columns.clone(),
+            CopyInto::Keys => self.key_types(),
+        };
         let copy_err = || query_err(format!("COPY into {}", self.table.name));
         if self.sink.is_none() {
-            let cols = self
-                .table
-                .columns
-                .iter()
-                .map(|(name, _)| quote_ident(name))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let sql = match into {
+                CopyInto::Target => format!(
+                    "COPY {} ({}) FROM STDIN (FORMAT binary)",
+                    self.table.name.quoted(),
+                    columns
+                        .iter()
+                        .map(|(name, _)| quote_ident(name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                CopyInto::Keys => "COPY weir_merge_keys FROM STDIN (FORMAT binary)".to_owned(),
+            };
             let sink = self
                 .tx
-                .copy_in(&format!(
-                    "COPY {} ({cols}) FROM STDIN (FORMAT binary)",
-                    self.table.name.quoted()
-                ))
+                .copy_in(&sql)
                 .await
                 .map_err(query_err(format!("start COPY into {}", self.table.name)))?;
-            self.sink = Some(Box::pin(sink));
+            self.sink = Some((into, Box::pin(sink)));
             self.buf.reserve(COPY_CHUNK_BYTES + COPY_CHUNK_BYTES / 4);
             self.buf.extend_from_slice(COPY_SIGNATURE);
             self.buf.put_i32(0); // flags
             self.buf.put_i32(0); // header extension length
         }
-        let fields = i16::try_from(self.table.columns.len()).unwrap_or(i16::MAX);
+        let fields = i16::try_from(columns.len()).unwrap_or(i16::MAX);
         for row in rows {
             self.buf.put_i16(fields);
-            for ((name, ty), value) in self.table.columns.iter().zip(row) {
+            for ((name, ty), value) in columns.iter().zip(row) {
                 if value.is_null() {
                     self.buf.put_i32(-1);
                     continue;
@@ -250,7 +349,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                 self.buf.extend_from_slice(&self.value_bytes);
             }
             if self.buf.len() >= COPY_CHUNK_BYTES
-                && let Some(sink) = self.sink.as_mut()
+                && let Some((_, sink)) = self.sink.as_mut()
             {
                 sink.as_mut()
                     .send(self.buf.split().freeze())
@@ -258,13 +357,12 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                     .map_err(copy_err())?;
             }
         }
-        self.copied += rows.len() as u64;
         Ok(())
     }
 
     /// Ends the COPY in progress, if any.
     async fn end_copy(&mut self) -> Result<(), TargetError> {
-        let Some(mut sink) = self.sink.take() else {
+        let Some((into, mut sink)) = self.sink.take() else {
             return Ok(());
         };
         self.buf.put_i16(-1); // trailer
@@ -278,7 +376,9 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
             .await
             .map_err(query_err(format!("finish {what}")))?;
         self.buf = BytesMut::new();
-        crate::failpoint!("target-after-copy");
+        if into == CopyInto::Target {
+            crate::failpoint!("target-after-copy");
+        }
         Ok(())
     }
 
@@ -392,8 +492,9 @@ pub async fn open_replace<'c, 'a>(
 
 /// Opens the merge of one partition: its lock, then lineage, which must name the same
 /// transform, plugin and config (else [`Opened::Refused`], nothing changed: the caller
-/// replaces the partition). The changed keys are then deleted chunk by chunk
-/// ([`PartitionWriter::delete_keys`]), each before its rows are copied.
+/// replaces the partition). The changed keys are then added chunk by chunk
+/// ([`PartitionWriter::add_keys`]) and their rows deleted at once
+/// ([`PartitionWriter::delete_keys`]), before the output is copied.
 pub async fn open_merge<'c, 'a>(
     client: &'c mut Client,
     table: &'a TargetTable,
