@@ -14,6 +14,10 @@ use weir::config::ConfigError;
 
 mod commands;
 
+/// jemalloc: glibc's per-thread arenas kept what staging threads freed (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "weir",
@@ -325,7 +329,7 @@ fn init_logging(format: LogFormat) {
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let layer = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+        .with_writer(|| commands::progress::LogWriter);
     let registry = tracing_subscriber::registry();
     match format {
         LogFormat::Text => registry

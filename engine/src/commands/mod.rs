@@ -12,7 +12,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod demo;
 pub(crate) mod init;
 pub(crate) mod plugin;
-mod progress;
+pub(crate) mod progress;
 pub(crate) mod run;
 pub(crate) mod status;
 pub(crate) mod verify;

@@ -25,7 +25,25 @@ pub(crate) async fn run(
         "memory budget"
     );
     let pipeline = Pipeline::open(config, dsn).await?;
-    let result = pipeline.run(once, shutdown_signal()).await;
+    // On a terminal, a status line under the logs (quiet otherwise).
+    let mut status = super::progress::StatusLine::new();
+    if status.is_some() {
+        pipeline.watch();
+    }
+    let run = pipeline.run(once, shutdown_signal());
+    tokio::pin!(run);
+    let mut tick = tokio::time::interval(super::progress::StatusLine::EVERY);
+    let result = loop {
+        tokio::select! {
+            result = &mut run => break result,
+            _ = tick.tick(), if status.is_some() => {
+                if let Some(line) = status.as_mut() {
+                    line.update(pipeline.live());
+                }
+            }
+        }
+    };
+    drop(status);
     // The process's peak memory over the whole run, for operators and the hostile
     // plugin campaign (`tests/integration/hostile_campaign.rs`).
     super::log_peak_memory("run ended");

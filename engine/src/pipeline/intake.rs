@@ -172,7 +172,8 @@ impl Pipeline {
     /// table, and a PostgreSQL slot's lag, asked of the source as `weir status` does),
     /// until the returned guard is dropped. Reads only: it never touches the run.
     fn spawn_gauges(&self) -> Option<AbortOnDrop> {
-        if !metrics::enabled() {
+        let watched = self.live.watched.load(std::sync::atomic::Ordering::Relaxed);
+        if !metrics::enabled() && !watched {
             return None;
         }
         let stage = Arc::clone(&self.stage);
@@ -184,7 +185,9 @@ impl Pipeline {
                 .map(|dsn| (dsn, slot.clone())),
             SourceConfig::Jsonl { .. } => None,
         };
+        let live = Arc::clone(&self.live);
         let task = tokio::spawn(async move {
+            use std::sync::atomic::Ordering::Relaxed;
             let mut source: Option<Client> = None;
             let mut tick = tokio::time::interval(metrics::GAUGE_REFRESH);
             loop {
@@ -202,10 +205,11 @@ impl Pipeline {
                             (t, n)
                         })
                         .collect();
-                    Ok::<_, StageError>((size, unwritten, by_table))
+                    Ok::<_, StageError>((size, unwritten, by_table, dirty.len()))
                 })
                 .await;
-                if let Ok(Ok((size, unwritten, by_table))) = read {
+                if let Ok(Ok((size, unwritten, by_table, dirty))) = read {
+                    live.dirty.store(dirty as u64, Relaxed);
                     metrics::stage_state(
                         size,
                         unwritten,
@@ -218,7 +222,10 @@ impl Pipeline {
                 }
                 if let Some(client) = &source {
                     match postgres::slot_status(client, slot).await {
-                        Ok(Some((_, lag))) => metrics::slot_lag(lag),
+                        Ok(Some((_, lag))) => {
+                            metrics::slot_lag(lag);
+                            live.slot_lag.store(lag, Relaxed);
+                        }
                         Ok(None) => {}
                         Err(error) => {
                             tracing::debug!(error = %error_chain(&error), "slot lag not read; tried again later");
@@ -419,6 +426,9 @@ impl Pipeline {
         crate::failpoint!("stage-before-ack");
         report.transactions += outcome.transactions;
         report.changes += outcome.changes;
+        self.live
+            .changes_staged
+            .fetch_add(outcome.changes as u64, std::sync::atomic::Ordering::Relaxed);
         report.skipped_transactions += outcome.skipped;
         let checkpoint = self.stage.checkpoint()?;
         if let Some(checkpoint) = checkpoint

@@ -37,6 +37,7 @@ use crate::target::{self, TargetTable};
 mod error;
 mod init;
 mod intake;
+mod live;
 mod schedule;
 mod status;
 mod stream;
@@ -46,6 +47,7 @@ mod writer;
 
 pub use error::PipelineError;
 pub use init::{InitReport, init, init_with};
+pub use live::LiveState;
 pub use status::{DirtyStatus, FailedStatus, StaleStatus, Status, status};
 pub use stream::CHANNEL_CHUNKS;
 pub use transform::{IDENTITY_TRANSFORM, Transform};
@@ -100,6 +102,8 @@ pub struct Pipeline {
     writable: bool,
     /// Intake's signal to the live writer that it staged something (see `writer`).
     write_wake: tokio::sync::Notify,
+    /// What the run is doing now, for the operator (see `live`).
+    live: Arc<live::LiveCounters>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -184,7 +188,21 @@ impl Pipeline {
             failed: std::sync::Mutex::default(),
             writable,
             write_wake: tokio::sync::Notify::new(),
+            live: Arc::default(),
         })
+    }
+
+    /// Asks `run` to keep the live state's dirty count and slot lag fresh (for a status
+    /// line), as it does when metrics are served.
+    pub fn watch(&self) {
+        self.live
+            .watched
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What the run is doing now (see [`LiveState`]).
+    pub fn live(&self) -> LiveState {
+        self.live.read()
     }
 
     pub fn stage(&self) -> &Stage {

@@ -307,7 +307,7 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
             check.check(&mut rows)?;
         }
         if self.merge && self.session.is_some() {
-            self.check_merge_keys(&rows)?;
+            self.check_merge_keys(&rows, pushed)?;
         }
         out.rows = rows;
         if call.rejections.is_empty() || self.visit.is_some() {
@@ -368,12 +368,25 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
     }
 
     /// Merge: every output row's grain key is a changed key, whose target rows were
-    /// deleted before any row is copied.
-    fn check_merge_keys(&self, rows: &[Vec<Value>]) -> Result<(), PipelineError> {
+    /// deleted before any row is copied. Most are the key of a row of the call's chunk
+    /// (each pushed row is a changed key's); any other is looked up in the snapshot.
+    fn check_merge_keys(
+        &self,
+        rows: &[Vec<Value>],
+        pushed: &[InputRow],
+    ) -> Result<(), PipelineError> {
+        let chunk_keys: std::collections::HashSet<Vec<u8>> = if rows.is_empty() {
+            Default::default()
+        } else {
+            pushed
+                .iter()
+                .filter_map(|r| encode_key(&r.key.iter().collect::<Vec<_>>()).ok())
+                .collect()
+        };
         for row in rows {
             let grain: Vec<&Value> = self.job.key_columns.iter().map(|&c| &row[c]).collect();
             let known = match encode_key(&grain) {
-                Ok(k) => self.snap.is_changed(&k)?,
+                Ok(k) => chunk_keys.contains(&k) || self.snap.is_changed(&k)?,
                 Err(_) => false,
             };
             if !known {

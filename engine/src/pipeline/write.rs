@@ -121,6 +121,7 @@ impl Pipeline {
             config_hash,
             skip_if_newer: !self.writable,
         };
+        let started = std::time::Instant::now();
         let mut client = self.client().await?;
         let key_columns = if head.merge {
             self.key_columns(table)?
@@ -147,6 +148,10 @@ impl Pipeline {
             Some(done) => done,
         };
         crate::failpoint!("target-after-commit");
+        self.live.last_write_us.store(
+            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.after_write(table, partition, &summary, rejected, head.dirty)?;
         Ok(Written::Done(summary))
     }
@@ -163,6 +168,9 @@ impl Pipeline {
     ) -> Result<(), PipelineError> {
         if summary.superseded_by.is_none() {
             metrics::partition_written(table, summary.copied, summary.rejected);
+            use std::sync::atomic::Ordering::Relaxed;
+            self.live.rows_written.fetch_add(summary.copied, Relaxed);
+            self.live.partitions_written.fetch_add(1, Relaxed);
         }
         if let Ok(mut failed) = self.failed.lock() {
             failed.remove(&(table.to_owned(), partition.clone()));

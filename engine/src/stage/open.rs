@@ -29,7 +29,7 @@ const _: () = assert!(MEMORY_BUDGET_BYTES == crate::limits::STAGE_MEMORY_BYTES);
 /// and writes on `keys` (bloom filters), prefix scans of one partition on `rows`, and
 /// synced group commits; level compaction with dynamic level sizes keeps space
 /// amplification low for a table that is mostly updated in place.
-fn db_options(cache: &Cache) -> Options {
+fn db_options(cache: &Cache, memtables: &rocksdb::WriteBufferManager) -> Options {
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
@@ -39,7 +39,10 @@ fn db_options(cache: &Cache) -> Options {
     // and fail loudly on corruption anywhere else.
     opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    opts.set_db_write_buffer_size(MEMTABLES_BYTES_MAX);
+    // One manager for every family, which stalls writes while the memtables (active
+    // and waiting to be flushed) hold more than the budget: without the stall, a fast
+    // intake piled up flushing memtables far past it.
+    opts.set_write_buffer_manager(memtables);
     opts.set_write_buffer_size(MEMTABLE_BYTES);
     opts.set_max_background_jobs(2);
     opts.set_level_compaction_dynamic_level_bytes(true);
@@ -52,11 +55,19 @@ fn db_options(cache: &Cache) -> Options {
     opts
 }
 
-fn cf_descriptors(cache: &Cache) -> Vec<ColumnFamilyDescriptor> {
+fn cf_descriptors(
+    cache: &Cache,
+    memtables: &rocksdb::WriteBufferManager,
+) -> Vec<ColumnFamilyDescriptor> {
     COLUMN_FAMILIES
         .iter()
-        .map(|name| ColumnFamilyDescriptor::new(*name, db_options(cache)))
+        .map(|name| ColumnFamilyDescriptor::new(*name, db_options(cache, memtables)))
         .collect()
+}
+
+/// The memtables' manager of one open stage (see [`MEMTABLES_BYTES_MAX`]).
+fn memtables() -> rocksdb::WriteBufferManager {
+    rocksdb::WriteBufferManager::new_write_buffer_manager(MEMTABLES_BYTES_MAX, true)
 }
 
 impl Stage {
@@ -70,15 +81,20 @@ impl Stage {
             })?;
         }
         let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
-        let db = DB::open_cf_descriptors(&db_options(&cache), path, cf_descriptors(&cache))
-            .map_err(|source| StageError::Open {
-                path: path.to_owned(),
-                hint: open_hint(
-                    &source,
-                    "is another `weir run` using it? Only one process may write a stage",
-                ),
-                source,
-            })?;
+        let memtables = memtables();
+        let db = DB::open_cf_descriptors(
+            &db_options(&cache, &memtables),
+            path,
+            cf_descriptors(&cache, &memtables),
+        )
+        .map_err(|source| StageError::Open {
+            path: path.to_owned(),
+            hint: open_hint(
+                &source,
+                "is another `weir run` using it? Only one process may write a stage",
+            ),
+            source,
+        })?;
         let stage = Stage::from_db(db, path);
         stage.check_format(true)?;
         match stage.meta(META_SOURCE_ID)? {
@@ -138,9 +154,9 @@ impl Stage {
         loop {
             let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
             let opened = DB::open_cf_descriptors_read_only(
-                &db_options(&cache),
+                &db_options(&cache, &memtables()),
                 path,
-                cf_descriptors(&cache),
+                cf_descriptors(&cache, &memtables()),
                 false,
             )
             .map_err(|source| StageError::Open {
