@@ -15,7 +15,7 @@ use weir::demo::{Sequence, order_line};
 use weir::localpg::LocalPg;
 use weir::partition::Partition;
 use weir::pipeline::{self, Pipeline};
-use weir::target::{self, MergeKeys, PartitionWrite, Prepare, TargetTable};
+use weir::target::{self, MergeKeys, PartitionMeta, PartitionWrite, Prepare, TargetTable};
 use weir::value::Value;
 use weir_core::fixtures::{OrdersTable, jsonl_config};
 
@@ -43,17 +43,19 @@ fn write<'a>(
     generation: u64,
 ) -> PartitionWrite<'a> {
     PartitionWrite {
-        source_id: "bench",
-        source_table: "public.orders",
-        partition,
-        generation,
-        source_position: generation,
-        transform: pipeline::IDENTITY_TRANSFORM,
+        meta: PartitionMeta {
+            source_id: "bench",
+            source_table: "public.orders",
+            partition,
+            generation,
+            source_position: generation,
+            transform: pipeline::IDENTITY_TRANSFORM,
+            plugin_sha256: None,
+            config_hash: None,
+            skip_if_newer: false,
+        },
         rows,
-        plugin_sha256: None,
-        config_hash: None,
         rejections: &[],
-        skip_if_newer: false,
     }
 }
 

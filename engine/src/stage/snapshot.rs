@@ -80,12 +80,12 @@ impl<'s> PartitionSnapshot<'s> {
 
     /// The partition's rows in key order, in chunks of at most [`CHUNK_ROWS`] rows and
     /// about [`CHUNK_BYTES`].
-    pub fn rows(&self) -> RowChunks<'_, 's> {
-        RowChunks {
-            snap: self,
-            it: self.iter(CF_ROWS),
-            done: false,
-        }
+    pub fn rows(&self) -> impl Iterator<Item = Result<Vec<StagedRow>, StageError>> + '_ {
+        Chunks::new(self.iter(CF_ROWS), "read rows", |_, v| {
+            let row = self.decode(v)?;
+            let bytes = row.approx_bytes();
+            Ok(Some((row, bytes)))
+        })
     }
 
     /// The latest commit time of the partition's rows, read without decoding their
@@ -122,23 +122,27 @@ impl<'s> PartitionSnapshot<'s> {
         })
     }
 
-    /// The keys changed since the partition's last write, in chunks like [`Self::rows`].
-    pub fn changed(&self) -> ChangedChunks<'_, 's> {
-        ChangedChunks {
-            snap: self,
-            it: self.iter(CF_CHANGED),
-            done: false,
-        }
+    /// The keys changed since the partition's last write, in chunks like [`Self::rows`],
+    /// each with its row if it is in the partition now (`None`: deleted or moved out).
+    pub fn changed(&self) -> impl Iterator<Item = Result<ChangedChunk, StageError>> + '_ {
+        Chunks::new(self.iter(CF_CHANGED), "read changed keys", |k, _| {
+            let key = &k[self.prefix.len()..];
+            if key.is_empty() {
+                return Ok(None); // the every-key record: see `whole_changed`
+            }
+            let row = self.row(key)?;
+            let bytes = key.len() + row.as_ref().map_or(0, StagedRow::approx_bytes);
+            Ok(Some(((key.to_vec(), row), bytes)))
+        })
     }
 
     /// The keys changed since the partition's last write (encoded), without their rows,
     /// in chunks of at most [`CHUNK_ROWS`].
-    pub fn changed_keys(&self) -> ChangedKeys<'_> {
-        ChangedKeys {
-            prefix: self.prefix.len(),
-            it: self.iter(CF_CHANGED),
-            done: false,
-        }
+    pub fn changed_keys(&self) -> impl Iterator<Item = Result<Vec<Vec<u8>>, StageError>> + '_ {
+        Chunks::new(self.iter(CF_CHANGED), "read changed keys", |k, _| {
+            let key = &k[self.prefix.len()..];
+            Ok((!key.is_empty()).then(|| (key.to_vec(), key.len())))
+        })
     }
 
     /// The row of `key` (encoded) in this partition, if there is one.
@@ -176,16 +180,37 @@ impl std::fmt::Debug for PartitionSnapshot<'_> {
     }
 }
 
-/// See [`PartitionSnapshot::rows`].
-#[allow(missing_debug_implementations)] // a RocksDB iterator
-pub struct RowChunks<'a, 's> {
-    snap: &'a PartitionSnapshot<'s>,
+/// Chunks of what a snapshot iterator yields, each entry made by `make` (which may
+/// skip one: `None`), cut at [`CHUNK_ROWS`] entries or about [`CHUNK_BYTES`] (the
+/// sizes `make` gives); the first error ends it.
+struct Chunks<'a, T, F> {
     it: DBRawIteratorWithThreadMode<'a, DB>,
+    what: &'static str,
+    make: F,
     done: bool,
+    _entry: std::marker::PhantomData<T>,
 }
 
-impl Iterator for RowChunks<'_, '_> {
-    type Item = Result<Vec<StagedRow>, StageError>;
+impl<'a, T, F> Chunks<'a, T, F>
+where
+    F: FnMut(&[u8], &[u8]) -> Result<Option<(T, usize)>, StageError>,
+{
+    fn new(it: DBRawIteratorWithThreadMode<'a, DB>, what: &'static str, make: F) -> Self {
+        Chunks {
+            it,
+            what,
+            make,
+            done: false,
+            _entry: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T, F> Iterator for Chunks<'_, T, F>
+where
+    F: FnMut(&[u8], &[u8]) -> Result<Option<(T, usize)>, StageError>,
+{
+    type Item = Result<Vec<T>, StageError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.done {
@@ -194,103 +219,23 @@ impl Iterator for RowChunks<'_, '_> {
         let mut chunk = Vec::new();
         let mut bytes = 0;
         while chunk.len() < CHUNK_ROWS && bytes < CHUNK_BYTES {
-            let Some(v) = self.it.value() else { break };
-            let row = match self.snap.decode(v) {
-                Ok(row) => row,
+            let Some((k, v)) = self.it.item() else { break };
+            match (self.make)(k, v) {
+                Ok(Some((entry, size))) => {
+                    bytes += size;
+                    chunk.push(entry);
+                }
+                Ok(None) => {}
                 Err(e) => {
                     self.done = true;
                     return Some(Err(e));
                 }
-            };
-            bytes += row.approx_bytes();
-            chunk.push(row);
-            self.it.next();
-        }
-        if let Err(e) = self.it.status() {
-            self.done = true;
-            return Some(Err(db_err("read rows")(e)));
-        }
-        if chunk.is_empty() {
-            self.done = true;
-            return None;
-        }
-        Some(Ok(chunk))
-    }
-}
-
-/// See [`PartitionSnapshot::changed`].
-#[allow(missing_debug_implementations)] // a RocksDB iterator
-pub struct ChangedChunks<'a, 's> {
-    snap: &'a PartitionSnapshot<'s>,
-    it: DBRawIteratorWithThreadMode<'a, DB>,
-    done: bool,
-}
-
-impl Iterator for ChangedChunks<'_, '_> {
-    type Item = Result<ChangedChunk, StageError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        let mut chunk = Vec::new();
-        let mut bytes = 0;
-        while chunk.len() < CHUNK_ROWS && bytes < CHUNK_BYTES {
-            let Some(k) = self.it.key() else { break };
-            let key = k[self.snap.prefix.len()..].to_vec();
-            self.it.next();
-            if key.is_empty() {
-                continue; // the every-key record: see `whole_changed`
             }
-            let row = match self.snap.row(&key) {
-                Ok(row) => row,
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            };
-            bytes += key.len() + row.as_ref().map_or(0, StagedRow::approx_bytes);
-            chunk.push((key, row));
-        }
-        if let Err(e) = self.it.status() {
-            self.done = true;
-            return Some(Err(db_err("read changed keys")(e)));
-        }
-        if chunk.is_empty() {
-            self.done = true;
-            return None;
-        }
-        Some(Ok(chunk))
-    }
-}
-
-/// See [`PartitionSnapshot::changed_keys`].
-#[allow(missing_debug_implementations)] // a RocksDB iterator
-pub struct ChangedKeys<'a> {
-    prefix: usize,
-    it: DBRawIteratorWithThreadMode<'a, DB>,
-    done: bool,
-}
-
-impl Iterator for ChangedKeys<'_> {
-    type Item = Result<Vec<Vec<u8>>, StageError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        let mut chunk = Vec::new();
-        while chunk.len() < CHUNK_ROWS {
-            let Some(k) = self.it.key() else { break };
-            let key = k[self.prefix..].to_vec();
             self.it.next();
-            if !key.is_empty() {
-                chunk.push(key);
-            }
         }
         if let Err(e) = self.it.status() {
             self.done = true;
-            return Some(Err(db_err("read changed keys")(e)));
+            return Some(Err(db_err(self.what)(e)));
         }
         if chunk.is_empty() {
             self.done = true;

@@ -38,43 +38,11 @@ pub struct PartitionMeta<'a> {
 /// streams through [`super::writer::PartitionWriter`]).
 #[derive(Debug, Clone)]
 pub struct PartitionWrite<'a> {
-    /// The feed's identity (`Config::source_id`), recorded with rejections.
-    pub source_id: &'a str,
-    pub source_table: &'a str,
-    pub partition: &'a Partition,
-    /// The stage generation the rows were read at.
-    pub generation: u64,
-    /// The stage's source position when the rows were read.
-    pub source_position: u64,
-    /// Identifies the transform (`identity`, or a plugin's hash).
-    pub transform: &'a str,
+    pub meta: PartitionMeta<'a>,
     /// Output rows in target column order, in the order to COPY them.
     pub rows: &'a [Vec<Value>],
-    /// The plugin's sha256 and config hash (both `None` for the identity transform).
-    pub plugin_sha256: Option<&'a str>,
-    pub config_hash: Option<&'a str>,
     /// Input rows the plugin rejected: they replace the partition's earlier rejections.
     pub rejections: &'a [RejectedRow],
-    /// A backfill reads a stage that a live engine may be writing past: it does not
-    /// replace a partition that lineage says was written from a newer generation.
-    pub skip_if_newer: bool,
-}
-
-impl<'a> PartitionWrite<'a> {
-    /// Everything but the rows.
-    pub fn meta(&self) -> PartitionMeta<'a> {
-        PartitionMeta {
-            source_id: self.source_id,
-            source_table: self.source_table,
-            partition: self.partition,
-            generation: self.generation,
-            source_position: self.source_position,
-            transform: self.transform,
-            plugin_sha256: self.plugin_sha256,
-            config_hash: self.config_hash,
-            skip_if_newer: self.skip_if_newer,
-        }
-    }
 }
 
 /// An input row a plugin rejected, as it is recorded in `weir.dead_letter`.
@@ -270,7 +238,7 @@ pub async fn replace_partition(
     write: &PartitionWrite<'_>,
 ) -> Result<WriteSummary, TargetError> {
     let result = async {
-        match open_replace(client, table, write.meta()).await? {
+        match open_replace(client, table, write.meta).await? {
             Opened::Superseded(newer) => Ok(WriteSummary {
                 rows: 0,
                 copied: 0,
@@ -287,7 +255,7 @@ pub async fn replace_partition(
         }
     }
     .await;
-    explain_lock_timeout(client, table, write.partition, result).await
+    explain_lock_timeout(client, table, write.meta.partition, result).await
 }
 
 /// The keys a merge rewrites: each changed key's values, in the order of `columns`
@@ -314,7 +282,7 @@ pub async fn merge_partition(
     merge: &MergeKeys,
 ) -> Result<Option<WriteSummary>, TargetError> {
     let result = async {
-        match open_merge(client, table, write.meta()).await? {
+        match open_merge(client, table, write.meta).await? {
             Opened::Superseded(_) | Opened::Refused => Ok(None),
             Opened::Writer(mut writer) => {
                 writer
@@ -328,7 +296,7 @@ pub async fn merge_partition(
         }
     }
     .await;
-    explain_lock_timeout(client, table, write.partition, result).await
+    explain_lock_timeout(client, table, write.meta.partition, result).await
 }
 
 /// Writes bad records to `weir.dead_letter`; a record already there (same source and
