@@ -102,12 +102,7 @@ pub(crate) async fn big_partition(
 ) -> anyhow::Result<(f64, f64)> {
     anyhow::ensure!(args.big_rows > 0, "--big-rows must be at least 1");
     let load = load_average();
-    let weir_bin = std::env::current_exe()?.with_file_name("weir");
-    anyhow::ensure!(
-        weir_bin.exists(),
-        "{} is missing: build it with `cargo build --release -p weir --bin weir` (scripts/bench does)",
-        weir_bin.display()
-    );
+    let weir_bin = crate::cluster::weir_binary()?;
     let plugins_dir = args
         .plugins_dir
         .clone()

@@ -97,3 +97,15 @@ pub(crate) async fn recvlogical(
     anyhow::ensure!(reached, "pg_recvlogical stopped before the workload's end");
     Ok(elapsed)
 }
+
+/// The release `weir` binary beside this one, which the sections that run the engine
+/// as a process use.
+pub(crate) fn weir_binary() -> anyhow::Result<std::path::PathBuf> {
+    let weir = std::env::current_exe()?.with_file_name("weir");
+    anyhow::ensure!(
+        weir.exists(),
+        "{} is missing: build it with `cargo build --release -p weir --bin weir` (scripts/bench does)",
+        weir.display()
+    );
+    Ok(weir)
+}

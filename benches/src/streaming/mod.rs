@@ -94,12 +94,7 @@ pub(crate) async fn streaming(
 ) -> anyhow::Result<Figures> {
     anyhow::ensure!(args.stream_rate > 0, "--stream-rate must be at least 1");
     let load = load_average();
-    let weir = std::env::current_exe()?.with_file_name("weir");
-    anyhow::ensure!(
-        weir.exists(),
-        "{} is missing: build it with `cargo build --release -p weir --bin weir` (scripts/bench does)",
-        weir.display()
-    );
+    let weir = crate::cluster::weir_binary()?;
     let plugins_dir = args
         .plugins_dir
         .clone()

@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
 
 use futures_util::StreamExt;
 
@@ -121,17 +120,15 @@ struct Digest {
 }
 
 async fn digest(rows: &mut impl Rows, grain: &[(usize, String)]) -> Result<Digest, String> {
-    let state = Mutex::new((0u64, Checksum::default(), Vec::<u64>::new()));
+    let (mut rows_read, mut checksum, mut hashes) = (0u64, Checksum::default(), Vec::new());
     rows.each(&mut |chunk: &[Vec<Value>]| {
-        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-        s.0 += chunk.len() as u64;
-        s.1.add(chunk);
+        rows_read += chunk.len() as u64;
+        checksum.add(chunk);
         if !grain.is_empty() {
-            s.2.extend(chunk.iter().map(|r| key_hash(r, grain)));
+            hashes.extend(chunk.iter().map(|r| key_hash(r, grain)));
         }
     })
     .await?;
-    let (rows, checksum, mut hashes) = state.into_inner().unwrap_or_else(|p| p.into_inner());
     hashes.sort_unstable();
     let repeated = hashes
         .windows(2)
@@ -139,7 +136,7 @@ async fn digest(rows: &mut impl Rows, grain: &[(usize, String)]) -> Result<Diges
         .map(|w| w[0])
         .collect();
     Ok(Digest {
-        rows,
+        rows: rows_read,
         checksum: checksum.finish(),
         repeated,
     })
@@ -320,21 +317,19 @@ async fn duplicate(
     if grain.is_empty() || suspects.is_empty() {
         return Ok(None);
     }
-    let seen = Mutex::new((HashSet::<Vec<String>>::new(), None::<Vec<String>>));
+    let (mut seen, mut first) = (HashSet::<Vec<String>>::new(), None::<Vec<String>>);
     rows.each(&mut |chunk: &[Vec<Value>]| {
-        let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
         for r in chunk {
             if !suspects.contains(&key_hash(r, grain)) {
                 continue;
             }
             let key = key_of(r, grain);
-            if !s.0.insert(key.clone()) && s.1.as_ref().is_none_or(|k| key < *k) {
-                s.1 = Some(key);
+            if !seen.insert(key.clone()) && first.as_ref().is_none_or(|k| key < *k) {
+                first = Some(key);
             }
         }
     })
     .await?;
-    let (_, first) = seen.into_inner().unwrap_or_else(|p| p.into_inner());
     Ok(first.map(|k| render(&k, grain)))
 }
 
@@ -379,56 +374,42 @@ async fn differences(
     };
     for pass in 0..passes {
         let mine = |hash: u64| hash % passes == pass;
-        let map = Mutex::new(HashMap::<u64, u64>::new());
+        let mut digests = HashMap::<u64, u64>::new();
         computed
             .each(&mut |chunk: &[Vec<Value>]| {
-                let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
                 for r in chunk {
                     let hash = key_hash(r, grain);
                     if mine(hash) {
-                        m.insert(hash, row_digest(r));
+                        digests.insert(hash, row_digest(r));
                     }
                 }
             })
             .await?;
-        let found = Mutex::new((Vec::<(Vec<String>, Found)>::new(), 0u64));
         target
             .each(&mut |chunk: &[Vec<Value>]| {
-                let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
-                let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
                 for r in chunk {
                     let hash = key_hash(r, grain);
                     if !mine(hash) {
                         continue;
                     }
-                    let kind = match m.remove(&hash) {
+                    let kind = match digests.remove(&hash) {
                         Some(digest) if digest == row_digest(r) => continue,
                         Some(_) => "differs",
                         None => "extra",
                     };
-                    f.1 += 1;
+                    total += 1;
                     let found = Found {
                         kind,
                         hash,
                         target: Some(r.clone()),
                         computed: None,
                     };
-                    // Bounded: only the smallest keys can be shown.
-                    f.0.push((key_of(r, grain), found));
-                    if f.0.len() > 4 * DIFFERENCES_SHOWN {
-                        f.0.sort_by(|a, b| a.0.cmp(&b.0));
-                        f.0.truncate(DIFFERENCES_SHOWN);
-                    }
+                    offer(&mut shown, key_of(r, grain), found);
                 }
             })
             .await?;
-        let (seen, count) = found.into_inner().unwrap_or_else(|p| p.into_inner());
-        total += count;
-        for (key, f) in seen {
-            offer(&mut shown, key, f);
-        }
-        // What is left of the output's digest is missing in the target.
-        let missing = map.into_inner().unwrap_or_else(|p| p.into_inner());
+        // What is left of the output's digests is missing in the target.
+        let missing = digests;
         total += missing.len() as u64;
         let wanted: HashSet<u64> = shown
             .values()
@@ -438,10 +419,9 @@ async fn differences(
         if missing.is_empty() && wanted.is_empty() {
             continue;
         }
-        let rows_of = Mutex::new((Vec::<(Vec<String>, Found)>::new(), HashMap::new()));
+        let mut computed_rows = HashMap::new();
         computed
             .each(&mut |chunk: &[Vec<Value>]| {
-                let mut s = rows_of.lock().unwrap_or_else(|p| p.into_inner());
                 for r in chunk {
                     let hash = key_hash(r, grain);
                     if missing.contains_key(&hash) {
@@ -451,21 +431,13 @@ async fn differences(
                             target: None,
                             computed: None,
                         };
-                        s.0.push((key_of(r, grain), found));
-                        if s.0.len() > 4 * DIFFERENCES_SHOWN {
-                            s.0.sort_by(|a, b| a.0.cmp(&b.0));
-                            s.0.truncate(DIFFERENCES_SHOWN);
-                        }
+                        offer(&mut shown, key_of(r, grain), found);
                     } else if wanted.contains(&hash) {
-                        s.1.insert(hash, r.clone());
+                        computed_rows.insert(hash, r.clone());
                     }
                 }
             })
             .await?;
-        let (missing_keys, computed_rows) = rows_of.into_inner().unwrap_or_else(|p| p.into_inner());
-        for (key, f) in missing_keys {
-            offer(&mut shown, key, f);
-        }
         for f in shown.values_mut() {
             if let Some(r) = computed_rows.get(&f.hash) {
                 f.computed = Some(r.clone());

@@ -13,7 +13,6 @@ pub(super) struct LiveCounters {
     pub watched: AtomicBool,
     pub changes_staged: AtomicU64,
     pub rows_written: AtomicU64,
-    pub partitions_written: AtomicU64,
     /// The last partition write's time, microseconds (0: none yet).
     pub last_write_us: AtomicU64,
     /// Dirty partitions, as last read.
@@ -28,7 +27,6 @@ impl Default for LiveCounters {
             watched: AtomicBool::new(false),
             changes_staged: AtomicU64::new(0),
             rows_written: AtomicU64::new(0),
-            partitions_written: AtomicU64::new(0),
             last_write_us: AtomicU64::new(0),
             dirty: AtomicU64::new(0),
             slot_lag: AtomicI64::new(i64::MIN),
@@ -43,7 +41,6 @@ pub struct LiveState {
     pub changes_staged: u64,
     /// Rows written to the target since the run began.
     pub rows_written: u64,
-    pub partitions_written: u64,
     /// The last partition write's time, if there was one.
     pub last_write_ms: Option<u64>,
     /// Dirty partitions, as last read.
@@ -59,7 +56,6 @@ impl LiveCounters {
         LiveState {
             changes_staged: self.changes_staged.load(Ordering::Relaxed),
             rows_written: self.rows_written.load(Ordering::Relaxed),
-            partitions_written: self.partitions_written.load(Ordering::Relaxed),
             last_write_ms: (last > 0).then_some(last / 1000),
             dirty: self.dirty.load(Ordering::Relaxed),
             slot_lag_bytes: (lag != i64::MIN).then_some(lag),
@@ -104,7 +100,6 @@ mod tests {
         let now = LiveState {
             changes_staged: 2400,
             rows_written: 600,
-            partitions_written: 3,
             last_write_ms: Some(45),
             dirty: 2,
             slot_lag_bytes: Some(3 << 20),

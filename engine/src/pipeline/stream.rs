@@ -105,15 +105,9 @@ pub(super) fn spawn(job: StreamJob) -> Result<Pieces, PipelineError> {
     Ok(rx)
 }
 
-/// The writer went away (a failure on its side, or it chose not to write): the job
-/// stops without a word.
+/// The writer went away (a failure on its side, which it reports, or it chose not to
+/// write): the job stops without a word.
 struct Stopped;
-
-impl From<Stopped> for PipelineError {
-    fn from(_: Stopped) -> Self {
-        PipelineError::Plugin(plugin::PluginError::Lost)
-    }
-}
 
 fn send(tx: &mpsc::Sender<Result<Piece, PipelineError>>, piece: Piece) -> Result<(), Stopped> {
     tx.blocking_send(Ok(piece)).map_err(|_| Stopped)
@@ -156,17 +150,14 @@ fn produce(
             }
         })?;
     }
-    if send(
+    // A writer gone by now has its own error to report.
+    let _ = send(
         tx,
         Piece::End(End {
             staged_rows,
             checksum,
         }),
-    )
-    .is_err()
-    {
-        return Ok(());
-    }
+    );
     Ok(())
 }
 
@@ -178,6 +169,12 @@ enum RunError {
 impl<E: Into<PipelineError>> From<E> for RunError {
     fn from(e: E) -> Self {
         RunError::Failed(e.into())
+    }
+}
+
+impl From<Stopped> for RunError {
+    fn from(_: Stopped) -> Self {
+        RunError::Stopped
     }
 }
 
@@ -244,9 +241,9 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
                         out.rejection_keys.push(plugin::json::key_text(&values));
                         out.keys.push(values);
                     }
-                    send(tx, Piece::Chunk(out)).map_err(|Stopped| RunError::Stopped)?;
+                    send(tx, Piece::Chunk(out))?;
                 }
-                send(tx, Piece::KeysDone).map_err(|Stopped| RunError::Stopped)?;
+                send(tx, Piece::KeysDone)?;
             }
             for chunk in snap.changed() {
                 let rows = chunk?.into_iter().filter_map(|(_, row)| row).collect();
@@ -259,11 +256,13 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
         }
         if let Some(session) = self.session.take() {
             let (out, stats) = session.finish()?;
-            crate::metrics::plugin_job(
-                &self.job.table.source.to_string(),
-                stats.fuel,
-                stats.peak_memory_bytes,
-            );
+            if self.visit.is_none() {
+                crate::metrics::plugin_job(
+                    &self.job.table.source.to_string(),
+                    stats.fuel,
+                    stats.peak_memory_bytes,
+                );
+            }
             let mut chunk = OutChunk::default();
             self.take(out, &[], &mut chunk)?;
             self.emit(chunk, tx)?;
@@ -318,15 +317,6 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
         };
         let mut index = KeyIndex::default();
         for (key, reason) in call.rejections {
-            let key_text = plugin::json::key_text(&key);
-            if settings.on_reject == OnReject::Fail {
-                return Err(RunError::Failed(PipelineError::Rejected {
-                    table: self.job.table.source.to_string(),
-                    partition: self.job.partition.to_string(),
-                    key: key_text,
-                    reason,
-                }));
-            }
             let found = match index.find(&key, pushed) {
                 Some(i) => Some((
                     plugin::json::plain_row(&pushed[i].columns),
@@ -337,14 +327,22 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
                     .map(|r| (plugin::json::plain_row(&r.values), r.commit_position)),
             };
             let Some((input, source_position)) = found else {
-                let job = self.session.as_ref().map_or("", |s| s.job());
-                return Err(RunError::Failed(PipelineError::Plugin(
-                    plugin::PluginError::Output {
-                        job: job.to_owned(),
-                        message: format!("a rejection names key {key_text}, which was not pushed"),
-                    },
-                )));
+                // Only a first pass resolves rejections, and it has its check.
+                return Err(match &self.check {
+                    Some(check) => check.not_pushed(&key).into(),
+                    None => PipelineError::Plugin(plugin::PluginError::Lost),
+                }
+                .into());
             };
+            let key_text = plugin::json::key_text(&key);
+            if settings.on_reject == OnReject::Fail {
+                return Err(RunError::Failed(PipelineError::Rejected {
+                    table: self.job.table.source.to_string(),
+                    partition: self.job.partition.to_string(),
+                    key: key_text,
+                    reason,
+                }));
+            }
             out.rejections.push(RejectedRow {
                 key: key_text,
                 reason,
@@ -414,7 +412,7 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
         if out.rows.is_empty() && out.rejections.is_empty() && out.keys.is_empty() {
             return Ok(());
         }
-        send(tx, Piece::Chunk(out)).map_err(|Stopped| RunError::Stopped)
+        Ok(send(tx, Piece::Chunk(out))?)
     }
 }
 

@@ -31,8 +31,18 @@ impl Pipeline {
     ) -> Result<Option<WriteSummary>, PipelineError> {
         let (table_config, _, _) = self.table(table)?;
         let mut merge = only_if_dirty && self.writable && table_config.write == WriteMode::Merge;
+        let key_columns = if merge {
+            self.key_columns(table)?
+        } else {
+            Vec::new()
+        };
         loop {
-            let mut pieces = self.stream(table, partition, merge, only_if_dirty)?;
+            let columns = if merge {
+                key_columns.clone()
+            } else {
+                Vec::new()
+            };
+            let mut pieces = self.stream(table, partition, columns, only_if_dirty)?;
             let head = match pieces.recv().await {
                 Some(Ok(Piece::Head(head))) => head,
                 Some(Err(e)) => return Err(e),
@@ -41,34 +51,34 @@ impl Pipeline {
             if only_if_dirty && head.dirty.is_none() {
                 return Ok(None);
             }
-            match self.write_stream(table, partition, head, pieces).await? {
+            let columns = if head.merge { &key_columns[..] } else { &[] };
+            match self
+                .write_stream(table, partition, head, columns, pieces)
+                .await?
+            {
                 Written::Done(summary) => return Ok(Some(summary)),
                 Written::Refused => merge = false,
             }
         }
     }
 
-    /// Starts a partition's job (see [`super::stream`]).
+    /// Starts a partition's job (see [`super::stream`]); it merges the changed keys
+    /// (when the partition allows it) if given the key's target columns.
     fn stream(
         &self,
         table: &str,
         partition: &Partition,
-        merge: bool,
+        key_columns: Vec<usize>,
         only_if_dirty: bool,
     ) -> Result<Pieces, PipelineError> {
         let (table_config, target_table, transform) = self.table(table)?;
-        let key_columns = if merge {
-            self.key_columns(table)?
-        } else {
-            Vec::new()
-        };
         stream::spawn(StreamJob {
             stage: self.stage_arc(),
             table: table_config.clone(),
             target_name: target_table.name.to_string(),
             transform: transform.clone(),
             partition: partition.clone(),
-            merge,
+            merge: !key_columns.is_empty(),
             only_if_dirty,
             key_columns,
         })
@@ -97,6 +107,7 @@ impl Pipeline {
         table: &str,
         partition: &Partition,
         head: Head,
+        key_columns: &[usize],
         mut pieces: Pieces,
     ) -> Result<Written, PipelineError> {
         let (_, target_table, transform) = self.table(table)?;
@@ -123,12 +134,7 @@ impl Pipeline {
         };
         let started = std::time::Instant::now();
         let mut client = self.client().await?;
-        let key_columns = if head.merge {
-            self.key_columns(table)?
-        } else {
-            Vec::new()
-        };
-        let result = write_pieces(&mut client, target_table, meta, &key_columns, &mut pieces).await;
+        let result = write_pieces(&mut client, target_table, meta, key_columns, &mut pieces).await;
         let result = match result {
             Err(PipelineError::Target(e)) => {
                 Err(
@@ -143,16 +149,15 @@ impl Pipeline {
         if result.is_ok() {
             self.clients.lock().await.push(client);
         }
-        let (summary, rejected) = match result? {
-            None => return Ok(Written::Refused),
-            Some(done) => done,
+        let Some(summary) = result? else {
+            return Ok(Written::Refused);
         };
         crate::failpoint!("target-after-commit");
         self.live.last_write_us.store(
             u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             std::sync::atomic::Ordering::Relaxed,
         );
-        self.after_write(table, partition, &summary, rejected, head.dirty)?;
+        self.after_write(table, partition, &summary, head.dirty)?;
         Ok(Written::Done(summary))
     }
 
@@ -163,14 +168,13 @@ impl Pipeline {
         table: &str,
         partition: &Partition,
         summary: &WriteSummary,
-        rejected: u64,
         dirty: Option<u64>,
     ) -> Result<(), PipelineError> {
         if summary.superseded_by.is_none() {
             metrics::partition_written(table, summary.copied, summary.rejected);
-            use std::sync::atomic::Ordering::Relaxed;
-            self.live.rows_written.fetch_add(summary.copied, Relaxed);
-            self.live.partitions_written.fetch_add(1, Relaxed);
+            self.live
+                .rows_written
+                .fetch_add(summary.copied, std::sync::atomic::Ordering::Relaxed);
         }
         if let Ok(mut failed) = self.failed.lock() {
             failed.remove(&(table.to_owned(), partition.clone()));
@@ -178,8 +182,8 @@ impl Pipeline {
         if self.writable && summary.superseded_by.is_none() {
             self.stage.clear_failure(table, partition)?;
         }
-        if rejected > 0 {
-            tracing::warn!(table, partition = %partition, rejected, "rows rejected by the plugin were written to weir.dead_letter");
+        if summary.rejected > 0 {
+            tracing::warn!(table, partition = %partition, rejected = summary.rejected, "rows rejected by the plugin were written to weir.dead_letter");
         }
         if let Some(dirty) = dirty
             && self.writable
@@ -200,7 +204,7 @@ impl Pipeline {
         partition: &Partition,
         mut f: impl FnMut(Vec<Vec<Value>>) + Send,
     ) -> Result<u64, PipelineError> {
-        let mut pieces = self.stream(table, partition, false, false)?;
+        let mut pieces = self.stream(table, partition, Vec::new(), false)?;
         while let Some(piece) = pieces.recv().await {
             match piece? {
                 Piece::Head(_) | Piece::KeysDone => {}
@@ -237,14 +241,14 @@ impl Pipeline {
 }
 
 /// Feeds a job's chunks into the partition's transaction and commits at its end:
-/// `None` if lineage refused the merge; else the summary and the rows rejected.
+/// `None` if lineage refused the merge.
 async fn write_pieces(
     client: &mut Client,
     table: &target::TargetTable,
     meta: PartitionMeta<'_>,
     key_columns: &[usize],
     pieces: &mut Pieces,
-) -> Result<Option<(WriteSummary, u64)>, PipelineError> {
+) -> Result<Option<WriteSummary>, PipelineError> {
     // A merge deletes the rows of the changed keys by the key's target columns.
     let merge = !key_columns.is_empty();
     let opened = if merge {
@@ -263,10 +267,9 @@ async fn write_pieces(
                 rejected: 0,
                 superseded_by: Some(newer),
             };
-            return Ok(Some((summary, 0)));
+            return Ok(Some(summary));
         }
     };
-    let mut rejected = 0;
     while let Some(piece) = pieces.recv().await {
         match piece? {
             Piece::Head(_) => break,
@@ -281,12 +284,11 @@ async fn write_pieces(
                 }
                 writer.copy(&rows).await?;
                 writer.reject(&rejections).await?;
-                rejected += rejections.len() as u64;
             }
             Piece::KeysDone => writer.delete_keys().await?,
             Piece::End(End { checksum, .. }) => {
                 let checksum = if merge { String::new() } else { checksum };
-                return Ok(Some((writer.commit(checksum).await?, rejected)));
+                return Ok(Some(writer.commit(checksum).await?));
             }
         }
     }

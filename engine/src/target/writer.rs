@@ -128,25 +128,29 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         }
     }
 
-    /// Replace: deletes the partition's rows and its rejections.
-    async fn delete_partition(&mut self) -> Result<(), TargetError> {
-        let mut params = Vec::new();
-        let condition = self.condition(&mut params);
+    /// Runs a DELETE of the target with its parameters; the rows it deleted.
+    async fn delete(
+        &self,
+        sql: &str,
+        params: &[Box<dyn ToSql + Sync + Send>],
+        what: &str,
+    ) -> Result<u64, TargetError> {
         let refs: Vec<&(dyn ToSql + Sync)> = params
             .iter()
             .map(|p| p.as_ref() as &(dyn ToSql + Sync))
             .collect();
-        self.deleted = self
-            .tx
-            .execute(
-                &format!("DELETE FROM {} WHERE {condition}", self.table.name.quoted()),
-                &refs,
-            )
-            .await
-            .map_err(query_err(format!(
-                "delete partition {} of {}",
-                self.partition_name, self.table.name
-            )))?;
+        self.tx.execute(sql, &refs).await.map_err(query_err(format!(
+            "delete {what} of partition {} of {}",
+            self.partition_name, self.table.name
+        )))
+    }
+
+    /// Replace: deletes the partition's rows and its rejections.
+    async fn delete_partition(&mut self) -> Result<(), TargetError> {
+        let mut params = Vec::new();
+        let condition = self.condition(&mut params);
+        let sql = format!("DELETE FROM {} WHERE {condition}", self.table.name.quoted());
+        self.deleted = self.delete(&sql, &params, "the rows").await?;
         crate::failpoint!("target-after-delete");
         // The partition's rejections are part of its output: replaced with it.
         self.tx
@@ -265,18 +269,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         } else {
             return Ok(());
         };
-        let refs: Vec<&(dyn ToSql + Sync)> = params
-            .iter()
-            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-            .collect();
-        self.deleted += self
-            .tx
-            .execute(&delete, &refs)
-            .await
-            .map_err(query_err(format!(
-                "delete the changed keys of partition {} of {}",
-                self.partition_name, self.table.name
-            )))?;
+        self.deleted += self.delete(&delete, &params, "the changed keys").await?;
         crate::failpoint!("target-after-delete");
         Ok(())
     }
