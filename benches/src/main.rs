@@ -140,8 +140,12 @@ struct Args {
     /// Streaming: seconds of each latency run's steady writer.
     #[arg(long, default_value_t = 10)]
     stream_seconds: u64,
-    /// Streaming: `[engine] flush_interval_ms` of the live `weir run`s.
-    #[arg(long, default_value_t = 200)]
+    /// Streaming: a second latency run's rate, transactions a second (0: none).
+    #[arg(long, default_value_t = 1_000)]
+    stream_high_rate: u64,
+    /// Streaming: `[engine] flush_interval_ms` of the live `weir run`s (the engine's
+    /// default).
+    #[arg(long, default_value_t = weir::config::limits::FLUSH_INTERVAL_MS_DEFAULT)]
     stream_flush_ms: u64,
     /// Streaming: row changes of the backlog caught up by each consumer.
     #[arg(long, default_value_t = 100_000)]
@@ -354,9 +358,10 @@ fn command_line(args: &Args) -> String {
         args.writer_rows, args.hot_rows, args.hot_rate, args.hot_seconds
     );
     let streaming = format!(
-        "--stream-rate {} --stream-seconds {} --stream-flush-ms {} --stream-backlog {} --recovery-kills {} \
-         --recovery-period-s {} --recovery-down-ms {}",
+        "--stream-rate {} --stream-high-rate {} --stream-seconds {} --stream-flush-ms {} --stream-backlog {} \
+         --recovery-kills {} --recovery-period-s {} --recovery-down-ms {}",
         args.stream_rate,
+        args.stream_high_rate,
         args.stream_seconds,
         args.stream_flush_ms,
         args.stream_backlog,

@@ -66,24 +66,26 @@ pub(crate) fn summary_table(out: &mut String, h: &Headlines) -> anyhow::Result<(
          | figure | Weir | limit | peer | Weir / limit | Weir / peer |\n\
          |---|---:|---:|---:|---:|---:|"
     )?;
-    let (wl, pl) = (&s.weir_latency, &s.peer_latency);
-    writeln!(
-        out,
-        "| streaming latency p50, commit → visible, {:.0} changes/s offered, Rust plugin, flush every {} ms (ms) | \
-         {:.1} | — | {:.1} | — | {} |",
-        s.offered_changes_per_s,
-        s.flush_ms,
-        wl.p50,
-        pl.p50,
-        r(wl.p50, pl.p50)
-    )?;
-    writeln!(
-        out,
-        "| streaming latency p99, the same (ms) | {:.1} | — | {:.1} | — | {} |",
-        wl.p99,
-        pl.p99,
-        r(wl.p99, pl.p99)
-    )?;
+    for run in &s.latency {
+        let (wl, pl) = (&run.weir, &run.peer);
+        writeln!(
+            out,
+            "| streaming latency p50, commit → visible, {:.0} changes/s offered, Rust plugin, flush interval {} ms \
+             (ms) | {:.1} | — | {:.1} | — | {} |",
+            run.offered_changes_per_s,
+            s.flush_ms,
+            wl.p50,
+            pl.p50,
+            r(wl.p50, pl.p50)
+        )?;
+        writeln!(
+            out,
+            "| streaming latency p99, the same (ms) | {:.1} | — | {:.1} | — | {} |",
+            wl.p99,
+            pl.p99,
+            r(wl.p99, pl.p99)
+        )?;
+    }
     writeln!(
         out,
         "| sustained rate: a backlog of {} changes caught up by live `weir run` + Rust plugin, against \

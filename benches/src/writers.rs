@@ -23,8 +23,8 @@ use crate::Args;
 use crate::measure::{load_average, median, seconds_list};
 use crate::orders::{copy_orders, day, orders_feed};
 
-/// Flush intervals of the hot-partition runs.
-const FLUSH_MS: [u64; 2] = [200, 2000];
+/// Flush intervals of the hot-partition runs: the engine's default, and two longer.
+const FLUSH_MS: [u64; 3] = [weir::config::limits::FLUSH_INTERVAL_MS_DEFAULT, 200, 2000];
 
 /// The demo's table with another target, layout and write mode.
 fn table(dir: &Path, target: &str, extra: &str) -> anyhow::Result<TableConfig> {
@@ -225,7 +225,7 @@ pub(crate) async fn writers(out: &mut String, args: &Args, pg: &LocalPg) -> anyh
          |---|---:|---:|---:|---:|---:|",
         args.hot_rows, args.hot_rate, args.hot_seconds
     )?;
-    for mode in ["replace", "merge"] {
+    for mode in ["replace", "merge", "auto"] {
         for flush in FLUSH_MS {
             let report = hot_partition(pg, args, mode, flush).await?;
             writeln!(

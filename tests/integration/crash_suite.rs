@@ -1570,9 +1570,19 @@ async fn crash_suite_kills_during_checkpoint_export_leave_the_live_engine_exact(
             ),
         );
     }
-    // A second export, beside the idle live engine, is whole and at the stage's position.
+    // A second export, beside the idle live engine, is whole and at a position the
+    // stage held while it ran. The engine still moves its position past WAL that holds
+    // nothing of this feed (other databases of the cluster write it), so the position
+    // is bracketed by the stage's positions before and after the export.
+    let shown_position = || {
+        let shown = weir_pg(&db, &source_dsn, &["checkpoint", "show", "--json"]);
+        let shown: serde_json::Value =
+            serde_json::from_slice(&shown.stdout).expect("checkpoint show --json");
+        shown["checkpoint"]["position"].as_u64()
+    };
+    let before = shown_position();
     let second = weir_pg(&db, &source_dsn, &["checkpoint", "export", &file_arg]);
-    let shown = weir_pg(&db, &source_dsn, &["checkpoint", "show", "--json"]);
+    let after = shown_position();
     live.kill().expect("stop the live engine");
     live.wait().expect("reap the live engine");
     if !second.status.success() {
@@ -1584,13 +1594,10 @@ async fn crash_suite_kills_during_checkpoint_export_leave_the_live_engine_exact(
             ),
         );
     }
-    let shown: serde_json::Value =
-        serde_json::from_slice(&shown.stdout).expect("checkpoint show --json");
     let position = exported_position(&text(&second.stdout));
-    assert_eq!(
-        position,
-        shown["checkpoint"]["position"].as_u64(),
-        "the export is at the stage's position: {}; {}",
+    assert!(
+        before.is_some() && before <= position && position <= after,
+        "the export is at a position the stage held ({before:?} before it, {after:?} after it): {}; {}",
         text(&second.stdout),
         campaign.repro()
     );

@@ -1,10 +1,11 @@
 //! `write = "merge"`: only the keys changed since a partition's last write are deleted
 //! and rewritten. A property test runs random workloads (inserts, updates, deletes,
 //! partition moves, in several steps so that merges build on earlier writes) through
-//! four pipelines fed by the same feed: identity replace (plain table), identity merge
-//! (native partitions), and the Rust orders plugin in replace and in merge. Each pair
-//! must give identical targets after every step, the identity ones the oracle's
-//! state, and a merged partition's lineage row count must be its true row count.
+//! five pipelines fed by the same feed: identity replace (plain table), identity merge
+//! (native partitions), and the Rust orders plugin in replace, in merge and in auto
+//! (the default). Each must give the same target as its replace after every step, the
+//! identity ones the oracle's state, and a merged partition's lineage row count must
+//! be its true row count.
 
 use std::path::Path;
 use std::process::Output;
@@ -13,18 +14,24 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use tokio_postgres::Client;
 
-use crate::harness::{TestDb, Workload, assert_target_matches, orders_table, text};
+use crate::harness::{
+    Order, TestDb, Workload, assert_target_matches, envelope, orders_table, text,
+};
 use crate::plugins::plugin;
 
-/// The four pipelines: (config file, target table, `[[table]]` extra lines).
-fn pipelines() -> [(&'static str, &'static str, String); 4] {
+/// The five pipelines: (config file, target table, `[[table]]` extra lines).
+fn pipelines() -> [(&'static str, &'static str, String); 5] {
     let wasm = plugin("orders-rust");
     let orders = format!(
         "plugin = {:?}\nwrite = \"{{mode}}\"\n[table.plugin_config]\nrate = \"1\"",
         wasm.display().to_string()
     );
     [
-        ("replace.toml", "analytics.identity_replace", String::new()),
+        (
+            "replace.toml",
+            "analytics.identity_replace",
+            "write = \"replace\"".into(),
+        ),
         (
             "merge.toml",
             "analytics.identity_merge",
@@ -39,6 +46,11 @@ fn pipelines() -> [(&'static str, &'static str, String); 4] {
             "plugin-merge.toml",
             "analytics.plugin_merge",
             orders.replace("{mode}", "merge"),
+        ),
+        (
+            "plugin-auto.toml",
+            "analytics.plugin_auto",
+            orders.replace("write = \"{mode}\"\n", ""),
         ),
     ]
 }
@@ -140,7 +152,16 @@ async fn merge_case(seed: u64, steps: usize, changes: usize, days: u32) -> usize
             contents(&client, "analytics.plugin_merge").await,
             "orders plugin: merge differs from replace ({context})"
         );
-        for table in ["analytics.identity_merge", "analytics.plugin_merge"] {
+        assert_eq!(
+            contents(&client, "analytics.plugin_replace").await,
+            contents(&client, "analytics.plugin_auto").await,
+            "orders plugin: auto differs from replace ({context})"
+        );
+        for table in [
+            "analytics.identity_merge",
+            "analytics.plugin_merge",
+            "analytics.plugin_auto",
+        ] {
             let wrong = wrong_counts(&client, table).await;
             assert!(
                 wrong.is_empty(),
@@ -234,4 +255,104 @@ async fn merge_is_refused_for_a_partition_plugin_and_a_foreign_grain_key() {
         stderr.contains("grain key (id) to be the table's key (id, customer)"),
         "{stderr}"
     );
+}
+
+/// What lineage says the last write of a partition was.
+async fn write_mode(client: &Client, partition: &str) -> String {
+    client
+        .query_one(
+            "SELECT write_mode FROM weir.partitions WHERE partition = $1",
+            &[&partition],
+        )
+        .await
+        .expect("read lineage")
+        .get(0)
+}
+
+/// `write = "auto"`, the default: a partition with a few changed keys is merged, one
+/// where most rows changed is replaced, a first write is a replace; lineage says
+/// which; a `partition`-kind plugin, which cannot merge, is accepted and replaces.
+#[tokio::test(flavor = "multi_thread")]
+async fn auto_merges_a_few_changed_keys_and_replaces_a_mostly_changed_partition() {
+    let db = TestDb::new("write_auto").await;
+    let order = |id: i64, status: &str| Order {
+        id,
+        customer: format!("c{id}"),
+        order_date: Some("2026-03-01".into()),
+        amount: format!("{id}.50"),
+        status: status.into(),
+    };
+    let mut model = crate::harness::Model::default();
+    let mut lines = Vec::new();
+    for id in 1..=10 {
+        lines.push(envelope("c", None, None, Some(&order(id, "new"))));
+        model.rows.insert(id, order(id, "new"));
+    }
+    db.write_feed(&lines);
+    db.write_config("", "", "");
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let client = db.client().await;
+    assert_eq!(
+        write_mode(&client, "2026-03-01").await,
+        "replace",
+        "first write"
+    );
+    // One key of ten changed (and one deleted): merged.
+    db.append_feed(&[
+        envelope("u", None, Some(&order(3, "new")), Some(&order(3, "paid"))),
+        envelope("d", None, Some(&order(4, "new")), None),
+    ]);
+    model.rows.insert(3, order(3, "paid"));
+    model.rows.remove(&4);
+    db.weir_ok(&["run", "--once"]);
+    assert_eq!(write_mode(&client, "2026-03-01").await, "merge");
+    assert_target_matches(&client, "analytics.fact_orders", &model).await;
+    // Six of the nine rows changed: replaced.
+    let mut lines = Vec::new();
+    for id in [1, 2, 5, 6, 7, 8] {
+        lines.push(envelope(
+            "u",
+            None,
+            Some(&order(id, "new")),
+            Some(&order(id, "shipped")),
+        ));
+        model.rows.insert(id, order(id, "shipped"));
+    }
+    db.append_feed(&lines);
+    db.weir_ok(&["run", "--once"]);
+    assert_eq!(write_mode(&client, "2026-03-01").await, "replace");
+    assert_target_matches(&client, "analytics.fact_orders", &model).await;
+    let rows = db
+        .count("SELECT row_count FROM weir.partitions WHERE partition = '2026-03-01'")
+        .await;
+    assert_eq!(rows, 9, "lineage's row count");
+    // A partition-kind plugin under the default mode: accepted, and replaced.
+    let totals = plugin("daily-totals-rust");
+    write_config(
+        &db,
+        "totals.toml",
+        "analytics.totals",
+        &format!("plugin = {:?}", totals.display().to_string()),
+    );
+    weir_ok(&db, "totals.toml", &["init"]);
+    weir_ok(&db, "totals.toml", &["run", "--once"]);
+    db.append_feed(&[envelope(
+        "u",
+        None,
+        Some(&order(9, "new")),
+        Some(&order(9, "paid")),
+    )]);
+    weir_ok(&db, "totals.toml", &["run", "--once"]);
+    let modes: Vec<String> = client
+        .query(
+            "SELECT DISTINCT write_mode FROM weir.partitions WHERE target_table = 'analytics.totals'",
+            &[],
+        )
+        .await
+        .expect("read lineage")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(modes, ["replace"]);
 }

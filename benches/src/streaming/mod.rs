@@ -64,9 +64,8 @@ const WAIT_MAX: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Figures {
     pub flush_ms: u64,
-    pub offered_changes_per_s: f64,
-    pub weir_latency: Latency,
-    pub peer_latency: Latency,
+    /// The latency runs, one per steady rate (`--stream-rate`, `--stream-high-rate`).
+    pub latency: Vec<LatencyRun>,
     pub backlog_changes: u64,
     pub backlog_rows: i64,
     pub weir_plugin: Duration,
@@ -78,6 +77,25 @@ pub(crate) struct Figures {
     pub first_visible: Duration,
     pub caught_up: Duration,
     pub kills: usize,
+}
+
+/// One steady rate's latency runs, Weir's and the peer's.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LatencyRun {
+    /// Transactions a second the writer was asked for.
+    pub rate: u64,
+    /// Changes a second the Weir run's writer committed.
+    pub offered_changes_per_s: f64,
+    pub weir: Latency,
+    pub peer: Latency,
+    /// Transactions the Weir run's writer committed, and how long it took.
+    pub txns: u64,
+    pub weir_writer: Duration,
+    /// Server CPU seconds of the Weir run, and of the peer's.
+    pub weir_server_cpu: f64,
+    pub peer_server_cpu: f64,
+    /// Rows of the Weir run's target at its end.
+    pub final_rows: i64,
 }
 
 impl Figures {
@@ -114,61 +132,15 @@ pub(crate) async fn streaming(
         ..Figures::default()
     };
 
-    // -- Latency at a steady rate: Weir with the plugin, then the peer. --------------
-    let (source, consumer, target, mut child) =
-        live_consumer(&weir, pg, "stream_latency_weir", &plugin, flush_ms).await?;
-    let server = cluster_cpu(pg)?;
-    let written = steady_writer(
-        consumer.source_dsn.clone(),
-        args.stream_rate,
-        args.stream_seconds,
-    )
-    .await?;
-    let surviving = written.surviving();
-    let seen = seen_all(&target, &surviving).await?;
-    let weir_server_cpu = cluster_cpu(pg)? - server;
-    consumer.stop(&mut child).await?;
-    let final_rows = check_weir_target(&source, &target, true).await?.0;
-    drop_slot(&source, &consumer.slot).await?;
-    figures.weir_latency = Latency::of(&mut latencies(&surviving, &seen));
-    let txns = written.commit_us.len() as u64;
-    figures.offered_changes_per_s =
-        (txns * CHANGES_PER_TRANSACTION) as f64 / written.elapsed.as_secs_f64();
-    let weir_writer = written.elapsed;
-    println!(
-        "streaming latency, Weir: {:?} over {} rows",
-        figures.weir_latency, figures.weir_latency.rows
-    );
-
-    let source = source_database(pg, "stream_latency_peer").await?;
-    let sub = subscriber(
-        pg,
-        &source,
-        "stream_latency_peer",
-        "stream_sub_latency",
-        true,
-    )
-    .await?;
-    enable_subscription(&sub, "stream_sub_latency").await?;
-    slot_active(&source, "stream_sub_latency").await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let server = cluster_cpu(pg)?;
-    let written = steady_writer(
-        pg.dsn("stream_latency_peer"),
-        args.stream_rate,
-        args.stream_seconds,
-    )
-    .await?;
-    let surviving_peer = written.surviving();
-    let seen = seen_all(&sub, &surviving_peer).await?;
-    let peer_server_cpu = cluster_cpu(pg)? - server;
-    anyhow::ensure!(
-        digest(&sub, "orders").await? == digest(&source, "orders").await?,
-        "the subscriber's table differs from the source's"
-    );
-    drop_subscription(&sub, &source, "stream_sub_latency").await?;
-    figures.peer_latency = Latency::of(&mut latencies(&surviving_peer, &seen));
-    println!("streaming latency, peer: {:?}", figures.peer_latency);
+    // -- Latency at steady rates: Weir with the plugin, then the peer. ---------------
+    for (i, rate) in [args.stream_rate, args.stream_high_rate]
+        .into_iter()
+        .filter(|&r| r > 0)
+        .enumerate()
+    {
+        let run = latency_run(pg, &weir, &plugin, flush_ms, rate, args.stream_seconds, i).await?;
+        figures.latency.push(run);
+    }
 
     // -- Recovery: SIGKILL and restart while the steady workload runs. ----------------
     let (source, mut consumer, target, mut child) =
@@ -404,11 +376,6 @@ pub(crate) async fn streaming(
         &figures,
         Details {
             load,
-            txns,
-            weir_server_cpu,
-            peer_server_cpu,
-            final_rows,
-            weir_writer,
             writer_seconds,
             release_waits,
             first_visible,
@@ -419,4 +386,68 @@ pub(crate) async fn streaming(
         },
     )?;
     Ok(figures)
+}
+
+/// Latency at one steady rate (`rate` transactions/s for `seconds`): Weir with the
+/// plugin, then the peer, each on source databases of its own (suffixed by `n`).
+async fn latency_run(
+    pg: &LocalPg,
+    weir: &std::path::Path,
+    plugin: &std::path::Path,
+    flush_ms: u64,
+    rate: u64,
+    seconds: u64,
+    n: usize,
+) -> anyhow::Result<LatencyRun> {
+    let name = format!("stream_latency_weir_{n}");
+    let (source, consumer, target, mut child) =
+        live_consumer(weir, pg, &name, plugin, flush_ms).await?;
+    let server = cluster_cpu(pg)?;
+    let written = steady_writer(consumer.source_dsn.clone(), rate, seconds).await?;
+    let surviving = written.surviving();
+    let seen = seen_all(&target, &surviving).await?;
+    let weir_server_cpu = cluster_cpu(pg)? - server;
+    consumer.stop(&mut child).await?;
+    let final_rows = check_weir_target(&source, &target, true).await?.0;
+    drop_slot(&source, &consumer.slot).await?;
+    let weir_latency = Latency::of(&mut latencies(&surviving, &seen));
+    let txns = written.commit_us.len() as u64;
+    let offered_changes_per_s =
+        (txns * CHANGES_PER_TRANSACTION) as f64 / written.elapsed.as_secs_f64();
+    let weir_writer = written.elapsed;
+    println!(
+        "streaming latency at {rate} transactions/s, Weir: {weir_latency:?} over {} rows",
+        weir_latency.rows
+    );
+
+    let peer_name = format!("stream_latency_peer_{n}");
+    let sub_name = format!("stream_sub_latency_{n}");
+    let source = source_database(pg, &peer_name).await?;
+    let sub = subscriber(pg, &source, &peer_name, &sub_name, true).await?;
+    enable_subscription(&sub, &sub_name).await?;
+    slot_active(&source, &sub_name).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let server = cluster_cpu(pg)?;
+    let written = steady_writer(pg.dsn(&peer_name), rate, seconds).await?;
+    let surviving_peer = written.surviving();
+    let seen = seen_all(&sub, &surviving_peer).await?;
+    let peer_server_cpu = cluster_cpu(pg)? - server;
+    anyhow::ensure!(
+        digest(&sub, "orders").await? == digest(&source, "orders").await?,
+        "the subscriber's table differs from the source's"
+    );
+    drop_subscription(&sub, &source, &sub_name).await?;
+    let peer = Latency::of(&mut latencies(&surviving_peer, &seen));
+    println!("streaming latency at {rate} transactions/s, peer: {peer:?}");
+    Ok(LatencyRun {
+        rate,
+        offered_changes_per_s,
+        weir: weir_latency,
+        peer,
+        txns,
+        weir_writer,
+        weir_server_cpu,
+        peer_server_cpu,
+        final_rows,
+    })
 }

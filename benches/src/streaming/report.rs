@@ -15,15 +15,6 @@ use crate::orders::CHANGES_PER_TRANSACTION;
 pub(super) struct Details {
     /// The 1-minute load average when the section began.
     pub(super) load: String,
-    /// Transactions the Weir latency run's writer committed.
-    pub(super) txns: u64,
-    /// Server CPU seconds of the Weir latency run, and of the peer's.
-    pub(super) weir_server_cpu: f64,
-    pub(super) peer_server_cpu: f64,
-    /// Rows of the Weir latency run's target at its end.
-    pub(super) final_rows: i64,
-    /// How long the Weir latency run's writer took.
-    pub(super) weir_writer: Duration,
     /// Seconds of the recovery run's writer.
     pub(super) writer_seconds: u64,
     /// Each wait for the slot's release after a kill.
@@ -48,11 +39,6 @@ pub(super) fn report(
 ) -> anyhow::Result<()> {
     let Details {
         load,
-        txns,
-        weir_server_cpu,
-        peer_server_cpu,
-        final_rows,
-        weir_writer,
         writer_seconds,
         release_waits,
         first_visible,
@@ -72,7 +58,7 @@ pub(super) fn report(
         "The real `weir` binary of this build, `weir run` (live, not `--once`) with `--log-format json`, on the \
          replication section's table (`orders`, default replica identity) and workload (transactions of 8 inserts, 1 \
          update, and alternately 1 update moving a row to the next day or 1 delete; 30 days), in source databases of \
-         the same cluster. Config: `public.orders` → `{TARGET}` by day, `write = \"replace\"` (the default), \
+         the same cluster. Config: `public.orders` → `{TARGET}` by day, `write` at its default (`auto`), \
          `plugin = \"orders-rust.wasm\"` with `rate = \"{RATE}\"` (its output: id, customer, order_date, amount, \
          amount_eur, status; the target table made by `weir init` from the plugin's describe), \
          `[engine] flush_interval_ms = {flush_ms}`, parallelism 2 (the default). `weir init` and a first \
@@ -80,13 +66,27 @@ pub(super) fn report(
          (`CREATE SUBSCRIPTION … WITH (copy_data = false)`, its slot made beforehand) into a second database holding \
          the same table. The 1-minute load average when this section began was {load}.\n"
     )?;
+    let rates: Vec<String> = f
+        .latency
+        .iter()
+        .map(|run| {
+            format!(
+                "{} transactions/s ({} changes/s offered; {:.0} measured: {} transactions in {:.2} s)",
+                run.rate,
+                run.rate * CHANGES_PER_TRANSACTION,
+                run.offered_changes_per_s,
+                run.txns,
+                run.weir_writer.as_secs_f64()
+            )
+        })
+        .collect();
     writeln!(
         out,
-        "### Latency from source commit to visible in the target, at a steady rate\n\n\
-         A writer (one connection) commits one workload transaction per tick of a tokio interval, {} transactions/s \
-         ({:.0} changes/s offered; {:.0} measured) for {} s: {txns} transactions. For every row still in the \
-         source at the end (deleted rows are left out: Weir stages the latest state, so a row deleted within a flush \
-         interval of its insert is never written), the latency is the time from its transaction's `COMMIT` \
+        "### Latency from source commit to visible in the target, at steady rates\n\n\
+         A writer (one connection) commits one workload transaction per tick of a tokio interval for {} s, at {}. \
+         For every row still in the \
+         source at the end (deleted rows are left out: Weir stages the latest state, so a row deleted before its \
+         insert is written is never written), the latency is the time from its transaction's `COMMIT` \
          returning to the writer (this machine's clock, read right after `batch_execute` returned) to the row \
          first visible in the target, recorded by the target itself with the same clock: on Weir's table a \
          statement-level `AFTER INSERT` trigger with a transition table (COPY fires it) runs `INSERT INTO \
@@ -97,38 +97,49 @@ pub(super) fn report(
          `REPLICA` or `ALWAYS`). Each run waited until every such row was recorded; Checked: the target equals the \
          source (Weir: row count and md5 of id, customer, order_date, amount and status, the source's status \
          upper-cased as the plugin does; the peer: all columns).\n",
-        args.stream_rate,
-        args.stream_rate * CHANGES_PER_TRANSACTION,
-        f.offered_changes_per_s,
         args.stream_seconds,
+        rates.join(", then ")
     )?;
     writeln!(
         out,
-        "| path | rows measured | p50 (ms) | p99 (ms) | max (ms) | server CPU (s) |\n|---|---:|---:|---:|---:|---:|"
+        "| path | changes/s offered | rows measured | p50 (ms) | p99 (ms) | max (ms) | server CPU (s) |\n|---|---:|---:|---:|---:|---:|---:|"
     )?;
+    for run in &f.latency {
+        let offered = run.rate * CHANGES_PER_TRANSACTION;
+        writeln!(
+            out,
+            "| Weir `run` + `orders-rust.wasm`, flush interval {flush_ms} ms | {offered} | {} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            run.weir.rows, run.weir.p50, run.weir.p99, run.weir.max, run.weir_server_cpu
+        )?;
+        writeln!(
+            out,
+            "| native subscription (peer) | {offered} | {} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            run.peer.rows, run.peer.p50, run.peer.p99, run.peer.max, run.peer_server_cpu
+        )?;
+    }
+    let ratios: Vec<String> = f
+        .latency
+        .iter()
+        .map(|run| {
+            format!(
+                "at {} changes/s p50 {:.2}×, p99 {:.2}×, max {:.2}× (the Weir run's target held {} rows at its end)",
+                run.rate * CHANGES_PER_TRANSACTION,
+                run.weir.p50 / run.peer.p50,
+                run.weir.p99 / run.peer.p99,
+                run.weir.max / run.peer.max,
+                run.final_rows
+            )
+        })
+        .collect();
     writeln!(
         out,
-        "| Weir `run` + `orders-rust.wasm`, flush every {flush_ms} ms | {} | {:.1} | {:.1} | {:.1} | {weir_server_cpu:.2} |",
-        f.weir_latency.rows, f.weir_latency.p50, f.weir_latency.p99, f.weir_latency.max
-    )?;
-    writeln!(
-        out,
-        "| native subscription (peer) | {} | {:.1} | {:.1} | {:.1} | {peer_server_cpu:.2} |",
-        f.peer_latency.rows, f.peer_latency.p50, f.peer_latency.p99, f.peer_latency.max
-    )?;
-    writeln!(
-        out,
-        "\nWeir / peer: p50 {:.1}×, p99 {:.1}× the subscription's latency. Weir's latency is dominated by the flush \
-         interval: a transaction waits in the engine's batch until the next flush (on average half an interval), \
-         then is staged (one synced RocksDB write), and every dirty partition is rewritten whole (replace: DELETE, \
-         the plugin over all its staged rows, binary COPY, lineage), so a round's cost grows with the partitions' \
-         size: at the end of this run each round rewrote up to all {final_rows} rows of the 30 partitions. The \
-         writer's {txns} transactions took {:.2} s. *Server CPU* is every process of the cluster from the writer's \
-         start until the last row was recorded (the writer's backends, decoding, the target's writes and the \
-         recorder's triggers; for the peer also its apply worker).\n",
-        f.weir_latency.p50 / f.peer_latency.p50,
-        f.weir_latency.p99 / f.peer_latency.p99,
-        weir_writer.as_secs_f64(),
+        "\nWeir / peer: {}. Weir's path: intake stages each transaction (one synced RocksDB write per group \
+         commit) and wakes the writer, which starts a round as soon as it is free (at most every {flush_ms} ms) \
+         and, in the default `auto` mode, merges each dirty partition's changed keys (the plugin over those rows, \
+         a DELETE of their keys and a binary COPY, lineage) in one transaction. *Server CPU* is every process of \
+         the cluster from the writer's start until the last row was recorded (the writer's backends, decoding, \
+         the target's writes and the recorder's triggers; for the peer also its apply worker).\n",
+        ratios.join("; ")
     )?;
     writeln!(
         out,
@@ -227,9 +238,9 @@ pub(super) fn report(
         out,
         "\nWeir with the plugin / decode limit: {:.2} of pg_recvlogical's rate; / peer: {:.2} of the subscription's; \
          its time / the COPY's: {:.1}×. Plugin overhead on this backlog: Weir with the plugin took {:.2}× the time of \
-         Weir with the identity transform. All COPYs (s): {}. Weir writes its rounds while it reads: with flush \
-         every {flush_ms} ms each round rewrites every dirty partition whole, so catching up rewrites the table \
-         several times; the peer applies each change once.",
+         Weir with the identity transform. All COPYs (s): {}. Weir writes its rounds while it reads, each \
+         round merging the keys changed since the last (`auto`), so a change is written about once; the peer \
+         applies each change once.",
         f.rate(f.weir_plugin) / f.rate(f.recvlogical),
         f.rate(f.weir_plugin) / f.rate(f.peer),
         f.weir_plugin.as_secs_f64() / f.copy.as_secs_f64(),

@@ -40,6 +40,9 @@ pub mod limits {
     pub const PARALLELISM_MAX: usize = 64;
     /// Transactions staged in one synced batch (group commit): bounds batch memory.
     pub const BATCH_TRANSACTIONS_MAX: usize = 100_000;
+    /// The default least time between the starts of two write rounds: a change is
+    /// written about as soon as it is staged, and rounds coalesce under load.
+    pub const FLUSH_INTERVAL_MS_DEFAULT: u64 = 10;
     /// Longest flush interval: one hour. Longer would let dirty partitions age unnoticed.
     pub const FLUSH_INTERVAL_MS_MAX: u64 = 3_600_000;
     /// Changes of one transaction held in memory before they go to the stage's pending

@@ -167,7 +167,9 @@ impl Validator<'_> {
                 format!("must be between 1 and {}", limits::PARALLELISM_MAX),
             ));
         }
-        let flush_interval_ms = raw.flush_interval_ms.unwrap_or(1000);
+        let flush_interval_ms = raw
+            .flush_interval_ms
+            .unwrap_or(limits::FLUSH_INTERVAL_MS_DEFAULT);
         if flush_interval_ms > limits::FLUSH_INTERVAL_MS_MAX {
             return Err(self.invalid(
                 "engine.flush_interval_ms",

@@ -108,11 +108,14 @@ pub struct TableConfig {
     pub write: WriteMode,
 }
 
-/// How a dirty partition reaches the target (`write = "replace" | "merge"`).
+/// How a dirty partition reaches the target (`write = "auto" | "replace" | "merge"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WriteMode {
-    /// Delete the partition and COPY the output of all its staged rows.
+    /// Each write costs what changed: merge the changed keys where `Merge` applies and
+    /// fewer than half the partition's rows changed, else replace the partition.
     #[default]
+    Auto,
+    /// Delete the partition and COPY the output of all its staged rows.
     Replace,
     /// Delete the target rows of the keys changed since the partition's last write and
     /// COPY their new output. For the identity and `row`-kind plugins whose grain key
@@ -124,6 +127,7 @@ pub enum WriteMode {
 impl WriteMode {
     pub fn as_str(self) -> &'static str {
         match self {
+            WriteMode::Auto => "auto",
             WriteMode::Replace => "replace",
             WriteMode::Merge => "merge",
         }
@@ -249,12 +253,15 @@ impl Validator<'_> {
         })?;
         let plugin = self.plugin(i, &raw)?;
         let write = match raw.write.as_deref() {
-            None | Some("replace") => WriteMode::Replace,
+            None | Some("auto") => WriteMode::Auto,
+            Some("replace") => WriteMode::Replace,
             Some("merge") => WriteMode::Merge,
             Some(other) => {
                 return Err(self.invalid(
                     field("write"),
-                    format!("unknown write mode `{other}`: use \"replace\" or \"merge\""),
+                    format!(
+                        "unknown write mode `{other}`: use \"auto\" (the default), \"replace\" or \"merge\""
+                    ),
                 ));
             }
         };

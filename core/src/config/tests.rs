@@ -175,6 +175,27 @@ fn errors_name_the_file_and_the_field() {
 }
 
 #[test]
+fn the_write_mode_defaults_to_auto_and_an_unknown_one_lists_the_choices() {
+    assert_eq!(parse(GOOD).expect("good").tables[0].write, WriteMode::Auto);
+    for (mode, want) in [
+        ("auto", WriteMode::Auto),
+        ("replace", WriteMode::Replace),
+        ("merge", WriteMode::Merge),
+    ] {
+        let text = GOOD.replace(
+            "grain = \"day\"",
+            &format!("grain = \"day\"\nwrite = \"{mode}\""),
+        );
+        assert_eq!(parse(&text).expect(mode).tables[0].write, want);
+    }
+    let msg = error_of(&GOOD.replace("grain = \"day\"", "grain = \"day\"\nwrite = \"upsert\""));
+    assert!(
+        msg.contains("table[0].write: unknown write mode `upsert`: use \"auto\" (the default), \"replace\" or \"merge\""),
+        "{msg}"
+    );
+}
+
+#[test]
 fn a_dsn_never_appears_in_errors_or_debug_output() {
     let secret = "hunter2-very-secret";
     let config = parse(GOOD).expect("valid");

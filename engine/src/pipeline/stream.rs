@@ -79,6 +79,8 @@ pub(super) struct StreamJob {
     pub partition: Partition,
     /// Merge the changed keys if the partition allows it (dirty, not changed whole).
     pub merge: bool,
+    /// `write = "auto"`: merge only if fewer than half the partition's rows changed.
+    pub merge_if_cheaper: bool,
     /// Stop after the head if the partition is not dirty.
     pub only_if_dirty: bool,
     /// Merge: the target columns of the table's key (the plugin's grain key).
@@ -120,7 +122,10 @@ fn produce(
     let snap = job
         .stage
         .snapshot_partition(&job.table.source.to_string(), &job.partition)?;
-    let merge = job.merge && snap.dirty.is_some() && !snap.whole_changed()?;
+    let merge = job.merge
+        && snap.dirty.is_some()
+        && !snap.whole_changed()?
+        && (!job.merge_if_cheaper || snap.changed_minority()?);
     let head = Head {
         generation: snap.generation,
         dirty: snap.dirty,

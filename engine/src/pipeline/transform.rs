@@ -89,31 +89,47 @@ impl Transform {
         }
     }
 
-    /// Whether the table's write mode suits this transform: `merge` needs the identity
-    /// or a `row`-kind plugin whose grain key is the table's key, so that the target
-    /// rows of a changed key are exactly those with that grain key.
+    /// Whether the table's write mode suits this transform: `merge` needs what
+    /// [`Self::merge_refusal`] checks; `auto` merges only where it applies.
     pub fn check_write_mode(&self, table: &TableConfig) -> Result<(), String> {
-        let Transform::Plugin { plugin, .. } = self else {
-            return Ok(());
-        };
-        if table.write != WriteMode::Merge {
-            return Ok(());
+        match (table.write, self.merge_refusal(table)) {
+            (WriteMode::Merge, Some(why)) => Err(format!("{why}; use write = \"replace\"")),
+            _ => Ok(()),
         }
+    }
+
+    /// Whether a dirty partition's write may merge its changed keys (`write` is
+    /// `merge`, or `auto` and merging applies); else it replaces the partition.
+    pub fn merges(&self, table: &TableConfig) -> bool {
+        match table.write {
+            WriteMode::Replace => false,
+            WriteMode::Merge => true,
+            WriteMode::Auto => self.merge_refusal(table).is_none(),
+        }
+    }
+
+    /// Why this transform's partitions cannot be merged, if they cannot: merging needs
+    /// the identity or a `row`-kind plugin whose grain key is the table's key, so that
+    /// the target rows of a changed key are exactly those with that grain key.
+    fn merge_refusal(&self, table: &TableConfig) -> Option<String> {
+        let Transform::Plugin { plugin, .. } = self else {
+            return None;
+        };
         let d = plugin.description();
         if d.kind != Kind::Row {
-            return Err(format!(
-                "plugin {} is a `partition`-kind plugin (its output may aggregate rows), so its partitions cannot be merged: use write = \"replace\"",
+            return Some(format!(
+                "plugin {} is a `partition`-kind plugin (its output may aggregate rows), so its partitions cannot be merged",
                 d.name
             ));
         }
         if d.grain_key != table.key {
-            return Err(format!(
-                "merge needs the plugin's grain key ({}) to be the table's key ({}): a changed key must name the target rows it produced; use write = \"replace\"",
+            return Some(format!(
+                "merge needs the plugin's grain key ({}) to be the table's key ({}): a changed key must name the target rows it produced",
                 d.grain_key.join(", "),
                 table.key.join(", ")
             ));
         }
-        Ok(())
+        None
     }
 
     /// What lineage's `transform` column says: `identity` or `name@version`.

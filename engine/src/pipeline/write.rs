@@ -29,12 +29,17 @@ impl Pipeline {
         partition: &Partition,
         only_if_dirty: bool,
     ) -> Result<Option<WriteSummary>, PipelineError> {
-        let (table_config, _, _) = self.table(table)?;
-        let mut merge = only_if_dirty && self.writable && table_config.write == WriteMode::Merge;
-        let key_columns = if merge {
-            self.key_columns(table)?
-        } else {
-            Vec::new()
+        let (table_config, _, transform) = self.table(table)?;
+        let mut merge = only_if_dirty && self.writable && transform.merges(table_config);
+        let key_columns = match self.key_columns(table) {
+            Ok(columns) if merge => columns,
+            // `auto` replaces what it cannot merge.
+            Err(_) if table_config.write == WriteMode::Auto => {
+                merge = false;
+                Vec::new()
+            }
+            Err(e) if merge => return Err(e),
+            _ => Vec::new(),
         };
         loop {
             let columns = if merge {
@@ -79,6 +84,7 @@ impl Pipeline {
             transform: transform.clone(),
             partition: partition.clone(),
             merge: !key_columns.is_empty(),
+            merge_if_cheaper: table_config.write == WriteMode::Auto,
             only_if_dirty,
             key_columns,
         })

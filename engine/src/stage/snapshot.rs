@@ -109,6 +109,28 @@ impl<'s> PartitionSnapshot<'s> {
         Ok(max)
     }
 
+    /// Whether fewer than half the partition's rows changed since its last write: then
+    /// merging the changed keys is cheaper than replacing the partition. Counts the
+    /// changed keys, then the rows only up to twice that, so the cost of deciding is
+    /// bounded by what changed, not by the partition's size.
+    pub fn changed_minority(&self) -> Result<bool, StageError> {
+        let mut changed = 0usize;
+        let mut it = self.iter(CF_CHANGED);
+        while let Some(k) = it.key() {
+            changed += usize::from(k.len() > self.prefix.len());
+            it.next();
+        }
+        it.status().map_err(db_err("read changed keys"))?;
+        let mut rows = 0usize;
+        let mut it = self.iter(CF_ROWS);
+        while it.valid() && rows <= changed.saturating_mul(2) {
+            rows += 1;
+            it.next();
+        }
+        it.status().map_err(db_err("read rows"))?;
+        Ok(rows > changed.saturating_mul(2))
+    }
+
     /// Whether every key changed (the partition must be replaced, not merged): a
     /// TRUNCATE, or a dirty partition with no changed key recorded (marked by a stage
     /// from before the stage recorded them).
