@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use chrono::{DateTime, Datelike, NaiveDate};
+use chrono::{DateTime, Datelike, NaiveDate, Timelike};
 use serde::Deserialize;
 
 use crate::value::{ColumnType, Value, date_from_days, days_from_date};
@@ -129,11 +129,13 @@ pub fn partition_of(
         )),
         (Grain::Day | Grain::Month, Value::Date(d)) => {
             let date = date_from_days(*d).ok_or_else(range)?;
-            Ok(Partition::Key(if grain == Grain::Day {
-                date.format("%Y-%m-%d").to_string()
-            } else {
-                date.format("%Y-%m").to_string()
-            }))
+            let day = (grain == Grain::Day).then(|| date.day());
+            Ok(Partition::Key(calendar_name(
+                date.year(),
+                date.month(),
+                day,
+                None,
+            )))
         }
         (Grain::Hour | Grain::Day | Grain::Month, Value::Timestamp(us)) => {
             if *us == i64::MAX || *us == i64::MIN {
@@ -144,15 +146,40 @@ pub fn partition_of(
             let ts = DateTime::from_timestamp_micros(*us)
                 .ok_or_else(range)?
                 .naive_utc();
-            Ok(Partition::Key(match grain {
-                Grain::Hour => ts.format("%Y-%m-%dT%H").to_string(),
-                Grain::Day => ts.format("%Y-%m-%d").to_string(),
-                _ => ts.format("%Y-%m").to_string(),
-            }))
+            let day = matches!(grain, Grain::Hour | Grain::Day).then(|| ts.day());
+            let hour = (grain == Grain::Hour).then(|| ts.hour());
+            Ok(Partition::Key(calendar_name(
+                ts.year(),
+                ts.month(),
+                day,
+                hour,
+            )))
         }
         (Grain::Hour, Value::Date(_)) => Err(wrong("a date")),
         _ => Err(wrong(value.kind())),
     }
+}
+
+/// A calendar partition's name, `YYYY-MM`, `YYYY-MM-DD` or `YYYY-MM-DDTHH`, exactly as
+/// chrono's `%Y-%m-%dT%H` prints it (a year outside 0..=9999 gets a sign: the same
+/// name, so the same partition, as stages and targets already hold), without parsing
+/// a format string for every change staged.
+fn calendar_name(year: i32, month: u32, day: Option<u32>, hour: Option<u32>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(13);
+    if (0..=9999).contains(&year) {
+        let _ = write!(out, "{year:04}");
+    } else {
+        let _ = write!(out, "{year:+05}");
+    }
+    let _ = write!(out, "-{month:02}");
+    if let Some(day) = day {
+        let _ = write!(out, "-{day:02}");
+    }
+    if let Some(hour) = hour {
+        let _ = write!(out, "T{hour:02}");
+    }
+    out
 }
 
 /// Which target rows belong to a partition, as SQL over the partition column.
@@ -230,6 +257,35 @@ fn bounds_micros(grain: Grain, key: &str) -> Option<(i64, i64)> {
 mod tests {
     use super::*;
     use crate::value::parse_timestamp;
+
+    /// Partition names are stored in stages and targets: the fast formatting must give
+    /// chrono's names for every year it may meet, signed ones included.
+    #[test]
+    fn calendar_names_are_chrono_s_for_every_year() {
+        let years = (-300..=300)
+            .chain(9_900..=10_100)
+            .chain([-262_000, -10_000, -1_000, 20_000, 262_000]);
+        for year in years {
+            for (month, day, hour) in [(1, 1, 0), (2, 28, 9), (12, 31, 23)] {
+                let Some(date) = NaiveDate::from_ymd_opt(year, month, day) else {
+                    continue;
+                };
+                let ts = date.and_hms_opt(hour, 0, 0).expect("a time");
+                assert_eq!(
+                    calendar_name(year, month, None, None),
+                    date.format("%Y-%m").to_string()
+                );
+                assert_eq!(
+                    calendar_name(year, month, Some(day), None),
+                    date.format("%Y-%m-%d").to_string()
+                );
+                assert_eq!(
+                    calendar_name(year, month, Some(day), Some(hour)),
+                    ts.format("%Y-%m-%dT%H").to_string()
+                );
+            }
+        }
+    }
 
     fn ts(s: &str) -> Value {
         Value::Timestamp(parse_timestamp(s, true).expect("timestamp"))

@@ -70,9 +70,35 @@ fn memtables() -> rocksdb::WriteBufferManager {
     rocksdb::WriteBufferManager::new_write_buffer_manager(MEMTABLES_BYTES_MAX, true)
 }
 
+/// RocksDB's C++ allocates with glibc's `malloc` (Weir's Rust code uses jemalloc). By
+/// default glibc gives each thread that allocates an arena of its own, and serves the
+/// memtables' multi-MiB blocks from them once a first block was freed (its mmap
+/// threshold rises): what flushes and compactions free stays resident, and a long
+/// intake's resident memory grew with the data staged (1,000,000 rows: 404 MiB, against
+/// 331 MiB with this; BENCHMARKS.md). One arena, blocks of 256 KiB and more mapped and
+/// unmapped, the heap trimmed past 256 KiB free: RocksDB's memory is what it holds.
+/// Process-wide, set once, before the first stage opens.
+fn tune_glibc_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: `mallopt` only sets parameters of glibc's allocator, under its own
+            // lock; no memory is touched and every value is in its documented range.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::mallopt(libc::M_ARENA_MAX, 1);
+                libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+                libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 10);
+            }
+        });
+    }
+}
+
 impl Stage {
     /// Opens (creating if missing) the stage for the feed `source_id`.
     pub fn open(path: &Path, source_id: &str) -> Result<Stage, StageError> {
+        tune_glibc_malloc();
         // A new stage folder is private (`0700`): it holds row data.
         if !path.exists() {
             crate::private::create_dir(path).map_err(|source| StageError::Create {
@@ -150,6 +176,7 @@ impl Stage {
         // record, say) or fails. That is transient: open again. (A RocksDB secondary
         // instance would not race, but it cannot take the snapshots consistent reads
         // need.) A stage that is really damaged fails every attempt.
+        tune_glibc_malloc();
         let mut attempt = 0u64;
         loop {
             let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
