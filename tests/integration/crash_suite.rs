@@ -1233,11 +1233,26 @@ async fn crash_suite_kills_during_the_initial_snapshot_end_exact() {
     let kills_wanted = (kills_wanted() / 8).max(6);
     let (mut kills, mut runs, mut mid_snapshot) = (0usize, 0usize, 0usize);
     let mut watch = PositionWatch::default();
+    // Whether a run has logged the snapshot's end: until then each run is killed at a
+    // random moment soon after its snapshot (re)starts, since a fast engine finishes
+    // the remaining chunks within a delay drawn for the whole run.
+    let mut snapshot_done = false;
     while kills < kills_wanted {
         runs += 1;
         let log = format!("snapshot-run-{runs}.log");
         let mut child = spawn_weir(&db, &source_dsn, &["run"], &log);
-        let delay = if rng.below(4) == 0 {
+        let delay = if !snapshot_done {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline
+                && child.try_wait().expect("poll weir run").is_none()
+                && !std::fs::read_to_string(db.path(&log))
+                    .unwrap_or_default()
+                    .contains("initial snapshot starts")
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            rng.below(400)
+        } else if rng.below(4) == 0 {
             rng.below(100)
         } else {
             400 + rng.below(2100)
@@ -1260,6 +1275,7 @@ async fn crash_suite_kills_during_the_initial_snapshot_end_exact() {
         if killed_mid_snapshot(&body) {
             mid_snapshot += 1;
         }
+        snapshot_done |= body.contains("initial snapshot complete");
         watch.check(&campaign, &db).await;
     }
     let (expected, stats) = writers.finish(&campaign, &db).await;
