@@ -31,15 +31,18 @@ impl Pipeline {
     ) -> Result<Option<WriteSummary>, PipelineError> {
         let (table_config, _, transform) = self.table(table)?;
         let mut merge = only_if_dirty && self.writable && transform.merges(table_config);
-        let key_columns = match self.key_columns(table) {
-            Ok(columns) if merge => columns,
-            // `auto` replaces what it cannot merge.
-            Err(_) if table_config.write == WriteMode::Auto => {
-                merge = false;
-                Vec::new()
+        let key_columns = if merge {
+            match self.key_columns(table) {
+                Ok(columns) => columns,
+                // `auto` replaces what it cannot merge.
+                Err(_) if table_config.write == WriteMode::Auto => {
+                    merge = false;
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) if merge => return Err(e),
-            _ => Vec::new(),
+        } else {
+            Vec::new()
         };
         loop {
             let columns = if merge {
