@@ -2,7 +2,8 @@
 //! COPYed as it goes), so its memory does not grow with the partition. Two month
 //! partitions, one five times the other's rows (about 1 KiB each), are written,
 //! backfilled, merged and verified; each command's peak RSS, from its own log, stays
-//! within a stated slack of the small partition's and under the config's budget.
+//! within a stated slack of the small partition's and under the config's budget, and
+//! so does the first `run --once` that stages and writes them all.
 //! `benches/` measures the same at 5,000,000 rows.
 
 use serde_json::Value as J;
@@ -78,7 +79,7 @@ async fn a_jobs_memory_does_not_grow_with_its_partition() {
     }
     std::fs::write(db.path("feed.jsonl"), feed).expect("feed");
     db.weir_ok(&["init"]);
-    weir_json(&db, &["run", "--once"]);
+    let first_peak = peak_kib(&weir_json(&db, &["run", "--once"]), "run ended");
     assert_eq!(
         db.count("SELECT count(*) FROM analytics.orders").await,
         small + big
@@ -138,7 +139,7 @@ async fn a_jobs_memory_does_not_grow_with_its_partition() {
     let grown_kib = (big - small) as u64;
     let slack_kib = 72 * 1024;
     eprintln!(
-        "bounded memory: {small} and {big} rows of ~1 KiB; backfill {small_backfill} → {big_backfill} KiB, verify {small_verify} → {big_verify} KiB, merge of {big} keys {merge_peak} KiB; budget {budget_kib} KiB"
+        "bounded memory: {small} and {big} rows of ~1 KiB; backfill {small_backfill} → {big_backfill} KiB, verify {small_verify} → {big_verify} KiB, first run {first_peak} KiB, merge of {big} keys {merge_peak} KiB; budget {budget_kib} KiB"
     );
     for (what, a, b) in [
         ("backfill", small_backfill, big_backfill),
@@ -149,7 +150,7 @@ async fn a_jobs_memory_does_not_grow_with_its_partition() {
             "{what}'s peak grew from {a} to {b} KiB with a partition {grown_kib} KiB larger"
         );
     }
-    for peak in [big_backfill, big_verify, merge_peak] {
+    for peak in [first_peak, big_backfill, big_verify, merge_peak] {
         assert!(
             peak < budget_kib,
             "peak {peak} KiB over the budget {budget_kib} KiB"

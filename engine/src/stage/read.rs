@@ -13,6 +13,10 @@ use super::layout::{
     prefix_end, push_table, row_key, split_partition, split_table, table_key,
 };
 use super::{DirtyPartition, PartitionChanges, PartitionRows, Stage, StagedRow};
+
+/// Past this many changed keys, clearing a partition's dirty mark deletes them with one
+/// range tombstone instead of one delete each.
+pub(super) const CLEAR_POINT_DELETES_MAX: usize = 4096;
 use crate::feed::{BadRecord, Position};
 use crate::partition::Partition;
 
@@ -247,19 +251,39 @@ impl Stage {
             return Ok(false);
         }
         // The mark still holds the generation read, so no key changed since: every
-        // changed-key record of the partition was in the job's read.
+        // changed-key record of the partition was in the job's read, and the stage's
+        // write lock keeps new ones out until this batch is written.
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(CF_DIRTY), &key);
         batch.delete_cf(self.cf(CF_BACKLOG), &key);
         let mut opts = ReadOptions::default();
         opts.set_iterate_range(rocksdb::PrefixRange(key.as_slice()));
+        let mut changed = Vec::new();
+        let mut many = false;
         for item in self.db.iterator_cf_opt(
             self.cf(CF_CHANGED),
             opts,
             IteratorMode::From(&key, Direction::Forward),
         ) {
             let (k, _) = item.map_err(db_err("read changed keys"))?;
-            batch.delete_cf(self.cf(CF_CHANGED), k);
+            if changed.len() == CLEAR_POINT_DELETES_MAX {
+                many = true;
+                break;
+            }
+            changed.push(k);
+        }
+        if many {
+            // Many changed keys: one range tombstone over the partition's,
+            // whatever their number. Deleting 5,000,000 keys one by one held them all in
+            // one batch and then in the memtable, past the stage's memory budget.
+            let end = prefix_end(&key);
+            batch.delete_range_cf(self.cf(CF_CHANGED), &key, &end);
+        } else {
+            // A few: point deletes, so that a live stream's frequent small writes do not
+            // pile range tombstones into the memtable every read must consult.
+            for k in changed {
+                batch.delete_cf(self.cf(CF_CHANGED), k);
+            }
         }
         self.db.write(batch).map_err(db_err("clear dirty mark"))?;
         Ok(true)

@@ -355,6 +355,36 @@ fn changed_ids(stage: &Stage, day: &str) -> (bool, Vec<(i64, bool)>) {
 }
 
 #[test]
+fn clearing_more_changed_keys_than_point_deletes_clears_only_that_partition() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    let many = i64::try_from(super::read::CLEAR_POINT_DELETES_MAX).expect("fits") + 5;
+    // The neighbouring partitions d0 and d2 keep theirs.
+    let mut changes: Vec<StageChange> = (1..=many).map(|id| upsert(id, "d1", 10)).collect();
+    changes.push(upsert(many + 1, "d0", 10));
+    changes.push(upsert(many + 2, "d2", 10));
+    stage.apply(&[txn(10, changes)]).expect("apply");
+    let read = stage.read_changes("public.t", &p("d1")).expect("read");
+    assert_eq!(read.keys.len(), usize::try_from(many).expect("fits"));
+    assert!(
+        stage
+            .clear_dirty("public.t", &p("d1"), read.dirty.expect("dirty"))
+            .expect("clear")
+    );
+    assert_eq!(changed_ids(&stage, "d1"), (false, vec![]));
+    assert_eq!(changed_ids(&stage, "d0"), (false, vec![(many + 1, true)]));
+    assert_eq!(changed_ids(&stage, "d2"), (false, vec![(many + 2, true)]));
+    // A key changed after the range tombstone is recorded again.
+    stage
+        .apply(&[txn(20, vec![upsert(7, "d1", 20)])])
+        .expect("apply");
+    assert_eq!(changed_ids(&stage, "d1"), (false, vec![(7, true)]));
+    // The staged rows themselves are untouched.
+    let rows = stage.read_partition("public.t", &p("d1")).expect("rows");
+    assert_eq!(rows.rows.len(), usize::try_from(many).expect("fits"));
+}
+
+#[test]
 fn changed_keys_name_both_partitions_of_a_move_and_clear_with_the_mark() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stage = Stage::open(dir.path(), "test").expect("open");
