@@ -94,6 +94,34 @@ fn staged(stage: &Stage) -> Vec<(i64, String, String, usize)> {
     rows
 }
 
+/// The test command runs this file against each PostgreSQL of its version matrix
+/// (`scripts/test`: the distribution's, then `scripts/install-postgres 18` with
+/// `WEIR_PG_MAJOR=18`): the cluster the tests start is the version asked for, so a
+/// matrix entry that silently fell back to another server fails here.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_source_server_is_the_version_the_matrix_asks_for() {
+    let db = TestDb::new("pg_version").await;
+    let num: i32 = db
+        .client()
+        .await
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .expect("server_version_num")
+        .get(0);
+    let major = num / 10_000;
+    match std::env::var("WEIR_PG_MAJOR") {
+        Ok(wanted) => assert_eq!(
+            major.to_string(),
+            wanted.trim(),
+            "WEIR_PG_MAJOR={wanted} but the test cluster is PostgreSQL {num}"
+        ),
+        Err(_) => assert!(
+            major >= 15,
+            "the test cluster is PostgreSQL {num}; Weir is tested on 15 and later"
+        ),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
     let db = TestDb::new("pg_source").await;
