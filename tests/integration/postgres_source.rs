@@ -122,6 +122,89 @@ async fn the_source_server_is_the_version_the_matrix_asks_for() {
     }
 }
 
+/// `weir init` makes the slot a failover slot where the server has them (17 and later),
+/// and says so; on an older server it says that a promoted standby will not have the
+/// slot. `weir status` shows the same. An existing slot made without failover on 17+ is
+/// named with the command that changes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn init_makes_a_failover_slot_where_the_server_has_them_and_says_so() {
+    let db = TestDb::new("pg_failover_slot_target").await;
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "pg_failover_slot",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, order_date date, amount numeric(12,2), note text)",
+        "",
+        &OrdersTable::postgres("analytics.orders").body(),
+    )
+    .await;
+    let num: i32 = source
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .expect("version")
+        .get(0);
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    let init = crate::harness::text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{init}{}",
+        crate::harness::text(&out.stderr)
+    );
+    let status = weir_pg(&db, &source_dsn, &["status"]);
+    let status = crate::harness::text(&status.stdout);
+    if num >= 170_000 {
+        let failover: bool = source
+            .query_one(
+                "SELECT failover FROM pg_replication_slots WHERE slot_name = 'pg_failover_slot'",
+                &[],
+            )
+            .await
+            .expect("slot")
+            .get(0);
+        assert!(failover, "the slot is not a failover slot:\n{init}");
+        assert!(
+            init.contains("slot pg_failover_slot: a failover slot"),
+            "{init}"
+        );
+        assert!(
+            status.contains("failover:   a failover slot; synchronized_standby_slots is empty"),
+            "{status}"
+        );
+        // A slot made by hand without failover: named, with the command that fixes it.
+        drop_and_recreate_slot_without_failover(&source, "pg_failover_slot").await;
+        let again = weir_pg(&db, &source_dsn, &["init"]);
+        let again = crate::harness::text(&again.stdout);
+        assert!(
+            again.contains("not a failover slot")
+                && again.contains("ALTER_REPLICATION_SLOT \"pg_failover_slot\" (FAILOVER true)"),
+            "{again}"
+        );
+    } else {
+        assert!(
+            init.contains("slot pg_failover_slot: not a failover slot: PostgreSQL ")
+                && init.contains("17 and later"),
+            "{init}"
+        );
+        assert!(
+            status.contains("failover:   none (failover slots need PostgreSQL 17 or later)"),
+            "{status}"
+        );
+    }
+}
+
+async fn drop_and_recreate_slot_without_failover(source: &tokio_postgres::Client, slot: &str) {
+    source
+        .query_one("SELECT pg_drop_replication_slot($1)::text", &[&slot])
+        .await
+        .expect("drop slot");
+    source
+        .query_one(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await
+        .expect("create slot");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
     let db = TestDb::new("pg_source").await;

@@ -65,6 +65,24 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
     }
     if let (Some(wal_status), Some(lag)) = (&s.slot_wal_status, s.slot_lag_bytes) {
         writeln!(out, "slot:       wal_status {wal_status}, lag {lag} bytes")?;
+        match (s.slot_failover, s.synchronized_standby_slots.as_deref()) {
+            (Some(true), Some("") | None) => writeln!(
+                out,
+                "failover:   a failover slot; synchronized_standby_slots is empty, so a standby's copy may be behind what Weir was sent"
+            )?,
+            (Some(true), Some(standbys)) => writeln!(
+                out,
+                "failover:   a failover slot; decoding waits for the standby slots {standbys}"
+            )?,
+            (Some(false), _) => writeln!(
+                out,
+                "failover:   not a failover slot: a promoted standby will not have it (weir init says how to change it)"
+            )?,
+            (None, _) => writeln!(
+                out,
+                "failover:   none (failover slots need PostgreSQL 17 or later)"
+            )?,
+        }
     }
     if let Some(e) = &s.source_error {
         writeln!(out, "source:     unavailable: {e}")?;

@@ -54,6 +54,7 @@ pub async fn init_with(
                 "exists"
             }
         ));
+        source_lines.push(format!("slot {slot}: {}", report.failover));
         oids = report.oids.iter().copied().map(Some).collect();
         for (table, identity) in report.identities {
             source_lines.push(format!("replica identity of {table}: {identity}"));

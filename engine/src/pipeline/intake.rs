@@ -222,9 +222,9 @@ impl Pipeline {
                 }
                 if let Some(client) = &source {
                     match postgres::slot_status(client, slot).await {
-                        Ok(Some((_, lag))) => {
-                            metrics::slot_lag(lag);
-                            live.slot_lag.store(lag, Relaxed);
+                        Ok(Some(status)) => {
+                            metrics::slot_lag(status.lag_bytes);
+                            live.slot_lag.store(status.lag_bytes, Relaxed);
                         }
                         Ok(None) => {}
                         Err(error) => {

@@ -37,6 +37,10 @@ pub struct Status {
     /// PostgreSQL source: the slot's `wal_status` and the WAL it holds back, in bytes.
     pub slot_wal_status: Option<String>,
     pub slot_lag_bytes: Option<i64>,
+    /// PostgreSQL 17 and later: whether the slot is a failover slot, and the server's
+    /// `synchronized_standby_slots` (the standbys logical decoding waits for).
+    pub slot_failover: Option<bool>,
+    pub synchronized_standby_slots: Option<String>,
     /// Why the slot could not be read, if it could not.
     pub source_error: Option<String>,
     /// What a run of this config may hold in memory, by part (bytes).
@@ -114,6 +118,8 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
         target_error: None,
         slot_wal_status: None,
         slot_lag_bytes: None,
+        slot_failover: None,
+        synchronized_standby_slots: None,
         source_error: None,
     };
     if let SourceConfig::Postgres { slot, .. } = &config.source {
@@ -122,9 +128,11 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
             Ok::<_, PipelineError>(postgres::slot_status(&client, slot).await?)
         };
         match slot_status.await {
-            Ok(Some((wal_status, lag))) => {
-                status.slot_wal_status = Some(wal_status);
-                status.slot_lag_bytes = Some(lag);
+            Ok(Some(slot)) => {
+                status.slot_wal_status = Some(slot.wal_status);
+                status.slot_lag_bytes = Some(slot.lag_bytes);
+                status.slot_failover = slot.failover;
+                status.synchronized_standby_slots = slot.synchronized_standby_slots;
             }
             Ok(None) => {
                 status.source_error = Some(format!("replication slot `{slot}` does not exist"))

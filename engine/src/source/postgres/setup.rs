@@ -68,6 +68,66 @@ pub struct SetupReport {
     pub identities: Vec<(String, String)>,
     /// Per table: its relation OID.
     pub oids: Vec<u32>,
+    /// Whether the slot survives a failover to a standby.
+    pub failover: SlotFailover,
+}
+
+/// Whether the slot is a failover slot (PostgreSQL 17 and later): one that a standby
+/// with `sync_replication_slots = on` keeps a synchronized copy of, so that after a
+/// promotion Weir finds its slot on the new primary.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotFailover {
+    /// `failover = true`.
+    Enabled,
+    /// The server has failover slots but this one is not (it existed before, made
+    /// without): how to make it one.
+    Disabled {
+        /// What makes it one.
+        fix: String,
+    },
+    /// The server predates failover slots.
+    Unsupported {
+        /// The server's `server_version`.
+        server_version: String,
+    },
+}
+
+impl std::fmt::Display for SlotFailover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotFailover::Enabled => write!(
+                f,
+                "a failover slot: a standby with sync_replication_slots = on keeps a copy"
+            ),
+            SlotFailover::Disabled { fix } => write!(
+                f,
+                "not a failover slot, so a promoted standby will not have it: {fix}"
+            ),
+            SlotFailover::Unsupported { server_version } => write!(
+                f,
+                "not a failover slot: PostgreSQL {server_version} has none (17 and later do), so a promoted standby will not have it"
+            ),
+        }
+    }
+}
+
+/// The first PostgreSQL with failover slots (`server_version_num`).
+const FAILOVER_SLOTS_SINCE: i32 = 170_000;
+
+/// The server's `server_version_num` and `server_version`.
+async fn server_version(client: &tokio_postgres::Client) -> Result<(i32, String), PgSourceError> {
+    let row = client
+        .query_one(
+            "SELECT current_setting('server_version_num')::int, current_setting('server_version')",
+            &[],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read the server's version",
+            source,
+        })?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// A table's relation OID (`None`: it does not exist).
@@ -135,22 +195,42 @@ pub async fn setup(
         .await
         .map_err(query("look up the slot"))?
         .get(0);
+    let (version_num, version) = server_version(client).await?;
+    let has_failover = version_num >= FAILOVER_SLOTS_SINCE;
     if !slot_exists {
         // Rows already in the tables reach the stage through the initial snapshot, which
-        // `weir run` takes (and resumes) from the stage's progress.
+        // `weir run` takes (and resumes) from the stage's progress. From PostgreSQL 17 the
+        // slot is a failover slot (arguments: temporary, two-phase, failover).
+        let create = if has_failover {
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
+        } else {
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
+        };
         client
-            .query_one(
-                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-                &[&slot],
-            )
+            .query_one(create, &[&slot])
             .await
             .map_err(query("create the replication slot"))?;
     }
+    let failover = if !has_failover {
+        SlotFailover::Unsupported {
+            server_version: version,
+        }
+    } else if slot_status(client, slot).await?.and_then(|s| s.failover) == Some(true) {
+        SlotFailover::Enabled
+    } else {
+        SlotFailover::Disabled {
+            fix: format!(
+                "while no `weir run` uses it, run ALTER_REPLICATION_SLOT {} (FAILOVER true) on a replication connection (psql \"dbname=… replication=database\")",
+                quote_ident(slot)
+            ),
+        }
+    };
     Ok(SetupReport {
         created_publication,
         created_slot: !slot_exists,
         identities,
         oids: estate.oids,
+        failover,
     })
 }
 
@@ -395,18 +475,46 @@ pub async fn check_estate(
     Ok(Estate { oids, identities })
 }
 
-/// A slot's `wal_status` and how many bytes of WAL it holds back.
+/// A slot as `weir status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotStatus {
+    /// `pg_replication_slots.wal_status`.
+    pub wal_status: String,
+    /// The WAL it holds back, in bytes (0 on a standby, which has no current position).
+    pub lag_bytes: i64,
+    /// Its `failover` flag (`None`: a server without failover slots).
+    pub failover: Option<bool>,
+    /// The server's `synchronized_standby_slots` (empty: none; `None`: before 17).
+    pub synchronized_standby_slots: Option<String>,
+}
+
+/// A slot's `wal_status`, how many bytes of WAL it holds back, and whether it is a
+/// failover slot (`None`: no such slot).
 pub async fn slot_status(
     client: &tokio_postgres::Client,
     slot: &str,
-) -> Result<Option<(String, i64)>, PgSourceError> {
+) -> Result<Option<SlotStatus>, PgSourceError> {
+    // One query on every version: `failover` (a column since 17) through the row's JSON,
+    // and the setting with missing_ok (NULL before 17).
     let row = client
         .query_opt(
-            "SELECT coalesce(wal_status, 'unknown'), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint \
-             FROM pg_replication_slots WHERE slot_name = $1",
+            "SELECT coalesce(s.wal_status, 'unknown'), \
+             CASE WHEN pg_is_in_recovery() THEN 0 \
+             ELSE coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0) END::bigint, \
+             (to_jsonb(s) ->> 'failover')::bool, \
+             current_setting('synchronized_standby_slots', true) \
+             FROM pg_replication_slots s WHERE s.slot_name = $1",
             &[&slot],
         )
         .await
-        .map_err(|source| PgSourceError::Query { what: "read the slot's status", source })?;
-    Ok(row.map(|r| (r.get(0), r.get(1))))
+        .map_err(|source| PgSourceError::Query {
+            what: "read the slot's status",
+            source,
+        })?;
+    Ok(row.map(|row| SlotStatus {
+        wal_status: row.get(0),
+        lag_bytes: row.get(1),
+        failover: row.get(2),
+        synchronized_standby_slots: row.get(3),
+    }))
 }
