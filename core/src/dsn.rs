@@ -133,7 +133,8 @@ impl fmt::Debug for PgSettings {
 }
 
 /// Parameters of the DSN that are Weir's (libpq's), not tokio-postgres's.
-const TAKEN: [&str; 10] = [
+const TAKEN: [&str; 11] = [
+    "target_session_attrs",
     "sslmode",
     "sslrootcert",
     "sslcert",
@@ -234,6 +235,33 @@ impl PgSettings {
                         return bad(
                             "gssencmode",
                             "GSSAPI encryption is not supported: remove the parameter (or set it to disable) and use TLS (sslmode)",
+                        );
+                    }
+                },
+                // libpq's values; tokio-postgres knows `read-write` (for the SQL
+                // connections; the replication connection checks it itself), not
+                // `primary`, which is checked the same way: a server in recovery is
+                // read-only. Weir writes watermarks and needs its slot on the primary.
+                "target_session_attrs" => match value.as_str() {
+                    "any" => {
+                        config
+                            .target_session_attrs(tokio_postgres::config::TargetSessionAttrs::Any);
+                    }
+                    "read-write" | "primary" => {
+                        config.target_session_attrs(
+                            tokio_postgres::config::TargetSessionAttrs::ReadWrite,
+                        );
+                    }
+                    "read-only" | "standby" | "prefer-standby" => {
+                        return bad(
+                            "target_session_attrs",
+                            "Weir writes to the source (watermarks) and uses its replication slot on the primary: use any, read-write or primary",
+                        );
+                    }
+                    _ => {
+                        return bad(
+                            "target_session_attrs",
+                            "must be one of any, read-write, primary",
                         );
                     }
                 },

@@ -10,6 +10,7 @@ mod crash_suite;
 mod demo;
 mod estates_source;
 mod exact_values;
+mod failover;
 mod faults;
 mod grains;
 mod harness;

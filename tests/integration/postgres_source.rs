@@ -365,7 +365,7 @@ pub(crate) async fn dump(
 }
 
 /// The target table holds exactly the source table's rows: none missing, none extra.
-async fn assert_same_rows(
+pub(crate) async fn assert_same_rows(
     source: &tokio_postgres::Client,
     source_table: &str,
     target: &tokio_postgres::Client,

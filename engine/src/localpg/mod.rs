@@ -149,7 +149,25 @@ impl LocalPg {
     /// non-async code. On error, whatever was made so far is stopped and removed.
     pub fn start(options: &LocalPgOptions) -> Result<LocalPg, LocalPgError> {
         test_support::validate(options)?;
-        let bin_dir = find_bin_dir()?;
+        // From here on, an early return drops `pg`: the server is stopped, `root` removed.
+        let mut pg = LocalPg::new_folder(find_bin_dir()?)?;
+        pg.initdb()?;
+        pg.before_start(options)?;
+        pg.write_owned("pg_hba.conf", &hba_conf(options))?;
+        let conf = pg.data_dir.join("postgresql.conf");
+        let conf = std::fs::OpenOptions::new().append(true).open(conf);
+        conf.and_then(|mut f| io::Write::write_all(&mut f, b"\ninclude 'weir.conf'\n"))
+            .map_err(io_err("append to postgresql.conf"))?;
+        pg.start_on_free_port(options)?;
+        pg.create_roles(options)?;
+        tracing::info!(port = pg.port, data_dir = %pg.data_dir.display(), "local postgres started");
+        Ok(pg)
+    }
+
+    /// A new temporary folder for a cluster of `bin_dir`'s server, owned by the server's
+    /// user, with its cleanup watchdog running (before anything can start a server in
+    /// it: this covers a process killed while starting). Nothing is in it yet.
+    fn new_folder(bin_dir: PathBuf) -> Result<LocalPg, LocalPgError> {
         let proc_self = std::fs::metadata("/proc/self").map_err(io_err("stat /proc/self"))?;
         let run_as = if proc_self.uid() == 0 {
             Some(postgres_ids()?)
@@ -158,7 +176,6 @@ impl LocalPg {
         };
         let tmp = tempfile::Builder::new().prefix("weir-pg-").tempdir();
         let root = tmp.map_err(io_err("create a temporary folder"))?.keep();
-        // From here on, an early return drops `pg`: the server is stopped, `root` removed.
         let data_dir = root.join("data");
         let mut pg = LocalPg {
             root,
@@ -171,17 +188,7 @@ impl LocalPg {
         std::fs::set_permissions(&pg.root, std::fs::Permissions::from_mode(0o755))
             .map_err(io_err("make the temporary folder world-traversable"))?;
         pg.chown(&pg.root)?;
-        pg.spawn_watchdog()?; // before initdb: covers a process killed while starting
-        pg.initdb()?;
-        pg.before_start(options)?;
-        pg.write_owned("pg_hba.conf", &hba_conf(options))?;
-        let conf = pg.data_dir.join("postgresql.conf");
-        let conf = std::fs::OpenOptions::new().append(true).open(conf);
-        conf.and_then(|mut f| io::Write::write_all(&mut f, b"\ninclude 'weir.conf'\n"))
-            .map_err(io_err("append to postgresql.conf"))?;
-        pg.start_on_free_port(options)?;
-        pg.create_roles(options)?;
-        tracing::info!(port = pg.port, data_dir = %pg.data_dir.display(), "local postgres started");
+        pg.spawn_watchdog()?;
         Ok(pg)
     }
 

@@ -206,6 +206,101 @@ impl LocalPg {
         Ok(())
     }
 
+    /// A streaming standby of this cluster, started on a free port (test-only). The
+    /// primary is stopped cleanly, its data folder copied and the primary started again
+    /// (a cold base backup: the server packages the test matrix installs carry no
+    /// `pg_basebackup`); the copy drops the primary's replication slots (a standby's are
+    /// its own or synchronized ones) and follows the primary through the physical slot
+    /// `primary_slot`, which must exist there, with `hot_standby_feedback` and, from
+    /// PostgreSQL 17, `sync_replication_slots` on: failover slots are synchronized to it.
+    /// Blocking.
+    pub fn start_standby(
+        &self,
+        options: &LocalPgOptions,
+        primary_slot: &str,
+    ) -> Result<LocalPg, LocalPgError> {
+        let mut standby = LocalPg::new_folder(self.bin_dir.clone())?;
+        self.stop()?;
+        let copied = super::run(
+            Command::new("cp")
+                .arg("-a")
+                .arg(&self.data_dir)
+                .arg(&standby.data_dir),
+            "cp -a (the primary's data folder)",
+        );
+        let restarted = self.pg_ctl_start();
+        copied?;
+        restarted?;
+        for file in ["postmaster.pid", "postmaster.opts"] {
+            let _ = std::fs::remove_file(standby.data_dir.join(file));
+        }
+        let slots = standby.data_dir.join("pg_replslot");
+        for entry in std::fs::read_dir(&slots).map_err(io_err("read pg_replslot"))? {
+            let entry = entry.map_err(io_err("read pg_replslot"))?;
+            std::fs::remove_dir_all(entry.path()).map_err(io_err("remove a copied slot"))?;
+        }
+        standby.write_owned("standby.signal", "")?;
+        let major: u32 = std::fs::read_to_string(self.data_dir.join("PG_VERSION"))
+            .map_err(io_err("read PG_VERSION"))?
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        let mut options = options.clone();
+        let conninfo = format!(
+            "host={} port={} user=postgres dbname=postgres application_name=weir_standby",
+            self.host(),
+            self.port
+        );
+        let mut settings = vec![
+            ("primary_conninfo", conninfo),
+            ("primary_slot_name", primary_slot.to_owned()),
+            ("hot_standby", "on".to_owned()),
+            ("hot_standby_feedback", "on".to_owned()),
+        ];
+        if major >= 17 {
+            settings.push(("sync_replication_slots", "on".to_owned()));
+        }
+        options
+            .extra_settings
+            .extend(settings.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        standby.start_on_free_port(&options)?;
+        tracing::info!(
+            port = standby.port,
+            primary = self.port,
+            "local postgres standby started"
+        );
+        Ok(standby)
+    }
+
+    /// Kills the server's postmaster with SIGKILL, as a crash of its machine would end
+    /// it (its backends exit when they notice), and waits until it is gone. Blocking.
+    pub fn kill(&self) -> Result<(), LocalPgError> {
+        let pid_file = std::fs::read_to_string(self.data_dir.join("postmaster.pid"))
+            .map_err(io_err("read postmaster.pid"))?;
+        let pid = pid_file.lines().next().unwrap_or("").trim().to_owned();
+        super::run(
+            Command::new("kill").args(["-KILL", &pid]),
+            "kill -KILL (the postmaster)",
+        )?;
+        let proc = Path::new("/proc").join(&pid);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while proc.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        tracing::info!(port = self.port, "local postgres killed");
+        Ok(())
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote`, waiting for it). Blocking.
+    pub fn promote(&self) -> Result<(), LocalPgError> {
+        super::run(
+            &mut self.pg_ctl(&["-w", "-t", "60", "promote"]),
+            "pg_ctl promote",
+        )?;
+        tracing::info!(port = self.port, "local postgres promoted");
+        Ok(())
+    }
+
     /// Creates a password role (see [`LocalPg::create_role`]).
     fn create_password_user(&self, user: &str, password: &str) -> Result<(), LocalPgError> {
         self.create_role(&format!(

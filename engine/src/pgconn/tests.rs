@@ -211,3 +211,38 @@ fn der_parsing_never_panics_and_finds_the_signature_algorithm() {
     ed25519[8..].copy_from_slice(&[0x2B, 0x65, 0x70, 0, 0, 0, 0, 0]);
     assert_eq!(tls_server_end_point(&ed25519), None);
 }
+
+#[test]
+fn target_session_attrs_takes_libpqs_primary_and_refuses_standbys() {
+    use tokio_postgres::config::TargetSessionAttrs as Attrs;
+    for (text, attrs) in [
+        ("any", Attrs::Any),
+        ("read-write", Attrs::ReadWrite),
+        ("primary", Attrs::ReadWrite),
+    ] {
+        let kv = parse(&format!(
+            "host=a,b port=5432,5433 user=u target_session_attrs={text}"
+        ))
+        .expect("valid");
+        assert_eq!(kv.config().get_target_session_attrs(), attrs, "{text}");
+        let url = parse(&format!(
+            "postgres://u@a:5432,b:5433/app?target_session_attrs={text}"
+        ))
+        .expect("valid");
+        assert_eq!(url.config().get_target_session_attrs(), attrs, "{text}");
+        assert_eq!(url.hosts(), "a, b");
+    }
+    for text in ["read-only", "standby", "prefer-standby"] {
+        let error = parse(&format!("host=a user=u target_session_attrs={text}"))
+            .expect_err("refused")
+            .to_string();
+        assert!(error.contains("any, read-write or primary"), "{error}");
+    }
+    let error = parse("host=a user=u target_session_attrs=sometimes")
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        error.contains("must be one of any, read-write, primary"),
+        "{error}"
+    );
+}

@@ -6,6 +6,7 @@ use std::io;
 use std::time::Duration;
 
 use postgres_protocol::message::{backend, frontend};
+use tokio_postgres::config::TargetSessionAttrs;
 
 use crate::config::{Dsn, quote_ident};
 use crate::pgconn::{PgSettings, SslMode, TlsError, TlsSetup};
@@ -55,8 +56,10 @@ impl ReplicationClient {
     /// `host` (names, addresses or Unix socket directories, tried in order), `hostaddr`,
     /// `port`, `user`, `password`, `dbname`, `application_name` (default `weir`),
     /// `options` and `connect_timeout` (for each host: socket, authentication and
-    /// startup). The next host is tried only when a host cannot be reached; an
-    /// authentication or server error is returned at once. The startup packet asks for
+    /// startup), and `target_session_attrs` (`read-write` or libpq's `primary`: a
+    /// read-only server, such as a standby, is skipped). The next host is tried only when
+    /// a host cannot be reached or is skipped; an authentication or server error is
+    /// returned at once. The startup packet asks for
     /// `replication=database` and `client_encoding=UTF8`, so text (including pgoutput's
     /// text values) arrives in UTF-8. Authentication: trust, cleartext password, md5,
     /// and SCRAM-SHA-256 (SCRAM-SHA-256-PLUS over TLS). TLS follows the DSN's `sslmode`
@@ -98,13 +101,31 @@ impl ReplicationClient {
             match result {
                 Ok((conn, tls)) => {
                     let tcp = !matches!(target, Target::Unix(_));
+                    let mut client = ReplicationClient { conn };
+                    if config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite
+                        && client.read_only().await?
+                    {
+                        // A standby (or a read-only primary): libpq goes on to the next
+                        // host, and so does Weir; after a failover it is the new primary.
+                        tracing::info!(
+                            attempt,
+                            "a host of the source DSN is read-only (a standby?): trying the next (target_session_attrs)"
+                        );
+                        client.close().await;
+                        last_error = Some(ReplicationError::Connect {
+                            source: std::io::Error::other(
+                                "the server is read-only (a standby?) and the DSN asks for target_session_attrs=read-write or primary",
+                            ),
+                        });
+                        continue;
+                    }
                     tracing::debug!(
                         tcp,
                         tls,
-                        server_version = conn.server_version.as_deref().unwrap_or(""),
+                        server_version = client.conn.server_version.as_deref().unwrap_or(""),
                         "replication connection ready"
                     );
-                    return Ok(ReplicationClient { conn });
+                    return Ok(client);
                 }
                 Err(error @ ReplicationError::Connect { .. }) => {
                     tracing::debug!(attempt, %error, "replication connection attempt failed");
@@ -116,6 +137,17 @@ impl ReplicationClient {
         Err(last_error.unwrap_or(ReplicationError::Config {
             what: "no host to connect to",
         }))
+    }
+
+    /// Whether the server accepts only read-only transactions (`SHOW
+    /// transaction_read_only`, a replication command): a standby in recovery does.
+    async fn read_only(&mut self) -> Result<bool, ReplicationError> {
+        let rows = self.simple_query("SHOW transaction_read_only").await?;
+        Ok(rows
+            .first()
+            .and_then(|row| row.first())
+            .and_then(Option::as_deref)
+            == Some("on"))
     }
 
     /// The server's `server_version`, as reported at startup.

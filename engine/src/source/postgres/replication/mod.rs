@@ -47,8 +47,8 @@
 //!   `channel_binding=require` refuses any other authentication.
 //!
 //! Out of scope: `sslnegotiation=direct`, GSSAPI, SSPI and Kerberos
-//! authentication, physical replication, `target_session_attrs` and TCP keepalive
-//! settings (ignored). A host is required (no default Unix socket directory), and so
+//! authentication, physical replication, and TCP keepalive settings (ignored).
+//! `target_session_attrs=read-write` (or libpq's `primary`) skips a read-only host. A host is required (no default Unix socket directory), and so
 //! is a user.
 
 mod client;

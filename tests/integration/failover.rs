@@ -1,0 +1,299 @@
+//! A source failover without loss (PostgreSQL 17 and later: failover slots). A primary
+//! and a streaming standby that synchronizes Weir's failover slot; a live workload and a
+//! live `weir run` whose source DSN lists both hosts with
+//! `target_session_attrs=primary`; the primary is SIGKILLed and the standby promoted;
+//! the workload goes on on the new primary; the same `weir run` reconnects by itself
+//! and the target ends equal to the new primary's table: nothing missing, nothing
+//! duplicated. The test command runs it in its PostgreSQL 18 pass (`scripts/test`);
+//! against an older server it says so and checks nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Client, NoTls};
+use weir::localpg::{LocalPg, LocalPgOptions};
+use weir_core::fixtures::{OrdersTable, postgres_config};
+
+use crate::harness::{TestDb, text};
+use crate::postgres_source::{assert_same_rows, dump};
+
+const SLOT: &str = "weir_failover";
+/// The standby's physical slot on the primary, which logical decoding waits for.
+const STANDBY_SLOT: &str = "standby_1";
+const DDL: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)";
+
+async fn connect(dsn: &str) -> Option<Client> {
+    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await.ok()?;
+    tokio::spawn(connection);
+    Some(client)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task")
+}
+
+/// One writer's transactions, each an insert, an update of an earlier order (moving
+/// some to another day) and now and then a delete, through a DSN of both hosts that
+/// connects to whichever is the primary; a transaction cut by the failover is not
+/// retried (it committed or not: the new primary's table is the truth).
+async fn write(dsn: String, stop: Arc<AtomicBool>, committed: Arc<AtomicI64>) {
+    let mut client: Option<Client> = None;
+    let mut id: i64 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(c) = &client else {
+            client = connect(&dsn).await;
+            if client.is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            continue;
+        };
+        id += 1;
+        let sql = format!(
+            "BEGIN;
+             INSERT INTO orders VALUES ({id}, 'c{}', DATE '2026-03-01' + {}, {id}.25, 'new');
+             UPDATE orders SET amount = amount + 1, status = 'paid', order_date = order_date + (id % 2)::int WHERE id = {};
+             DELETE FROM orders WHERE id = {} AND id % 7 = 0;
+             COMMIT;",
+            id % 13,
+            id % 5,
+            (id - 3).max(1),
+            (id - 11).max(1)
+        );
+        match c.batch_execute(&sql).await {
+            Ok(()) => {
+                committed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => client = None,
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until `check` holds, up to `limit`; `what` names it in the failure.
+async fn wait_for<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss() {
+    let primary = blocking(|| LocalPg::start(&LocalPgOptions::default()))
+        .await
+        .expect("start the primary");
+    let primary_dsn = primary.create_database("shop").await.expect("database");
+    let admin = connect(&primary_dsn).await.expect("primary");
+    let num: i32 = admin
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .expect("version")
+        .get(0);
+    if num < 170_000 {
+        assert!(
+            std::env::var("WEIR_PG_MAJOR").is_err(),
+            "WEIR_PG_MAJOR is set but the server is {num}, without failover slots"
+        );
+        eprintln!(
+            "failover: PostgreSQL {num} has no failover slots (17 and later); the test command runs this test against PostgreSQL 18"
+        );
+        return;
+    }
+    admin.batch_execute(DDL).await.expect("ddl");
+    admin
+        .query_one(
+            "SELECT pg_create_physical_replication_slot($1, true)::text",
+            &[&STANDBY_SLOT],
+        )
+        .await
+        .expect("standby slot");
+    drop(admin);
+    let primary = Arc::new(primary);
+    let standby = {
+        let primary = Arc::clone(&primary);
+        blocking(move || primary.start_standby(&LocalPgOptions::default(), STANDBY_SLOT))
+            .await
+            .expect("start the standby")
+    };
+    // Logical decoding sends nothing the standby has not flushed, so that Weir never
+    // holds a change the promoted standby lacks.
+    let admin = connect(&primary_dsn).await.expect("primary");
+    for sql in [
+        format!("ALTER SYSTEM SET synchronized_standby_slots = '{STANDBY_SLOT}'"),
+        "SELECT pg_reload_conf()".to_owned(),
+    ] {
+        admin
+            .batch_execute(&sql)
+            .await
+            .expect("synchronized_standby_slots");
+    }
+
+    // Weir reads whichever host is the primary; the target is the shared cluster's.
+    let db = TestDb::new("failover_target").await;
+    let source_dsn = format!(
+        "host={h},{h} port={},{} user=postgres dbname=shop target_session_attrs=primary connect_timeout=5",
+        primary.port(),
+        standby.port(),
+        h = primary.host()
+    );
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            SLOT,
+            "[engine]\nflush_interval_ms = 50",
+            &format!(
+                "[[table]]\n{}\n",
+                OrdersTable::postgres("analytics.orders").body()
+            ),
+        ),
+    )
+    .expect("config");
+    let weir = |args: &[&str]| {
+        db.weir_command(args)
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .output()
+            .expect("run weir")
+    };
+    let init = weir(&["init"]);
+    assert!(init.status.success(), "{}", text(&init.stderr));
+    assert!(
+        text(&init.stdout).contains("a failover slot"),
+        "{}",
+        text(&init.stdout)
+    );
+
+    // The workload, and the live engine.
+    let stop = Arc::new(AtomicBool::new(false));
+    let committed = Arc::new(AtomicI64::new(0));
+    let writer = tokio::spawn(write(
+        format!(
+            "host={h},{h} port={},{} user=postgres dbname=shop target_session_attrs=read-write connect_timeout=5",
+            primary.port(),
+            standby.port(),
+            h = primary.host()
+        ),
+        Arc::clone(&stop),
+        Arc::clone(&committed),
+    ));
+    let log = std::fs::File::create(db.path("run.log")).expect("log");
+    let mut run = db
+        .weir_command(&["run"])
+        .env("WEIR_SOURCE_DSN", &source_dsn)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn weir run");
+
+    // The standby holds a synchronized, usable copy of Weir's slot once Weir confirmed
+    // a position past the standby's own.
+    let standby_dsn = standby.dsn("shop");
+    wait_for(Duration::from_secs(60), "the slot synchronized to the standby", || {
+        let dsn = standby_dsn.clone();
+        async move {
+            let Some(client) = connect(&dsn).await else {
+                return false;
+            };
+            client
+                .query_opt(
+                    "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND synced AND NOT temporary",
+                    &[&SLOT],
+                )
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = committed.load(Ordering::Relaxed);
+    assert!(
+        before > 0,
+        "the workload committed nothing before the failover"
+    );
+
+    // The primary dies; the standby is promoted; the workload goes on there.
+    {
+        let primary = Arc::clone(&primary);
+        blocking(move || primary.kill())
+            .await
+            .expect("kill the primary");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let standby = Arc::new(standby);
+    {
+        let standby = Arc::clone(&standby);
+        blocking(move || standby.promote())
+            .await
+            .expect("promote the standby");
+    }
+    wait_for(
+        Duration::from_secs(60),
+        "the workload committing on the new primary",
+        || {
+            let committed = Arc::clone(&committed);
+            async move { committed.load(Ordering::Relaxed) > before + 50 }
+        },
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.expect("writer");
+
+    // The same live engine catches up from the new primary.
+    let source = connect(&standby.dsn("shop")).await.expect("new primary");
+    let target = db.client().await;
+    let want = dump(&source, "orders").await;
+    let caught_up = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(status) = run.try_wait().expect("weir run") {
+            panic!(
+                "weir run ended ({status}) instead of reconnecting:\n{}",
+                std::fs::read_to_string(db.path("run.log")).unwrap_or_default()
+            );
+        }
+        let got = target
+            .query_one(
+                "SELECT count(*) FROM analytics.orders WHERE to_regclass('analytics.orders') IS NOT NULL",
+                &[],
+            )
+            .await
+            .map(|r| r.get::<_, i64>(0))
+            .unwrap_or(0);
+        if usize::try_from(got).ok() == Some(want.len())
+            && dump(&target, "analytics.orders").await == want
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < caught_up,
+            "the target did not catch up with the new primary ({got} of {} rows):\n{}",
+            want.len(),
+            std::fs::read_to_string(db.path("run.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let _ = run.kill();
+    let _ = run.wait();
+    let log = std::fs::read_to_string(db.path("run.log")).unwrap_or_default();
+    assert!(
+        log.contains("source reconnected"),
+        "the live engine did not reconnect:\n{log}"
+    );
+    // And a restart of the engine from its checkpoint changes nothing.
+    let again = weir(&["run", "--once"]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_same_rows(&source, "orders", &target, "analytics.orders").await;
+    eprintln!(
+        "failover: {} transactions committed ({} before the kill), {} rows in the new primary, the target exact; the live engine retried its source {} times",
+        committed.load(Ordering::Relaxed),
+        before,
+        want.len(),
+        log.matches("source unavailable; retrying").count()
+    );
+}
