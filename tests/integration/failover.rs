@@ -297,3 +297,145 @@ async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss()
         log.matches("source unavailable; retrying").count()
     );
 }
+
+/// Decoding on a hot standby (PostgreSQL 16 and later): `[source]` points at the
+/// standby, `primary_dsn_env` at the primary, which takes what Weir writes (the
+/// publication, snapshot reads between watermarks, watermarks, drain messages). Rows
+/// that were there before, and a workload on the primary, end exact in the target; the
+/// slot is on the standby, none on the primary. Without `primary_dsn_env`, init says
+/// what to set.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hot_standby_decodes_while_the_primary_takes_the_writes() {
+    let primary = blocking(|| LocalPg::start(&LocalPgOptions::default()))
+        .await
+        .expect("start the primary");
+    let primary_dsn = primary.create_database("shop").await.expect("database");
+    let admin = connect(&primary_dsn).await.expect("primary");
+    let num: i32 = admin
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .expect("version")
+        .get(0);
+    if num < 160_000 {
+        assert!(
+            std::env::var("WEIR_PG_MAJOR").is_err(),
+            "WEIR_PG_MAJOR is set but the server is {num}, which cannot decode on a standby"
+        );
+        eprintln!(
+            "standby decoding: PostgreSQL {num} cannot decode on a standby (16 and later); the test command runs this test against PostgreSQL 18"
+        );
+        return;
+    }
+    admin.batch_execute(DDL).await.expect("ddl");
+    admin
+        .batch_execute(
+            "INSERT INTO orders SELECT g, 'c' || (g % 13), DATE '2026-03-01' + (g % 9), g, 'old' FROM generate_series(100001, 103000) g",
+        )
+        .await
+        .expect("rows before");
+    admin
+        .query_one(
+            "SELECT pg_create_physical_replication_slot($1, true)::text",
+            &[&STANDBY_SLOT],
+        )
+        .await
+        .expect("standby slot");
+    drop(admin);
+    let primary = Arc::new(primary);
+    let standby = {
+        let primary = Arc::clone(&primary);
+        blocking(move || primary.start_standby(&LocalPgOptions::default(), STANDBY_SLOT))
+            .await
+            .expect("start the standby")
+    };
+    let db = TestDb::new("standby_decoding_target").await;
+    let config = |primary_line: &str| {
+        std::fs::write(
+            db.config_path(),
+            postgres_config(
+                SLOT,
+                primary_line,
+                &format!(
+                    "[[table]]\n{}\n",
+                    OrdersTable::postgres("analytics.orders").body()
+                ),
+            ),
+        )
+        .expect("config");
+    };
+    let standby_dsn = standby.dsn("shop");
+    let weir = |args: &[&str]| {
+        db.weir_command(args)
+            .env("WEIR_SOURCE_DSN", &standby_dsn)
+            .env("WEIR_PRIMARY_DSN", &primary_dsn)
+            .output()
+            .expect("run weir")
+    };
+    // Without the primary's DSN: refused, saying what to set.
+    config("");
+    let refused = weir(&["init"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("primary_dsn_env"),
+        "{}",
+        text(&refused.stderr)
+    );
+    config("primary_dsn_env = \"WEIR_PRIMARY_DSN\"");
+    let init = weir(&["init"]);
+    assert!(init.status.success(), "{}", text(&init.stderr));
+    assert!(
+        text(&init.stdout).contains("on the standby that decodes"),
+        "{}",
+        text(&init.stdout)
+    );
+
+    // A workload on the primary while the standby decodes: drained twice.
+    let source = connect(&primary_dsn).await.expect("primary");
+    let target = db.client().await;
+    for round in 0..2 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let committed = Arc::new(AtomicI64::new(0));
+        let writer = tokio::spawn(write(
+            primary_dsn.clone(),
+            Arc::clone(&stop),
+            Arc::clone(&committed),
+        ));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        stop.store(true, Ordering::Relaxed);
+        writer.await.expect("writer");
+        assert!(
+            committed.load(Ordering::Relaxed) > 0,
+            "round {round}: no writes"
+        );
+        let out = weir(&["run", "--once"]);
+        assert!(out.status.success(), "round {round}: {}", text(&out.stderr));
+        assert_same_rows(&source, "orders", &target, "analytics.orders").await;
+    }
+    // The slot is the standby's; the primary has only the standby's physical slot.
+    let on_primary: i64 = source
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical'",
+            &[],
+        )
+        .await
+        .expect("slots")
+        .get(0);
+    assert_eq!(on_primary, 0, "a logical slot on the primary");
+    let on_standby: i64 = connect(&standby_dsn)
+        .await
+        .expect("standby")
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+            &[&SLOT],
+        )
+        .await
+        .expect("slots")
+        .get(0);
+    assert_eq!(on_standby, 1, "the slot is not on the standby");
+    let status = weir(&["status"]);
+    assert!(
+        text(&status.stdout).contains("slot:       wal_status"),
+        "{}",
+        text(&status.stdout)
+    );
+}

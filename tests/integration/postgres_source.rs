@@ -243,6 +243,7 @@ async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
         chunk_changes_max: 300,
         snapshot_chunk_rows: 10_000,
         heartbeat_interval_ms: 10_000,
+        primary: None,
     };
     let dsn = Dsn::new(db.dsn.clone());
     let mut source = PostgresSource::open(
@@ -332,6 +333,7 @@ async fn a_missing_slot_is_a_loud_error_that_names_the_recovery() {
         chunk_changes_max: 100,
         snapshot_chunk_rows: 10_000,
         heartbeat_interval_ms: 10_000,
+        primary: None,
     };
     let err = PostgresSource::open(
         &Dsn::new(db.dsn.clone()),

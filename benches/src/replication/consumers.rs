@@ -159,6 +159,7 @@ impl StageConsumer {
             chunk_changes_max: config.engine.transaction_chunk_changes,
             snapshot_chunk_rows: *snapshot_chunk_rows,
             heartbeat_interval_ms: *heartbeat_interval_ms,
+            primary: None,
         };
         let stage = Arc::new(Stage::open(&config.stage_path, &config.source_id())?);
         let consumer = StageConsumer {

@@ -187,6 +187,21 @@ impl Config {
         }
     }
 
+    /// Resolves the DSN of the server Weir writes to in the source (kind = "postgres"):
+    /// `primary_dsn_env`'s when set (the source decodes on a standby), else the source
+    /// DSN; `None` for a source without one.
+    pub fn source_write_dsn(&self) -> Result<Option<Dsn>, ConfigError> {
+        match &self.source {
+            SourceConfig::Postgres {
+                primary_dsn_env: Some(var),
+                ..
+            } => self
+                .dsn_from_env("source.primary_dsn_env", var, |v| std::env::var(v).ok())
+                .map(Some),
+            _ => self.source_dsn(),
+        }
+    }
+
     /// Resolves the target DSN from the environment variable the config names.
     pub fn target_dsn(&self) -> Result<Dsn, ConfigError> {
         self.dsn_from_env("target.dsn_env", &self.target.dsn_env, |var| {

@@ -29,6 +29,7 @@ pub(super) struct RawSource {
     pub(super) path: Option<String>,
     pub(super) on_bad_record: Option<OnBadRecord>,
     pub(super) dsn_env: Option<String>,
+    pub(super) primary_dsn_env: Option<String>,
     pub(super) slot: Option<String>,
     pub(super) publication: Option<String>,
     pub(super) snapshot_chunk_rows: Option<usize>,

@@ -29,6 +29,11 @@ pub enum SourceConfig {
     /// PostgreSQL logical replication (pgoutput) from a slot.
     Postgres {
         dsn_env: String,
+        /// When `dsn_env` names a hot standby that decodes (PostgreSQL 16 and later):
+        /// the environment variable of the primary's DSN, where what Weir writes goes
+        /// (snapshot reads between watermarks, watermarks, heartbeats, drain messages,
+        /// the publication). `None`: the source is the primary.
+        primary_dsn_env: Option<String>,
         slot: String,
         publication: String,
         /// Rows per chunk of the initial snapshot.
@@ -63,6 +68,7 @@ impl Validator<'_> {
             "jsonl" => {
                 for (field, set) in [
                     ("dsn_env", raw.dsn_env.is_some()),
+                    ("primary_dsn_env", raw.primary_dsn_env.is_some()),
                     ("slot", raw.slot.is_some()),
                     ("publication", raw.publication.is_some()),
                     ("snapshot_chunk_rows", raw.snapshot_chunk_rows.is_some()),
@@ -104,6 +110,16 @@ impl Validator<'_> {
                     self.invalid("source.dsn_env", "required for kind = \"postgres\": the environment variable holding the source DSN")
                 })?;
                 check_env_name(&dsn_env).map_err(|m| self.invalid("source.dsn_env", m))?;
+                let primary_dsn_env = raw.primary_dsn_env;
+                if let Some(var) = &primary_dsn_env {
+                    check_env_name(var).map_err(|m| self.invalid("source.primary_dsn_env", m))?;
+                    if *var == dsn_env {
+                        return Err(self.invalid(
+                            "source.primary_dsn_env",
+                            "names the same variable as dsn_env: it holds the primary's DSN when dsn_env's is a standby; remove it to decode on the primary",
+                        ));
+                    }
+                }
                 let slot = raw.slot.ok_or_else(|| {
                     self.invalid(
                         "source.slot",
@@ -146,6 +162,7 @@ impl Validator<'_> {
                 }
                 Ok(SourceConfig::Postgres {
                     dsn_env,
+                    primary_dsn_env,
                     slot,
                     publication,
                     snapshot_chunk_rows,

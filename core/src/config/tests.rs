@@ -326,3 +326,59 @@ fn the_memory_budget_adds_up_and_a_limit_below_it_is_refused() {
     assert_eq!(fits.engine.memory_limit_bytes, Some(mib(total_mib)));
     assert!(error_of(&with("memory_limit_mb = 10", GOOD)).contains("between 64 and"));
 }
+
+#[test]
+fn a_standby_source_names_the_primary_in_a_variable_of_its_own() {
+    let postgres = GOOD.replace(
+        "kind = \"jsonl\"\npath = \"feed.jsonl\"",
+        "kind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"s\"\npublication = \"p\"",
+    );
+    let postgres = postgres
+        .lines()
+        .filter(|l| !l.starts_with("columns"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let with = |line: &str| {
+        postgres.replace(
+            "publication = \"p\"",
+            &format!("publication = \"p\"\n{line}"),
+        )
+    };
+    let config = parse(&with("primary_dsn_env = \"WEIR_PRIMARY_DSN\"")).expect("valid");
+    let SourceConfig::Postgres {
+        primary_dsn_env, ..
+    } = &config.source
+    else {
+        panic!("a postgres source");
+    };
+    assert_eq!(primary_dsn_env.as_deref(), Some("WEIR_PRIMARY_DSN"));
+    let without = parse(&postgres).expect("valid");
+    assert!(matches!(
+        without.source,
+        SourceConfig::Postgres {
+            primary_dsn_env: None,
+            ..
+        }
+    ));
+    for (line, want) in [
+        (
+            "primary_dsn_env = \"WEIR_SOURCE_DSN\"",
+            "source.primary_dsn_env: names the same variable as dsn_env",
+        ),
+        (
+            "primary_dsn_env = \"host=db\"",
+            "source.primary_dsn_env: must name an environment variable",
+        ),
+    ] {
+        let msg = error_of(&with(line));
+        assert!(msg.contains(want), "want `{want}` in: {msg}");
+    }
+    let msg = error_of(&GOOD.replace(
+        "path = \"feed.jsonl\"",
+        "path = \"feed.jsonl\"\nprimary_dsn_env = \"WEIR_PRIMARY_DSN\"",
+    ));
+    assert!(
+        msg.contains("source.primary_dsn_env: only applies to kind = \"postgres\""),
+        "{msg}"
+    );
+}

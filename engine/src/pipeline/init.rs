@@ -40,7 +40,9 @@ pub async fn init_with(
     {
         let source_dsn = postgres_dsn(config)?;
         let client = postgres::connect(&source_dsn).await?;
-        let report = postgres::setup(&client, slot, publication, &resolved).await?;
+        let primary = postgres::write_server(&client, primary_dsn(config)?.as_ref()).await?;
+        let report =
+            postgres::setup(&client, primary.as_ref(), slot, publication, &resolved).await?;
         source_lines.push(format!(
             "publication {publication} ({}), slot {slot} ({})",
             if report.created_publication {
@@ -280,6 +282,18 @@ pub(super) fn postgres_dsn(config: &Config) -> Result<Dsn, crate::config::Config
             field: "source.dsn_env".into(),
             message: "required for kind = \"postgres\"".into(),
         })
+}
+
+/// The primary's DSN of a PostgreSQL source that decodes on a standby
+/// (`[source] primary_dsn_env`), `None` otherwise.
+pub(super) fn primary_dsn(config: &Config) -> Result<Option<Dsn>, crate::config::ConfigError> {
+    match &config.source {
+        SourceConfig::Postgres {
+            primary_dsn_env: Some(_),
+            ..
+        } => config.source_write_dsn(),
+        _ => Ok(None),
+    }
 }
 
 /// The configured tables with their columns: declared (JSON lines) or read from the

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
-use super::init::postgres_dsn;
+use super::init::{postgres_dsn, primary_dsn};
 use super::schedule::{WRITE_BACKOFF_MAX, WRITE_BACKOFF_MIN};
 use super::{Pipeline, PipelineError, RunReport, blocking};
 use crate::config::SourceConfig;
@@ -277,6 +277,7 @@ impl Pipeline {
                     chunk_changes_max: chunk,
                     snapshot_chunk_rows: *snapshot_chunk_rows,
                     heartbeat_interval_ms: *heartbeat_interval_ms,
+                    primary: primary_dsn(&self.config)?,
                 };
                 AnySource::Postgres(Box::new(
                     postgres::PostgresSource::open(

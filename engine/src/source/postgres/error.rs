@@ -48,6 +48,14 @@ pub enum PgSourceError {
     )]
     SlotInvalidated { slot: String },
     #[error(
+        "the source server is a standby in recovery, which Weir cannot write its snapshot watermarks and heartbeats to: set `[source] primary_dsn_env` to a variable holding the primary's DSN (decoding on a standby needs PostgreSQL 16 or later and hot_standby_feedback = on), or point `dsn_env` at the primary"
+    )]
+    StandbyWithoutPrimary,
+    #[error(
+        "the source server is a standby of PostgreSQL {version}, which cannot decode (logical decoding on a standby needs 16 or later): point `[source] dsn_env` at the primary"
+    )]
+    StandbyTooOld { version: String },
+    #[error(
         "replication slot `{slot}` has confirmed the feed up to {confirmed}, past this stage's position {position}: the changes in between were acknowledged by some other stage (an older checkpoint imported with `weir checkpoint import`, the slot dropped and created again, or another engine using this slot) and the slot cannot send them again; import a checkpoint of this feed at or past {confirmed}, or take a fresh snapshot: point `[stage] path` at a new folder and run `weir init` and `weir run`"
     )]
     SlotAhead {
@@ -107,9 +115,15 @@ pub enum PgSourceError {
 
 impl PgSourceError {
     /// Whether the user must change the source estate or the config before anything can
-    /// run (exit code 2): a publication, key or replica identity that would hide changes.
+    /// run (exit code 2): a publication, key or replica identity that would hide changes,
+    /// a standby source without the primary's DSN or too old to decode.
     pub fn is_usage(&self) -> bool {
-        matches!(self, PgSourceError::Estate { .. })
+        matches!(
+            self,
+            PgSourceError::Estate { .. }
+                | PgSourceError::StandbyWithoutPrimary
+                | PgSourceError::StandbyTooOld { .. }
+        )
     }
 
     /// Whether a reconnect may cure it: the connection failed or was closed, or the

@@ -98,4 +98,4 @@ pub use setup::{
     source_columns, table_oid,
 };
 pub use stage_port::{PortError, StagePort};
-pub use streaming::{PostgresSource, PostgresSourceOptions};
+pub use streaming::{PostgresSource, PostgresSourceOptions, write_server};

@@ -72,6 +72,22 @@ pub struct SetupReport {
     pub failover: SlotFailover,
 }
 
+/// How long `weir init` waits for a standby to replay what it made on the primary.
+const STANDBY_REPLAY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+async fn publication_exists(
+    client: &tokio_postgres::Client,
+    publication: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    Ok(client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
+            &[&publication],
+        )
+        .await?
+        .get(0))
+}
+
 /// Whether the slot is a failover slot (PostgreSQL 17 and later): one that a standby
 /// with `sync_replication_slots = on` keeps a synchronized copy of, so that after a
 /// promotion Weir finds its slot on the new primary.
@@ -86,6 +102,8 @@ pub enum SlotFailover {
         /// What makes it one.
         fix: String,
     },
+    /// The slot is on a standby that decodes: a standby's slot cannot be one.
+    OnStandby,
     /// The server predates failover slots.
     Unsupported {
         /// The server's `server_version`.
@@ -103,6 +121,10 @@ impl std::fmt::Display for SlotFailover {
             SlotFailover::Disabled { fix } => write!(
                 f,
                 "not a failover slot, so a promoted standby will not have it: {fix}"
+            ),
+            SlotFailover::OnStandby => write!(
+                f,
+                "on the standby that decodes (a standby's slot cannot be a failover slot)"
             ),
             SlotFailover::Unsupported { server_version } => write!(
                 f,
@@ -150,21 +172,28 @@ pub async fn table_oid(
 /// the estate ([`check_estate`]): an existing publication a DBA made is used as it is
 /// if it hides nothing, else refused with the statements that fix it. Safe to run
 /// again; never re-creates a slot.
+///
+/// `primary`: when `client` is a hot standby that decodes (PostgreSQL 16 and later),
+/// the primary's DSN: the publication is made there (the WAL brings it to the standby,
+/// which is waited for), and the slot is made on the standby, with the primary asked
+/// to log its running transactions (`pg_log_standby_snapshot`) so that the standby's
+/// slot creation does not wait for the next one.
 pub async fn setup(
     client: &tokio_postgres::Client,
+    primary: Option<&Dsn>,
     slot: &str,
     publication: &str,
     tables: &[TableConfig],
 ) -> Result<SetupReport, PgSourceError> {
     let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
-    let exists: bool = client
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
-            &[&publication],
-        )
+    let primary_client = match primary {
+        Some(dsn) => Some(connect(dsn).await?),
+        None => None,
+    };
+    let writer = primary_client.as_ref().unwrap_or(client);
+    let exists = publication_exists(writer, publication)
         .await
-        .map_err(query("look up the publication"))?
-        .get(0);
+        .map_err(query("look up the publication"))?;
     let created_publication = !exists;
     if !exists {
         for table in tables {
@@ -172,7 +201,7 @@ pub async fn setup(
             source_columns(client, &table.source).await?;
         }
         let list: Vec<String> = tables.iter().map(|t| t.source.quoted()).collect();
-        client
+        writer
             .batch_execute(&format!(
                 "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)",
                 quote_ident(publication),
@@ -180,6 +209,25 @@ pub async fn setup(
             ))
             .await
             .map_err(query("create the publication"))?;
+    }
+    if primary_client.is_some() {
+        // The standby sees the publication once it has replayed it.
+        let started = std::time::Instant::now();
+        while !publication_exists(client, publication)
+            .await
+            .map_err(query("look up the publication on the standby"))?
+        {
+            if started.elapsed() > STANDBY_REPLAY_WAIT {
+                return Err(PgSourceError::SourceTable {
+                    table: publication.to_owned(),
+                    problem: format!(
+                        "the publication exists on the primary but the standby has not replayed it after {} s: check the standby's replication",
+                        STANDBY_REPLAY_WAIT.as_secs()
+                    ),
+                });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
     let estate = check_estate(client, publication, tables).await?;
     let identities = tables
@@ -197,21 +245,45 @@ pub async fn setup(
         .get(0);
     let (version_num, version) = server_version(client).await?;
     let has_failover = version_num >= FAILOVER_SLOTS_SINCE;
+    let on_standby = primary.is_some();
     if !slot_exists {
         // Rows already in the tables reach the stage through the initial snapshot, which
         // `weir run` takes (and resumes) from the stage's progress. From PostgreSQL 17 the
-        // slot is a failover slot (arguments: temporary, two-phase, failover).
-        let create = if has_failover {
+        // slot is a failover slot (arguments: temporary, two-phase, failover); a
+        // standby's slot cannot be one.
+        let create = if has_failover && !on_standby {
             "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
         } else {
             "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
         };
-        client
-            .query_one(create, &[&slot])
-            .await
-            .map_err(query("create the replication slot"))?;
+        // On a standby the creation waits for the primary to log its running
+        // transactions: ask it to, until the slot is made.
+        let nudge = primary.cloned().map(|dsn| {
+            tokio::spawn(async move {
+                let Ok(primary) = connect(&dsn).await else {
+                    return;
+                };
+                loop {
+                    if primary
+                        .execute("SELECT pg_log_standby_snapshot()", &[])
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            })
+        });
+        let created = client.query_one(create, &[&slot]).await;
+        if let Some(nudge) = nudge {
+            nudge.abort();
+        }
+        created.map_err(query("create the replication slot"))?;
     }
-    let failover = if !has_failover {
+    let failover = if on_standby {
+        SlotFailover::OnStandby
+    } else if !has_failover {
         SlotFailover::Unsupported {
             server_version: version,
         }
@@ -480,7 +552,7 @@ pub async fn check_estate(
 pub struct SlotStatus {
     /// `pg_replication_slots.wal_status`.
     pub wal_status: String,
-    /// The WAL it holds back, in bytes (0 on a standby, which has no current position).
+    /// The WAL it holds back, in bytes (on a standby: up to what it has replayed).
     pub lag_bytes: i64,
     /// Its `failover` flag (`None`: a server without failover slots).
     pub failover: Option<bool>,
@@ -499,8 +571,8 @@ pub async fn slot_status(
     let row = client
         .query_opt(
             "SELECT coalesce(s.wal_status, 'unknown'), \
-             CASE WHEN pg_is_in_recovery() THEN 0 \
-             ELSE coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0) END::bigint, \
+             coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+             ELSE pg_current_wal_lsn() END, s.confirmed_flush_lsn), 0)::bigint, \
              (to_jsonb(s) ->> 'failover')::bool, \
              current_setting('synchronized_standby_slots', true) \
              FROM pg_replication_slots s WHERE s.slot_name = $1",

@@ -44,6 +44,10 @@ pub struct PostgresSourceOptions {
     pub snapshot_chunk_rows: usize,
     /// After this long without a change, a heartbeat goes into the source's WAL.
     pub heartbeat_interval_ms: u64,
+    /// The primary's DSN when the source DSN is a hot standby that decodes: snapshot
+    /// chunks, watermarks, heartbeats and drain messages go there (a standby cannot
+    /// write; the WAL carries them to it). Unused while the source is not in recovery.
+    pub primary: Option<Dsn>,
 }
 
 /// A PostgreSQL logical replication slot as a [`ChangeSource`]. The flush position it
@@ -72,7 +76,8 @@ pub struct PostgresSource {
     last_status: Instant,
     /// The initial snapshot, while it runs.
     snapshot: Option<Snapshot>,
-    dsn: Dsn,
+    /// Where heartbeats go: the source, or the primary of a standby that decodes.
+    write_dsn: Dsn,
     heartbeat_interval: Duration,
     /// When the stream last carried data (or a heartbeat was written).
     last_activity: Instant,
@@ -143,10 +148,18 @@ impl PostgresSource {
         // matched by.
         let catalog = connect(dsn).await?;
         let estate = check_estate(&catalog, &options.publication, &tables).await?;
-        let snapshot =
-            Snapshot::resume(dsn, &tables, stage.as_ref(), options.snapshot_chunk_rows).await?;
+        let writes = write_server(&catalog, options.primary.as_ref())
+            .await?
+            .unwrap_or_else(|| dsn.clone());
+        let snapshot = Snapshot::resume(
+            &writes,
+            &tables,
+            stage.as_ref(),
+            options.snapshot_chunk_rows,
+        )
+        .await?;
         let drain_after = if options.once {
-            Some(emit_drain_message(dsn).await?)
+            Some(emit_drain_message(&writes).await?)
         } else {
             None
         };
@@ -189,7 +202,7 @@ impl PostgresSource {
             drained: false,
             last_status: Instant::now(),
             snapshot,
-            dsn: dsn.clone(),
+            write_dsn: writes,
             heartbeat_interval: Duration::from_millis(options.heartbeat_interval_ms),
             last_activity: Instant::now(),
             heartbeat_client: None,
@@ -226,7 +239,7 @@ impl PostgresSource {
     async fn heartbeat(&mut self) -> Result<(), PgSourceError> {
         self.last_activity = Instant::now();
         if self.heartbeat_client.as_ref().is_none_or(|c| c.is_closed()) {
-            let client = connect(&self.dsn).await?;
+            let client = connect(&self.write_dsn).await?;
             client
                 .batch_execute("SET synchronous_commit = on")
                 .await
@@ -457,6 +470,38 @@ impl PostgresSource {
 /// stage with nothing staged starts where the slot is (its snapshot covers what came
 /// before), recorded first, so the check has a position from the first
 /// acknowledgement on.
+/// The server Weir writes to in the source when it is not the source itself (`None`):
+/// the primary of a standby in recovery, which decodes (PostgreSQL 16 and later) while
+/// the primary takes the writes (`primary`, required then). A standby promoted since
+/// is written directly.
+pub async fn write_server(
+    catalog: &tokio_postgres::Client,
+    primary: Option<&Dsn>,
+) -> Result<Option<Dsn>, PgSourceError> {
+    let row = catalog
+        .query_one(
+            "SELECT pg_is_in_recovery(), current_setting('server_version_num')::int, current_setting('server_version')",
+            &[],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read whether the source is a standby",
+            source,
+        })?;
+    let (in_recovery, version_num, version): (bool, i32, String) =
+        (row.get(0), row.get(1), row.get(2));
+    if !in_recovery {
+        return Ok(None);
+    }
+    if version_num < 160_000 {
+        return Err(PgSourceError::StandbyTooOld { version });
+    }
+    primary
+        .cloned()
+        .map(Some)
+        .ok_or(PgSourceError::StandbyWithoutPrimary)
+}
+
 async fn hold_slot_to_stage(
     dsn: &Dsn,
     slot: &str,
