@@ -1,7 +1,7 @@
 //! Applying transactions: each batch of transactions in one synced write batch with
 //! the new position, built by a [`StageBatch`] that sees its own earlier changes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions};
 
@@ -41,6 +41,7 @@ impl Stage {
         }
         let position = self.checkpoint()?;
         let mut batch = StageBatch::new(self.generation()?);
+        batch.keep_images_for(rest);
         let mut last: Option<Position> = None;
         for txn in rest {
             let floor = last.or(position).map(|c| c.position);
@@ -82,13 +83,30 @@ pub(super) struct StageBatch {
     keys: BatchMap<Option<Partition>>,
     /// Tables truncated earlier in this batch: their keys are gone unless set again.
     truncated: std::collections::HashSet<String>,
-    dirty: BTreeMap<(String, Partition), u64>,
-    /// Bytes staged into each partition by this batch.
-    bytes: BTreeMap<(String, Partition), u64>,
+    /// The partitions this batch changes, by table: the generation of their last
+    /// change and the bytes staged into them. Looked up by `&str` and `&Partition`, so
+    /// a change to a partition already seen allocates nothing.
+    partitions: HashMap<
+        String,
+        HashMap<Partition, PartitionStat, foldhash::fast::RandomState>,
+        foldhash::fast::RandomState,
+    >,
     /// Row images set earlier in this batch, encoded (`None`: deleted), for the
     /// unchanged values of a later `UpsertUnchanged`: the batch is not readable
     /// before it is written. By `table_key`.
     images: BatchMap<Option<Vec<u8>>>,
+    /// Which images to keep (`table_key`s a later `UpsertUnchanged` of the batch reads);
+    /// `None`: all of them.
+    images_wanted: Option<std::collections::HashSet<Vec<u8>, foldhash::fast::RandomState>>,
+}
+
+/// What a batch did to one partition.
+#[derive(Debug, Clone, Copy, Default)]
+struct PartitionStat {
+    /// The generation of its last change in the batch.
+    generation: u64,
+    /// Bytes staged into it (rows and changed keys).
+    bytes: u64,
 }
 
 /// A map by `table_key` (the table and the encoded key in one buffer: one allocation
@@ -129,10 +147,63 @@ impl StageBatch {
             generation,
             keys: BatchMap::default(),
             truncated: std::collections::HashSet::new(),
-            dirty: BTreeMap::new(),
-            bytes: BTreeMap::new(),
+            partitions: HashMap::default(),
             images: BatchMap::default(),
+            images_wanted: None,
         }
+    }
+
+    /// Keeps row images only for the keys a later `UpsertUnchanged` of `transactions`
+    /// reads (PostgreSQL's unchanged TOAST values): most batches have none, and copying
+    /// every row into the map was a visible share of intake's work.
+    pub(super) fn keep_images_for(&mut self, transactions: &[Transaction]) {
+        let wanted = transactions
+            .iter()
+            .flat_map(|t| &t.changes)
+            .filter_map(|change| match change {
+                StageChange::UpsertUnchanged {
+                    table,
+                    previous_key,
+                    ..
+                } => Some(table_key(table, previous_key)),
+                _ => None,
+            })
+            .collect();
+        self.images_wanted = Some(wanted);
+    }
+
+    /// Records a row image of `tk` (see [`Self::images`]) if a later change reads it.
+    fn keep_image(&mut self, tk: &[u8], image: Option<&[u8]>) {
+        if self
+            .images_wanted
+            .as_ref()
+            .is_none_or(|wanted| wanted.contains(tk))
+        {
+            self.images.insert(tk.to_vec(), image.map(<[u8]>::to_vec));
+        }
+    }
+
+    /// The stats of a partition this batch changes, made on first use.
+    fn partition(&mut self, table: &str, partition: &Partition) -> &mut PartitionStat {
+        if !self.partitions.contains_key(table) {
+            self.partitions.insert(table.to_owned(), HashMap::default());
+        }
+        let Some(parts) = self.partitions.get_mut(table) else {
+            unreachable!("inserted above")
+        };
+        if !parts.contains_key(partition) {
+            parts.insert(partition.clone(), PartitionStat::default());
+        }
+        let Some(stat) = parts.get_mut(partition) else {
+            unreachable!("inserted above")
+        };
+        stat
+    }
+
+    /// Marks a partition dirty at the batch's current generation.
+    fn mark_dirty(&mut self, table: &str, partition: &Partition) {
+        let generation = self.generation;
+        self.partition(table, partition).generation = generation;
     }
 
     /// The current image of `key`, as of the changes added so far.
@@ -209,23 +280,19 @@ impl StageBatch {
             self.batch
                 .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
             self.changed(stage, table, &old, key);
-            self.dirty.insert((table.to_owned(), old), self.generation);
+            self.mark_dirty(table, &old);
         }
         self.changed(stage, table, partition, key);
         let value =
             postcard::to_allocvec(row).map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
-        *self
-            .bytes
-            .entry((table.to_owned(), partition.clone()))
-            .or_insert(0) += value.len() as u64;
+        self.partition(table, partition).bytes += value.len() as u64;
         self.batch
             .put_cf(stage.cf(CF_ROWS), row_key(table, partition, key), &value);
         self.batch
             .put_cf(stage.cf(CF_KEYS), &tk, partition.to_bytes());
-        self.keys.insert(tk.clone(), Some(partition.clone()));
-        self.dirty
-            .insert((table.to_owned(), partition.clone()), self.generation);
-        self.images.insert(tk, Some(value));
+        self.mark_dirty(table, partition);
+        self.keep_image(&tk, Some(&value));
+        self.keys.insert(tk, Some(partition.clone()));
         Ok(())
     }
 
@@ -286,18 +353,17 @@ impl StageBatch {
                             split_table(&k).ok_or_else(|| corrupt("generations key"))?;
                         let (partition, _) = split_partition(rest)
                             .ok_or_else(|| corrupt("generations key partition"))?;
-                        self.dirty
-                            .insert((table.clone(), partition), self.generation);
+                        self.mark_dirty(table, &partition);
                     }
-                    // Partitions filled earlier in this batch are in `dirty` already.
+                    // Partitions filled earlier in this batch are marked already.
                     // Every key of every partition changed: each is replaced whole.
                     let partitions: Vec<Partition> = self
-                        .dirty
-                        .keys()
-                        .filter(|(t, _)| t == table)
-                        .map(|(_, p)| p.clone())
-                        .collect();
+                        .partitions
+                        .get(table.as_str())
+                        .map(|parts| parts.keys().cloned().collect())
+                        .unwrap_or_default();
                     for p in partitions {
+                        self.mark_dirty(table, &p);
                         self.changed(stage, table, &p, &[]);
                     }
                 }
@@ -309,9 +375,9 @@ impl StageBatch {
                         self.batch
                             .delete_cf(stage.cf(CF_KEYS), table_key(table, key));
                         self.keys.insert(table_key(table, key), None);
-                        self.dirty.insert((table.clone(), old), self.generation);
+                        self.mark_dirty(table, &old);
                     }
-                    self.images.insert(table_key(table, key), None);
+                    self.keep_image(&table_key(table, key), None);
                 }
             }
         }
@@ -320,10 +386,7 @@ impl StageBatch {
 
     /// Records that `key` (empty: every key) of a partition changed.
     fn changed(&mut self, stage: &Stage, table: &str, partition: &Partition, key: &[u8]) {
-        *self
-            .bytes
-            .entry((table.to_owned(), partition.clone()))
-            .or_insert(0) += key.len() as u64;
+        self.partition(table, partition).bytes += key.len() as u64;
         self.batch.put_cf(
             stage.cf(CF_CHANGED),
             row_key(table, partition, key),
@@ -352,27 +415,29 @@ impl StageBatch {
         position: Option<Position>,
         sync: bool,
     ) -> Result<(), StageError> {
-        for ((table, partition), added) in std::mem::take(&mut self.bytes) {
-            let key = partition_key(&table, &partition);
-            let before = stage
-                .db
-                .get_cf(stage.cf(CF_BACKLOG), &key)
-                .map_err(db_err("read the backlog"))?
-                .map(|v| decode_generation(&v))
-                .transpose()?
-                .unwrap_or(0);
-            self.batch.put_cf(
-                stage.cf(CF_BACKLOG),
-                key,
-                before.saturating_add(added).to_be_bytes(),
-            );
-        }
-        for ((table, partition), generation) in std::mem::take(&mut self.dirty) {
-            let key = partition_key(&table, &partition);
-            self.batch
-                .put_cf(stage.cf(CF_GENERATIONS), &key, generation.to_be_bytes());
-            self.batch
-                .put_cf(stage.cf(CF_DIRTY), key, generation.to_be_bytes());
+        for (table, parts) in std::mem::take(&mut self.partitions) {
+            for (partition, stat) in parts {
+                let key = partition_key(&table, &partition);
+                let before = stage
+                    .db
+                    .get_cf(stage.cf(CF_BACKLOG), &key)
+                    .map_err(db_err("read the backlog"))?
+                    .map(|v| decode_generation(&v))
+                    .transpose()?
+                    .unwrap_or(0);
+                self.batch.put_cf(
+                    stage.cf(CF_BACKLOG),
+                    &key,
+                    before.saturating_add(stat.bytes).to_be_bytes(),
+                );
+                self.batch.put_cf(
+                    stage.cf(CF_GENERATIONS),
+                    &key,
+                    stat.generation.to_be_bytes(),
+                );
+                self.batch
+                    .put_cf(stage.cf(CF_DIRTY), key, stat.generation.to_be_bytes());
+            }
         }
         self.batch.put_cf(
             stage.cf(CF_META),
