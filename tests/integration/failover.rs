@@ -83,8 +83,15 @@ where
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss() {
+/// A primary with database `shop` (the orders table, and `rows` SQL run there first) and
+/// a streaming standby through physical slot [`STANDBY_SLOT`], if the server is at least
+/// `needs` (`server_version_num`); `None` (said on stderr) on an older one, which the
+/// test command's PostgreSQL 18 pass never is (`WEIR_PG_MAJOR`).
+async fn primary_and_standby(
+    needs: i32,
+    what: &str,
+    rows: &str,
+) -> Option<(Arc<LocalPg>, LocalPg, String)> {
     let primary = blocking(|| LocalPg::start(&LocalPgOptions::default()))
         .await
         .expect("start the primary");
@@ -95,17 +102,20 @@ async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss()
         .await
         .expect("version")
         .get(0);
-    if num < 170_000 {
+    if num < needs {
         assert!(
             std::env::var("WEIR_PG_MAJOR").is_err(),
-            "WEIR_PG_MAJOR is set but the server is {num}, without failover slots"
+            "WEIR_PG_MAJOR is set but the server is {num}, older than {what} needs ({needs})"
         );
         eprintln!(
-            "failover: PostgreSQL {num} has no failover slots (17 and later); the test command runs this test against PostgreSQL 18"
+            "{what}: PostgreSQL {num} is older than {needs}; the test command runs this test against PostgreSQL 18"
         );
-        return;
+        return None;
     }
     admin.batch_execute(DDL).await.expect("ddl");
+    if !rows.is_empty() {
+        admin.batch_execute(rows).await.expect("rows before");
+    }
     admin
         .query_one(
             "SELECT pg_create_physical_replication_slot($1, true)::text",
@@ -120,6 +130,16 @@ async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss()
         blocking(move || primary.start_standby(&LocalPgOptions::default(), STANDBY_SLOT))
             .await
             .expect("start the standby")
+    };
+    Some((primary, standby, primary_dsn))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss() {
+    let Some((primary, standby, primary_dsn)) =
+        primary_and_standby(170_000, "failover slots", "").await
+    else {
+        return;
     };
     // Logical decoding sends nothing the standby has not flushed, so that Weir never
     // holds a change the promoted standby lacks.
@@ -306,47 +326,14 @@ async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss()
 /// what to set.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hot_standby_decodes_while_the_primary_takes_the_writes() {
-    let primary = blocking(|| LocalPg::start(&LocalPgOptions::default()))
-        .await
-        .expect("start the primary");
-    let primary_dsn = primary.create_database("shop").await.expect("database");
-    let admin = connect(&primary_dsn).await.expect("primary");
-    let num: i32 = admin
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .expect("version")
-        .get(0);
-    if num < 160_000 {
-        assert!(
-            std::env::var("WEIR_PG_MAJOR").is_err(),
-            "WEIR_PG_MAJOR is set but the server is {num}, which cannot decode on a standby"
-        );
-        eprintln!(
-            "standby decoding: PostgreSQL {num} cannot decode on a standby (16 and later); the test command runs this test against PostgreSQL 18"
-        );
+    let Some((_primary, standby, primary_dsn)) = primary_and_standby(
+        160_000,
+        "decoding on a standby",
+        "INSERT INTO orders SELECT g, 'c' || (g % 13), DATE '2026-03-01' + (g % 9), g, 'old' FROM generate_series(100001, 103000) g",
+    )
+    .await
+    else {
         return;
-    }
-    admin.batch_execute(DDL).await.expect("ddl");
-    admin
-        .batch_execute(
-            "INSERT INTO orders SELECT g, 'c' || (g % 13), DATE '2026-03-01' + (g % 9), g, 'old' FROM generate_series(100001, 103000) g",
-        )
-        .await
-        .expect("rows before");
-    admin
-        .query_one(
-            "SELECT pg_create_physical_replication_slot($1, true)::text",
-            &[&STANDBY_SLOT],
-        )
-        .await
-        .expect("standby slot");
-    drop(admin);
-    let primary = Arc::new(primary);
-    let standby = {
-        let primary = Arc::clone(&primary);
-        blocking(move || primary.start_standby(&LocalPgOptions::default(), STANDBY_SLOT))
-            .await
-            .expect("start the standby")
     };
     let db = TestDb::new("standby_decoding_target").await;
     let config = |primary_line: &str| {
