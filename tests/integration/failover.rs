@@ -213,7 +213,7 @@ async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss()
     // The standby holds a synchronized, usable copy of Weir's slot once Weir confirmed
     // a position past the standby's own.
     let standby_dsn = standby.dsn("shop");
-    wait_for(Duration::from_secs(60), "the slot synchronized to the standby", || {
+    wait_for(Duration::from_secs(150), "the slot synchronized to the standby", || {
         let dsn = standby_dsn.clone();
         async move {
             let Some(client) = connect(&dsn).await else {
