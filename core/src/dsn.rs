@@ -301,6 +301,72 @@ impl PgSettings {
         &self.config
     }
 
+    /// One settings per host of a DSN that lists several (`host=a,b port=5432,5433`),
+    /// each with that host alone and its port (or the single port), and the same user,
+    /// password, database, application name, options, timeouts, keepalives, channel
+    /// binding and TLS settings; named as [`PgSettings::hosts`] names them. A DSN of
+    /// one host (or of `hostaddr`s only) gives itself.
+    pub fn each_host(&self) -> Vec<(String, PgSettings)> {
+        use tokio_postgres::config::Host;
+        let c = &self.config;
+        let hosts = c.get_hosts();
+        if hosts.len() <= 1 {
+            return vec![(self.hosts(), self.clone())];
+        }
+        let ports = c.get_ports();
+        let addrs = c.get_hostaddrs();
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let mut one = tokio_postgres::Config::new();
+                let name = match host {
+                    Host::Tcp(name) => {
+                        one.host(name.as_str());
+                        name.clone()
+                    }
+                    Host::Unix(dir) => {
+                        one.host_path(dir);
+                        format!("{} (Unix socket)", dir.display())
+                    }
+                };
+                if let Some(addr) = addrs.get(i) {
+                    one.hostaddr(*addr);
+                }
+                let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+                one.port(port);
+                if let Some(user) = c.get_user() {
+                    one.user(user);
+                }
+                if let Some(password) = c.get_password() {
+                    one.password(password);
+                }
+                if let Some(dbname) = c.get_dbname() {
+                    one.dbname(dbname);
+                }
+                if let Some(options) = c.get_options() {
+                    one.options(options);
+                }
+                if let Some(name) = c.get_application_name() {
+                    one.application_name(name);
+                }
+                if let Some(timeout) = c.get_connect_timeout() {
+                    one.connect_timeout(*timeout);
+                }
+                one.keepalives(c.get_keepalives());
+                one.keepalives_idle(c.get_keepalives_idle());
+                one.channel_binding(c.get_channel_binding());
+                (
+                    format!("{name}:{port}"),
+                    PgSettings {
+                        config: one,
+                        ssl: self.ssl.clone(),
+                    },
+                )
+            })
+            .collect()
+    }
+
     /// The hosts, for errors: `db.example.com`, `a, b`, `/run/postgresql (Unix socket)`.
     pub fn hosts(&self) -> String {
         let mut names: Vec<String> = self

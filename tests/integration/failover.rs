@@ -231,6 +231,24 @@ async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss()
         }
     })
     .await;
+    // `weir status` probes each host of the DSN: the primary holds the slot, the
+    // standby a synchronized copy.
+    let status = weir(&["status"]);
+    let status = text(&status.stdout);
+    let primary_line = format!(
+        "{}:{}  primary: holds the slot",
+        primary.host(),
+        primary.port()
+    );
+    let standby_line = format!(
+        "{}:{}  standby: a synchronized copy, usable after a promotion",
+        standby.host(),
+        standby.port()
+    );
+    assert!(
+        status.contains(&primary_line) && status.contains(&standby_line),
+        "{status}"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = committed.load(Ordering::Relaxed);
     assert!(

@@ -84,6 +84,10 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
             )?,
         }
     }
+    for (i, h) in s.slot_hosts.iter().enumerate() {
+        let label = if i == 0 { "hosts:" } else { "" };
+        writeln!(out, "{label:<12}{}  {}", h.host, h.state)?;
+    }
     if let Some(e) = &s.source_error {
         writeln!(out, "source:     unavailable: {e}")?;
     }

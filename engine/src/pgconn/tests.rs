@@ -246,3 +246,36 @@ fn target_session_attrs_takes_libpqs_primary_and_refuses_standbys() {
         "{error}"
     );
 }
+
+#[test]
+fn each_host_of_a_multi_host_dsn_keeps_the_rest_of_the_settings() {
+    let settings = parse(&format!(
+        "host=a,b port=5432,5433 user=u password={SECRET} dbname=app sslmode=require connect_timeout=7 target_session_attrs=primary"
+    ))
+    .expect("valid");
+    let hosts = settings.each_host();
+    let names: Vec<&str> = hosts.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["a:5432", "b:5433"]);
+    for (_, one) in &hosts {
+        let c = one.config();
+        assert_eq!(c.get_hosts().len(), 1);
+        assert_eq!(c.get_ports().len(), 1);
+        assert_eq!(c.get_user(), Some("u"));
+        assert_eq!(c.get_password(), Some(SECRET.as_bytes()));
+        assert_eq!(c.get_dbname(), Some("app"));
+        assert_eq!(
+            c.get_connect_timeout(),
+            Some(&std::time::Duration::from_secs(7))
+        );
+        assert_eq!(one.ssl.mode, SslMode::Require);
+    }
+    // One port for every host; one host gives itself.
+    let shared = parse("host=a,b port=6000 user=u")
+        .expect("valid")
+        .each_host();
+    assert_eq!(
+        shared.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["a:6000", "b:6000"]
+    );
+    assert_eq!(parse("host=a user=u").expect("valid").each_host().len(), 1);
+}

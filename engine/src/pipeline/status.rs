@@ -41,6 +41,9 @@ pub struct Status {
     /// `synchronized_standby_slots` (the standbys logical decoding waits for).
     pub slot_failover: Option<bool>,
     pub synchronized_standby_slots: Option<String>,
+    /// A source DSN listing several hosts: what each holds of the slot (a standby's
+    /// synchronized copy is what a promotion needs).
+    pub slot_hosts: Vec<postgres::HostSlot>,
     /// Why the slot could not be read, if it could not.
     pub source_error: Option<String>,
     /// What a run of this config may hold in memory, by part (bytes).
@@ -120,6 +123,7 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
         slot_lag_bytes: None,
         slot_failover: None,
         synchronized_standby_slots: None,
+        slot_hosts: Vec::new(),
         source_error: None,
     };
     if let SourceConfig::Postgres { slot, .. } = &config.source {
@@ -128,11 +132,14 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
             Ok::<_, PipelineError>(postgres::slot_status(&client, slot).await?)
         };
         match slot_status.await {
-            Ok(Some(slot)) => {
-                status.slot_wal_status = Some(slot.wal_status);
-                status.slot_lag_bytes = Some(slot.lag_bytes);
-                status.slot_failover = slot.failover;
-                status.synchronized_standby_slots = slot.synchronized_standby_slots;
+            Ok(Some(found)) => {
+                status.slot_wal_status = Some(found.wal_status);
+                status.slot_lag_bytes = Some(found.lag_bytes);
+                status.slot_failover = found.failover;
+                status.synchronized_standby_slots = found.synchronized_standby_slots;
+                if let Ok(dsn) = postgres_dsn(config) {
+                    status.slot_hosts = postgres::slot_on_each_host(&dsn, slot).await;
+                }
             }
             Ok(None) => {
                 status.source_error = Some(format!("replication slot `{slot}` does not exist"))

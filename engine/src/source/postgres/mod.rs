@@ -94,8 +94,8 @@ pub use crate::pg::lsn::{format_lsn, parse_lsn};
 pub use assembler::{Assembler, Unstaged};
 pub use error::PgSourceError;
 pub use setup::{
-    Estate, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup, slot_status,
-    source_columns, table_oid,
+    Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
+    slot_on_each_host, slot_status, source_columns, table_oid,
 };
 pub use stage_port::{PortError, StagePort};
 pub use streaming::{PostgresSource, PostgresSourceOptions, write_server};
