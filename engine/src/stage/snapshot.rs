@@ -60,9 +60,13 @@ impl Stage {
 }
 
 impl<'s> PartitionSnapshot<'s> {
+    /// An iterator over the partition's keys in `cf`. A scan of a partition reads
+    /// each block once: it does not fill the block cache, whose size would otherwise
+    /// follow the largest partition read (and evict the blocks intake's lookups use).
     fn iter(&self, cf: &'static str) -> DBRawIteratorWithThreadMode<'_, DB> {
         let mut opts = ReadOptions::default();
         opts.set_snapshot(&self.snapshot);
+        opts.fill_cache(false);
         opts.set_iterate_range(rocksdb::PrefixRange(self.prefix.as_slice()));
         let mut it = self.stage.db.raw_iterator_cf_opt(self.stage.cf(cf), opts);
         it.seek(&self.prefix);
