@@ -62,6 +62,11 @@ pub(crate) async fn large_transaction(out: &mut String, args: &Args) -> anyhow::
             }
             SourceEvent::Abort => stage.discard_pending()?,
             SourceEvent::Idle | SourceEvent::End => break,
+            SourceEvent::StreamChunk { .. }
+            | SourceEvent::StreamDiscard { .. }
+            | SourceEvent::StreamCommit(_) => {
+                anyhow::bail!("a JSON-lines feed streams no transaction in progress")
+            }
         }
     }
     let elapsed = started.elapsed();

@@ -91,6 +91,7 @@ async fn primary_and_standby(
     needs: i32,
     what: &str,
     rows: &str,
+    standby_options: LocalPgOptions,
 ) -> Option<(Arc<LocalPg>, LocalPg, String)> {
     let primary = blocking(|| LocalPg::start(&LocalPgOptions::default()))
         .await
@@ -127,7 +128,7 @@ async fn primary_and_standby(
     let primary = Arc::new(primary);
     let standby = {
         let primary = Arc::clone(&primary);
-        blocking(move || primary.start_standby(&LocalPgOptions::default(), STANDBY_SLOT))
+        blocking(move || primary.start_standby(&standby_options, STANDBY_SLOT))
             .await
             .expect("start the standby")
     };
@@ -137,7 +138,7 @@ async fn primary_and_standby(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss() {
     let Some((primary, standby, primary_dsn)) =
-        primary_and_standby(170_000, "failover slots", "").await
+        primary_and_standby(170_000, "failover slots", "", LocalPgOptions::default()).await
     else {
         return;
     };
@@ -348,6 +349,7 @@ async fn a_hot_standby_decodes_while_the_primary_takes_the_writes() {
         160_000,
         "decoding on a standby",
         "INSERT INTO orders SELECT g, 'c' || (g % 13), DATE '2026-03-01' + (g % 9), g, 'old' FROM generate_series(100001, 103000) g",
+        LocalPgOptions::default(),
     )
     .await
     else {
@@ -442,5 +444,88 @@ async fn a_hot_standby_decodes_while_the_primary_takes_the_writes() {
         text(&status.stdout).contains("slot:       wal_status"),
         "{}",
         text(&status.stdout)
+    );
+}
+
+/// A promotion of a standby that did not synchronize Weir's slot (here
+/// `sync_replication_slots` is off on it): the new primary has no slot, and Weir stops
+/// with the error that names the recovery (`weir init`: a fresh slot and snapshot)
+/// instead of creating a slot that would silently skip what was committed meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_promotion_without_the_synchronized_slot_stops_with_the_recovery() {
+    let unsynchronized = LocalPgOptions {
+        extra_settings: vec![("sync_replication_slots".into(), "off".into())],
+        ..LocalPgOptions::default()
+    };
+    let Some((primary, standby, primary_dsn)) = primary_and_standby(
+        170_000,
+        "failover slots",
+        "INSERT INTO orders VALUES (1, 'c1', '2026-03-01', 1, 'new')",
+        unsynchronized,
+    )
+    .await
+    else {
+        return;
+    };
+    drop(primary_dsn);
+    let db = TestDb::new("failover_unsynced_target").await;
+    let source_dsn = format!(
+        "host={h},{h} port={},{} user=postgres dbname=shop target_session_attrs=primary connect_timeout=5",
+        primary.port(),
+        standby.port(),
+        h = primary.host()
+    );
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            SLOT,
+            "",
+            &format!(
+                "[[table]]\n{}\n",
+                OrdersTable::postgres("analytics.orders").body()
+            ),
+        ),
+    )
+    .expect("config");
+    let weir = |args: &[&str]| {
+        db.weir_command(args)
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .output()
+            .expect("run weir")
+    };
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    {
+        let primary = Arc::clone(&primary);
+        blocking(move || primary.kill())
+            .await
+            .expect("kill the primary");
+    }
+    let standby = Arc::new(standby);
+    {
+        let standby = Arc::clone(&standby);
+        blocking(move || standby.promote())
+            .await
+            .expect("promote the standby");
+    }
+    let out = weir(&["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("replication slot `{SLOT}` does not exist"))
+            && stderr.contains("run `weir init`"),
+        "{stderr}"
+    );
+    let target = db.client().await;
+    assert_eq!(
+        target
+            .query_one("SELECT count(*) FROM analytics.orders", &[])
+            .await
+            .expect("count")
+            .get::<_, i64>(0),
+        1,
+        "what was staged before stays written"
     );
 }

@@ -47,8 +47,20 @@ pub fn tls_cluster() -> &'static LocalPg {
 /// The process's cluster, started on first use.
 pub fn cluster() -> &'static LocalPg {
     CLUSTER.get_or_init(|| {
+        // WEIR_PG_STREAM_IMMEDIATE (PostgreSQL 16 and later): every transaction is
+        // streamed in progress, change by change, so the source tests run through
+        // the streamed path as well as the whole-transaction one.
+        let extra_settings = if std::env::var_os("WEIR_PG_STREAM_IMMEDIATE").is_some() {
+            vec![(
+                "debug_logical_replication_streaming".to_owned(),
+                "immediate".to_owned(),
+            )]
+        } else {
+            Vec::new()
+        };
         let options = LocalPgOptions {
             password_user: Some((SECRET_USER.into(), SECRET_PASSWORD.into())),
+            extra_settings,
             ..LocalPgOptions::default()
         };
         LocalPg::start(&options).expect("start the test PostgreSQL cluster")

@@ -23,6 +23,7 @@ mod plugins;
 mod postgres_source;
 mod secrets;
 mod stage_crash;
+mod streaming;
 mod target_writes;
 mod tls;
 mod writers;

@@ -50,6 +50,22 @@ async fn drain(source: &mut PostgresSource, stage: &Stage) -> (usize, usize) {
                 let checkpoint = stage.checkpoint().expect("position").expect("a position");
                 source.acknowledge(checkpoint).await.expect("acknowledge");
             }
+            SourceEvent::StreamChunk { xid, changes } => {
+                stage
+                    .append_stream(xid, &changes)
+                    .expect("append streamed chunk");
+                chunks += 1;
+            }
+            SourceEvent::StreamDiscard { xid } => stage.discard_stream(xid).expect("discard"),
+            SourceEvent::StreamCommit(c) => {
+                stage
+                    .stage_stream(c.xid, &c.aborted, c.commit_position, c.commit_time_us)
+                    .expect("stage streamed");
+                stage.apply(&[c.transaction()]).expect("stage");
+                transactions += 1;
+                let checkpoint = stage.checkpoint().expect("position").expect("a position");
+                source.acknowledge(checkpoint).await.expect("acknowledge");
+            }
             SourceEvent::Idle => {}
             SourceEvent::End => return (transactions, chunks),
         }
@@ -244,6 +260,7 @@ async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
         snapshot_chunk_rows: 10_000,
         heartbeat_interval_ms: 10_000,
         primary: None,
+        streaming: true,
     };
     let dsn = Dsn::new(db.dsn.clone());
     let mut source = PostgresSource::open(
@@ -334,6 +351,7 @@ async fn a_missing_slot_is_a_loud_error_that_names_the_recovery() {
         snapshot_chunk_rows: 10_000,
         heartbeat_interval_ms: 10_000,
         primary: None,
+        streaming: true,
     };
     let err = PostgresSource::open(
         &Dsn::new(db.dsn.clone()),
@@ -589,7 +607,7 @@ pub(crate) fn weir_pg(db: &TestDb, source_dsn: &str, args: &[&str]) -> std::proc
 }
 
 /// Starts a quiet live `weir run`, to be killed.
-fn spawn_weir_pg(db: &TestDb, source_dsn: &str) -> std::process::Child {
+pub(crate) fn spawn_weir_pg(db: &TestDb, source_dsn: &str) -> std::process::Child {
     db.weir_command(&["run"])
         .env("WEIR_SOURCE_DSN", source_dsn)
         .env("RUST_LOG", "warn")

@@ -94,6 +94,24 @@ async fn drain_slot_into_stage(
                 tokio::task::spawn_blocking(move || s.discard_pending()).await??;
                 chunked = false;
             }
+            SourceEvent::StreamChunk { xid, changes } => {
+                let s = Arc::clone(stage);
+                tokio::task::spawn_blocking(move || s.append_stream(xid, &changes)).await??;
+            }
+            SourceEvent::StreamDiscard { xid } => {
+                let s = Arc::clone(stage);
+                tokio::task::spawn_blocking(move || s.discard_stream(xid)).await??;
+            }
+            SourceEvent::StreamCommit(commit) => {
+                stage_group(&mut source, stage, &mut batch, &mut total).await?;
+                let s = Arc::clone(stage);
+                let (xid, aborted) = (commit.xid, commit.aborted.clone());
+                let (position, time) = (commit.commit_position, commit.commit_time_us);
+                tokio::task::spawn_blocking(move || s.stage_stream(xid, &aborted, position, time))
+                    .await??;
+                batch.push(commit.transaction());
+                stage_group(&mut source, stage, &mut batch, &mut total).await?;
+            }
             SourceEvent::Transaction(txn) => {
                 batch.push(txn);
                 if std::mem::take(&mut chunked) || batch.len() >= batch_max {
@@ -160,6 +178,7 @@ impl StageConsumer {
             snapshot_chunk_rows: *snapshot_chunk_rows,
             heartbeat_interval_ms: *heartbeat_interval_ms,
             primary: None,
+            streaming: true,
         };
         let stage = Arc::new(Stage::open(&config.stage_path, &config.source_id())?);
         let consumer = StageConsumer {

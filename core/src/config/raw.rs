@@ -34,6 +34,7 @@ pub(super) struct RawSource {
     pub(super) publication: Option<String>,
     pub(super) snapshot_chunk_rows: Option<usize>,
     pub(super) heartbeat_interval_ms: Option<u64>,
+    pub(super) streaming: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -41,6 +41,12 @@ pub enum SourceConfig {
         /// An idle stream writes a heartbeat this often, so the slot's position keeps
         /// up with WAL that other databases write (and the server can recycle it).
         heartbeat_interval_ms: u64,
+        /// Ask the server to stream transactions larger than its
+        /// `logical_decoding_work_mem` while they are in progress (pgoutput protocol
+        /// version 2 and later), rather than decode them whole after their commit.
+        /// They are staged at their commit as before: nothing of one is visible or
+        /// acknowledged until then.
+        streaming: bool,
     },
 }
 
@@ -73,6 +79,7 @@ impl Validator<'_> {
                     ("publication", raw.publication.is_some()),
                     ("snapshot_chunk_rows", raw.snapshot_chunk_rows.is_some()),
                     ("heartbeat_interval_ms", raw.heartbeat_interval_ms.is_some()),
+                    ("streaming", raw.streaming.is_some()),
                 ] {
                     if set {
                         return Err(self.invalid(
@@ -167,6 +174,7 @@ impl Validator<'_> {
                     publication,
                     snapshot_chunk_rows,
                     heartbeat_interval_ms,
+                    streaming: raw.streaming.unwrap_or(true),
                 })
             }
             other => Err(self.invalid(

@@ -213,7 +213,7 @@ impl LocalPg {
     /// its own or synchronized ones) and follows the primary through the physical slot
     /// `primary_slot`, which must exist there, with `hot_standby_feedback` and, from
     /// PostgreSQL 17, `sync_replication_slots` on: failover slots are synchronized to it.
-    /// Blocking.
+    /// `options`' own settings come after these, and win. Blocking.
     pub fn start_standby(
         &self,
         options: &LocalPgOptions,
@@ -260,9 +260,12 @@ impl LocalPg {
         if major >= 17 {
             settings.push(("sync_replication_slots", "on".to_owned()));
         }
-        options
-            .extra_settings
-            .extend(settings.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        let own = std::mem::take(&mut options.extra_settings);
+        options.extra_settings = settings
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .chain(own)
+            .collect();
         standby.start_on_free_port(&options)?;
         tracing::info!(
             port = standby.port,

@@ -110,6 +110,33 @@ impl Pipeline {
                     blocking(move || stage.discard_pending()).await?;
                     chunked = false;
                 }
+                Ok(SourceEvent::StreamChunk { xid, changes }) => {
+                    // Visible to nothing until its commit; other transactions go on.
+                    let stage = Arc::clone(&self.stage);
+                    blocking(move || stage.append_stream(xid, &changes)).await?;
+                }
+                Ok(SourceEvent::StreamDiscard { xid }) => {
+                    let stage = Arc::clone(&self.stage);
+                    blocking(move || stage.discard_stream(xid)).await?;
+                }
+                Ok(SourceEvent::StreamCommit(commit)) => {
+                    // The whole transactions read before its commit are staged first;
+                    // then its area becomes the pending area, committed with its end.
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    let stage = Arc::clone(&self.stage);
+                    let (xid, aborted) = (commit.xid, commit.aborted.clone());
+                    let (position, time) = (commit.commit_position, commit.commit_time_us);
+                    let moved =
+                        blocking(move || stage.stage_stream(xid, &aborted, position, time)).await?;
+                    tracing::debug!(
+                        xid,
+                        changes = moved,
+                        aborted_subtransactions = commit.aborted.len(),
+                        "streamed transaction committed"
+                    );
+                    batch.push(commit.transaction());
+                    self.stage_batch(source, &mut batch, &mut report).await?;
+                }
                 Ok(SourceEvent::Transaction(txn)) => {
                     if batch.is_empty() {
                         batch_bytes = 0;
@@ -267,6 +294,7 @@ impl Pipeline {
                 publication,
                 snapshot_chunk_rows,
                 heartbeat_interval_ms,
+                streaming,
                 ..
             } => {
                 let source_dsn = postgres_dsn(&self.config)?;
@@ -277,6 +305,7 @@ impl Pipeline {
                     chunk_changes_max: chunk,
                     snapshot_chunk_rows: *snapshot_chunk_rows,
                     heartbeat_interval_ms: *heartbeat_interval_ms,
+                    streaming: *streaming,
                     primary: primary_dsn(&self.config)?,
                 };
                 AnySource::Postgres(Box::new(

@@ -379,7 +379,13 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
         loop {
             match source.next().await {
                 Ok(SourceEvent::Transaction(t)) => out.push(Ok(t)),
-                Ok(SourceEvent::Chunk(_) | SourceEvent::Abort) => panic!("no chunks at this size"),
+                Ok(
+                    SourceEvent::Chunk(_)
+                    | SourceEvent::Abort
+                    | SourceEvent::StreamChunk { .. }
+                    | SourceEvent::StreamDiscard { .. }
+                    | SourceEvent::StreamCommit(_),
+                ) => panic!("no chunks at this size"),
                 Ok(SourceEvent::End) => break,
                 Ok(SourceEvent::Idle) => panic!("idle without follow"),
                 Err(e) => {

@@ -27,10 +27,55 @@ pub enum SourceEvent {
     /// The transaction whose chunks were handed out will never commit.
     Abort,
     Transaction(Transaction),
+    /// Changes of a transaction streamed while still in progress (PostgreSQL's
+    /// protocol version 2 and later), each with the xid of its (sub)transaction. They
+    /// wait in the stage's area for `xid`, visible to nothing, until the transaction's
+    /// `StreamCommit` or `StreamDiscard`; other transactions may come in between.
+    StreamChunk {
+        xid: u32,
+        changes: Vec<(u32, StageChange)>,
+    },
+    /// Forget the area of streamed transaction `xid`: it aborted, or it starts over (a
+    /// new connection sends it again from its beginning).
+    StreamDiscard {
+        xid: u32,
+    },
+    /// A streamed transaction committed: its area's changes, less those of its aborted
+    /// subtransactions, are staged as one transaction.
+    StreamCommit(StreamCommitted),
     /// Nothing more is available right now; more may come later (a tailed file).
     Idle,
     /// The feed ended (stdin closed, or a file drained with `run --once`).
     End,
+}
+
+/// The commit of a transaction streamed in progress ([`SourceEvent::StreamCommit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamCommitted {
+    /// The top-level transaction's xid: which area of the stage holds its changes.
+    pub xid: u32,
+    /// Subtransactions that aborted: their changes are left out.
+    pub aborted: Vec<u32>,
+    /// Its commit's position and time, which its rows carry (unknown while its
+    /// changes streamed).
+    pub commit_position: u64,
+    pub commit_time_us: i64,
+    /// The position past it, as a [`Transaction`]'s `end` and `cursor`.
+    pub end: u64,
+    pub cursor: u64,
+}
+
+impl StreamCommitted {
+    /// What is staged once its changes are in the pending area
+    /// (`Stage::stage_stream`): its end, and no more changes.
+    pub fn transaction(&self) -> Transaction {
+        Transaction {
+            end: self.end,
+            cursor: self.cursor,
+            changes: Vec::new(),
+            bad_records: Vec::new(),
+        }
+    }
 }
 
 /// Errors of a change source.

@@ -22,6 +22,11 @@ pub(super) const CF_POSITION: &str = "position";
 pub(super) const CF_DEAD_LETTER: &str = "dead_letter";
 pub(super) const CF_META: &str = "meta";
 pub(super) const CF_PENDING: &str = "pending";
+/// Transactions streamed while in progress (PostgreSQL), each in its own area until it
+/// commits: `xid | seq`, both big-endian, each value a chunk of changes with the xid
+/// of each one's (sub)transaction. Never read before the commit; emptied at open (the
+/// server sends a transaction that did not commit again, whole).
+pub(super) const CF_STREAMS: &str = "streams";
 /// The keys changed in each partition since it was last written: what `merge` deletes
 /// and rewrites. An empty key stands for every key (a TRUNCATE): such a partition is
 /// replaced. Cleared with the dirty mark, for every write mode, so switching a table
@@ -30,10 +35,11 @@ pub(super) const CF_CHANGED: &str = "changed";
 /// Bytes of changes staged into each dirty partition since its last write: the
 /// backlog that `[stage] max_unwritten_mb` bounds. Cleared with the dirty mark.
 pub(super) const CF_BACKLOG: &str = "backlog";
-pub(super) const COLUMN_FAMILIES: [&str; 10] = [
+pub(super) const COLUMN_FAMILIES: [&str; 11] = [
     CF_CHANGED,
     CF_BACKLOG,
     CF_PENDING,
+    CF_STREAMS,
     CF_ROWS,
     CF_KEYS,
     CF_GENERATIONS,

@@ -160,6 +160,9 @@ pub struct Stage {
     write_lock: Mutex<()>,
     /// Sequence number of the next pending chunk.
     pending_seq: std::sync::atomic::AtomicU64,
+    /// The next sequence number of a streamed transaction's chunk (never reset while
+    /// open: a transaction's chunks sort by it).
+    stream_seq: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Stage {

@@ -211,6 +211,7 @@ impl Stage {
             path: path.to_owned(),
             write_lock: Mutex::new(()),
             pending_seq: std::sync::atomic::AtomicU64::new(0),
+            stream_seq: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::apply::StageBatch;
 use super::error::{StageError, corrupt, db_err};
-use super::layout::{CF_DEAD_LETTER, CF_META, CF_PENDING, META_APPLYING, META_GENERATION};
+use super::layout::{
+    CF_DEAD_LETTER, CF_META, CF_PENDING, CF_STREAMS, META_APPLYING, META_GENERATION,
+};
 use super::{Stage, StageChange};
 use crate::feed::{Position, Transaction};
 
@@ -144,9 +146,104 @@ impl Stage {
         Ok(changes)
     }
 
+    /// Adds a chunk of a transaction streamed in progress (PostgreSQL) to its area:
+    /// each change with the xid of its (sub)transaction. Unsynced, and read by nothing
+    /// before [`Stage::stage_stream`]: a crash loses areas, and the source sends their
+    /// transactions again (none of them committed as far as the stage knows).
+    pub fn append_stream(
+        &self,
+        xid: u32,
+        changes: &[(u32, StageChange)],
+    ) -> Result<(), StageError> {
+        let seq = self
+            .stream_seq
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let value = postcard::to_allocvec(changes)
+            .map_err(|e| corrupt(format!("cannot encode chunk: {e}")))?;
+        self.db
+            .put_cf(self.cf(CF_STREAMS), stream_key(xid, seq), value)
+            .map_err(db_err("stage a streamed chunk"))
+    }
+
+    /// Forgets the area of streamed transaction `xid`.
+    pub fn discard_stream(&self, xid: u32) -> Result<(), StageError> {
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(
+            self.cf(CF_STREAMS),
+            &stream_key(xid, 0)[..],
+            &stream_key_end(xid)[..],
+        );
+        self.db
+            .write(batch)
+            .map_err(db_err("discard a streamed transaction"))
+    }
+
+    /// The commit of streamed transaction `xid`, step one: its area's changes, less
+    /// those of the `aborted` subtransactions, each row with the commit's position and
+    /// time, become the pending area's chunks (in order), and its area is emptied. The
+    /// caller then stages the transaction (`Stage::apply` with its end position and no
+    /// more changes), which commits the pending area as a large transaction does. A
+    /// crash in between leaves chunks without a marker, removed at open with the
+    /// areas: the source sends the transaction again. Returns the changes moved.
+    pub fn stage_stream(
+        &self,
+        xid: u32,
+        aborted: &[u32],
+        commit_position: u64,
+        commit_time_us: i64,
+    ) -> Result<usize, StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.has_pending()? {
+            // Whole transactions are staged before a stream commits (see intake).
+            return Err(corrupt(
+                "the pending area holds another transaction's chunks",
+            ));
+        }
+        let mut moved = 0;
+        let mut iter = self.db.raw_iterator_cf(self.cf(CF_STREAMS));
+        iter.seek(stream_key(xid, 0));
+        let end = stream_key_end(xid);
+        while let Some((_, value)) = iter.item().filter(|(k, _)| *k < end.as_slice()) {
+            let chunk: Vec<(u32, StageChange)> =
+                postcard::from_bytes(value).map_err(|_| corrupt("streamed chunk"))?;
+            let changes: Vec<StageChange> = chunk
+                .into_iter()
+                .filter(|(subxid, _)| !aborted.contains(subxid))
+                .map(|(_, mut change)| {
+                    if let StageChange::Upsert { row, .. }
+                    | StageChange::UpsertUnchanged { row, .. } = &mut change
+                    {
+                        row.commit_position = commit_position;
+                        row.commit_time_us = Some(commit_time_us);
+                    }
+                    change
+                })
+                .collect();
+            if !changes.is_empty() {
+                moved += changes.len();
+                self.append_pending(&changes)?;
+            }
+            iter.next();
+        }
+        iter.status()
+            .map_err(db_err("read a streamed transaction"))?;
+        drop(iter);
+        self.discard_stream(xid)?;
+        Ok(moved)
+    }
+
     /// At open: finish a large commit a crash interrupted, or forget the chunks of a
-    /// transaction that never committed.
+    /// transaction that never committed; and forget every streamed transaction's area.
     pub(super) fn recover_pending(&self) -> Result<(), StageError> {
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(
+            self.cf(CF_STREAMS),
+            &stream_key(0, 0)[..],
+            &stream_key_end(u32::MAX)[..],
+        );
+        self.db
+            .write(batch)
+            .map_err(db_err("clear the streamed transactions"))?;
         match self.meta(META_APPLYING)? {
             Some(bytes) => {
                 let marker: ApplyingMarker = postcard::from_bytes(&bytes)
@@ -160,6 +257,21 @@ impl Stage {
             None => self.clear_pending(),
         }
     }
+}
+
+/// The key of chunk `seq` of streamed transaction `xid`.
+fn stream_key(xid: u32, seq: u64) -> [u8; 12] {
+    let mut key = [0u8; 12];
+    key[..4].copy_from_slice(&xid.to_be_bytes());
+    key[4..].copy_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// Past every key of streamed transaction `xid`.
+fn stream_key_end(xid: u32) -> Vec<u8> {
+    let mut end = xid.to_be_bytes().to_vec();
+    end.extend_from_slice(&[0xff; 9]);
+    end
 }
 
 /// Names a large transaction whose chunks are being applied.

@@ -201,6 +201,21 @@ impl PgOutputMessage {
             Self::StreamAbort(_) => MessageType::StreamAbort,
         }
     }
+
+    /// The xid of the (sub)transaction a message inside a streamed block belongs to
+    /// (`None` outside a block, and for the messages that frame blocks).
+    pub fn stream_xid(&self) -> Option<u32> {
+        match self {
+            Self::Relation(m) => m.xid,
+            Self::Type(m) => m.xid,
+            Self::Insert(m) => m.xid,
+            Self::Update(m) => m.xid,
+            Self::Delete(m) => m.xid,
+            Self::Truncate(m) => m.xid,
+            Self::Message(m) => m.xid,
+            _ => None,
+        }
+    }
 }
 
 /// Begin (`B`).

@@ -1,4 +1,14 @@
 //! The assembler: decoded pgoutput messages in, whole committed transactions out.
+//!
+//! A transaction arrives either whole at its commit (Begin … Commit), or, when the
+//! server streams it while in progress (protocol version 2 and later, `streaming`),
+//! in blocks (Stream Start … Stream Stop) between which other transactions commit.
+//! A streamed transaction's changes go to the stage's area for it as each block ends
+//! ([`SourceEvent::StreamChunk`]) and become visible only at its Stream Commit; its
+//! Stream Abort drops them, and a subtransaction's abort drops that subtransaction's.
+//! Until it commits, a streamed transaction is judged by nothing it sent: its relations
+//! are its own, and an error in one of its changes is raised at its commit (not at all
+//! if the change's subtransaction aborts), as a transaction received whole would be.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,7 +19,7 @@ use crate::feed::{StageChange, StagedRow};
 use crate::limits::TRANSACTION_CHUNK_BYTES;
 use crate::pg::pgoutput::{OldTuple, PgOutputMessage, Relation, RelationColumn, TupleValue};
 use crate::pg::pgtypes;
-use crate::source::{Op, Row, SourceEvent, Transaction, keyed_changes};
+use crate::source::{Op, Row, SourceEvent, StreamCommitted, Transaction, keyed_changes};
 use crate::value::Value;
 
 /// A relation the stream described, mapped to a configured table (or not).
@@ -29,13 +39,47 @@ struct InProgress {
     changes: Vec<StageChange>,
     /// About the bytes `changes` holds (see `StageChange::approx_bytes`).
     bytes: usize,
+    /// A streamed transaction's xid (its changes' position and time are known at its
+    /// commit only, and set then), and the (sub)transaction of each of `changes`.
+    stream: Option<Stream>,
+}
+
+/// What a streamed transaction's [`InProgress`] holds besides its changes.
+#[derive(Debug, Default)]
+struct Stream {
+    xid: u32,
+    /// The (sub)transaction of the message being handled.
+    subxid: u32,
+    /// The (sub)transaction of each change held.
+    subxids: Vec<u32>,
+    /// Subtransactions aborted so far: their changes are left out at commit.
+    aborted: Vec<u32>,
+    /// Relations as this transaction described them (its own DDL, not yet committed).
+    relations: HashMap<u32, RelationInfo>,
+    /// The first error in each subtransaction's changes: raised at commit unless that
+    /// subtransaction aborted.
+    failures: Vec<(u32, PgSourceError)>,
 }
 
 impl InProgress {
+    fn streamed(xid: u32) -> InProgress {
+        InProgress {
+            stream: Some(Stream {
+                xid,
+                subxid: xid,
+                ..Stream::default()
+            }),
+            ..InProgress::default()
+        }
+    }
+
     fn extend(&mut self, changes: impl IntoIterator<Item = StageChange>) {
         for c in changes {
             self.bytes = self.bytes.saturating_add(c.approx_bytes());
             self.changes.push(c);
+            if let Some(stream) = self.stream.as_mut() {
+                stream.subxids.push(stream.subxid);
+            }
         }
     }
 
@@ -45,8 +89,24 @@ impl InProgress {
         if self.changes.len() < chunk_changes_max && self.bytes < TRANSACTION_CHUNK_BYTES {
             return Vec::new();
         }
+        self.take_chunk()
+    }
+
+    /// The changes held, handed out as a chunk (none if there are none).
+    fn take_chunk(&mut self) -> Vec<SourceEvent> {
         self.bytes = 0;
-        vec![SourceEvent::Chunk(std::mem::take(&mut self.changes))]
+        let changes = std::mem::take(&mut self.changes);
+        match self.stream.as_mut() {
+            _ if changes.is_empty() => Vec::new(),
+            None => vec![SourceEvent::Chunk(changes)],
+            Some(stream) => vec![SourceEvent::StreamChunk {
+                xid: stream.xid,
+                changes: std::mem::take(&mut stream.subxids)
+                    .into_iter()
+                    .zip(changes)
+                    .collect(),
+            }],
+        }
     }
 }
 
@@ -59,7 +119,30 @@ pub struct Assembler {
     oids: Vec<Option<u32>>,
     relations: HashMap<u32, RelationInfo>,
     current: Option<InProgress>,
+    /// Transactions streamed in progress, by xid, and the one whose block is open.
+    streams: HashMap<u32, InProgress>,
+    in_stream: Option<u32>,
     chunk_changes_max: usize,
+}
+
+/// The transaction a change belongs to: the streamed one whose block is open, or the
+/// one between Begin and Commit. (A function of the fields, so that the configured
+/// tables can be borrowed beside it.)
+fn open_transaction<'a>(
+    current: &'a mut Option<InProgress>,
+    streams: &'a mut HashMap<u32, InProgress>,
+    in_stream: Option<u32>,
+    what: &'static str,
+) -> Result<&'a mut InProgress, PgSourceError> {
+    match in_stream {
+        Some(xid) => streams.get_mut(&xid).ok_or(PgSourceError::UnknownStream {
+            what: "continued",
+            xid,
+        }),
+        None => current
+            .as_mut()
+            .ok_or(PgSourceError::OutsideTransaction { what }),
+    }
 }
 
 impl Assembler {
@@ -80,13 +163,34 @@ impl Assembler {
             oids,
             relations: HashMap::new(),
             current: None,
+            streams: HashMap::new(),
+            in_stream: None,
             chunk_changes_max: chunk_changes_max.max(1),
         }
     }
 
-    /// Whether a transaction is open (received Begin, not yet Commit).
+    /// Whether a transaction is open (received Begin, not yet Commit) or a streamed
+    /// block is (Stream Start, not yet Stream Stop). Streamed transactions between
+    /// their blocks do not count: other transactions commit meanwhile.
     pub fn in_transaction(&self) -> bool {
-        self.current.is_some()
+        self.current.is_some() || self.in_stream.is_some()
+    }
+
+    /// Holds an error found in a message of the open streamed block (`subxid`'s) until
+    /// its transaction commits, instead of now: see the module docs. Outside a
+    /// streamed block, the error is given back, to be raised now.
+    pub fn defer_error(&mut self, subxid: u32, error: PgSourceError) -> Option<PgSourceError> {
+        let Some(stream) = self
+            .in_stream
+            .and_then(|xid| self.streams.get_mut(&xid))
+            .and_then(|t| t.stream.as_mut())
+        else {
+            return Some(error);
+        };
+        if !stream.failures.iter().any(|(s, _)| *s == subxid) {
+            stream.failures.push((subxid, error));
+        }
+        None
     }
 
     /// Handles one message. `staged` looks up the staged row of (table, key), for
@@ -106,13 +210,33 @@ impl Assembler {
         staged: &dyn Fn(&str, &[u8]) -> Option<StagedRow>,
         unstaged: &dyn Fn(usize, &str, &[u8]) -> Unstaged,
     ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        let subxid = self.in_stream.and(message.stream_xid());
+        if let Some(subxid) = subxid
+            && let Some(stream) = self
+                .in_stream
+                .and_then(|xid| self.streams.get_mut(&xid))
+                .and_then(|t| t.stream.as_mut())
+        {
+            stream.subxid = subxid;
+        }
+        match (self.handle_message(message, staged, unstaged), subxid) {
+            (Err(error), Some(subxid)) => self.defer_error(subxid, error).map_or(Ok(vec![]), Err),
+            (result, _) => result,
+        }
+    }
+
+    fn handle_message(
+        &mut self,
+        message: PgOutputMessage,
+        staged: &dyn Fn(&str, &[u8]) -> Option<StagedRow>,
+        unstaged: &dyn Fn(usize, &str, &[u8]) -> Unstaged,
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
         match message {
             PgOutputMessage::Begin(begin) => {
                 self.current = Some(InProgress {
                     commit_lsn: begin.final_lsn,
                     commit_time_us: begin.commit_time_us,
-                    changes: Vec::new(),
-                    bytes: 0,
+                    ..InProgress::default()
                 });
                 Ok(vec![])
             }
@@ -129,7 +253,21 @@ impl Assembler {
                 })])
             }
             PgOutputMessage::Relation(relation) => {
-                self.relation(relation)?;
+                let table = self.table_index(&relation);
+                match self.open_stream() {
+                    // A streamed transaction's relations are its own until it commits
+                    // (they may carry its DDL); they are checked then.
+                    Some(stream) => {
+                        stream.relations.insert(
+                            relation.oid,
+                            RelationInfo {
+                                table,
+                                relation: Arc::new(relation),
+                            },
+                        );
+                    }
+                    None => self.relation(relation)?,
+                }
                 Ok(vec![])
             }
             PgOutputMessage::Insert(insert) => {
@@ -213,20 +351,107 @@ impl Assembler {
                         tables: refused.join(", "),
                     });
                 }
-                let txn = self
-                    .current
-                    .as_mut()
-                    .ok_or(PgSourceError::OutsideTransaction { what: "a TRUNCATE" })?;
+                let txn = open_transaction(
+                    &mut self.current,
+                    &mut self.streams,
+                    self.in_stream,
+                    "a TRUNCATE",
+                )?;
                 for table in applied {
                     tracing::warn!(table = %table, "source table truncated: every staged row of it is removed");
-                    txn.changes.push(StageChange::Truncate { table });
+                    txn.extend([StageChange::Truncate { table }]);
                 }
                 Ok(vec![])
             }
-            PgOutputMessage::StreamStart(_)
-            | PgOutputMessage::StreamStop
-            | PgOutputMessage::StreamCommit(_)
-            | PgOutputMessage::StreamAbort(_) => Err(PgSourceError::Streaming),
+            PgOutputMessage::StreamStart(start) => {
+                if self.in_stream.is_some() {
+                    return Err(PgSourceError::OutsideTransaction {
+                        what: "a Stream Start inside a streamed block",
+                    });
+                }
+                self.in_stream = Some(start.xid);
+                if start.first_segment {
+                    // Its first block on this connection: whatever an earlier connection
+                    // left in its area is sent again from the beginning.
+                    self.streams
+                        .insert(start.xid, InProgress::streamed(start.xid));
+                    return Ok(vec![SourceEvent::StreamDiscard { xid: start.xid }]);
+                }
+                if !self.streams.contains_key(&start.xid) {
+                    return Err(PgSourceError::UnknownStream {
+                        what: "continued",
+                        xid: start.xid,
+                    });
+                }
+                Ok(vec![])
+            }
+            PgOutputMessage::StreamStop => {
+                let xid = self
+                    .in_stream
+                    .take()
+                    .ok_or(PgSourceError::OutsideTransaction {
+                        what: "a Stream Stop",
+                    })?;
+                // The block's changes go to the stage now: memory holds one chunk at
+                // most, however many transactions are streaming.
+                Ok(self
+                    .streams
+                    .get_mut(&xid)
+                    .map(InProgress::take_chunk)
+                    .unwrap_or_default())
+            }
+            PgOutputMessage::StreamAbort(abort) => {
+                if abort.xid == abort.subxact_xid {
+                    self.streams.remove(&abort.xid);
+                    return Ok(vec![SourceEvent::StreamDiscard { xid: abort.xid }]);
+                }
+                if let Some(txn) = self.streams.get_mut(&abort.xid)
+                    && let Some(stream) = txn.stream.as_mut()
+                {
+                    let sub = abort.subxact_xid;
+                    stream.aborted.push(sub);
+                    stream.failures.retain(|(s, _)| *s != sub);
+                    // What this block still holds of it is dropped now; what went to
+                    // the stage is left out at commit.
+                    let mut subxids = std::mem::take(&mut stream.subxids).into_iter();
+                    let mut kept = Vec::with_capacity(txn.changes.len());
+                    for change in std::mem::take(&mut txn.changes) {
+                        if let Some(s) = subxids.next().filter(|s| *s != sub) {
+                            stream.subxids.push(s);
+                            kept.push(change);
+                        }
+                    }
+                    txn.changes = kept;
+                }
+                Ok(vec![])
+            }
+            PgOutputMessage::StreamCommit(commit) => {
+                let mut txn =
+                    self.streams
+                        .remove(&commit.xid)
+                        .ok_or(PgSourceError::UnknownStream {
+                            what: "committed",
+                            xid: commit.xid,
+                        })?;
+                let mut events = txn.take_chunk();
+                let stream = txn.stream.take().unwrap_or_default();
+                if let Some((_, error)) = stream.failures.into_iter().next() {
+                    return Err(error);
+                }
+                // Its relations are committed now: checked, and the stream's from here.
+                for info in stream.relations.into_values() {
+                    self.relation(Arc::unwrap_or_clone(info.relation))?;
+                }
+                events.push(SourceEvent::StreamCommit(StreamCommitted {
+                    xid: commit.xid,
+                    aborted: stream.aborted,
+                    commit_position: commit.commit_lsn,
+                    commit_time_us: commit.commit_time_us,
+                    end: commit.end_lsn,
+                    cursor: commit.commit_lsn,
+                }));
+                Ok(events)
+            }
             // Origins, types and logical messages carry no row changes.
             PgOutputMessage::Origin(_) | PgOutputMessage::Type(_) | PgOutputMessage::Message(_) => {
                 Ok(vec![])
@@ -234,16 +459,22 @@ impl Assembler {
         }
     }
 
-    /// Records a relation; checks it against its configured table.
-    fn relation(&mut self, relation: Relation) -> Result<(), PgSourceError> {
+    /// The streamed transaction whose block is open.
+    fn open_stream(&mut self) -> Option<&mut Stream> {
+        self.in_stream
+            .and_then(|xid| self.streams.get_mut(&xid))
+            .and_then(|t| t.stream.as_mut())
+    }
+
+    /// The configured table a relation is (`None`: not configured). By OID when known:
+    /// a renamed table keeps its OID, a re-created one does not. (Names are checked
+    /// against the catalog by `PostgresSource::check_relation`.)
+    fn table_index(&self, relation: &Relation) -> Option<usize> {
         let name = TableName {
             schema: relation.namespace.clone(),
             name: relation.name.clone(),
         };
-        // By OID when known: a renamed table keeps its OID, a re-created one does not.
-        // (Names are checked against the catalog by `PostgresSource::check_relation`.)
-        let table = self
-            .oids
+        self.oids
             .iter()
             .position(|o| *o == Some(relation.oid))
             .or_else(|| {
@@ -251,7 +482,12 @@ impl Assembler {
                     .iter()
                     .zip(&self.oids)
                     .position(|(t, o)| o.is_none() && t.source == name)
-            });
+            })
+    }
+
+    /// Records a relation; checks it against its configured table.
+    fn relation(&mut self, relation: Relation) -> Result<(), PgSourceError> {
+        let table = self.table_index(&relation);
         if let Some(t) = table.map(|i| &self.tables[i]) {
             let name = &t.source;
             for column in &t.columns {
@@ -302,9 +538,13 @@ impl Assembler {
 
     /// The configured table of a relation (`None`: not configured) and the relation.
     fn table_of(&self, oid: u32) -> Result<Option<(usize, Arc<Relation>)>, PgSourceError> {
-        let info = self
-            .relations
-            .get(&oid)
+        let own = self
+            .in_stream
+            .and_then(|xid| self.streams.get(&xid))
+            .and_then(|t| t.stream.as_ref())
+            .and_then(|s| s.relations.get(&oid));
+        let info = own
+            .or_else(|| self.relations.get(&oid))
             .ok_or(PgSourceError::UnknownRelation { oid })?;
         Ok(info.table.map(|i| (i, Arc::clone(&info.relation))))
     }
@@ -345,12 +585,12 @@ impl Assembler {
             return self.push(table, Op::Update, before, Some(after));
         }
         let table = &self.tables[table];
-        let txn = self
-            .current
-            .as_mut()
-            .ok_or(PgSourceError::OutsideTransaction {
-                what: "a row change",
-            })?;
+        let txn = open_transaction(
+            &mut self.current,
+            &mut self.streams,
+            self.in_stream,
+            "a row change",
+        )?;
         let changes = keyed_changes(
             table,
             Op::Update,
@@ -408,12 +648,12 @@ impl Assembler {
         after: Option<Row>,
     ) -> Result<Vec<SourceEvent>, PgSourceError> {
         let table = &self.tables[table];
-        let txn = self
-            .current
-            .as_mut()
-            .ok_or(PgSourceError::OutsideTransaction {
-                what: "a row change",
-            })?;
+        let txn = open_transaction(
+            &mut self.current,
+            &mut self.streams,
+            self.in_stream,
+            "a row change",
+        )?;
         let changes = keyed_changes(
             table,
             op,

@@ -37,8 +37,10 @@ pub enum PgSourceError {
     OutsideTransaction { what: &'static str },
     #[error("change for relation {oid}, which no Relation message described")]
     UnknownRelation { oid: u32 },
-    #[error("streamed in-progress transactions (protocol version 2) are not requested by Weir")]
-    Streaming,
+    #[error(
+        "the replication stream {what} streamed transaction {xid}, which it never started on this connection: the stream is out of order; nothing of it was acknowledged, and the next run receives it again"
+    )]
+    UnknownStream { what: &'static str, xid: u32 },
     #[error(
         "replication slot `{slot}` does not exist: run `weir init`, which creates it and takes a fresh snapshot; Weir never re-creates a slot silently, since changes made meanwhile are lost"
     )]

@@ -48,6 +48,8 @@ pub struct PostgresSourceOptions {
     /// chunks, watermarks, heartbeats and drain messages go there (a standby cannot
     /// write; the WAL carries them to it). Unused while the source is not in recovery.
     pub primary: Option<Dsn>,
+    /// Ask the server to stream transactions in progress (`[source] streaming`).
+    pub streaming: bool,
 }
 
 /// A PostgreSQL logical replication slot as a [`ChangeSource`]. The flush position it
@@ -164,22 +166,24 @@ impl PostgresSource {
             None
         };
         let start = checkpoint.map_or(0, |c| c.position);
+        let protocol = Protocol::of(&catalog, options.streaming && snapshot.is_none()).await?;
         // Values are quoted as literals by `start_logical`; the publication list is
         // parsed by pgoutput as identifiers.
         let publication = quote_ident(&options.publication);
+        let version = protocol.version.to_string();
+        let mut start_options = vec![
+            ("proto_version", version.as_str()),
+            ("publication_names", publication.as_str()),
+            ("messages", "true"),
+        ];
+        if protocol.streaming {
+            start_options.push(("streaming", "on"));
+        }
         let stream = client
-            .start_logical(
-                &options.slot,
-                start,
-                &[
-                    ("proto_version", "1"),
-                    ("publication_names", publication.as_str()),
-                    ("messages", "true"),
-                ],
-            )
+            .start_logical(&options.slot, start, &start_options)
             .await?;
         let start = hold_slot_to_stage(dsn, &options.slot, &stage, checkpoint).await?;
-        tracing::info!(slot = %options.slot, start = %format_lsn(start), "streaming from the replication slot");
+        tracing::info!(slot = %options.slot, start = %format_lsn(start), proto_version = protocol.version, in_progress = protocol.streaming, "streaming from the replication slot");
         Ok(PostgresSource {
             slot: options.slot.clone(),
             stream,
@@ -333,6 +337,14 @@ impl PostgresSource {
         Ok(())
     }
 
+    /// The checks of [`Self::check_relation`] and [`Self::check_change`].
+    async fn check_message(&mut self, message: &PgOutputMessage) -> Result<(), PgSourceError> {
+        if let PgOutputMessage::Relation(relation) = message {
+            self.check_relation(relation).await?;
+        }
+        self.check_change(message)
+    }
+
     /// Stops at a change that arrives under a partition of a configured table rather
     /// than the table (the publication does not publish it through its root).
     fn check_change(&self, message: &PgOutputMessage) -> Result<(), PgSourceError> {
@@ -360,8 +372,12 @@ impl PostgresSource {
     async fn receive(&mut self) -> Result<Option<SourceEvent>, PgSourceError> {
         loop {
             if let Some(event) = self.ready.pop_front() {
-                if let SourceEvent::Transaction(txn) = &event {
-                    self.emitted = self.emitted.max(txn.end);
+                match &event {
+                    SourceEvent::Transaction(txn) => self.emitted = self.emitted.max(txn.end),
+                    SourceEvent::StreamCommit(commit) => {
+                        self.emitted = self.emitted.max(commit.end);
+                    }
+                    _ => {}
                 }
                 return Ok(Some(event));
             }
@@ -415,16 +431,28 @@ impl PostgresSource {
                     self.received = self.received.max(wal_start);
                     self.last_activity = Instant::now();
                     let message = self.decoder.decode(&data)?;
-                    if let (PgOutputMessage::Commit(commit), Some(mark)) =
-                        (&message, self.drain_after)
-                        && commit.end_lsn > mark
+                    let commit_end = match &message {
+                        PgOutputMessage::Commit(commit) => Some(commit.end_lsn),
+                        PgOutputMessage::StreamCommit(commit) => Some(commit.end_lsn),
+                        _ => None,
+                    };
+                    if let (Some(end), Some(mark)) = (commit_end, self.drain_after)
+                        && end > mark
                     {
                         self.drained = true;
                     }
-                    if let PgOutputMessage::Relation(relation) = &message {
-                        self.check_relation(relation).await?;
+                    if let Err(error) = self.check_message(&message).await {
+                        // In a streamed block, judged at its transaction's commit.
+                        match message.stream_xid() {
+                            Some(subxid) => {
+                                if let Some(error) = self.assembler.defer_error(subxid, error) {
+                                    return Err(error);
+                                }
+                                continue;
+                            }
+                            None => return Err(error),
+                        }
                     }
-                    self.check_change(&message)?;
                     let watermark = match (&message, self.snapshot.as_mut()) {
                         (PgOutputMessage::Message(m), Some(snapshot))
                             if m.prefix == WATERMARK_PREFIX =>
@@ -454,6 +482,54 @@ impl PostgresSource {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The pgoutput protocol a stream asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Protocol {
+    version: u32,
+    /// Transactions streamed while in progress.
+    streaming: bool,
+}
+
+impl Protocol {
+    /// The newest protocol version the server offers (4 from PostgreSQL 16, 3 on 15, 2
+    /// on 14, else 1), with in-progress streaming when `streaming` is asked for and
+    /// the server has it (version 2 and later). Weir asks for `streaming 'on'`: the
+    /// `parallel` mode of version 4 is for parallel apply workers, and carries nothing
+    /// more Weir uses; two-phase commits (version 3) are not asked for, so prepared
+    /// transactions arrive at their COMMIT PREPARED like any other.
+    ///
+    /// `streaming` is off while an initial snapshot runs: its watermarks order chunks
+    /// against commits, and a change streamed before its commit would be ordered by its
+    /// arrival instead.
+    async fn of(
+        catalog: &tokio_postgres::Client,
+        streaming: bool,
+    ) -> Result<Protocol, PgSourceError> {
+        let version_num: i32 = catalog
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .await
+            .map_err(|source| PgSourceError::Query {
+                what: "read the server's version",
+                source,
+            })?
+            .get(0);
+        Ok(Protocol::for_server(version_num, streaming))
+    }
+
+    fn for_server(version_num: i32, streaming: bool) -> Protocol {
+        let version = match version_num {
+            160_000.. => 4,
+            150_000.. => 3,
+            140_000.. => 2,
+            _ => 1,
+        };
+        Protocol {
+            version,
+            streaming: streaming && version >= 2,
         }
     }
 }

@@ -725,3 +725,74 @@ fn key_encoding_preserves_order_and_is_prefix_free() {
     assert!(plain < nul);
     assert!(encode_key(&[&Value::Null]).is_err());
 }
+
+/// Streamed transactions: each in its own area, interleaved; a commit stages its area
+/// (less its aborted subtransactions, rows at the commit's position and time) as one
+/// transaction; an abort or a reopen forgets areas.
+#[test]
+fn streamed_transactions_are_staged_at_their_commit_without_aborted_subtransactions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    // Transaction 700 (subtransaction 701 aborts) and 800 (aborts whole) interleave.
+    stage
+        .append_stream(700, &[(700, upsert(1, "d1", 0)), (701, upsert(2, "d1", 0))])
+        .expect("chunk");
+    stage
+        .append_stream(800, &[(800, upsert(9, "d1", 0))])
+        .expect("chunk");
+    stage
+        .apply(&[txn(10, vec![upsert(5, "d2", 10)])])
+        .expect("apply");
+    stage
+        .append_stream(700, &[(700, upsert(3, "d2", 0)), (702, upsert(4, "d2", 0))])
+        .expect("chunk");
+    stage.discard_stream(800).expect("abort");
+    // Nothing streamed is visible before its commit.
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("read")
+            .rows,
+        Vec::<StagedRow>::new()
+    );
+    let moved = stage.stage_stream(700, &[701], 20, 1_000).expect("stage");
+    assert_eq!(moved, 3);
+    stage.apply(&[txn(30, vec![])]).expect("commit");
+    let at_commit = |id, day| StagedRow {
+        commit_time_us: Some(1_000),
+        ..row(id, day, 20)
+    };
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("read")
+            .rows,
+        [at_commit(1, "d1")]
+    );
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d2"))
+            .expect("read")
+            .rows,
+        [at_commit(3, "d2"), at_commit(4, "d2"), row(5, "d2", 10)]
+    );
+    assert_eq!(
+        stage.checkpoint().expect("position").map(|c| c.position),
+        Some(30)
+    );
+    // An area left by a run that ended before its commit is gone at the next open.
+    stage
+        .append_stream(900, &[(900, upsert(7, "d1", 0))])
+        .expect("chunk");
+    drop(stage);
+    let stage = Stage::open(dir.path(), "test").expect("reopen");
+    assert_eq!(stage.stage_stream(900, &[], 40, 0).expect("stage"), 0);
+    stage.apply(&[txn(40, vec![])]).expect("commit");
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("read")
+            .rows,
+        [at_commit(1, "d1")]
+    );
+}

@@ -1,0 +1,229 @@
+//! Transactions streamed while in progress (pgoutput protocol version 2 and later,
+//! `[source] streaming`, on by default): a transaction larger than the server's
+//! `logical_decoding_work_mem` arrives in blocks before its commit, with other
+//! transactions committing in between. Weir keeps its changes out of sight until its
+//! commit, stages it whole then, drops it at its abort (and a rolled-back savepoint's
+//! changes at their rollback), is not stopped by DDL it then rolls back, and loses
+//! nothing when killed while one streams.
+
+use std::time::Duration;
+
+use tokio_postgres::{Client, NoTls};
+use weir_core::fixtures::OrdersTable;
+
+use crate::harness::{TestDb, text};
+use crate::postgres_source::{assert_same_rows, source_fixture, weir_pg};
+
+const DDL: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date NOT NULL, amount numeric(12,2), status text)";
+
+/// A source database whose walsenders stream any transaction past 64 kB, and Weir's
+/// slot on it, its initial snapshot (of nothing) taken: runs from here on stream.
+async fn streaming_source(db: &TestDb, name: &str) -> (String, Client) {
+    let (dsn, source) = source_fixture(
+        db,
+        name,
+        DDL,
+        "",
+        &OrdersTable::postgres("analytics.orders").body(),
+    )
+    .await;
+    source
+        .batch_execute(&format!(
+            "ALTER DATABASE {name}_source SET logical_decoding_work_mem = '64kB'"
+        ))
+        .await
+        .expect("logical_decoding_work_mem");
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(db, &dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    (dsn, source)
+}
+
+async fn session(dsn: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(dsn, NoTls)
+        .await
+        .expect("a session");
+    tokio::spawn(connection);
+    client
+}
+
+/// How many transactions the slot has streamed in progress (the server's statistics,
+/// reported when a walsender ends a transaction or exits).
+async fn streamed(source: &Client, slot: &str) -> i64 {
+    source
+        .query_opt(
+            "SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .expect("slot statistics")
+        .map_or(0, |r| r.get(0))
+}
+
+/// Waits (10 s at most) until the slot has streamed more than `before` transactions.
+async fn wait_streamed(source: &Client, slot: &str, before: i64) {
+    for _ in 0..100 {
+        if streamed(source, slot).await > before {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("slot {slot} streamed no transaction in progress past {before}");
+}
+
+fn run_once(db: &TestDb, dsn: &str) {
+    let out = weir_pg(db, dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+async fn count(client: &Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).await.expect("count").get(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_transaction_is_staged_whole_at_its_commit_and_not_at_all_at_its_abort() {
+    let db = TestDb::new("pg_stream_target").await;
+    let (dsn, source) = streaming_source(&db, "pg_stream").await;
+    let target = db.client().await;
+
+    // A large transaction, still open, with a savepoint rolled back in it, while a
+    // small one commits.
+    let big = session(&dsn).await;
+    big.batch_execute(
+        "BEGIN;
+         INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 30, g, repeat('x', 100) FROM generate_series(1000, 20999) g;
+         SAVEPOINT s;
+         INSERT INTO orders SELECT g, 'c', '2026-03-05', 0, 'rolled back' FROM generate_series(50000, 54999) g;
+         ROLLBACK TO SAVEPOINT s;
+         UPDATE orders SET status = 'updated' WHERE id BETWEEN 1000 AND 1999;
+         DELETE FROM orders WHERE id BETWEEN 2000 AND 2499;",
+    )
+    .await
+    .expect("a large transaction");
+    source
+        .batch_execute("INSERT INTO orders VALUES (1, 'c', '2026-03-01', 1, 'small')")
+        .await
+        .expect("a small transaction");
+    let streamed_before = streamed(&source, "pg_stream").await;
+    run_once(&db, &dsn);
+    assert_eq!(
+        count(&target, "SELECT count(*) FROM analytics.orders").await,
+        1,
+        "only the committed small transaction is written; nothing of the open one"
+    );
+    // The open transaction was streamed in progress.
+    wait_streamed(&source, "pg_stream", streamed_before).await;
+
+    // It commits: staged whole, without the savepoint's rows.
+    big.batch_execute("COMMIT").await.expect("commit");
+    run_once(&db, &dsn);
+    assert_same_rows(&source, "orders", &target, "analytics.orders").await;
+    assert_eq!(
+        count(&target, "SELECT count(*) FROM analytics.orders").await,
+        1 + 20_000 - 500
+    );
+
+    // Another streams, with DDL that drops a configured column, and aborts: nothing
+    // of it is staged, and its DDL stops nothing.
+    big.batch_execute(
+        "BEGIN;
+         INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 30, g, repeat('y', 100) FROM generate_series(100000, 119999) g;
+         UPDATE orders SET amount = 0 WHERE id < 5000;
+         DELETE FROM orders WHERE id BETWEEN 5000 AND 5999;",
+    )
+    .await
+    .expect("a second large transaction");
+    source
+        .batch_execute("INSERT INTO orders VALUES (2, 'c', '2026-03-02', 2, 'small')")
+        .await
+        .expect("a small transaction");
+    // Weir reads its blocks live while it is open, the DDL's lock held (a Weir
+    // starting now would wait for that lock to read its publication), and must not
+    // stop at the dropped column.
+    let streamed_before = streamed(&source, "pg_stream").await;
+    let log = std::fs::File::create(db.path("run.log")).expect("log");
+    let mut live = db
+        .weir_command(&["run"])
+        .env("WEIR_SOURCE_DSN", &dsn)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn weir run");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    big.batch_execute(
+        "ALTER TABLE orders DROP COLUMN status;
+         INSERT INTO orders SELECT g, 'c', '2026-03-09', g FROM generate_series(200000, 209999) g;",
+    )
+    .await
+    .expect("DDL in the streamed transaction");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let run_log = || std::fs::read_to_string(db.path("run.log")).unwrap_or_default();
+    assert!(
+        live.try_wait().expect("weir run").is_none(),
+        "weir run stopped at DDL of a transaction still open:\n{}",
+        run_log()
+    );
+    big.batch_execute("ROLLBACK").await.expect("rollback");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    live.kill().expect("kill");
+    live.wait().expect("wait");
+    wait_streamed(&source, "pg_stream", streamed_before).await;
+    run_once(&db, &dsn);
+    assert_same_rows(&source, "orders", &target, "analytics.orders").await;
+    assert_eq!(
+        count(&target, "SELECT count(*) FROM analytics.orders").await,
+        2 + 20_000 - 500
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_while_a_transaction_streams_loses_nothing() {
+    let db = TestDb::new("pg_stream_kill_target").await;
+    let (dsn, source) = streaming_source(&db, "pg_stream_kill").await;
+    let big = session(&dsn).await;
+    big.batch_execute("BEGIN").await.expect("begin");
+    let mut weir = crate::postgres_source::spawn_weir_pg(&db, &dsn);
+    for round in 0..6i64 {
+        // Each round streams a block of the open transaction; small ones commit
+        // between; Weir is killed in the middle of it all, twice.
+        let from = 10_000 + round * 5_000;
+        big.batch_execute(&format!(
+            "INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 30, g, repeat('z', 100) FROM generate_series({from}, {}) g;
+             SAVEPOINT r{round};
+             UPDATE orders SET status = 'round {round}' WHERE id BETWEEN {from} AND {from} + 999;
+             {}",
+            from + 4_999,
+            if round % 2 == 1 { format!("ROLLBACK TO SAVEPOINT r{round};") } else { String::new() }
+        ))
+        .await
+        .expect("a block");
+        source
+            .batch_execute(&format!(
+                "INSERT INTO orders VALUES ({round}, 'c', '2026-03-0{}', {round}, 'small')",
+                round + 1
+            ))
+            .await
+            .expect("a small transaction");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        if round == 2 || round == 4 {
+            weir.kill().expect("kill");
+            weir.wait().expect("wait");
+            weir = crate::postgres_source::spawn_weir_pg(&db, &dsn);
+        }
+    }
+    big.batch_execute("UPDATE orders SET amount = amount + 1 WHERE id % 7 = 0; COMMIT")
+        .await
+        .expect("commit");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    weir.kill().expect("kill");
+    weir.wait().expect("wait");
+    run_once(&db, &dsn);
+    let target = db.client().await;
+    assert_same_rows(&source, "orders", &target, "analytics.orders").await;
+    assert_eq!(
+        count(&target, "SELECT count(*) FROM analytics.orders").await,
+        6 + 6 * 5_000
+    );
+    wait_streamed(&source, "pg_stream_kill", 0).await;
+}
