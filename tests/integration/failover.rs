@@ -135,6 +135,30 @@ async fn primary_and_standby(
     Some((primary, standby, primary_dsn))
 }
 
+/// Writes `db`'s config (the orders table into `analytics.orders`, `source_extra` in
+/// `[source]`) and returns a source DSN listing both hosts that connects to whichever
+/// is the primary, as libpq's `target_session_attrs=primary` does.
+fn both_hosts(db: &TestDb, primary: &LocalPg, standby: &LocalPg, source_extra: &str) -> String {
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            SLOT,
+            source_extra,
+            &format!(
+                "[[table]]\n{}\n",
+                OrdersTable::postgres("analytics.orders").body()
+            ),
+        ),
+    )
+    .expect("config");
+    format!(
+        "host={h},{h} port={},{} user=postgres dbname=shop target_session_attrs=primary connect_timeout=5",
+        primary.port(),
+        standby.port(),
+        h = primary.host()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss() {
     let Some((primary, standby, primary_dsn)) =
@@ -157,24 +181,7 @@ async fn a_promoted_standby_with_the_synchronized_slot_takes_over_without_loss()
 
     // Weir reads whichever host is the primary; the target is the shared cluster's.
     let db = TestDb::new("failover_target").await;
-    let source_dsn = format!(
-        "host={h},{h} port={},{} user=postgres dbname=shop target_session_attrs=primary connect_timeout=5",
-        primary.port(),
-        standby.port(),
-        h = primary.host()
-    );
-    std::fs::write(
-        db.config_path(),
-        postgres_config(
-            SLOT,
-            "[engine]\nflush_interval_ms = 50",
-            &format!(
-                "[[table]]\n{}\n",
-                OrdersTable::postgres("analytics.orders").body()
-            ),
-        ),
-    )
-    .expect("config");
+    let source_dsn = both_hosts(&db, &primary, &standby, "[engine]\nflush_interval_ms = 50");
     let weir = |args: &[&str]| {
         db.weir_command(args)
             .env("WEIR_SOURCE_DSN", &source_dsn)
@@ -469,24 +476,7 @@ async fn a_promotion_without_the_synchronized_slot_stops_with_the_recovery() {
     };
     drop(primary_dsn);
     let db = TestDb::new("failover_unsynced_target").await;
-    let source_dsn = format!(
-        "host={h},{h} port={},{} user=postgres dbname=shop target_session_attrs=primary connect_timeout=5",
-        primary.port(),
-        standby.port(),
-        h = primary.host()
-    );
-    std::fs::write(
-        db.config_path(),
-        postgres_config(
-            SLOT,
-            "",
-            &format!(
-                "[[table]]\n{}\n",
-                OrdersTable::postgres("analytics.orders").body()
-            ),
-        ),
-    )
-    .expect("config");
+    let source_dsn = both_hosts(&db, &primary, &standby, "");
     let weir = |args: &[&str]| {
         db.weir_command(args)
             .env("WEIR_SOURCE_DSN", &source_dsn)

@@ -298,6 +298,8 @@ impl Pipeline {
                 ..
             } => {
                 let source_dsn = postgres_dsn(&self.config)?;
+                let stage = Arc::clone(&self.stage);
+                blocking(move || stage.discard_streams()).await?;
                 let options = postgres::PostgresSourceOptions {
                     slot: slot.clone(),
                     publication: publication.clone(),

@@ -232,9 +232,10 @@ impl Stage {
         Ok(moved)
     }
 
-    /// At open: finish a large commit a crash interrupted, or forget the chunks of a
-    /// transaction that never committed; and forget every streamed transaction's area.
-    pub(super) fn recover_pending(&self) -> Result<(), StageError> {
+    /// Forgets every streamed transaction's area: done whenever a source connects
+    /// (a new connection sends every transaction that did not commit again, and one
+    /// that committed meanwhile may come whole, leaving its area behind).
+    pub fn discard_streams(&self) -> Result<(), StageError> {
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(
             self.cf(CF_STREAMS),
@@ -243,7 +244,13 @@ impl Stage {
         );
         self.db
             .write(batch)
-            .map_err(db_err("clear the streamed transactions"))?;
+            .map_err(db_err("clear the streamed transactions"))
+    }
+
+    /// At open: finish a large commit a crash interrupted, or forget the chunks of a
+    /// transaction that never committed; and forget every streamed transaction's area.
+    pub(super) fn recover_pending(&self) -> Result<(), StageError> {
+        self.discard_streams()?;
         match self.meta(META_APPLYING)? {
             Some(bytes) => {
                 let marker: ApplyingMarker = postcard::from_bytes(&bytes)
