@@ -187,6 +187,15 @@ impl StagedRow {
 }
 
 impl StageChange {
+    /// Gives the change's row the position and time of the commit that wrote it (a
+    /// change streamed before its commit was made without them).
+    pub fn set_commit(&mut self, position: u64, time_us: i64) {
+        if let StageChange::Upsert { row, .. } | StageChange::UpsertUnchanged { row, .. } = self {
+            row.commit_position = position;
+            row.commit_time_us = Some(time_us);
+        }
+    }
+
     /// About the bytes the change holds in memory (see [`StagedRow::approx_bytes`]).
     pub fn approx_bytes(&self) -> usize {
         std::mem::size_of::<StageChange>()

@@ -210,12 +210,7 @@ impl Stage {
                 .into_iter()
                 .filter(|(subxid, _)| !aborted.contains(subxid))
                 .map(|(_, mut change)| {
-                    if let StageChange::Upsert { row, .. }
-                    | StageChange::UpsertUnchanged { row, .. } = &mut change
-                    {
-                        row.commit_position = commit_position;
-                        row.commit_time_us = Some(commit_time_us);
-                    }
+                    change.set_commit(commit_position, commit_time_us);
                     change
                 })
                 .collect();

@@ -59,6 +59,9 @@ struct Stream {
     /// The first error in each subtransaction's changes: raised at commit unless that
     /// subtransaction aborted.
     failures: Vec<(u32, PgSourceError)>,
+    /// Some of its changes went to the stage's area for it: it commits from there.
+    /// Until then they are held here, and it commits as a transaction received whole.
+    spilled: bool,
 }
 
 impl InProgress {
@@ -99,13 +102,16 @@ impl InProgress {
         match self.stream.as_mut() {
             _ if changes.is_empty() => Vec::new(),
             None => vec![SourceEvent::Chunk(changes)],
-            Some(stream) => vec![SourceEvent::StreamChunk {
-                xid: stream.xid,
-                changes: std::mem::take(&mut stream.subxids)
-                    .into_iter()
-                    .zip(changes)
-                    .collect(),
-            }],
+            Some(stream) => {
+                stream.spilled = true;
+                vec![SourceEvent::StreamChunk {
+                    xid: stream.xid,
+                    changes: std::mem::take(&mut stream.subxids)
+                        .into_iter()
+                        .zip(changes)
+                        .collect(),
+                }]
+            }
         }
     }
 }
@@ -371,11 +377,11 @@ impl Assembler {
                 }
                 self.in_stream = Some(start.xid);
                 if start.first_segment {
-                    // Its first block on this connection: whatever an earlier connection
-                    // left in its area is sent again from the beginning.
+                    // Its first block on this connection (what an earlier one left in
+                    // the stage was dropped when this one connected).
                     self.streams
                         .insert(start.xid, InProgress::streamed(start.xid));
-                    return Ok(vec![SourceEvent::StreamDiscard { xid: start.xid }]);
+                    return Ok(vec![]);
                 }
                 if !self.streams.contains_key(&start.xid) {
                     return Err(PgSourceError::UnknownStream {
@@ -392,8 +398,13 @@ impl Assembler {
                     .ok_or(PgSourceError::OutsideTransaction {
                         what: "a Stream Stop",
                     })?;
-                // The block's changes go to the stage now: memory holds one chunk at
-                // most, however many transactions are streaming.
+                // Changes are held until they fill a chunk (`chunk_if_full`); when all
+                // streams hold a chunk's bytes, the block's changes go to the stage now,
+                // so memory holds about one chunk however many transactions stream.
+                let held: usize = self.streams.values().map(|t| t.bytes).sum();
+                if held < TRANSACTION_CHUNK_BYTES {
+                    return Ok(vec![]);
+                }
                 Ok(self
                     .streams
                     .get_mut(&xid)
@@ -402,8 +413,16 @@ impl Assembler {
             }
             PgOutputMessage::StreamAbort(abort) => {
                 if abort.xid == abort.subxact_xid {
-                    self.streams.remove(&abort.xid);
-                    return Ok(vec![SourceEvent::StreamDiscard { xid: abort.xid }]);
+                    let spilled = self
+                        .streams
+                        .remove(&abort.xid)
+                        .and_then(|t| t.stream)
+                        .is_some_and(|s| s.spilled);
+                    return Ok(if spilled {
+                        vec![SourceEvent::StreamDiscard { xid: abort.xid }]
+                    } else {
+                        vec![]
+                    });
                 }
                 if let Some(txn) = self.streams.get_mut(&abort.xid)
                     && let Some(stream) = txn.stream.as_mut()
@@ -433,7 +452,12 @@ impl Assembler {
                             what: "committed",
                             xid: commit.xid,
                         })?;
-                let mut events = txn.take_chunk();
+                let spilled = txn.stream.as_ref().is_some_and(|s| s.spilled);
+                let mut events = if spilled {
+                    txn.take_chunk()
+                } else {
+                    Vec::new()
+                };
                 let stream = txn.stream.take().unwrap_or_default();
                 if let Some((_, error)) = stream.failures.into_iter().next() {
                     return Err(error);
@@ -441,6 +465,19 @@ impl Assembler {
                 // Its relations are committed now: checked, and the stream's from here.
                 for info in stream.relations.into_values() {
                     self.relation(Arc::unwrap_or_clone(info.relation))?;
+                }
+                if !spilled {
+                    // All of it is still here: staged like a transaction received whole.
+                    let mut changes = txn.changes;
+                    for change in &mut changes {
+                        change.set_commit(commit.commit_lsn, commit.commit_time_us);
+                    }
+                    return Ok(vec![SourceEvent::Transaction(Transaction {
+                        end: commit.end_lsn,
+                        cursor: commit.commit_lsn,
+                        changes,
+                        bad_records: vec![],
+                    })]);
                 }
                 events.push(SourceEvent::StreamCommit(StreamCommitted {
                     xid: commit.xid,
