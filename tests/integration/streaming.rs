@@ -236,3 +236,85 @@ async fn a_kill_while_a_transaction_streams_loses_nothing() {
     );
     wait_streamed(&source, "pg_stream_kill", 0).await;
 }
+
+/// Values arrive in binary format when every column of the configured tables has a
+/// type Weir reads in binary; a column of another type (an enum) added while a live
+/// `weir run` streams in binary reopens the stream in text, and nothing is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_column_weir_cannot_read_in_binary_reopens_the_stream_in_text() {
+    let db = TestDb::new("pg_binary_target").await;
+    let (dsn, source) = streaming_source(&db, "pg_binary", "").await;
+    let log = std::fs::File::create(db.path("run.log")).expect("log");
+    let mut live = db
+        .weir_command(&["--log-format", "json", "run"])
+        .env("WEIR_SOURCE_DSN", &dsn)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn weir run");
+    let run_log = || std::fs::read_to_string(db.path("run.log")).unwrap_or_default();
+    source
+        .batch_execute(
+            "INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 3, g / 3.0, 'new' FROM generate_series(1, 100) g",
+        )
+        .await
+        .expect("rows");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    source
+        .batch_execute(
+            "CREATE TYPE mood AS ENUM ('sad', 'ok');
+             ALTER TABLE orders ADD COLUMN mood mood;
+             INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 3, g / 7.0, 'later', 'ok' FROM generate_series(101, 200) g;
+             UPDATE orders SET amount = amount + 1 WHERE id % 10 = 0;",
+        )
+        .await
+        .expect("an enum column and more rows");
+    let target = db.client().await;
+    for _ in 0..150 {
+        if count(&target, "SELECT count(*) FROM analytics.orders").await == 200 {
+            break;
+        }
+        assert!(
+            live.try_wait().expect("weir run").is_none(),
+            "weir run ended:\n{}",
+            run_log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    live.kill().expect("kill");
+    live.wait().expect("wait");
+    let log = run_log();
+    let opened: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("streaming from the replication slot"))
+        .collect();
+    assert!(
+        opened
+            .first()
+            .is_some_and(|l| l.contains("\"binary\":true"))
+            && opened
+                .last()
+                .is_some_and(|l| l.contains("\"binary\":false")),
+        "first opened in binary, then in text:\n{log}"
+    );
+    assert!(
+        log.contains("a type Weir does not read in binary format"),
+        "{log}"
+    );
+    // The target has the configured columns; the enum column waits for the target.
+    let want = source
+        .query("SELECT id, amount::text FROM orders ORDER BY id", &[])
+        .await
+        .expect("source");
+    let got = target
+        .query(
+            "SELECT id, amount::text FROM analytics.orders ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("target");
+    let rows = |r: &[tokio_postgres::Row]| -> Vec<(i64, String)> {
+        r.iter().map(|r| (r.get(0), r.get(1))).collect()
+    };
+    assert_eq!(rows(&got), rows(&want));
+}

@@ -45,10 +45,15 @@
 //! `DateStyle` ISO (the default `ISO, MDY` is fine: only the first part matters), any
 //! `TimeZone` (offsets are parsed), `extra_float_digits` at least 1 (the default; 0 or
 //! less prints rounded floats, which no parser can undo), any `bytea_output`, and UTF-8
-//! as the client encoding. Binary mode (the `binary` option of pgoutput) is not used.
+//! as the client encoding. Values in binary format (pgoutput's `binary` option) are read
+//! for the types above that Weir models (`binary.rs`), into the same `Value`s.
 //!
 //! Errors ([`TypeError`]) name the column, its type and what was expected, never the
 //! value: values are row data, and errors are logged.
+
+mod binary;
+
+pub use binary::{BINARY_TYPES, reads_binary};
 
 use super::pgoutput::{RelationColumn, TupleValue};
 use crate::value::{ColumnType, NumericTypmod, Value};
@@ -200,9 +205,9 @@ pub enum Problem {
     /// The value is well formed but outside what the type or `Value` can hold.
     #[error("the value is out of range: {0}")]
     OutOfRange(&'static str),
-    /// The value came in binary format.
+    /// The value came in binary format, and its type is not one Weir reads in it.
     #[error(
-        "the value is in binary format, which Weir does not use: start replication without pgoutput's `binary` option"
+        "the value is in binary format, which Weir reads only for the types it models: the stream asks for text once it sees such a column"
     )]
     Binary,
 }
@@ -229,7 +234,8 @@ pub fn decode_text(
 ///
 /// `Ok(None)` is an unchanged TOASTed value that was not sent ([`TupleValue::UnchangedToast`]):
 /// the caller takes it from the row image it already has. SQL NULL is `Value::Null`.
-/// A binary-format value is an error ([`Problem::Binary`]): Weir asks for text.
+/// A binary-format value of a type Weir does not read in binary is an error
+/// ([`Problem::Binary`]).
 pub fn decode_tuple_value(
     column: &str,
     type_oid: u32,
@@ -240,11 +246,15 @@ pub fn decode_tuple_value(
         TupleValue::Null => Ok(Some(Value::Null)),
         TupleValue::UnchangedToast => Ok(None),
         TupleValue::Text(bytes) => decode_text(column, type_oid, type_modifier, bytes).map(Some),
-        TupleValue::Binary(_) => Err(TypeError {
-            column: column.to_owned(),
-            type_name: type_name(type_oid, type_modifier),
-            problem: Problem::Binary,
-        }),
+        TupleValue::Binary(bytes) => {
+            binary::decode_binary(type_oid, bytes)
+                .map(Some)
+                .map_err(|problem| TypeError {
+                    column: column.to_owned(),
+                    type_name: type_name(type_oid, type_modifier),
+                    problem,
+                })
+        }
     }
 }
 

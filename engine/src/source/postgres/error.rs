@@ -38,6 +38,10 @@ pub enum PgSourceError {
     #[error("change for relation {oid}, which no Relation message described")]
     UnknownRelation { oid: u32 },
     #[error(
+        "{table}: column `{column}` has a type Weir does not read in binary format; the stream is opened again in text"
+    )]
+    BinaryUnreadable { table: String, column: String },
+    #[error(
         "the replication stream {what} streamed transaction {xid}, which it never started on this connection: the stream is out of order; nothing of it was acknowledged, and the next run receives it again"
     )]
     UnknownStream { what: &'static str, xid: u32 },
@@ -146,6 +150,12 @@ impl PgSourceError {
                 other => other.code().is_some_and(transient_code),
             },
             PgSourceError::Connect(e) => e.is_transient(),
+            // The stream was opened in binary before the column existed: opened again,
+            // it asks for text.
+            PgSourceError::BinaryUnreadable { .. } => true,
+            PgSourceError::Value { source, .. } => {
+                source.problem == crate::pg::pgtypes::Problem::Binary
+            }
             PgSourceError::Query { source, .. } => {
                 source.is_closed()
                     || source

@@ -93,6 +93,8 @@ pub struct PostgresSource {
     /// Partitions of configured tables the stream described (OID: name and the
     /// table's index): a change under one of them is refused.
     leaves: HashMap<u32, (String, usize)>,
+    /// Values come in binary format ([`Protocol`]).
+    binary: bool,
 }
 
 impl std::fmt::Debug for PostgresSource {
@@ -166,7 +168,12 @@ impl PostgresSource {
             None
         };
         let start = checkpoint.map_or(0, |c| c.position);
-        let protocol = Protocol::of(&catalog, options.streaming && snapshot.is_none()).await?;
+        let protocol = Protocol::of(
+            &catalog,
+            options.streaming && snapshot.is_none(),
+            &estate.oids,
+        )
+        .await?;
         // Values are quoted as literals by `start_logical`; the publication list is
         // parsed by pgoutput as identifiers.
         let publication = quote_ident(&options.publication);
@@ -179,11 +186,14 @@ impl PostgresSource {
         if protocol.streaming {
             start_options.push(("streaming", "on"));
         }
+        if protocol.binary {
+            start_options.push(("binary", "true"));
+        }
         let stream = client
             .start_logical(&options.slot, start, &start_options)
             .await?;
         let start = hold_slot_to_stage(dsn, &options.slot, &stage, checkpoint).await?;
-        tracing::info!(slot = %options.slot, start = %format_lsn(start), proto_version = protocol.version, in_progress = protocol.streaming, "streaming from the replication slot");
+        tracing::info!(slot = %options.slot, start = %format_lsn(start), proto_version = protocol.version, in_progress = protocol.streaming, binary = protocol.binary, "streaming from the replication slot");
         Ok(PostgresSource {
             slot: options.slot.clone(),
             stream,
@@ -197,6 +207,7 @@ impl PostgresSource {
             publication: options.publication.clone(),
             catalog,
             leaves: HashMap::new(),
+            binary: protocol.binary,
             stage,
             ready: VecDeque::new(),
             acknowledged: start,
@@ -289,6 +300,18 @@ impl PostgresSource {
         };
         let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
         let tables = &self.assembler.tables;
+        if self.binary
+            && self.oids.contains(&relation.oid)
+            && let Some(column) = relation
+                .columns
+                .iter()
+                .find(|c| !crate::pg::pgtypes::reads_binary(c.type_oid))
+        {
+            return Err(PgSourceError::BinaryUnreadable {
+                table: name.to_string(),
+                column: column.name.clone(),
+            });
+        }
         if let Some(t) = self.oids.iter().position(|o| *o == relation.oid) {
             if tables[t].source == name {
                 return Ok(());
@@ -492,6 +515,8 @@ struct Protocol {
     version: u32,
     /// Transactions streamed while in progress.
     streaming: bool,
+    /// Column values in binary format (`binary 'true'`, version 2 and later).
+    binary: bool,
 }
 
 impl Protocol {
@@ -505,19 +530,37 @@ impl Protocol {
     /// `streaming` is off while an initial snapshot runs: its watermarks order chunks
     /// against commits, and a change streamed before its commit would be ordered by its
     /// arrival instead.
+    ///
+    /// Values come in binary format when every column of the configured tables'
+    /// relations (`oids`) has a type Weir reads in binary (`pgtypes::reads_binary`):
+    /// the server's send functions cost it less than its output functions (numeric,
+    /// timestamps), and the values decode to the same `Value`s. A column of another
+    /// type (an enum, an array, a domain) keeps the whole stream in text, and one added
+    /// while streaming in binary reconnects the stream in text
+    /// ([`PgSourceError::BinaryUnreadable`]).
     async fn of(
         catalog: &tokio_postgres::Client,
         streaming: bool,
+        oids: &[u32],
     ) -> Result<Protocol, PgSourceError> {
+        let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
         let version_num: i32 = catalog
             .query_one("SELECT current_setting('server_version_num')::int", &[])
             .await
-            .map_err(|source| PgSourceError::Query {
-                what: "read the server's version",
-                source,
-            })?
+            .map_err(query("read the server's version"))?
             .get(0);
-        Ok(Protocol::for_server(version_num, streaming))
+        let readable: bool = catalog
+            .query_one(
+                "SELECT coalesce(bool_and(atttypid = ANY($2)), true) FROM pg_attribute
+                 WHERE attrelid = ANY($1) AND attnum > 0 AND NOT attisdropped",
+                &[&oids, &&crate::pg::pgtypes::BINARY_TYPES[..]],
+            )
+            .await
+            .map_err(query("read the column types of the source tables"))?
+            .get(0);
+        let mut protocol = Protocol::for_server(version_num, streaming);
+        protocol.binary = readable && protocol.version >= 2;
+        Ok(protocol)
     }
 
     fn for_server(version_num: i32, streaming: bool) -> Protocol {
@@ -530,6 +573,7 @@ impl Protocol {
         Protocol {
             version,
             streaming: streaming && version >= 2,
+            binary: false,
         }
     }
 }

@@ -335,10 +335,18 @@ type Decoded = Vec<Result<Option<Value>, TypeError>>;
 /// Peeks the slot and decodes every inserted and updated row:
 /// (table, `I` or `U`, values).
 async fn peek_rows(client: &tokio_postgres::Client) -> Vec<(String, char, Decoded)> {
+    peek_rows_with(client, "'proto_version', '1', 'publication_names', 'pub'").await
+}
+
+/// [`peek_rows`] with pgoutput's `options` (SQL literals, comma-separated).
+async fn peek_rows_with(
+    client: &tokio_postgres::Client,
+    options: &str,
+) -> Vec<(String, char, Decoded)> {
     use crate::pg::pgoutput::{Decoder, PgOutputMessage as M, Relation};
     let rows = client
         .query(
-            "SELECT data FROM pg_logical_slot_peek_binary_changes('slot', NULL, NULL, 'proto_version', '1', 'publication_names', 'pub')",
+            &format!("SELECT data FROM pg_logical_slot_peek_binary_changes('slot', NULL, NULL, {options})"),
             &[],
         )
         .await
@@ -615,6 +623,43 @@ async fn round_trips_through_postgresql() {
         );
     }
     exec("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET extra_float_digits = 1".into()).await;
+
+    // ---- The binary format (pgoutput's `binary` option): every value of table a, whose
+    // types Weir reads in binary, decodes to the Value its text gives; the timestamps
+    // beyond Value::Timestamp are the same errors.
+    let binary = peek_rows_with(
+        &client,
+        "'proto_version', '2', 'publication_names', 'pub', 'binary', 'true'",
+    )
+    .await;
+    let a_binary: Vec<&Decoded> = binary
+        .iter()
+        .filter(|(t, k, _)| t == "a" && *k == 'I')
+        .map(|(_, _, v)| v)
+        .collect();
+    assert_eq!(a_binary.len(), decoded_a.len());
+    for (got, want) in a_binary.iter().zip(&decoded_a) {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let name = if i == 0 { "id" } else { columns[i - 1].name };
+            let g = g
+                .clone()
+                .unwrap_or_else(|e| panic!("binary {name}: {e}"))
+                .expect("a value");
+            assert!(same(&g, w), "binary {name}: got {g:?}, want {w:?}");
+        }
+    }
+    let beyond: Vec<&Decoded> = binary
+        .iter()
+        .filter(|(t, k, _)| t == "beyond" && *k == 'I')
+        .map(|(_, _, v)| v)
+        .collect();
+    assert_eq!(beyond.len(), 2);
+    for row in beyond {
+        for v in row {
+            let e = v.clone().expect_err("out of range");
+            assert!(matches!(e.problem, Problem::OutOfRange(_)), "{e}");
+        }
+    }
 
     // ---- Type names: as format_type prints them, for every column and known OID.
     let attributes = client
