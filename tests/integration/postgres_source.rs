@@ -261,6 +261,7 @@ async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
         heartbeat_interval_ms: 10_000,
         primary: None,
         streaming: true,
+        binary: true,
     };
     let dsn = Dsn::new(db.dsn.clone());
     let mut source = PostgresSource::open(
@@ -352,6 +353,7 @@ async fn a_missing_slot_is_a_loud_error_that_names_the_recovery() {
         heartbeat_interval_ms: 10_000,
         primary: None,
         streaming: true,
+        binary: true,
     };
     let err = PostgresSource::open(
         &Dsn::new(db.dsn.clone()),

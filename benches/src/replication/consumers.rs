@@ -179,6 +179,7 @@ impl StageConsumer {
             heartbeat_interval_ms: *heartbeat_interval_ms,
             primary: None,
             streaming: true,
+            binary: true,
         };
         let stage = Arc::new(Stage::open(&config.stage_path, &config.source_id())?);
         let consumer = StageConsumer {

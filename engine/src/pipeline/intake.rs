@@ -169,6 +169,16 @@ impl Pipeline {
                 Err(e) => {
                     // What came before the error is whole and good: keep it.
                     self.stage_batch(source, &mut batch, &mut report).await?;
+                    if e.needs_text() {
+                        // From here on the stream is read in text, `--once` too: the
+                        // same WAL would stop every run that asked for binary.
+                        self.source_text_only
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(error = %error_chain(&e), "reopening the source stream in text format");
+                        report.source_reconnects += 1;
+                        slot = None;
+                        continue;
+                    }
                     if once || !e.is_transient() {
                         return Err(e.into());
                     }
@@ -309,6 +319,9 @@ impl Pipeline {
                     heartbeat_interval_ms: *heartbeat_interval_ms,
                     streaming: *streaming,
                     primary: primary_dsn(&self.config)?,
+                    binary: !self
+                        .source_text_only
+                        .load(std::sync::atomic::Ordering::Relaxed),
                 };
                 AnySource::Postgres(Box::new(
                     postgres::PostgresSource::open(

@@ -104,6 +104,9 @@ pub struct Pipeline {
     write_wake: tokio::sync::Notify,
     /// What the run is doing now, for the operator (see `live`).
     live: Arc<live::LiveCounters>,
+    /// The source stream met a column it cannot read in binary format: it is opened
+    /// in text from then on.
+    source_text_only: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -189,6 +192,7 @@ impl Pipeline {
             writable,
             write_wake: tokio::sync::Notify::new(),
             live: Arc::default(),
+            source_text_only: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -117,6 +117,14 @@ impl SourceError {
             _ => false,
         }
     }
+
+    /// See `PgSourceError::needs_text`.
+    pub fn needs_text(&self) -> bool {
+        match self {
+            SourceError::Postgres(e) => e.needs_text(),
+            _ => false,
+        }
+    }
 }
 
 /// A feed of committed transactions.

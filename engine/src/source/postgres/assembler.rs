@@ -3,9 +3,11 @@
 //! A transaction arrives either whole at its commit (Begin … Commit), or, when the
 //! server streams it while in progress (protocol version 2 and later, `streaming`),
 //! in blocks (Stream Start … Stream Stop) between which other transactions commit.
-//! A streamed transaction's changes go to the stage's area for it as each block ends
-//! ([`SourceEvent::StreamChunk`]) and become visible only at its Stream Commit; its
-//! Stream Abort drops them, and a subtransaction's abort drops that subtransaction's.
+//! A streamed transaction's changes are held until they fill a chunk, then go to the
+//! stage's area for it ([`SourceEvent::StreamChunk`]); they become visible only at its
+//! Stream Commit (one that never filled a chunk commits from memory, as a transaction
+//! received whole). Its Stream Abort drops them, and a subtransaction's abort drops
+//! that subtransaction's.
 //! Until it commits, a streamed transaction is judged by nothing it sent: its relations
 //! are its own, and an error in one of its changes is raised at its commit (not at all
 //! if the change's subtransaction aborts), as a transaction received whole would be.

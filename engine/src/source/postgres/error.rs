@@ -137,6 +137,18 @@ impl PgSourceError {
     /// connection exception and 57 operator intervention: a shutdown, a restart,
     /// `pg_terminate_backend`), or the slot is still held by the previous connection's
     /// walsender (55006).
+    /// Whether the stream, opened in binary format, met a column it cannot read in it
+    /// (one added since it opened): opened again in text, it goes on.
+    pub fn needs_text(&self) -> bool {
+        match self {
+            PgSourceError::BinaryUnreadable { .. } => true,
+            PgSourceError::Value { source, .. } => {
+                source.problem == crate::pg::pgtypes::Problem::Binary
+            }
+            _ => false,
+        }
+    }
+
     pub fn is_transient(&self) -> bool {
         let transient_code =
             |code: &str| code.starts_with("08") || code.starts_with("57") || code == "55006";
@@ -150,12 +162,6 @@ impl PgSourceError {
                 other => other.code().is_some_and(transient_code),
             },
             PgSourceError::Connect(e) => e.is_transient(),
-            // The stream was opened in binary before the column existed: opened again,
-            // it asks for text.
-            PgSourceError::BinaryUnreadable { .. } => true,
-            PgSourceError::Value { source, .. } => {
-                source.problem == crate::pg::pgtypes::Problem::Binary
-            }
             PgSourceError::Query { source, .. } => {
                 source.is_closed()
                     || source

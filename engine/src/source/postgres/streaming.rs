@@ -50,6 +50,9 @@ pub struct PostgresSourceOptions {
     pub primary: Option<Dsn>,
     /// Ask the server to stream transactions in progress (`[source] streaming`).
     pub streaming: bool,
+    /// Values may come in binary format (see `Protocol::of`); `false` after the stream
+    /// met a column it cannot read in it.
+    pub binary: bool,
 }
 
 /// A PostgreSQL logical replication slot as a [`ChangeSource`]. The flush position it
@@ -171,7 +174,7 @@ impl PostgresSource {
         let protocol = Protocol::of(
             &catalog,
             options.streaming && snapshot.is_none(),
-            &estate.oids,
+            options.binary.then_some(estate.oids.as_slice()),
         )
         .await?;
         // Values are quoted as literals by `start_logical`; the publication list is
@@ -536,12 +539,12 @@ impl Protocol {
     /// the server's send functions cost it less than its output functions (numeric,
     /// timestamps), and the values decode to the same `Value`s. A column of another
     /// type (an enum, an array, a domain) keeps the whole stream in text, and one added
-    /// while streaming in binary reconnects the stream in text
-    /// ([`PgSourceError::BinaryUnreadable`]).
+    /// while streaming in binary reopens the stream in text for the rest of the run
+    /// ([`PgSourceError::needs_text`]). `oids`: `None` asks for text.
     async fn of(
         catalog: &tokio_postgres::Client,
         streaming: bool,
-        oids: &[u32],
+        oids: Option<&[u32]>,
     ) -> Result<Protocol, PgSourceError> {
         let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
         let version_num: i32 = catalog
@@ -549,15 +552,18 @@ impl Protocol {
             .await
             .map_err(query("read the server's version"))?
             .get(0);
-        let readable: bool = catalog
-            .query_one(
-                "SELECT coalesce(bool_and(atttypid = ANY($2)), true) FROM pg_attribute
-                 WHERE attrelid = ANY($1) AND attnum > 0 AND NOT attisdropped",
-                &[&oids, &&crate::pg::pgtypes::BINARY_TYPES[..]],
-            )
-            .await
-            .map_err(query("read the column types of the source tables"))?
-            .get(0);
+        let readable: bool = match oids {
+            None => false,
+            Some(oids) => catalog
+                .query_one(
+                    "SELECT coalesce(bool_and(atttypid = ANY($2)), true) FROM pg_attribute
+                     WHERE attrelid = ANY($1) AND attnum > 0 AND NOT attisdropped",
+                    &[&oids, &&crate::pg::pgtypes::BINARY_TYPES[..]],
+                )
+                .await
+                .map_err(query("read the column types of the source tables"))?
+                .get(0),
+        };
         let mut protocol = Protocol::for_server(version_num, streaming);
         protocol.binary = readable && protocol.version >= 2;
         Ok(protocol)
