@@ -311,10 +311,23 @@ fn tuple_values() {
         decode_tuple_value("c", TEXT, -1, &TupleValue::UnchangedToast),
         Ok(None)
     );
-    let e = decode_tuple_value("c", INT4, -1, &TupleValue::Binary(vec![0, 0, 0, 42]))
-        .expect_err("binary is refused");
+    // Binary format: read for the types Weir models, refused for the others.
+    assert_eq!(
+        decode_tuple_value("c", INT4, -1, &TupleValue::Binary(vec![0, 0, 0, 42])),
+        Ok(Some(Value::Int(42)))
+    );
+    let e = decode_tuple_value("c", INTERVAL, -1, &TupleValue::Binary(vec![0; 16]))
+        .expect_err("binary interval is refused");
     assert_eq!(e.problem, Problem::Binary);
     assert!(e.to_string().contains("binary"), "{e}");
+    assert_eq!(
+        decode_tuple_value("c", INT4, -1, &TupleValue::Binary(vec![0, 42])),
+        Err(TypeError {
+            column: "c".into(),
+            type_name: "integer".into(),
+            problem: Problem::Invalid("4 bytes"),
+        })
+    );
     let column = RelationColumn {
         is_key: true,
         name: "id".into(),
