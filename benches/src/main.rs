@@ -36,6 +36,11 @@
 //!    command's peak RSS against the config's stated memory budget, and rows/s against
 //!    one raw binary COPY of the same final rows.
 //!
+//! 10. Initial load: a populated table of `--load-rows` orders loaded by `weir run
+//!     --once` (the exported snapshot's parallel load, and the watermark snapshot)
+//!     into day partitions, against a binary COPY pipe between two databases and a
+//!     subscription's table sync; peak RSS and the stage's size.
+//!
 //! A full run puts a summary of the headline figures and ratios at the top of the
 //! report, then the command, the machine, PostgreSQL's settings and the run's wall time.
 //! `--only SECTION` runs one section and replaces it in the existing report, which
@@ -56,6 +61,7 @@ mod backfill;
 mod big_partition;
 mod cluster;
 mod end_to_end;
+mod initial_load;
 mod large_transaction;
 mod measure;
 mod orders;
@@ -162,6 +168,12 @@ struct Args {
     /// Rows of the one big partition (section 9).
     #[arg(long, default_value_t = 5_000_000)]
     big_rows: u64,
+    /// Rows of the populated table of the initial load (section 10).
+    #[arg(long, default_value_t = 10_000_000)]
+    load_rows: u64,
+    /// Days the initial load's rows spread over: its day partitions.
+    #[arg(long, default_value_t = 90)]
+    load_days: u64,
     /// The folder of the plugin components (`orders-rust.wasm`, `orders-python.wasm`,
     /// `orders-js.wasm`); default `$CARGO_TARGET_DIR/plugins`, the target folder
     /// defaulting to `$HOME/.cache/weir-target`.
@@ -229,6 +241,8 @@ async fn main() -> anyhow::Result<()> {
         sections.done("streaming");
         big_partition::big_partition(&mut body, &args, &pg).await?;
         sections.done("big partition");
+        h.initial_load = initial_load::initial_load(&mut body, &args, &pg).await?;
+        sections.done("initial load");
         let mut report = String::from("# Benchmarks\n");
         summary_table(&mut report, &h)?;
         header(&mut report, &command)?;
@@ -248,6 +262,7 @@ async fn main() -> anyhow::Result<()> {
             | Section::Writers
             | Section::Streaming
             | Section::BigPartition
+            | Section::InitialLoad
     ) {
         Some(tokio::task::spawn_blocking(|| LocalPg::start(&LocalPgOptions::default())).await??)
     } else {
@@ -276,13 +291,17 @@ async fn main() -> anyhow::Result<()> {
         (Section::BigPartition, Some(pg)) => {
             big_partition::big_partition(&mut section, &args, pg).await?;
         }
+        (Section::InitialLoad, Some(pg)) => {
+            initial_load::initial_load(&mut section, &args, pg).await?;
+        }
         (
             Section::EndToEnd
             | Section::Replication
             | Section::Backfill
             | Section::Writers
             | Section::Streaming
-            | Section::BigPartition,
+            | Section::BigPartition
+            | Section::InitialLoad,
             None,
         ) => anyhow::bail!("no PostgreSQL for a section that needs one"),
     }
@@ -333,6 +352,8 @@ enum Section {
     Streaming,
     /// 9: one big partition: peak RSS against the memory budget, rate against COPY.
     BigPartition,
+    /// 10: the initial load of a populated table, against a COPY pipe and a subscription.
+    InitialLoad,
 }
 
 /// The `scripts/bench` command line of this run, with the sizes that matter to what
@@ -370,12 +391,17 @@ fn command_line(args: &Args) -> String {
         args.recovery_down_ms
     );
     let big = format!("--big-rows {}", args.big_rows);
+    let initial = format!(
+        "--load-rows {} --load-days {}",
+        args.load_rows, args.load_days
+    );
     match args.only {
         None => format!(
-            "scripts/bench {end_to_end} {staging} {large} --pg-changes {} {plugins} {backfill} {writers} {streaming} {big}",
+            "scripts/bench {end_to_end} {staging} {large} --pg-changes {} {plugins} {backfill} {writers} {streaming} {big} {initial}",
             args.pg_changes
         ),
         Some(Section::BigPartition) => format!("scripts/bench --only big-partition {big}"),
+        Some(Section::InitialLoad) => format!("scripts/bench --only initial-load {initial}"),
         Some(Section::Streaming) => format!(
             "scripts/bench --only streaming {streaming} --repeat {}",
             args.repeat

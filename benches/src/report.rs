@@ -50,6 +50,8 @@ pub(crate) struct Headlines {
     /// The fastest parallelism, its rows/s, the COPY's rows/s.
     pub(crate) backfill: (usize, f64, f64),
     pub(crate) streaming: streaming::Figures,
+    /// Rows/s of the initial load: Weir (export), the COPY pipe, the subscription.
+    pub(crate) initial_load: (f64, f64, f64),
 }
 
 /// The summary table: headline figures and ratios of this run, each from its section.
@@ -137,6 +139,14 @@ pub(crate) fn summary_table(out: &mut String, h: &Headlines) -> anyhow::Result<(
         "| backfill of a window, {parallel} partition jobs at once, against raw COPY (rows/s) | {backfill:.0} | \
          {copy:.0} | — | {} | — |",
         r(backfill, copy)
+    )?;
+    let (weir, copy, sub) = h.initial_load;
+    writeln!(
+        out,
+        "| initial load of a populated table into day partitions, `run --once`, against a binary COPY pipe and a \
+         subscription's table sync (rows/s) | {weir:.0} | {copy:.0} | {sub:.0} | {} | {} |",
+        r(weir, copy),
+        r(weir, sub)
     )?;
     let (weir, copy) = h.end_to_end;
     writeln!(

@@ -11,7 +11,7 @@
 //! each):
 
 /// Every failpoint, for the suite that arms each in turn.
-pub const FAILPOINTS: [&str; 7] = [
+pub const FAILPOINTS: [&str; 8] = [
     // The batch is synced in the stage; the source is not acknowledged yet.
     "stage-before-ack",
     // The source is acknowledged.
@@ -26,6 +26,8 @@ pub const FAILPOINTS: [&str; 7] = [
     "plugin-call",
     // A PostgreSQL snapshot chunk was read; it is not staged yet.
     "snapshot-chunk",
+    // A range of the first load was read; it is not staged yet.
+    "load-range",
 ];
 
 /// The error a failpoint armed with `return` makes its step fail with.

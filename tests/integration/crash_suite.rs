@@ -1189,7 +1189,8 @@ fn staged_during_writes(log: &str) -> usize {
 
 /// Whether a weir log shows the initial snapshot started and not finished.
 fn killed_mid_snapshot(log: &str) -> bool {
-    log.contains("initial snapshot starts") && !log.contains("initial snapshot complete")
+    (log.contains("initial snapshot starts") || log.contains("first load starts"))
+        && !log.contains("initial snapshot complete")
 }
 
 /// Rows per writer in the source before `weir init`, for the snapshot test:
@@ -1246,8 +1247,11 @@ async fn crash_suite_kills_during_the_initial_snapshot_end_exact() {
             while Instant::now() < deadline
                 && child.try_wait().expect("poll weir run").is_none()
                 && !std::fs::read_to_string(db.path(&log))
+                    .map(|body| {
+                        body.contains("initial snapshot starts")
+                            || body.contains("first load starts")
+                    })
                     .unwrap_or_default()
-                    .contains("initial snapshot starts")
             {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }

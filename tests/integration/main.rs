@@ -12,6 +12,7 @@ mod estates_source;
 mod exact_values;
 mod failover;
 mod faults;
+mod first_load;
 mod grains;
 mod harness;
 mod hostile_campaign;

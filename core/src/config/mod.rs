@@ -26,7 +26,7 @@ mod table;
 
 pub use budget::{MemoryBudget, mib};
 pub use plugin::{OnReject, PluginConfig};
-pub use sections::{EngineConfig, OnBadRecord, SourceConfig, TargetConfig};
+pub use sections::{EngineConfig, OnBadRecord, SnapshotMethod, SourceConfig, TargetConfig};
 pub use table::{
     Column, OnNullPartition, OnTruncate, TableConfig, TableName, TargetPartitioning, WriteMode,
     quote_ident, quote_literal,

@@ -33,6 +33,8 @@ pub(super) struct RawSource {
     pub(super) slot: Option<String>,
     pub(super) publication: Option<String>,
     pub(super) snapshot_chunk_rows: Option<usize>,
+    pub(super) snapshot_parallelism: Option<usize>,
+    pub(super) snapshot_method: Option<String>,
     pub(super) heartbeat_interval_ms: Option<u64>,
     pub(super) streaming: Option<bool>,
 }

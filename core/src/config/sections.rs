@@ -38,6 +38,10 @@ pub enum SourceConfig {
         publication: String,
         /// Rows per chunk of the initial snapshot.
         snapshot_chunk_rows: usize,
+        /// Connections the first load reads with, each from the same exported snapshot.
+        snapshot_parallelism: usize,
+        /// How the tables' rows are read when nothing is staged yet.
+        snapshot_method: SnapshotMethod,
         /// An idle stream writes a heartbeat this often, so the slot's position keeps
         /// up with WAL that other databases write (and the server can recycle it).
         heartbeat_interval_ms: u64,
@@ -48,6 +52,20 @@ pub enum SourceConfig {
         /// acknowledged until then.
         streaming: bool,
     },
+}
+
+/// How a PostgreSQL source reads the rows its tables hold when nothing is staged yet
+/// (`[source] snapshot_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotMethod {
+    /// A temporary slot exports a snapshot; `snapshot_parallelism` connections read
+    /// the tables from it in parallel (binary `COPY` over ranges of pages), and the
+    /// stream starts at its point. Holds that snapshot (and so the server's vacuum
+    /// horizon) for the load's length.
+    Export,
+    /// Chunks in key order, each read between two watermarks while the stream runs:
+    /// one connection, no long-lived snapshot.
+    Watermarks,
 }
 
 #[derive(Debug, Clone)]
@@ -78,6 +96,8 @@ impl Validator<'_> {
                     ("slot", raw.slot.is_some()),
                     ("publication", raw.publication.is_some()),
                     ("snapshot_chunk_rows", raw.snapshot_chunk_rows.is_some()),
+                    ("snapshot_parallelism", raw.snapshot_parallelism.is_some()),
+                    ("snapshot_method", raw.snapshot_method.is_some()),
                     ("heartbeat_interval_ms", raw.heartbeat_interval_ms.is_some()),
                     ("streaming", raw.streaming.is_some()),
                 ] {
@@ -157,6 +177,25 @@ impl Validator<'_> {
                         format!("must be between 1 and {}", limits::SNAPSHOT_CHUNK_ROWS_MAX),
                     ));
                 }
+                let snapshot_parallelism = raw.snapshot_parallelism.unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+                });
+                if !(1..=limits::PARALLELISM_MAX).contains(&snapshot_parallelism) {
+                    return Err(self.invalid(
+                        "source.snapshot_parallelism",
+                        format!("must be between 1 and {}", limits::PARALLELISM_MAX),
+                    ));
+                }
+                let snapshot_method = match raw.snapshot_method.as_deref() {
+                    None | Some("export") => SnapshotMethod::Export,
+                    Some("watermarks") => SnapshotMethod::Watermarks,
+                    Some(other) => {
+                        return Err(self.invalid(
+                            "source.snapshot_method",
+                            format!("unknown method `{other}`: use \"export\" (a parallel load from one exported snapshot) or \"watermarks\" (chunks between watermarks, no long snapshot)"),
+                        ));
+                    }
+                };
                 let heartbeat_interval_ms = raw.heartbeat_interval_ms.unwrap_or(10_000);
                 if !(100..=limits::HEARTBEAT_INTERVAL_MS_MAX).contains(&heartbeat_interval_ms) {
                     return Err(self.invalid(
@@ -173,6 +212,8 @@ impl Validator<'_> {
                     slot,
                     publication,
                     snapshot_chunk_rows,
+                    snapshot_parallelism,
+                    snapshot_method,
                     heartbeat_interval_ms,
                     streaming: raw.streaming.unwrap_or(true),
                 })

@@ -382,3 +382,66 @@ fn a_standby_source_names_the_primary_in_a_variable_of_its_own() {
         "{msg}"
     );
 }
+
+#[test]
+fn the_snapshot_method_and_parallelism_are_checked_and_default_to_a_parallel_export() {
+    let postgres = GOOD
+        .replace(
+            "kind = \"jsonl\"\npath = \"feed.jsonl\"",
+            "kind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"s\"\npublication = \"p\"",
+        )
+        .lines()
+        .filter(|l| !l.starts_with("columns"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let with = |line: &str| {
+        postgres.replace(
+            "publication = \"p\"",
+            &format!("publication = \"p\"\n{line}"),
+        )
+    };
+    let config = parse(&postgres).expect("valid");
+    let SourceConfig::Postgres {
+        snapshot_method,
+        snapshot_parallelism,
+        ..
+    } = config.source
+    else {
+        panic!("a postgres source");
+    };
+    assert_eq!(snapshot_method, SnapshotMethod::Export);
+    assert!(snapshot_parallelism >= 1);
+    let config = parse(&with(
+        "snapshot_method = \"watermarks\"\nsnapshot_parallelism = 8",
+    ))
+    .expect("valid");
+    assert!(matches!(
+        config.source,
+        SourceConfig::Postgres {
+            snapshot_method: SnapshotMethod::Watermarks,
+            snapshot_parallelism: 8,
+            ..
+        }
+    ));
+    for (line, want) in [
+        (
+            "snapshot_method = \"copy\"",
+            "source.snapshot_method: unknown method `copy`",
+        ),
+        (
+            "snapshot_parallelism = 0",
+            "source.snapshot_parallelism: must be between 1 and 64",
+        ),
+    ] {
+        let msg = error_of(&with(line));
+        assert!(msg.contains(want), "want `{want}` in: {msg}");
+    }
+    let msg = error_of(&GOOD.replace(
+        "path = \"feed.jsonl\"",
+        "path = \"feed.jsonl\"\nsnapshot_method = \"export\"",
+    ));
+    assert!(
+        msg.contains("source.snapshot_method: only applies to kind = \"postgres\""),
+        "{msg}"
+    );
+}

@@ -303,6 +303,8 @@ impl Pipeline {
                 slot,
                 publication,
                 snapshot_chunk_rows,
+                snapshot_parallelism,
+                snapshot_method,
                 heartbeat_interval_ms,
                 streaming,
                 ..
@@ -316,6 +318,9 @@ impl Pipeline {
                     once,
                     chunk_changes_max: chunk,
                     snapshot_chunk_rows: *snapshot_chunk_rows,
+                    snapshot_parallelism: *snapshot_parallelism,
+                    snapshot_method: *snapshot_method,
+                    load_watch: Some(Arc::clone(&self.load_watch)),
                     heartbeat_interval_ms: *heartbeat_interval_ms,
                     streaming: *streaming,
                     primary: primary_dsn(&self.config)?,

@@ -101,7 +101,9 @@ pub struct Pipeline {
     /// never replaces a partition lineage says is newer.
     writable: bool,
     /// Intake's signal to the live writer that it staged something (see `writer`).
-    write_wake: tokio::sync::Notify,
+    write_wake: Arc<tokio::sync::Notify>,
+    /// The tables a PostgreSQL first load is still reading: their partitions wait.
+    load_watch: Arc<crate::source::postgres::LoadWatch>,
     /// What the run is doing now, for the operator (see `live`).
     live: Arc<live::LiveCounters>,
     /// The source stream met a column it cannot read in binary format: it is opened
@@ -182,6 +184,7 @@ impl Pipeline {
             .await?,
         );
         reconcile_contracts(&config, &stage, &contracts, writable)?;
+        let write_wake = Arc::new(tokio::sync::Notify::new());
         Ok(Pipeline {
             config,
             stage,
@@ -190,7 +193,8 @@ impl Pipeline {
             clients: Mutex::new(clients),
             failed: std::sync::Mutex::default(),
             writable,
-            write_wake: tokio::sync::Notify::new(),
+            write_wake: Arc::clone(&write_wake),
+            load_watch: Arc::new(crate::source::postgres::LoadWatch::new(write_wake)),
             live: Arc::default(),
             source_text_only: std::sync::atomic::AtomicBool::new(false),
         })

@@ -85,6 +85,9 @@ impl Pipeline {
                 failed.get(&(d.table.clone(), d.partition.clone())) != Some(&d.generation)
             });
         }
+        // A table a first load is still reading gets more rows with every range: its
+        // partitions are written once it is done.
+        dirty.retain(|d| !self.load_watch.is_loading(&d.table));
         if dirty.is_empty() {
             return Ok(Round::default());
         }

@@ -63,6 +63,26 @@ impl Stage {
         Ok(outcome)
     }
 
+    /// Stages changes read by a source's first load, in one synced write that also
+    /// sets the position to `position` (every row of the load is at the snapshot's
+    /// one point, so a second range at the same point is not skipped as `apply`
+    /// would). The keys index, the dirty marks and the backlog are kept as by `apply`.
+    pub fn apply_load(&self, changes: &[StageChange], position: u64) -> Result<(), StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut batch = StageBatch::new(self.generation()?);
+        batch.images_wanted = Some(std::collections::HashSet::default());
+        batch.generation += 1;
+        batch.changes(self, changes)?;
+        batch.finish(
+            self,
+            Some(Position {
+                position,
+                cursor: 0,
+            }),
+            true,
+        )
+    }
+
     /// The partition of a key (`table_key`) in the keys index.
     fn current_partition(&self, table_key: &[u8]) -> Result<Option<Partition>, StageError> {
         let bytes = self

@@ -1,7 +1,7 @@
 //! The stage behind the PostgreSQL source's narrow view of it
 //! ([`StagePort`](crate::source::postgres::StagePort)): each call is the stage's own.
 
-use super::{Stage, StagedRow};
+use super::{Stage, StageChange, StagedRow};
 use crate::source::postgres::{PortError, StagePort};
 
 impl StagePort for Stage {
@@ -15,6 +15,10 @@ impl StagePort for Stage {
 
     fn advance_position(&self, position: u64) -> Result<bool, PortError> {
         Stage::advance_position(self, position).map_err(PortError::new)
+    }
+
+    fn stage_load(&self, changes: &[StageChange], position: u64) -> Result<(), PortError> {
+        Stage::apply_load(self, changes, position).map_err(PortError::new)
     }
 
     fn position_covers_acknowledgements(&self) -> Result<bool, PortError> {

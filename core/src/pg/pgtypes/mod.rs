@@ -247,15 +247,25 @@ pub fn decode_tuple_value(
         TupleValue::UnchangedToast => Ok(None),
         TupleValue::Text(bytes) => decode_text(column, type_oid, type_modifier, bytes).map(Some),
         TupleValue::Binary(bytes) => {
-            binary::decode_binary(type_oid, bytes)
-                .map(Some)
-                .map_err(|problem| TypeError {
-                    column: column.to_owned(),
-                    type_name: type_name(type_oid, type_modifier),
-                    problem,
-                })
+            decode_binary(column, type_oid, type_modifier, bytes).map(Some)
         }
     }
+}
+
+/// Decodes one value in binary format (a type's send function; pgoutput's `binary`
+/// mode, `COPY ... (FORMAT binary)`). A type Weir does not read in binary
+/// ([`reads_binary`]) is an error ([`Problem::Binary`]).
+pub fn decode_binary(
+    column: &str,
+    type_oid: u32,
+    type_modifier: i32,
+    bytes: &[u8],
+) -> Result<Value, TypeError> {
+    binary::decode_binary(type_oid, bytes).map_err(|problem| TypeError {
+        column: column.to_owned(),
+        type_name: type_name(type_oid, type_modifier),
+        problem,
+    })
 }
 
 /// [`decode_tuple_value`] for a column of a Relation message.

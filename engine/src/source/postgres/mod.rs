@@ -79,6 +79,13 @@ mod assembler;
 // Each variant's `#[error]` message is its documentation.
 #[allow(missing_docs)]
 mod error;
+#[allow(
+    clippy::arithmetic_side_effects,
+    clippy::as_conversions,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
+mod load;
 mod setup;
 #[allow(
     clippy::indexing_slicing,
@@ -93,6 +100,7 @@ mod streaming;
 pub use crate::pg::lsn::{format_lsn, parse_lsn};
 pub use assembler::{Assembler, Unstaged};
 pub use error::PgSourceError;
+pub use load::LoadWatch;
 pub use setup::{
     Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
     slot_on_each_host, slot_status, source_columns, table_oid,

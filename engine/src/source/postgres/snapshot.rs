@@ -20,14 +20,15 @@ const SNAPSHOT_LOG_INTERVAL_S: u64 = 5;
 pub(super) const WATERMARK_PREFIX: &str = "weir.watermark";
 
 /// How far the snapshot got; staged with each chunk (`StageChange::SourceState`).
+/// The first load ([`super::load`]) stages it too, with the tables it loaded done.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-struct SnapshotProgress {
+pub(super) struct SnapshotProgress {
     /// Tables whose snapshot is complete.
-    done: Vec<String>,
+    pub(super) done: Vec<String>,
     /// The table being read and the text of the last key read in it.
-    current: Option<(String, Vec<Option<String>>)>,
+    pub(super) current: Option<(String, Vec<Option<String>>)>,
     /// Every table is done.
-    complete: bool,
+    pub(super) complete: bool,
 }
 
 /// A chunk read between its low and high watermark.
@@ -428,7 +429,7 @@ impl Snapshot {
 }
 
 /// Type OID and modifier of each column of a source table.
-async fn column_types(
+pub(super) async fn column_types(
     client: &tokio_postgres::Client,
     table: &TableName,
 ) -> Result<HashMap<String, (u32, i32)>, PgSourceError> {

@@ -2,7 +2,7 @@
 //! source defines the port and the engine plugs the stage into it, so the source
 //! never depends on the stage (nor the stage on the source).
 
-use crate::feed::StagedRow;
+use crate::feed::{StageChange, StagedRow};
 
 /// An error of the stage behind the port, as the stage reported it: its message and
 /// its causes are the stage's own.
@@ -37,6 +37,11 @@ pub trait StagePort: Send + Sync {
     /// Moves the position to `position` (keeping the cursor) in one synced write,
     /// unless it is there already; returns whether it moved.
     fn advance_position(&self, position: u64) -> Result<bool, PortError>;
+
+    /// Stages rows of the first load (and its progress, a `SourceState`) in one synced
+    /// write, with the position set to `position` (the exported snapshot's point),
+    /// whatever it was: every row of the load is at that one point.
+    fn stage_load(&self, changes: &[StageChange], position: u64) -> Result<(), PortError>;
 
     /// Whether the position is at or past everything this stage let its source
     /// acknowledge.

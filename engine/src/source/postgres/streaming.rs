@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::assembler::{Assembler, Unstaged};
 use super::error::PgSourceError;
+use super::load::{LoadOptions, LoadWatch, first_load};
 use super::replication::{
     ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream,
 };
@@ -40,8 +41,16 @@ pub struct PostgresSourceOptions {
     pub once: bool,
     /// Changes of one transaction held before they go to the stage as a chunk.
     pub chunk_changes_max: usize,
-    /// Rows per snapshot chunk (each read between a low and a high watermark).
+    /// Rows per snapshot chunk (each read between a low and a high watermark), and
+    /// about the rows of one range of the first load.
     pub snapshot_chunk_rows: usize,
+    /// Connections the first load reads with (`[source] snapshot_parallelism`).
+    pub snapshot_parallelism: usize,
+    /// `Export`: a first load reads from an exported snapshot ([`super::load`]);
+    /// `Watermarks`: every table is read between watermarks.
+    pub snapshot_method: crate::config::SnapshotMethod,
+    /// Told which tables a first load is still reading ([`LoadWatch`]).
+    pub load_watch: Option<Arc<LoadWatch>>,
     /// After this long without a change, a heartbeat goes into the source's WAL.
     pub heartbeat_interval_ms: u64,
     /// The primary's DSN when the source DSN is a hot standby that decodes: snapshot
@@ -155,9 +164,29 @@ impl PostgresSource {
         // matched by.
         let catalog = connect(dsn).await?;
         let estate = check_estate(&catalog, &options.publication, &tables).await?;
-        let writes = write_server(&catalog, options.primary.as_ref())
-            .await?
-            .unwrap_or_else(|| dsn.clone());
+        let primary = write_server(&catalog, options.primary.as_ref()).await?;
+        let mut checkpoint = checkpoint;
+        if checkpoint.is_none()
+            && primary.is_none()
+            && options.snapshot_method == crate::config::SnapshotMethod::Export
+            && stage.source_state()?.is_none()
+        {
+            // Nothing staged yet: the tables are loaded from an exported snapshot, and
+            // the stream starts at its point.
+            let load = LoadOptions {
+                slot: options.slot.clone(),
+                parallelism: options.snapshot_parallelism,
+                range_rows: options.snapshot_chunk_rows,
+                watch: options.load_watch.clone(),
+            };
+            if let Some(position) = first_load(dsn, &load, &tables, &stage).await? {
+                checkpoint = Some(Position {
+                    position,
+                    cursor: 0,
+                });
+            }
+        }
+        let writes = primary.unwrap_or_else(|| dsn.clone());
         let snapshot = Snapshot::resume(
             &writes,
             &tables,

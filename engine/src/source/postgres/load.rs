@@ -1,0 +1,652 @@
+//! The first load: the tables that already hold rows, read in parallel from one
+//! exported snapshot with binary `COPY`, over ranges of pages.
+//!
+//! A temporary slot is created with `EXPORT_SNAPSHOT` on a replication connection that
+//! then stays idle (the snapshot lives as long as it does). Its snapshot holds exactly
+//! the transactions that committed before the slot's consistent point, and a logical
+//! slot started at that point streams exactly the ones that commit after it (the same
+//! rule PostgreSQL's own table synchronisation relies on). So the rows read from the
+//! snapshot are staged at that point, and Weir's slot streams from there: no watermark
+//! is needed, and a change is neither lost nor applied twice.
+//!
+//! `[source] snapshot_parallelism` workers each import the snapshot
+//! (`SET TRANSACTION SNAPSHOT`) and take ranges of pages from a shared queue, table by
+//! table, with `COPY (SELECT ... WHERE ctid >= ... AND ctid < ...) TO STDOUT (FORMAT
+//! binary)`: a TID range scan (PostgreSQL 14 and later) reads only those pages. Each
+//! range's rows go to the stage in one synced write with the load's progress; a table
+//! is marked done in the snapshot progress with its last range. A partitioned table
+//! is read through its root, so its partitions are the ones of the snapshot.
+//!
+//! What is not loaded here is left to the watermark snapshot ([`super::snapshot`]),
+//! which runs beside the stream from the consistent point:
+//! * a table with a column Weir does not read in binary (an enum, an array, a domain);
+//! * after a crash, or a lost connection, a table whose ranges were not all staged (the
+//!   exported snapshot died with its connection): it is read again whole, in key order,
+//!   between watermarks; rows staged already are overwritten by their current version.
+//!
+//! The load runs only when nothing was staged yet and the source is a primary (a
+//! standby decodes with the watermark snapshot).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{StreamExt, pin_mut};
+use tokio_postgres::binary_copy::BinaryCopyOutStream;
+use tokio_postgres::types::{FromSql, Type};
+
+use super::error::PgSourceError;
+use super::replication::ReplicationClient;
+use super::setup::connect;
+use super::snapshot::{SnapshotProgress, column_types};
+use super::stage_port::StagePort;
+use crate::config::{Dsn, TableConfig, quote_ident};
+use crate::feed::{Op, StageChange, keyed_changes};
+use crate::pg::pgtypes;
+use crate::value::Value;
+
+/// Without a terminal, load progress is logged this often.
+const LOG_INTERVAL: Duration = Duration::from_secs(5);
+/// Rows per page assumed for a table the planner has no statistics of.
+const ROWS_PER_PAGE_UNKNOWN: f64 = 60.0;
+/// PostgreSQL 14: TID range scans (`ctid >= ... AND ctid < ...` reads only those
+/// pages). Before it, each table is one range.
+const TID_RANGE_SCAN_VERSION: i32 = 140_000;
+/// The usual page size: what a range's pages hold at most, for its memory.
+const PAGE_BYTES: u64 = 8192;
+/// PostgreSQL 12: `pg_partition_tree`, used to size a partitioned table.
+const LOAD_MIN_VERSION: i32 = 120_000;
+
+/// What a running first load tells the engine's writer: the tables it is still
+/// loading, whose partitions wait (each is then written once, not again after every
+/// range), and a wake-up when a table is done, so a live writer writes its partitions
+/// while the load goes on with the others.
+#[derive(Debug)]
+pub struct LoadWatch {
+    loading: Mutex<std::collections::HashSet<String>>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl LoadWatch {
+    /// A watch that wakes `wake` when a table is done.
+    pub fn new(wake: Arc<tokio::sync::Notify>) -> LoadWatch {
+        LoadWatch {
+            loading: Mutex::new(std::collections::HashSet::new()),
+            wake,
+        }
+    }
+
+    /// Whether the load is still reading `table` (`schema.name`).
+    pub fn is_loading(&self, table: &str) -> bool {
+        self.set().contains(table)
+    }
+
+    fn set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.loading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn finish(&self, table: &str) {
+        self.set().remove(table);
+        self.wake.notify_one();
+    }
+}
+
+/// Marks tables loading for its life: whatever ends the load (done, an error, a
+/// cancelled task), none is left waiting.
+struct Loading<'a>(Option<&'a LoadWatch>);
+
+impl Loading<'_> {
+    fn finish(&self, table: &str) {
+        if let Some(watch) = self.0 {
+            watch.finish(table);
+        }
+    }
+}
+
+impl Drop for Loading<'_> {
+    fn drop(&mut self) {
+        if let Some(watch) = self.0 {
+            watch.set().clear();
+            watch.wake.notify_one();
+        }
+    }
+}
+
+/// What the load needs besides the connection.
+#[derive(Debug, Clone)]
+pub(super) struct LoadOptions {
+    /// Weir's slot, whose confirmed position must not be past the snapshot's.
+    pub slot: String,
+    /// Worker connections.
+    pub parallelism: usize,
+    /// About the rows of one range (one staged write).
+    pub range_rows: usize,
+    /// Where the tables being loaded are published, if anyone listens.
+    pub watch: Option<Arc<LoadWatch>>,
+}
+
+/// One range of pages of one table: `from` inclusive, `to` exclusive (`None`: to the
+/// end, so pages added after the table was sized are read too).
+#[derive(Debug, Clone, Copy)]
+struct PageRange {
+    table: usize,
+    from: u64,
+    to: Option<u64>,
+}
+
+/// A table to load: how to read it and how far it got.
+#[derive(Debug)]
+struct Planned {
+    /// The `COPY` query without its range condition.
+    select: String,
+    /// Each configured column's type OID and modifier, in `select`'s order.
+    types: Vec<(u32, i32)>,
+    ranges_left: usize,
+    rows: u64,
+    rows_estimate: u64,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+/// How a table is read: its `COPY` query without the range condition, and each
+/// column's type OID and modifier.
+type Reader = (String, Vec<(u32, i32)>);
+
+/// A range read: its table, its rows as stage changes.
+#[derive(Debug)]
+struct RangeRead {
+    table: usize,
+    changes: Vec<StageChange>,
+}
+
+/// Loads every table whose columns Weir reads in binary from one exported snapshot,
+/// stages the rows at the snapshot's consistent point with the snapshot progress
+/// (those tables done), and returns that point: the slot streams from there. `None`
+/// when the load cannot run here (no table it can read, a server older than 12, no
+/// free replication slot for the export): the watermark snapshot takes every table.
+pub(super) async fn first_load(
+    dsn: &Dsn,
+    options: &LoadOptions,
+    tables: &[TableConfig],
+    stage: &Arc<dyn StagePort>,
+) -> Result<Option<u64>, PgSourceError> {
+    let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+    let catalog = connect(dsn).await?;
+    let version: i32 = catalog
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(query("read the server's version"))?
+        .get(0);
+    if version < LOAD_MIN_VERSION {
+        tracing::info!(
+            version,
+            "the first load reads with watermarks: parallel loading needs PostgreSQL 12 or later"
+        );
+        return Ok(None);
+    }
+    let mut planned: Vec<Option<Planned>> = Vec::with_capacity(tables.len());
+    for table in tables {
+        planned.push(plan(&catalog, table).await?);
+    }
+    if planned.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let mut exporter = ReplicationClient::connect(dsn).await?;
+    let name = format!(
+        "weir_load_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    );
+    let created = match exporter
+        .simple_query(&format!(
+            "CREATE_REPLICATION_SLOT {name} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT"
+        ))
+        .await
+    {
+        Ok(rows) => rows,
+        // 53400: every replication slot is in use.
+        Err(error) if error.code() == Some("53400") => {
+            tracing::warn!(
+                "no free replication slot for the first load's exported snapshot (raise max_replication_slots by one); reading with watermarks instead"
+            );
+            exporter.close().await;
+            return Ok(None);
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let row = created.first();
+    let field = |i: usize| row.and_then(|r| r.get(i)).cloned().flatten();
+    let (Some(point), Some(snapshot)) = (
+        field(1).as_deref().and_then(crate::pg::lsn::parse_lsn),
+        field(2),
+    ) else {
+        return Err(PgSourceError::BadChange {
+            table: name,
+            reason: "CREATE_REPLICATION_SLOT returned no consistent point or snapshot name".into(),
+        });
+    };
+    let confirmed: Option<String> = catalog
+        .query_opt(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&options.slot],
+        )
+        .await
+        .map_err(query("read the slot's confirmed position"))?
+        .and_then(|r| r.get(0));
+    if confirmed
+        .as_deref()
+        .and_then(crate::pg::lsn::parse_lsn)
+        .is_some_and(|c| c > point)
+    {
+        // Another consumer moved the slot on: the stream cannot start at the snapshot.
+        tracing::warn!(slot = %options.slot, "the slot's confirmed position is past the exported snapshot; reading with watermarks instead");
+        exporter.close().await;
+        return Ok(None);
+    }
+    let tid_ranges = version >= TID_RANGE_SCAN_VERSION;
+    let mut queue = VecDeque::new();
+    for (i, p) in planned.iter_mut().enumerate() {
+        let Some(p) = p else { continue };
+        let ranges = ranges_of(i, p, tables, &catalog, tid_ranges, options).await?;
+        p.ranges_left = ranges.len();
+        queue.extend(ranges);
+    }
+    let loading = Loading(options.watch.as_deref());
+    if let Some(watch) = loading.0 {
+        let mut set = watch.set();
+        for (p, table) in planned.iter().zip(tables) {
+            if p.is_some() {
+                set.insert(table.source.to_string());
+            }
+        }
+    }
+    let bars = progress_bars(&mut planned, tables);
+    let started = Instant::now();
+    tracing::info!(
+        snapshot_at = %crate::pg::lsn::format_lsn(point),
+        tables = planned.iter().flatten().count(),
+        ranges = queue.len(),
+        workers = options.parallelism,
+        "first load starts from an exported snapshot"
+    );
+    let ranges = queue.len();
+    let queue = Arc::new(Mutex::new(queue));
+    let (sender, mut received) = tokio::sync::mpsc::channel::<RangeRead>(1);
+    let mut workers = tokio::task::JoinSet::new();
+    let readers: Vec<Reader> = planned
+        .iter()
+        .map(|p| {
+            p.as_ref()
+                .map(|p| (p.select.clone(), p.types.clone()))
+                .unwrap_or_default()
+        })
+        .collect();
+    let readers = Arc::new(readers);
+    for _ in 0..options.parallelism.min(ranges).max(1) {
+        let client = connect(dsn).await?;
+        let literal =
+            crate::config::quote_literal(&snapshot).ok_or_else(|| PgSourceError::BadChange {
+                table: name.clone(),
+                reason: "the exported snapshot's name holds a NUL".into(),
+            })?;
+        client
+            .batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {literal}"
+            ))
+            .await
+            .map_err(query("import the exported snapshot"))?;
+        let worker = Worker {
+            client,
+            queue: Arc::clone(&queue),
+            readers: Arc::clone(&readers),
+            tables: tables.to_vec(),
+            position: point,
+            sender: sender.clone(),
+            tid_ranges,
+        };
+        workers.spawn(worker.run());
+    }
+    drop(sender);
+    // Every worker imported the snapshot: it no longer needs the exporting connection,
+    // but the slot goes with it, so it stays open to the end.
+    let mut progress = SnapshotProgress::default();
+    let mut last_log = Instant::now();
+    while let Some(read) = received.recv().await {
+        // A worker that failed stops the load now, not after the others finish.
+        while let Some(result) = workers.try_join_next() {
+            result??;
+        }
+        let Some(Some(p)) = planned.get_mut(read.table) else {
+            continue;
+        };
+        let rows = read.changes.len() as u64;
+        p.rows += rows;
+        p.ranges_left = p.ranges_left.saturating_sub(1);
+        let name = tables
+            .get(read.table)
+            .map(|t| t.source.to_string())
+            .unwrap_or_default();
+        if p.ranges_left == 0 {
+            progress.done.push(name.clone());
+            progress.complete = tables
+                .iter()
+                .all(|t| progress.done.contains(&t.source.to_string()));
+        }
+        let mut changes = read.changes;
+        changes.push(StageChange::SourceState(encode(&progress, &name)?));
+        crate::failpoint!("load-range");
+        let stage = Arc::clone(stage);
+        tokio::task::spawn_blocking(move || stage.stage_load(&changes, point)).await??;
+        // Reported once staged: a table logged done is done in the stage.
+        let Some(Some(loaded)) = planned.get(read.table) else {
+            continue;
+        };
+        if loaded.ranges_left == 0 {
+            loading.finish(&name);
+        }
+        if let Some(bar) = &loaded.bar {
+            bar.set_position(loaded.rows);
+            if loaded.ranges_left == 0 {
+                bar.finish();
+            }
+        } else if last_log.elapsed() >= LOG_INTERVAL || loaded.ranges_left == 0 {
+            log_progress(&planned, tables, started);
+            last_log = Instant::now();
+        }
+    }
+    while let Some(result) = workers.join_next().await {
+        result??;
+    }
+    // The position is the snapshot's even if no table held a row.
+    let state = encode(&progress, "the first load")?;
+    let stage_for_end = Arc::clone(stage);
+    tokio::task::spawn_blocking(move || {
+        stage_for_end.stage_load(&[StageChange::SourceState(state)], point)
+    })
+    .await??;
+    exporter.close().await;
+    drop(bars);
+    let rows: u64 = planned.iter().flatten().map(|p| p.rows).sum();
+    let seconds = started.elapsed().as_secs_f64();
+    tracing::info!(
+        rows,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        rows_per_s = (rows as f64 / seconds.max(0.001)) as u64,
+        tables_left = tables.len().saturating_sub(progress.done.len()),
+        "first load staged"
+    );
+    if progress.complete {
+        tracing::info!(rows, "initial snapshot complete");
+    }
+    Ok(Some(point))
+}
+
+/// How to read `table` in the load, or `None` if a configured column has a type Weir
+/// does not read in binary (the watermark snapshot reads it, in text).
+async fn plan(
+    catalog: &tokio_postgres::Client,
+    table: &TableConfig,
+) -> Result<Option<Planned>, PgSourceError> {
+    let types = column_types(catalog, &table.source).await?;
+    let mut columns = Vec::with_capacity(table.columns.len());
+    for column in &table.columns {
+        match types.get(&column.name) {
+            Some(&(oid, modifier)) if pgtypes::reads_binary(oid) => columns.push((oid, modifier)),
+            _ => {
+                tracing::info!(table = %table.source, column = %column.name, "read with watermarks, in text: a column Weir does not read in binary");
+                return Ok(None);
+            }
+        }
+    }
+    let names: Vec<String> = table.columns.iter().map(|c| quote_ident(&c.name)).collect();
+    Ok(Some(Planned {
+        select: format!("SELECT {} FROM {}", names.join(", "), table.source.quoted()),
+        types: columns,
+        ranges_left: 0,
+        rows: 0,
+        rows_estimate: 0,
+        bar: None,
+    }))
+}
+
+/// The page ranges of one table, about `range_rows` rows each (from the planner's
+/// rows per page), at least two per worker when the table is large enough, and small
+/// enough that the ranges in flight hold about `INTAKE_BATCH_BYTES`. The
+/// largest relation of a partitioned table sets its number of pages: each range reads
+/// those pages of every partition.
+async fn ranges_of(
+    index: usize,
+    planned: &mut Planned,
+    tables: &[TableConfig],
+    catalog: &tokio_postgres::Client,
+    tid_ranges: bool,
+    options: &LoadOptions,
+) -> Result<Vec<PageRange>, PgSourceError> {
+    let Some(table) = tables.get(index) else {
+        return Ok(Vec::new());
+    };
+    let row = catalog
+        .query_one(
+            "SELECT coalesce(max(pg_relation_size(t.relid) / current_setting('block_size')::int8), 0)::int8, \
+                    coalesce(sum(greatest(c.reltuples, 0)), 0)::float8, \
+                    coalesce(sum(greatest(c.relpages, 0)), 0)::int8 \
+             FROM pg_partition_tree(to_regclass($1)) t JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
+            &[&table.source.quoted()],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "size a table for the first load",
+            source,
+        })?;
+    let pages = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+    let tuples: f64 = row.get(1);
+    let stat_pages: i64 = row.get(2);
+    planned.rows_estimate = tuples as u64;
+    if !tid_ranges || pages == 0 {
+        return Ok(vec![PageRange {
+            table: index,
+            from: 0,
+            to: None,
+        }]);
+    }
+    let rows_per_page = if tuples > 0.0 && stat_pages > 0 {
+        tuples / stat_pages as f64
+    } else {
+        ROWS_PER_PAGE_UNKNOWN
+    };
+    let by_rows = ((options.range_rows as f64 / rows_per_page.max(1.0)).ceil() as u64).max(1);
+    let by_workers = pages
+        .div_ceil(options.parallelism.saturating_mul(2).max(1) as u64)
+        .max(1);
+    // Memory: each worker holds one range and one waits to be staged, so the ranges in
+    // flight, (2 × workers + 1), hold about INTAKE_BATCH_BYTES of table data at most.
+    let in_flight = options.parallelism.saturating_mul(2).saturating_add(1) as u64;
+    let by_memory = (crate::limits::INTAKE_BATCH_BYTES as u64 / PAGE_BYTES / in_flight).max(1);
+    let step = by_rows.min(by_workers).min(by_memory);
+    let mut ranges = Vec::new();
+    let mut from = 0;
+    while from < pages {
+        let to = from.saturating_add(step);
+        ranges.push(PageRange {
+            table: index,
+            from,
+            to: (to < pages).then_some(to),
+        });
+        from = to;
+    }
+    Ok(ranges)
+}
+
+/// One worker: a connection in the imported snapshot, reading ranges until none is
+/// left.
+struct Worker {
+    client: tokio_postgres::Client,
+    queue: Arc<Mutex<VecDeque<PageRange>>>,
+    /// Each table's query and column types (empty: not loaded).
+    readers: Arc<Vec<Reader>>,
+    tables: Vec<TableConfig>,
+    position: u64,
+    sender: tokio::sync::mpsc::Sender<RangeRead>,
+    tid_ranges: bool,
+}
+
+impl Worker {
+    async fn run(self) -> Result<(), PgSourceError> {
+        loop {
+            let next = self
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop_front();
+            let Some(range) = next else { break };
+            let changes = self.read(range).await?;
+            if self
+                .sender
+                .send(RangeRead {
+                    table: range.table,
+                    changes,
+                })
+                .await
+                .is_err()
+            {
+                // The load stopped (an error staging): nothing more to read.
+                break;
+            }
+        }
+        // The transaction only read: ending it is all there is to do.
+        let _ = self.client.batch_execute("COMMIT").await;
+        Ok(())
+    }
+
+    /// The rows of one range, decoded from binary `COPY` into stage changes.
+    async fn read(&self, range: PageRange) -> Result<Vec<StageChange>, PgSourceError> {
+        let (Some(table), Some((select, types))) =
+            (self.tables.get(range.table), self.readers.get(range.table))
+        else {
+            return Ok(Vec::new());
+        };
+        let name = table.source.to_string();
+        let mut sql = select.clone();
+        if self.tid_ranges {
+            sql.push_str(&format!(" WHERE ctid >= '({},0)'::tid", range.from));
+            if let Some(to) = range.to {
+                sql.push_str(&format!(" AND ctid < '({to},0)'::tid"));
+            }
+        }
+        let copy = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
+        let stream = self
+            .client
+            .copy_out(&copy)
+            .await
+            .map_err(|source| PgSourceError::Query {
+                what: "read a range of the first load",
+                source,
+            })?;
+        // The column types only matter to `FromSql`, which `Raw` accepts whatever
+        // they are: the values are decoded by their real types below.
+        let wire_types = vec![Type::BYTEA; types.len()];
+        let rows = BinaryCopyOutStream::new(stream, &wire_types);
+        pin_mut!(rows);
+        let mut changes = Vec::new();
+        while let Some(row) = rows.next().await {
+            let row = row.map_err(|source| PgSourceError::Query {
+                what: "read a range of the first load",
+                source,
+            })?;
+            let mut values = Vec::with_capacity(types.len());
+            for (i, (column, &(oid, modifier))) in table.columns.iter().zip(types).enumerate() {
+                let raw: Raw<'_> = row.try_get(i).map_err(|source| PgSourceError::Query {
+                    what: "read a value of the first load",
+                    source,
+                })?;
+                let value = match raw.0 {
+                    None => Value::Null,
+                    Some(bytes) => pgtypes::decode_binary(&column.name, oid, modifier, bytes)
+                        .map_err(|source| PgSourceError::Value {
+                            table: name.clone(),
+                            column: column.name.clone(),
+                            source,
+                        })?,
+                };
+                values.push((column.name.clone(), value));
+            }
+            let keyed = keyed_changes(table, Op::Read, None, Some(values), self.position, None)
+                .map_err(|reason| PgSourceError::BadChange {
+                    table: name.clone(),
+                    reason,
+                })?;
+            changes.extend(keyed);
+        }
+        Ok(changes)
+    }
+}
+
+/// A value's bytes as sent, whatever its type (`None`: SQL NULL).
+struct Raw<'a>(Option<&'a [u8]>);
+
+impl<'a> FromSql<'a> for Raw<'a> {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(Some(raw)))
+    }
+
+    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(None))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+/// On a terminal, a bar per table loaded (rows, rate, time left from the planner's
+/// estimate); `None` otherwise (progress is logged).
+fn progress_bars(
+    planned: &mut [Option<Planned>],
+    tables: &[TableConfig],
+) -> Option<indicatif::MultiProgress> {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return None;
+    }
+    let bars = indicatif::MultiProgress::new();
+    let style = indicatif::ProgressStyle::with_template(
+        "{prefix:>24} {bar:30} {human_pos}/{human_len} rows, {per_sec}, ETA {eta}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    for (p, table) in planned.iter_mut().zip(tables) {
+        let Some(p) = p else { continue };
+        let bar = bars.add(indicatif::ProgressBar::new(p.rows_estimate.max(1)));
+        bar.set_style(style.clone());
+        bar.set_prefix(table.source.to_string());
+        p.bar = Some(bar);
+    }
+    Some(bars)
+}
+
+/// Logs each table's rows, rate and time left (a JSON line with `--log-format json`).
+fn log_progress(planned: &[Option<Planned>], tables: &[TableConfig], started: Instant) {
+    let seconds = started.elapsed().as_secs_f64().max(0.001);
+    for (p, table) in planned.iter().zip(tables) {
+        let Some(p) = p else { continue };
+        let rows_per_s = p.rows as f64 / seconds;
+        let eta_s = (p.rows_estimate.saturating_sub(p.rows) as f64 / rows_per_s.max(1.0)) as u64;
+        tracing::info!(
+            table = %table.source,
+            rows_done = p.rows,
+            rows_estimate = p.rows_estimate,
+            rows_per_s = rows_per_s as u64,
+            eta_s = if p.ranges_left == 0 { 0 } else { eta_s },
+            done = p.ranges_left == 0,
+            "first load progress"
+        );
+    }
+}
+
+fn encode(progress: &SnapshotProgress, table: &str) -> Result<Vec<u8>, PgSourceError> {
+    postcard::to_allocvec(progress).map_err(|_| PgSourceError::BadChange {
+        table: table.to_owned(),
+        reason: "cannot encode the snapshot progress".into(),
+    })
+}
