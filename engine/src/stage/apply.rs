@@ -67,10 +67,20 @@ impl Stage {
     /// sets the position to `position` (every row of the load is at the snapshot's
     /// one point, so a second range at the same point is not skipped as `apply`
     /// would). The keys index, the dirty marks and the backlog are kept as by `apply`.
-    pub fn apply_load(&self, changes: &[StageChange], position: u64) -> Result<(), StageError> {
+    ///
+    /// `new_keys`: the caller knows that no key of these upserts is staged or repeated
+    /// (a fresh stage, a key the source enforces unique): the keys index is written
+    /// without being read, and each partition is marked changed whole.
+    pub fn apply_load(
+        &self,
+        changes: &[StageChange],
+        position: u64,
+        new_keys: bool,
+    ) -> Result<(), StageError> {
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut batch = StageBatch::new(self.generation()?);
         batch.images_wanted = Some(std::collections::HashSet::default());
+        batch.new_keys = new_keys;
         batch.generation += 1;
         batch.changes(self, changes)?;
         batch.finish(
@@ -118,6 +128,10 @@ pub(super) struct StageBatch {
     /// Which images to keep (`table_key`s a later `UpsertUnchanged` of the batch reads);
     /// `None`: all of them.
     images_wanted: Option<std::collections::HashSet<Vec<u8>, foldhash::fast::RandomState>>,
+    /// Every upsert's key is new to the stage and to the batch (a first load of a table
+    /// whose key the source enforces unique): no lookup of an old partition, and each
+    /// partition is marked changed whole rather than key by key.
+    new_keys: bool,
 }
 
 /// What a batch did to one partition.
@@ -170,6 +184,7 @@ impl StageBatch {
             partitions: HashMap::default(),
             images: BatchMap::default(),
             images_wanted: None,
+            new_keys: false,
         }
     }
 
@@ -295,6 +310,19 @@ impl StageBatch {
         row: &StagedRow,
     ) -> Result<(), StageError> {
         let tk = table_key(table, key);
+        if self.new_keys {
+            // A key staged for the first time: no old partition to leave, and the
+            // partition is marked changed whole at `finish`.
+            let value = postcard::to_allocvec(row)
+                .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
+            self.partition(table, partition).bytes += value.len() as u64;
+            self.batch
+                .put_cf(stage.cf(CF_ROWS), row_key(table, partition, key), &value);
+            self.batch
+                .put_cf(stage.cf(CF_KEYS), &tk, partition.to_bytes());
+            self.mark_dirty(table, partition);
+            return Ok(());
+        }
         let old = self.current_of(stage, table, &tk)?;
         if let Some(old) = old.filter(|old| old != partition) {
             self.batch
@@ -435,6 +463,16 @@ impl StageBatch {
         position: Option<Position>,
         sync: bool,
     ) -> Result<(), StageError> {
+        if self.new_keys {
+            let parts: Vec<(String, Partition)> = self
+                .partitions
+                .iter()
+                .flat_map(|(t, parts)| parts.keys().map(move |p| (t.clone(), p.clone())))
+                .collect();
+            for (table, partition) in parts {
+                self.changed(stage, &table, &partition, &[]);
+            }
+        }
         for (table, parts) in std::mem::take(&mut self.partitions) {
             for (partition, stat) in parts {
                 let key = partition_key(&table, &partition);

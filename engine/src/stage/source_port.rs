@@ -17,8 +17,13 @@ impl StagePort for Stage {
         Stage::advance_position(self, position).map_err(PortError::new)
     }
 
-    fn stage_load(&self, changes: &[StageChange], position: u64) -> Result<(), PortError> {
-        Stage::apply_load(self, changes, position).map_err(PortError::new)
+    fn stage_load(
+        &self,
+        changes: &[StageChange],
+        position: u64,
+        new_keys: bool,
+    ) -> Result<(), PortError> {
+        Stage::apply_load(self, changes, position, new_keys).map_err(PortError::new)
     }
 
     fn position_covers_acknowledgements(&self) -> Result<bool, PortError> {

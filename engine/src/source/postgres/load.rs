@@ -147,17 +147,31 @@ struct Planned {
     rows: u64,
     rows_estimate: u64,
     bar: Option<indicatif::ProgressBar>,
+    /// A valid unique index of the source has only key columns: in one snapshot no key
+    /// repeats, so its rows are staged without looking their keys up.
+    unique_key: bool,
+}
+
+/// Whether table `index` is loaded with a key the source enforces unique.
+fn loaded_unique(planned: &[Option<Planned>], index: usize) -> bool {
+    planned
+        .get(index)
+        .and_then(Option::as_ref)
+        .is_some_and(|p| p.unique_key)
 }
 
 /// How a table is read: its `COPY` query without the range condition, and each
 /// column's type OID and modifier.
 type Reader = (String, Vec<(u32, i32)>);
 
-/// A range read: its table, its rows as stage changes.
+/// Rows read from a range, as stage changes: a range is sent in parts of at most
+/// `range_rows` rows (one range can be a whole table: before PostgreSQL 14, or sized
+/// by stale statistics), its last part saying so.
 #[derive(Debug)]
 struct RangeRead {
     table: usize,
     changes: Vec<StageChange>,
+    last: bool,
 }
 
 /// Loads every table whose columns Weir reads in binary from one exported snapshot,
@@ -306,6 +320,9 @@ pub(super) async fn first_load(
             position: point,
             sender: sender.clone(),
             tid_ranges,
+            part_rows: options.range_rows.max(1),
+            part_bytes: crate::limits::INTAKE_BATCH_BYTES
+                / options.parallelism.saturating_add(2).max(1),
         };
         workers.spawn(worker.run());
     }
@@ -314,6 +331,8 @@ pub(super) async fn first_load(
     // but the slot goes with it, so it stays open to the end.
     let mut progress = SnapshotProgress::default();
     let mut last_log = Instant::now();
+    // Time in the stage's synced writes: the rest is waiting for the readers.
+    let mut staging_time = Duration::ZERO;
     while let Some(read) = received.recv().await {
         // A worker that failed stops the load now, not after the others finish.
         while let Some(result) = workers.try_join_next() {
@@ -324,12 +343,14 @@ pub(super) async fn first_load(
         };
         let rows = read.changes.len() as u64;
         p.rows += rows;
-        p.ranges_left = p.ranges_left.saturating_sub(1);
+        if read.last {
+            p.ranges_left = p.ranges_left.saturating_sub(1);
+        }
         let name = tables
             .get(read.table)
             .map(|t| t.source.to_string())
             .unwrap_or_default();
-        if p.ranges_left == 0 {
+        if read.last && p.ranges_left == 0 {
             progress.done.push(name.clone());
             progress.complete = tables
                 .iter()
@@ -339,12 +360,15 @@ pub(super) async fn first_load(
         changes.push(StageChange::SourceState(encode(&progress, &name)?));
         crate::failpoint!("load-range");
         let stage = Arc::clone(stage);
-        tokio::task::spawn_blocking(move || stage.stage_load(&changes, point)).await??;
+        let staging = Instant::now();
+        let new_keys = loaded_unique(&planned, read.table);
+        tokio::task::spawn_blocking(move || stage.stage_load(&changes, point, new_keys)).await??;
+        staging_time += staging.elapsed();
         // Reported once staged: a table logged done is done in the stage.
         let Some(Some(loaded)) = planned.get(read.table) else {
             continue;
         };
-        if loaded.ranges_left == 0 {
+        if read.last && loaded.ranges_left == 0 {
             loading.finish(&name);
         }
         if let Some(bar) = &loaded.bar {
@@ -364,7 +388,7 @@ pub(super) async fn first_load(
     let state = encode(&progress, "the first load")?;
     let stage_for_end = Arc::clone(stage);
     tokio::task::spawn_blocking(move || {
-        stage_for_end.stage_load(&[StageChange::SourceState(state)], point)
+        stage_for_end.stage_load(&[StageChange::SourceState(state)], point, false)
     })
     .await??;
     exporter.close().await;
@@ -375,6 +399,7 @@ pub(super) async fn first_load(
         rows,
         elapsed_ms = started.elapsed().as_millis() as u64,
         rows_per_s = (rows as f64 / seconds.max(0.001)) as u64,
+        staging_ms = staging_time.as_millis() as u64,
         tables_left = tables.len().saturating_sub(progress.done.len()),
         "first load staged"
     );
@@ -402,6 +427,22 @@ async fn plan(
         }
     }
     let names: Vec<String> = table.columns.iter().map(|c| quote_ident(&c.name)).collect();
+    // A unique index (not partial, no expression, valid) whose columns are all key
+    // columns makes the key unique in any snapshot (a key column is never NULL).
+    let unique_key: bool = catalog
+        .query_one(
+            "SELECT coalesce(bool_or(i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL \
+                 AND (SELECT array_agg(a.attname::text) FROM pg_attribute a \
+                      WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) <@ $2::text[]), false) \
+             FROM pg_index i WHERE i.indrelid = to_regclass($1)",
+            &[&table.source.quoted(), &table.key],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read a source table's unique indexes",
+            source,
+        })?
+        .get(0);
     Ok(Some(Planned {
         select: format!("SELECT {} FROM {}", names.join(", "), table.source.quoted()),
         types: columns,
@@ -409,6 +450,7 @@ async fn plan(
         rows: 0,
         rows_estimate: 0,
         bar: None,
+        unique_key,
     }))
 }
 
@@ -430,10 +472,15 @@ async fn ranges_of(
     };
     let row = catalog
         .query_one(
-            "SELECT coalesce(max(pg_relation_size(t.relid) / current_setting('block_size')::int8), 0)::int8, \
+            // The leaves of a partitioned table; a plain table is its own (for it,
+            // `pg_partition_tree` has no row).
+            "WITH r AS (SELECT to_regclass($1) AS oid), \
+                  leaves AS (SELECT t.relid FROM r, pg_partition_tree(r.oid) t WHERE t.isleaf \
+                             UNION SELECT r.oid FROM r) \
+             SELECT coalesce(max(pg_relation_size(c.oid) / current_setting('block_size')::int8), 0)::int8, \
                     coalesce(sum(greatest(c.reltuples, 0)), 0)::float8, \
                     coalesce(sum(greatest(c.relpages, 0)), 0)::int8 \
-             FROM pg_partition_tree(to_regclass($1)) t JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
+             FROM leaves JOIN pg_class c ON c.oid = leaves.relid WHERE c.relkind <> 'p'",
             &[&table.source.quoted()],
         )
         .await
@@ -491,6 +538,11 @@ struct Worker {
     position: u64,
     sender: tokio::sync::mpsc::Sender<RangeRead>,
     tid_ranges: bool,
+    /// Rows of one part of a range sent to be staged, and about its bytes at most:
+    /// the parts in flight (one per worker, one waiting, one being staged) hold about
+    /// `INTAKE_BATCH_BYTES` in all.
+    part_rows: usize,
+    part_bytes: usize,
 }
 
 impl Worker {
@@ -502,16 +554,7 @@ impl Worker {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .pop_front();
             let Some(range) = next else { break };
-            let changes = self.read(range).await?;
-            if self
-                .sender
-                .send(RangeRead {
-                    table: range.table,
-                    changes,
-                })
-                .await
-                .is_err()
-            {
+            if !self.read(range).await? {
                 // The load stopped (an error staging): nothing more to read.
                 break;
             }
@@ -521,12 +564,13 @@ impl Worker {
         Ok(())
     }
 
-    /// The rows of one range, decoded from binary `COPY` into stage changes.
-    async fn read(&self, range: PageRange) -> Result<Vec<StageChange>, PgSourceError> {
+    /// Reads one range by binary `COPY`, decoded into stage changes and sent in parts
+    /// of at most `part_rows` rows. `false`: the receiver is gone.
+    async fn read(&self, range: PageRange) -> Result<bool, PgSourceError> {
         let (Some(table), Some((select, types))) =
             (self.tables.get(range.table), self.readers.get(range.table))
         else {
-            return Ok(Vec::new());
+            return Ok(true);
         };
         let name = table.source.to_string();
         let mut sql = select.clone();
@@ -537,31 +581,23 @@ impl Worker {
             }
         }
         let copy = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
-        let stream = self
-            .client
-            .copy_out(&copy)
-            .await
-            .map_err(|source| PgSourceError::Query {
-                what: "read a range of the first load",
-                source,
-            })?;
+        let query = |source| PgSourceError::Query {
+            what: "read a range of the first load",
+            source,
+        };
+        let stream = self.client.copy_out(&copy).await.map_err(query)?;
         // The column types only matter to `FromSql`, which `Raw` accepts whatever
         // they are: the values are decoded by their real types below.
         let wire_types = vec![Type::BYTEA; types.len()];
         let rows = BinaryCopyOutStream::new(stream, &wire_types);
         pin_mut!(rows);
-        let mut changes = Vec::new();
+        let mut changes = Vec::with_capacity(self.part_rows);
+        let mut bytes = 0usize;
         while let Some(row) = rows.next().await {
-            let row = row.map_err(|source| PgSourceError::Query {
-                what: "read a range of the first load",
-                source,
-            })?;
+            let row = row.map_err(query)?;
             let mut values = Vec::with_capacity(types.len());
             for (i, (column, &(oid, modifier))) in table.columns.iter().zip(types).enumerate() {
-                let raw: Raw<'_> = row.try_get(i).map_err(|source| PgSourceError::Query {
-                    what: "read a value of the first load",
-                    source,
-                })?;
+                let raw: Raw<'_> = row.try_get(i).map_err(query)?;
                 let value = match raw.0 {
                     None => Value::Null,
                     Some(bytes) => pgtypes::decode_binary(&column.name, oid, modifier, bytes)
@@ -578,9 +614,26 @@ impl Worker {
                     table: name.clone(),
                     reason,
                 })?;
+            bytes += keyed.iter().map(StageChange::approx_bytes).sum::<usize>();
             changes.extend(keyed);
+            if changes.len() >= self.part_rows || bytes >= self.part_bytes {
+                bytes = 0;
+                let part = std::mem::replace(&mut changes, Vec::with_capacity(self.part_rows));
+                if !self.send(range.table, part, false).await {
+                    return Ok(false);
+                }
+            }
         }
-        Ok(changes)
+        Ok(self.send(range.table, changes, true).await)
+    }
+
+    async fn send(&self, table: usize, changes: Vec<StageChange>, last: bool) -> bool {
+        let read = RangeRead {
+            table,
+            changes,
+            last,
+        };
+        self.sender.send(read).await.is_ok()
     }
 }
 

@@ -40,8 +40,15 @@ pub trait StagePort: Send + Sync {
 
     /// Stages rows of the first load (and its progress, a `SourceState`) in one synced
     /// write, with the position set to `position` (the exported snapshot's point),
-    /// whatever it was: every row of the load is at that one point.
-    fn stage_load(&self, changes: &[StageChange], position: u64) -> Result<(), PortError>;
+    /// whatever it was: every row of the load is at that one point. `new_keys`: no key
+    /// of these upserts is staged yet or repeated among them (the stage is fresh and
+    /// the source enforces the key unique), so the stage need not look them up.
+    fn stage_load(
+        &self,
+        changes: &[StageChange],
+        position: u64,
+        new_keys: bool,
+    ) -> Result<(), PortError>;
 
     /// Whether the position is at or past everything this stage let its source
     /// acknowledge.

@@ -796,3 +796,63 @@ fn streamed_transactions_are_staged_at_their_commit_without_aborted_subtransacti
         [at_commit(1, "d1")]
     );
 }
+
+#[test]
+fn a_first_load_stages_at_one_position_and_marks_partitions_changed_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    // Two parts of a load with keys new to the stage: both at the snapshot's position
+    // (the second is not skipped as a transaction at the position would be).
+    stage
+        .apply_load(&[upsert(1, "d1", 50), upsert(2, "d2", 50)], 50, true)
+        .expect("first part");
+    stage
+        .apply_load(&[upsert(3, "d1", 50)], 50, true)
+        .expect("second part");
+    assert_eq!(
+        stage.checkpoint().expect("position").map(|c| c.position),
+        Some(50)
+    );
+    let rows = stage.read_partition("public.t", &p("d1")).expect("rows");
+    assert_eq!(rows.rows.len(), 2);
+    assert_eq!(changed_ids(&stage, "d1"), (true, vec![]));
+    let dirty: Vec<String> = stage
+        .dirty_partitions()
+        .expect("dirty")
+        .iter()
+        .map(|d| d.partition.to_string())
+        .collect();
+    assert_eq!(dirty.len(), 2, "{dirty:?}");
+    // The keys index was written: a later move finds the old partition and empties it.
+    stage
+        .apply(&[txn(60, vec![upsert(1, "d2", 60)])])
+        .expect("move");
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("rows")
+            .rows
+            .len(),
+        1
+    );
+    // Without `new_keys`, a key loaded twice (a source key not enforced unique) is
+    // looked up: it moves rather than staying in both partitions.
+    stage
+        .apply_load(&[upsert(3, "d2", 70)], 70, false)
+        .expect("third part");
+    assert!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("rows")
+            .rows
+            .is_empty()
+    );
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d2"))
+            .expect("rows")
+            .rows
+            .len(),
+        3
+    );
+}
