@@ -106,6 +106,24 @@ async fn wait_log(log: &Path, line: &str, secs: u64) {
     }
 }
 
+/// Each table's snapshot state as `weir status --json` shows it.
+fn snapshot_states(db: &TestDb, source_dsn: &str) -> Vec<(String, String)> {
+    let out = weir_pg(db, source_dsn, &["status", "--json"]);
+    assert!(out.status.success(), "status: {}", text(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    status["snapshot"]
+        .as_array()
+        .expect("a snapshot list")
+        .iter()
+        .map(|t| {
+            (
+                t["table"].as_str().unwrap_or_default().to_owned(),
+                t["state"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
 async fn assert_all_same(source: &tokio_postgres::Client, target: &tokio_postgres::Client) {
     for table in ["orders", "ledger", "events"] {
         assert_same_rows(source, table, target, &format!("analytics.fact_{table}")).await;
@@ -151,6 +169,11 @@ async fn the_first_load_reads_every_kind_of_table_while_writers_change_them() {
     }
     let _ = run.0.kill();
     let _ = run.wait();
+    let states = snapshot_states(&db, &source_dsn);
+    assert!(
+        states.len() == 3 && states.iter().all(|(_, s)| s == "done"),
+        "status shows every table loaded: {states:?}"
+    );
     let body = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         body.contains("tables=3") && !body.contains("initial snapshot starts"),
@@ -198,19 +221,28 @@ async fn a_first_load_killed_at_random_points_resumes_exact() {
         let _ = run.wait();
         let body = std::fs::read_to_string(&log).unwrap_or_default();
         if attempt == 0 {
-            // The tables whose every range the killed load staged.
-            loaded_by_first = Some(
-                ["public.orders", "public.ledger", "public.events"]
-                    .iter()
-                    .filter(|t| {
-                        body.lines().any(|l| {
-                            l.contains("first load progress")
-                                && l.contains(&format!("table={t}"))
-                                && l.contains("done=true")
-                        })
+            // The tables whose every range the killed load staged, as `weir status`
+            // reads the stage; each table the log reported done is among them (a kill
+            // may land between a table's last write and its log line).
+            let done_in_status = snapshot_states(&db, &source_dsn)
+                .iter()
+                .filter(|(_, s)| s == "done")
+                .count();
+            let done_in_log = ["public.orders", "public.ledger", "public.events"]
+                .iter()
+                .filter(|t| {
+                    body.lines().any(|l| {
+                        l.contains("first load progress")
+                            && l.contains(&format!("table={t}"))
+                            && l.contains("done=true")
                     })
-                    .count(),
+                })
+                .count();
+            assert!(
+                done_in_log <= done_in_status,
+                "{done_in_log} tables logged done, {done_in_status} done in the stage:\n{body}"
             );
+            loaded_by_first = Some(done_in_status);
         } else if attempt == 1 {
             // The next run reads only the tables not finished.
             let done = loaded_by_first.unwrap_or(0);

@@ -40,6 +40,13 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
     for (table, rows) in &s.staged_rows {
         writeln!(out, "staged:     {table}: {rows} rows")?;
     }
+    if !s.snapshot.is_empty() && s.snapshot.iter().all(|t| t.state == "done") {
+        writeln!(out, "snapshot:   complete")?;
+    } else {
+        for t in &s.snapshot {
+            writeln!(out, "snapshot:   {}: {}", t.table, t.state)?;
+        }
+    }
     let mib = |b: u64| b as f64 / 1_048_576.0;
     writeln!(
         out,

@@ -46,6 +46,9 @@ pub struct Status {
     pub slot_hosts: Vec<postgres::HostSlot>,
     /// Why the slot could not be read, if it could not.
     pub source_error: Option<String>,
+    /// PostgreSQL source: how far the initial snapshot (first load or watermarks) got
+    /// with each table.
+    pub snapshot: Vec<postgres::SnapshotTable>,
     /// What a run of this config may hold in memory, by part (bytes).
     pub memory_budget: crate::config::MemoryBudget,
     /// `[engine] memory_limit_mb` in bytes, if set.
@@ -125,8 +128,11 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
         synchronized_standby_slots: None,
         slot_hosts: Vec::new(),
         source_error: None,
+        snapshot: Vec::new(),
     };
     if let SourceConfig::Postgres { slot, .. } = &config.source {
+        let tables: Vec<String> = config.tables.iter().map(|t| t.source.to_string()).collect();
+        status.snapshot = postgres::snapshot_tables(stage.source_state()?.as_deref(), &tables);
         let slot_status = async {
             let client = postgres::connect(&postgres_dsn(config)?).await?;
             Ok::<_, PipelineError>(postgres::slot_status(&client, slot).await?)

@@ -105,5 +105,6 @@ pub use setup::{
     Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
     slot_on_each_host, slot_status, source_columns, table_oid,
 };
+pub use snapshot::{SnapshotTable, snapshot_tables};
 pub use stage_port::{PortError, StagePort};
 pub use streaming::{PostgresSource, PostgresSourceOptions, write_server};

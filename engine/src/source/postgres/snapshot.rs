@@ -31,6 +31,38 @@ pub(super) struct SnapshotProgress {
     pub(super) complete: bool,
 }
 
+/// How far the initial snapshot got with one table, as `weir status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SnapshotTable {
+    /// `schema.name`.
+    pub table: String,
+    /// `done` (every row staged), `reading` (the watermark snapshot is part way through
+    /// it), or `waiting` (not read yet, or read again after a first load that did not
+    /// finish it).
+    pub state: &'static str,
+}
+
+/// Each table's snapshot state from the progress the stage holds (`None`: nothing
+/// staged yet, so every table waits).
+pub fn snapshot_tables(state: Option<&[u8]>, tables: &[String]) -> Vec<SnapshotTable> {
+    let progress: SnapshotProgress = state
+        .and_then(|bytes| postcard::from_bytes(bytes).ok())
+        .unwrap_or_default();
+    tables
+        .iter()
+        .map(|table| SnapshotTable {
+            table: table.clone(),
+            state: if progress.complete || progress.done.contains(table) {
+                "done"
+            } else if progress.current.as_ref().is_some_and(|(t, _)| t == table) {
+                "reading"
+            } else {
+                "waiting"
+            },
+        })
+        .collect()
+}
+
 /// A chunk read between its low and high watermark.
 #[derive(Debug)]
 pub(super) struct ChunkInFlight {
