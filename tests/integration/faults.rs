@@ -199,91 +199,39 @@ async fn failpoint_plugin_call() {
 /// next run resumes it and the target equals the source.
 #[tokio::test(flavor = "multi_thread")]
 async fn failpoint_snapshot_chunk() {
-    let (mut missing_total, mut extra_total) = (0, 0);
-    for (name, action) in ACTIONS {
-        let db = TestDb::new(&format!("fp_snapshot_{name}")).await;
-        let (source_dsn, source) = source_fixture(
-            &db,
-            &format!("fp_snap_{name}"),
-            "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
-             INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 10), g % 10000, 'new' FROM generate_series(1, 3000) g;",
-            "snapshot_chunk_rows = 500\nsnapshot_method = \"watermarks\"",
-            &OrdersTable::postgres("analytics.fact_orders").body(),
-        )
-        .await;
-        let out = weir_pg(&db, &source_dsn, &["init"]);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let context = format!("failpoint snapshot-chunk, {name} ({action})");
-        let out = db
-            .weir_command(&["run", "--once"])
-            .env("WEIR_SOURCE_DSN", &source_dsn)
-            .env("FAILPOINTS", format!("snapshot-chunk={action}"))
-            .output()
-            .expect("run weir");
-        assert_failed_by_fault(&out, &context);
-        source
-            .batch_execute(
-                "UPDATE orders SET status = 'paid', order_date = order_date + 1 WHERE id % 7 = 0;
-                 DELETE FROM orders WHERE id % 11 = 0;
-                 INSERT INTO orders SELECT g, 'late', DATE '2026-03-04', 1, 'new' FROM generate_series(5001, 5100) g;",
-            )
-            .await
-            .expect("more changes");
-        let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
-        assert!(
-            out.status.success(),
-            "{context}: the next run failed:\n{}",
-            text(&out.stderr)
-        );
-        let (want, got) = (
-            dump(&source, "orders").await,
-            dump(&db.client().await, "analytics.fact_orders").await,
-        );
-        let missing = want
-            .iter()
-            .filter(|r| got.binary_search(r).is_err())
-            .count();
-        let extra = got.len() + missing - want.len();
-        assert!(
-            missing == 0 && extra == 0,
-            "{context}: {missing} rows missing, {extra} extra"
-        );
-        missing_total += missing;
-        extra_total += extra;
-    }
-    record(
-        "failpoint snapshot-chunk",
-        0,
-        ACTIONS.len(),
-        0,
-        missing_total,
-        extra_total,
-    );
+    snapshot_failpoint_suite("snapshot-chunk", "watermarks", "snapshot").await;
 }
 
 /// The first load of a populated PostgreSQL table (an exported snapshot read in ranges)
-/// fails at its first range; the next run loads it again and the target equals the source.
+/// fails at its first range; the next run reads it again and the target equals the
+/// source.
 #[tokio::test(flavor = "multi_thread")]
 async fn failpoint_load_range() {
+    snapshot_failpoint_suite("load-range", "export", "load").await;
+}
+
+/// Each action at failpoint `point` during the first `run --once` of a populated table
+/// read by `snapshot_method = method`, then changes, then a run that ends exact.
+async fn snapshot_failpoint_suite(point: &str, method: &str, prefix: &str) {
     let (mut missing_total, mut extra_total) = (0, 0);
     for (name, action) in ACTIONS {
-        let db = TestDb::new(&format!("fp_load_{name}")).await;
+        let db = TestDb::new(&format!("fp_{prefix}_{name}")).await;
         let (source_dsn, source) = source_fixture(
             &db,
-            &format!("fp_load_{name}"),
+            &format!("fp_{prefix}_src_{name}"),
             "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
              INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 10), g % 10000, 'new' FROM generate_series(1, 3000) g;",
-            "snapshot_chunk_rows = 500\nsnapshot_parallelism = 2",
+            &format!("snapshot_chunk_rows = 500\nsnapshot_method = \"{method}\""),
             &OrdersTable::postgres("analytics.fact_orders").body(),
         )
         .await;
         let out = weir_pg(&db, &source_dsn, &["init"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let context = format!("failpoint load-range, {name} ({action})");
+        let context = format!("failpoint {point}, {name} ({action})");
         let out = db
             .weir_command(&["run", "--once"])
             .env("WEIR_SOURCE_DSN", &source_dsn)
-            .env("FAILPOINTS", format!("load-range={action}"))
+            .env("FAILPOINTS", format!("{point}={action}"))
             .output()
             .expect("run weir");
         assert_failed_by_fault(&out, &context);
@@ -318,7 +266,7 @@ async fn failpoint_load_range() {
         extra_total += extra;
     }
     record(
-        "failpoint load-range",
+        &format!("failpoint {point}"),
         0,
         ACTIONS.len(),
         0,

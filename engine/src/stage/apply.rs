@@ -310,27 +310,18 @@ impl StageBatch {
         row: &StagedRow,
     ) -> Result<(), StageError> {
         let tk = table_key(table, key);
-        if self.new_keys {
-            // A key staged for the first time: no old partition to leave, and the
-            // partition is marked changed whole at `finish`.
-            let value = postcard::to_allocvec(row)
-                .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
-            self.partition(table, partition).bytes += value.len() as u64;
-            self.batch
-                .put_cf(stage.cf(CF_ROWS), row_key(table, partition, key), &value);
-            self.batch
-                .put_cf(stage.cf(CF_KEYS), &tk, partition.to_bytes());
-            self.mark_dirty(table, partition);
-            return Ok(());
+        // A key new to the stage (`new_keys`) has no old partition to leave, and its
+        // partition is marked changed whole at `finish`.
+        if !self.new_keys {
+            let old = self.current_of(stage, table, &tk)?;
+            if let Some(old) = old.filter(|old| old != partition) {
+                self.batch
+                    .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
+                self.changed(stage, table, &old, key);
+                self.mark_dirty(table, &old);
+            }
+            self.changed(stage, table, partition, key);
         }
-        let old = self.current_of(stage, table, &tk)?;
-        if let Some(old) = old.filter(|old| old != partition) {
-            self.batch
-                .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
-            self.changed(stage, table, &old, key);
-            self.mark_dirty(table, &old);
-        }
-        self.changed(stage, table, partition, key);
         let value =
             postcard::to_allocvec(row).map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
         self.partition(table, partition).bytes += value.len() as u64;
@@ -339,8 +330,10 @@ impl StageBatch {
         self.batch
             .put_cf(stage.cf(CF_KEYS), &tk, partition.to_bytes());
         self.mark_dirty(table, partition);
-        self.keep_image(&tk, Some(&value));
-        self.keys.insert(tk, Some(partition.clone()));
+        if !self.new_keys {
+            self.keep_image(&tk, Some(&value));
+            self.keys.insert(tk, Some(partition.clone()));
+        }
         Ok(())
     }
 
