@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use weir::localpg::{LocalPg, LocalPgOptions};
 use weir_core::fixtures::{OrdersTable, postgres_config};
 
 use crate::harness::{Rng, TestDb, text};
@@ -263,4 +264,69 @@ async fn a_first_load_killed_at_random_points_resumes_exact() {
     let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
     assert!(out.status.success(), "drain: {}", text(&out.stderr));
     assert_all_same(&source, &db.client().await).await;
+}
+
+/// Without a free replication slot, or a free walsender, for the temporary slot of the
+/// exported snapshot, `run` names the setting to raise and reads with watermarks; the
+/// target is exact either way.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_free_slot_or_walsender_the_first_load_reads_with_watermarks() {
+    for (setting, says) in [
+        (
+            "max_replication_slots",
+            "raise max_replication_slots by one",
+        ),
+        ("max_wal_senders", "raise max_wal_senders by one"),
+    ] {
+        let options = LocalPgOptions {
+            extra_settings: vec![(setting.into(), "1".into())],
+            ..LocalPgOptions::default()
+        };
+        let pg = tokio::task::spawn_blocking(move || LocalPg::start(&options))
+            .await
+            .expect("join")
+            .expect("start a cluster");
+        let source_dsn = pg.create_database("shop").await.expect("database");
+        let (source, connection) = tokio_postgres::connect(&source_dsn, tokio_postgres::NoTls)
+            .await
+            .expect("source");
+        tokio::spawn(connection);
+        source
+            .batch_execute(
+                "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+                 INSERT INTO orders SELECT g, 'c' || g, DATE '2026-03-01' + (g % 5), g, 'new' FROM generate_series(1, 2000) g;",
+            )
+            .await
+            .expect("source table");
+        let db = TestDb::new(&format!("first_load_{setting}")).await;
+        std::fs::write(
+            db.config_path(),
+            postgres_config(
+                "first_load_limits",
+                "",
+                &OrdersTable::postgres("analytics.fact_orders").to_string(),
+            ),
+        )
+        .expect("config");
+        let out = weir_pg(&db, &source_dsn, &["init"]);
+        assert!(
+            out.status.success(),
+            "{setting}: init: {}",
+            text(&out.stderr)
+        );
+        let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{setting}: run: {stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains("initial snapshot starts"),
+            "{setting}: the load names the setting and reads with watermarks:\n{stderr}"
+        );
+        assert_same_rows(
+            &source,
+            "orders",
+            &db.client().await,
+            "analytics.fact_orders",
+        )
+        .await;
+    }
 }

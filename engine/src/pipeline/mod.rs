@@ -185,6 +185,18 @@ impl Pipeline {
         );
         reconcile_contracts(&config, &stage, &contracts, writable)?;
         let write_wake = Arc::new(tokio::sync::Notify::new());
+        let live: Arc<live::LiveCounters> = Arc::default();
+        let load_watch = {
+            let live = Arc::clone(&live);
+            crate::source::postgres::LoadWatch::new(Arc::clone(&write_wake)).on_staged(
+                move |table, rows, position| {
+                    // A first load's rows count as staged changes, as the stream's do.
+                    crate::metrics::staged(0, [(table, rows)], Some(position));
+                    live.changes_staged
+                        .fetch_add(rows, std::sync::atomic::Ordering::Relaxed);
+                },
+            )
+        };
         Ok(Pipeline {
             config,
             stage,
@@ -193,9 +205,9 @@ impl Pipeline {
             clients: Mutex::new(clients),
             failed: std::sync::Mutex::default(),
             writable,
-            write_wake: Arc::clone(&write_wake),
-            load_watch: Arc::new(crate::source::postgres::LoadWatch::new(write_wake)),
-            live: Arc::default(),
+            write_wake,
+            load_watch: Arc::new(load_watch),
+            live,
             source_text_only: std::sync::atomic::AtomicBool::new(false),
         })
     }

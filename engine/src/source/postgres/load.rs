@@ -57,14 +57,23 @@ const PAGE_BYTES: u64 = 8192;
 /// PostgreSQL 12: `pg_partition_tree`, used to size a partitioned table.
 const LOAD_MIN_VERSION: i32 = 120_000;
 
-/// What a running first load tells the engine's writer: the tables it is still
-/// loading, whose partitions wait (each is then written once, not again after every
-/// range), and a wake-up when a table is done, so a live writer writes its partitions
-/// while the load goes on with the others.
-#[derive(Debug)]
+/// What a running first load tells the engine: the tables it is still loading, whose
+/// partitions wait (each is then written once, not again after every range), a
+/// wake-up when a table is done, so a live writer writes its partitions while the
+/// load goes on with the others, and each staged part's rows (for the metrics).
 pub struct LoadWatch {
     loading: Mutex<std::collections::HashSet<String>>,
     wake: Arc<tokio::sync::Notify>,
+    /// Called with a table, the rows just staged for it, and the position.
+    on_staged: Option<Box<dyn Fn(&str, u64, u64) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for LoadWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadWatch")
+            .field("loading", &self.loading)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LoadWatch {
@@ -73,7 +82,15 @@ impl LoadWatch {
         LoadWatch {
             loading: Mutex::new(std::collections::HashSet::new()),
             wake,
+            on_staged: None,
         }
+    }
+
+    /// Calls `report(table, rows, position)` after each part of the load is staged.
+    #[must_use]
+    pub fn on_staged(mut self, report: impl Fn(&str, u64, u64) + Send + Sync + 'static) -> Self {
+        self.on_staged = Some(Box::new(report));
+        self
     }
 
     /// Whether the load is still reading `table` (`schema.name`).
@@ -101,6 +118,12 @@ impl Loading<'_> {
     fn finish(&self, table: &str) {
         if let Some(watch) = self.0 {
             watch.finish(table);
+        }
+    }
+
+    fn staged(&self, table: &str, rows: u64, position: u64) {
+        if let Some(report) = self.0.and_then(|w| w.on_staged.as_ref()) {
+            report(table, rows, position);
         }
     }
 }
@@ -206,7 +229,17 @@ pub(super) async fn first_load(
     if planned.iter().all(Option::is_none) {
         return Ok(None);
     }
-    let mut exporter = ReplicationClient::connect(dsn).await?;
+    let mut exporter = match ReplicationClient::connect(dsn).await {
+        Ok(client) => client,
+        // 53300: every walsender is in use (`max_wal_senders`); Weir's stream holds one.
+        Err(error) if error.code() == Some("53300") => {
+            tracing::warn!(
+                "no free walsender for the first load's exported snapshot (raise max_wal_senders by one); reading with watermarks instead"
+            );
+            return Ok(None);
+        }
+        Err(error) => return Err(error.into()),
+    };
     let name = format!(
         "weir_load_{}_{}",
         std::process::id(),
@@ -364,6 +397,7 @@ pub(super) async fn first_load(
         let new_keys = loaded_unique(&planned, read.table);
         tokio::task::spawn_blocking(move || stage.stage_load(&changes, point, new_keys)).await??;
         staging_time += staging.elapsed();
+        loading.staged(&name, rows, point);
         // Reported once staged: a table logged done is done in the stage.
         let Some(Some(loaded)) = planned.get(read.table) else {
             continue;
