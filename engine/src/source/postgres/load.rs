@@ -65,8 +65,11 @@ pub struct LoadWatch {
     loading: Mutex<std::collections::HashSet<String>>,
     wake: Arc<tokio::sync::Notify>,
     /// Called with a table, the rows just staged for it, and the position.
-    on_staged: Option<Box<dyn Fn(&str, u64, u64) + Send + Sync>>,
+    on_staged: Option<Box<StagedReport>>,
 }
+
+/// What [`LoadWatch::on_staged`] calls: a table, the rows just staged, the position.
+type StagedReport = dyn Fn(&str, u64, u64) + Send + Sync;
 
 impl std::fmt::Debug for LoadWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
