@@ -327,23 +327,25 @@ fn the_memory_budget_adds_up_and_a_limit_below_it_is_refused() {
     assert!(error_of(&with("memory_limit_mb = 10", GOOD)).contains("between 64 and"));
 }
 
+/// `GOOD` with a PostgreSQL source (its columns from the source table), and `line`
+/// added to `[source]`.
+fn postgres_with(line: &str) -> String {
+    GOOD.replace(
+        "kind = \"jsonl\"\npath = \"feed.jsonl\"",
+        &format!(
+            "kind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"s\"\npublication = \"p\"\n{line}"
+        ),
+    )
+    .lines()
+    .filter(|l| !l.starts_with("columns"))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
 #[test]
 fn a_standby_source_names_the_primary_in_a_variable_of_its_own() {
-    let postgres = GOOD.replace(
-        "kind = \"jsonl\"\npath = \"feed.jsonl\"",
-        "kind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"s\"\npublication = \"p\"",
-    );
-    let postgres = postgres
-        .lines()
-        .filter(|l| !l.starts_with("columns"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let with = |line: &str| {
-        postgres.replace(
-            "publication = \"p\"",
-            &format!("publication = \"p\"\n{line}"),
-        )
-    };
+    let postgres = postgres_with("");
+    let with = postgres_with;
     let config = parse(&with("primary_dsn_env = \"WEIR_PRIMARY_DSN\"")).expect("valid");
     let SourceConfig::Postgres {
         primary_dsn_env, ..
@@ -385,22 +387,8 @@ fn a_standby_source_names_the_primary_in_a_variable_of_its_own() {
 
 #[test]
 fn the_snapshot_method_and_parallelism_are_checked_and_default_to_a_parallel_export() {
-    let postgres = GOOD
-        .replace(
-            "kind = \"jsonl\"\npath = \"feed.jsonl\"",
-            "kind = \"postgres\"\ndsn_env = \"WEIR_SOURCE_DSN\"\nslot = \"s\"\npublication = \"p\"",
-        )
-        .lines()
-        .filter(|l| !l.starts_with("columns"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let with = |line: &str| {
-        postgres.replace(
-            "publication = \"p\"",
-            &format!("publication = \"p\"\n{line}"),
-        )
-    };
-    let config = parse(&postgres).expect("valid");
+    let with = postgres_with;
+    let config = parse(&postgres_with("")).expect("valid");
     let SourceConfig::Postgres {
         snapshot_method,
         snapshot_parallelism,
