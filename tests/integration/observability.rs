@@ -114,6 +114,21 @@ async fn the_metrics_endpoint_moves_with_a_live_run() {
     ] {
         assert!(before.contains(line), "missing `{line}`:\n{before}");
     }
+    // The workload below is for the stream: written once the first load (of the empty
+    // table) is over, or its transactions could land in the load's snapshot instead.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("streaming from the replication slot")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the run never started streaming:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = scrape(port).unwrap_or(before);
     let changes_before = sample(&before, changes).unwrap_or(0.0);
     let position_before = sample(&before, "weir_source_position").unwrap_or(0.0);
 
