@@ -403,19 +403,24 @@ pub(crate) async fn assert_same_rows(
         dump(source, source_table).await,
         dump(target, target_table).await,
     );
-    let missing = want
+    let missing: Vec<_> = want
         .iter()
         .filter(|r| got.binary_search(r).is_err())
-        .count();
-    let extra = got
+        .collect();
+    let extra: Vec<_> = got
         .iter()
         .filter(|r| want.binary_search(r).is_err())
-        .count();
+        .collect();
     assert!(
-        missing == 0 && extra == 0 && want.len() == got.len(),
-        "{target_table}: {missing} rows missing, {extra} extra ({} in the source, {} in the target)",
+        missing.is_empty() && extra.is_empty() && want.len() == got.len(),
+        "{target_table}: {} rows missing, {} extra ({} in the source, {} in the target); \
+         the first missing: {:?}; the first extra: {:?}",
+        missing.len(),
+        extra.len(),
         want.len(),
-        got.len()
+        got.len(),
+        &missing[..missing.len().min(5)],
+        &extra[..extra.len().min(5)],
     );
 }
 

@@ -67,6 +67,8 @@ pub fn snapshot_tables(state: Option<&[u8]>, tables: &[String]) -> Vec<SnapshotT
 #[derive(Debug)]
 pub(super) struct ChunkInFlight {
     table: usize,
+    /// The table's name (`schema.name`), as stage changes name it.
+    name: String,
     low: u64,
     high: u64,
     seen_low: bool,
@@ -77,6 +79,30 @@ pub(super) struct ChunkInFlight {
     last_key: Option<Vec<Option<String>>>,
     /// The encoded key of each row: its index in `rows`.
     index: HashMap<Vec<u8>, usize>,
+}
+
+impl ChunkInFlight {
+    /// Notes the keys of this chunk's table that `events` change: only its own table's.
+    /// Another table's change of an equal key (two tables keyed by `id`) says nothing
+    /// of this chunk's row, which must not be dropped for it.
+    fn observe(&mut self, events: &[SourceEvent]) {
+        for event in events {
+            let changes = match event {
+                SourceEvent::Transaction(t) => &t.changes,
+                SourceEvent::Chunk(c) => c,
+                _ => continue,
+            };
+            for change in changes {
+                if let StageChange::Upsert { table, key, .. }
+                | StageChange::UpsertUnchanged { table, key, .. }
+                | StageChange::Delete { table, key } = change
+                    && *table == self.name
+                {
+                    self.changed.insert(key.clone());
+                }
+            }
+        }
+    }
 }
 
 /// Which watermark a logical message is.
@@ -339,6 +365,7 @@ impl Snapshot {
         };
         self.in_flight = Some(ChunkInFlight {
             table: index,
+            name: name.clone(),
             low: parse(&low)?,
             high: parse(&high)?,
             seen_low: false,
@@ -385,23 +412,8 @@ impl Snapshot {
     /// Notes the keys of the chunk's table that stream events between the watermarks
     /// changed.
     pub(super) fn observe(&mut self, events: &[SourceEvent]) {
-        let Some(chunk) = self.in_flight.as_mut().filter(|c| c.seen_low) else {
-            return;
-        };
-        for event in events {
-            let changes = match event {
-                SourceEvent::Transaction(t) => &t.changes,
-                SourceEvent::Chunk(c) => c,
-                _ => continue,
-            };
-            for change in changes {
-                if let StageChange::Upsert { key, .. }
-                | StageChange::UpsertUnchanged { key, .. }
-                | StageChange::Delete { key, .. } = change
-                {
-                    chunk.changed.insert(key.clone());
-                }
-            }
+        if let Some(chunk) = self.in_flight.as_mut().filter(|c| c.seen_low) {
+            chunk.observe(events);
         }
     }
 
@@ -480,4 +492,61 @@ pub(super) async fn column_types(
         .iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::{Op, StagedRow, Transaction};
+    use crate::partition::Partition;
+
+    fn upsert(table: &str, id: i64) -> StageChange {
+        StageChange::Upsert {
+            table: table.into(),
+            key: crate::feed::encode_key(&[&Value::Int(id)]).expect("key"),
+            partition: Partition::Key("2026-03-02".into()),
+            row: StagedRow {
+                commit_position: 1,
+                commit_time_us: None,
+                op: Op::Update,
+                values: vec![("id".into(), Value::Int(id))],
+            },
+        }
+    }
+
+    /// A change between the watermarks drops the chunk's row of its key only when it
+    /// is a change of the chunk's table: the ledger's row 6106 changing says nothing of
+    /// the orders' row 6106 (dropping it lost that row for good).
+    #[test]
+    fn only_the_chunks_own_table_drops_its_rows() {
+        let mut chunk = ChunkInFlight {
+            table: 0,
+            name: "public.orders".into(),
+            low: 1,
+            high: 2,
+            seen_low: true,
+            rows: Vec::new(),
+            changed: std::collections::HashSet::new(),
+            last_key: None,
+            index: HashMap::new(),
+        };
+        let txn = |changes| {
+            SourceEvent::Transaction(Transaction {
+                changes,
+                ..Transaction::default()
+            })
+        };
+        chunk.observe(&[
+            txn(vec![upsert("public.ledger", 6106)]),
+            txn(vec![StageChange::Delete {
+                table: "public.events".into(),
+                key: crate::feed::encode_key(&[&Value::Int(7)]).expect("key"),
+            }]),
+        ]);
+        assert!(chunk.changed.is_empty(), "other tables' keys are not the chunk's");
+        chunk.observe(&[SourceEvent::Chunk(vec![upsert("public.orders", 6106)])]);
+        let key = crate::feed::encode_key(&[&Value::Int(6106)]).expect("key");
+        assert_eq!(chunk.changed.len(), 1);
+        assert!(chunk.changed.contains(&key));
+    }
 }
