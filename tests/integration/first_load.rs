@@ -144,7 +144,7 @@ async fn the_first_load_reads_every_kind_of_table_while_writers_change_them() {
         db.config_path(),
         postgres_config(
             "first_load",
-            "snapshot_method = \"export\"\nsnapshot_chunk_rows = 2000\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200",
+            "snapshot_chunk_rows = 2000\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200",
             &tables(),
         ),
     )
@@ -198,7 +198,7 @@ async fn a_first_load_killed_at_random_points_resumes_exact() {
         db.config_path(),
         postgres_config(
             "first_load_kill",
-            "snapshot_method = \"export\"\nsnapshot_chunk_rows = 1000\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200",
+            "snapshot_chunk_rows = 1000\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200",
             &tables(),
         ),
     )
@@ -303,7 +303,7 @@ async fn without_a_free_slot_or_walsender_the_first_load_reads_with_watermarks()
             db.config_path(),
             postgres_config(
                 "first_load_limits",
-                "snapshot_method = \"export\"",
+                "",
                 &OrdersTable::postgres("analytics.fact_orders").to_string(),
             ),
         )

@@ -187,8 +187,8 @@ impl Validator<'_> {
                     ));
                 }
                 let snapshot_method = match raw.snapshot_method.as_deref() {
-                    Some("export") => SnapshotMethod::Export,
-                    None | Some("watermarks") => SnapshotMethod::Watermarks,
+                    None | Some("export") => SnapshotMethod::Export,
+                    Some("watermarks") => SnapshotMethod::Watermarks,
                     Some(other) => {
                         return Err(self.invalid(
                             "source.snapshot_method",

@@ -386,7 +386,7 @@ fn a_standby_source_names_the_primary_in_a_variable_of_its_own() {
 }
 
 #[test]
-fn the_snapshot_method_and_parallelism_are_checked_and_default_to_watermarks() {
+fn the_snapshot_method_and_parallelism_are_checked_and_default_to_a_parallel_export() {
     let with = postgres_with;
     let config = parse(&postgres_with("")).expect("valid");
     let SourceConfig::Postgres {
@@ -397,16 +397,16 @@ fn the_snapshot_method_and_parallelism_are_checked_and_default_to_watermarks() {
     else {
         panic!("a postgres source");
     };
-    assert_eq!(snapshot_method, SnapshotMethod::Watermarks);
+    assert_eq!(snapshot_method, SnapshotMethod::Export);
     assert!(snapshot_parallelism >= 1);
     let config = parse(&with(
-        "snapshot_method = \"export\"\nsnapshot_parallelism = 8",
+        "snapshot_method = \"watermarks\"\nsnapshot_parallelism = 8",
     ))
     .expect("valid");
     assert!(matches!(
         config.source,
         SourceConfig::Postgres {
-            snapshot_method: SnapshotMethod::Export,
+            snapshot_method: SnapshotMethod::Watermarks,
             snapshot_parallelism: 8,
             ..
         }
