@@ -105,9 +105,25 @@ enum Command {
         /// Partitions checked at once.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
         parallel: u16,
+        /// Compare the target with the source table's rows now (through the
+        /// transform), not with the stage: finds drift for `weir resync` to repair.
+        #[arg(long)]
+        against_source: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Read one table of a PostgreSQL source again (or the rows a condition selects),
+    /// while the stream runs, and rewrite its partitions: for drift found by
+    /// `weir verify --against-source`.
+    Resync {
+        /// The table (source or target name).
+        #[arg(long)]
+        table: String,
+        /// Only the rows this SQL condition on the source table selects (e.g.
+        /// "order_date >= '2026-03-01'").
+        #[arg(long = "where", value_name = "CONDITION")]
+        filter: Option<String>,
     },
     /// Show the stage position, dirty partitions and the last writes.
     Status {
@@ -123,7 +139,7 @@ enum Command {
     /// Run or inspect a WebAssembly transform plugin, without a pipeline.
     Plugin {
         #[command(subcommand)]
-        command: PluginCommand,
+        command: commands::plugin::PluginCommand,
     },
     /// Run a self-contained demo on a throwaway local PostgreSQL.
     Demo {
@@ -167,86 +183,6 @@ enum CheckpointCommand {
     /// Verify every record of the stage; exit 1 and list the problems if it is damaged or
     /// inconsistent.
     Check,
-}
-
-// Parsed once per process: the size of the largest variant does not matter.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Subcommand)]
-enum PluginCommand {
-    /// Run a plugin on sample rows in the sandbox; print its output rows and rejections
-    /// as JSON lines (`{"row": {...}}`, `{"rejection": {...}}`), values in the tagged
-    /// form of plugins/examples/orders-cases.jsonl.
-    Test {
-        /// The plugin component (.wasm).
-        wasm: PathBuf,
-        /// JSON lines, one row each: a staged row (`{"key": [...], "op": "insert",
-        /// "columns": {...}}`) or just its columns; `-` reads stdin.
-        #[arg(long)]
-        input: PathBuf,
-        /// The partition the rows belong to (e.g. 2026-03-01, or __null__).
-        #[arg(long)]
-        partition: String,
-        /// How the partition column is partitioned.
-        #[arg(long, default_value = "day")]
-        grain: String,
-        /// The table name the plugin is told (it seeds the sandbox's random bytes).
-        #[arg(long, default_value = "public.test")]
-        table: String,
-        /// A plugin config setting; repeat for more.
-        #[arg(long = "config-value", short = 'C', value_name = "KEY=VALUE")]
-        config_values: Vec<String>,
-        /// Key columns of rows that give no `key`.
-        #[arg(long, value_delimiter = ',', default_value = "id")]
-        key: Vec<String>,
-        /// Run the job this many times in this process, each in a fresh instance as the
-        /// engine does; fail if any run's output or error differs from the first. The
-        /// closing log line reports the resident memory after the first run and at the
-        /// end, and the slowest run.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-        repeat: u32,
-        #[command(flatten)]
-        limits: LimitArgs,
-    },
-    /// Print a plugin's name, version, kind, output schema, sha256 and imports.
-    Inspect {
-        /// The plugin component (.wasm).
-        wasm: PathBuf,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// Sandbox limits, as in a table's config (defaults: the engine's).
-#[derive(Debug, clap::Args)]
-struct LimitArgs {
-    /// Memory cap per instance (all its memories and tables), MiB (16 to 4096, as
-    /// `plugin_memory_mb`).
-    #[arg(long, value_parser = in_range(weir::plugin::MEMORY_MB_RANGE))]
-    memory_mb: Option<u64>,
-    /// What one call may hand the engine, MiB (1 to 4096, as `plugin_output_mb`).
-    #[arg(long, value_parser = in_range(weir::plugin::OUTPUT_MB_RANGE))]
-    output_mb: Option<u64>,
-    /// CPU budget per call, in fuel units (at least 1,000,000, as `plugin_fuel_per_call`).
-    #[arg(long, value_parser = in_range(weir::plugin::FUEL_PER_CALL_RANGE))]
-    fuel_per_call: Option<u64>,
-    /// CPU budget per row a call handles, added to the call's (0 to 10^12, as
-    /// `plugin_fuel_per_row`).
-    #[arg(long, value_parser = in_range(weir::plugin::FUEL_PER_ROW_RANGE))]
-    fuel_per_row: Option<u64>,
-    /// Wall-clock backstop per call, ms (10 to 3,600,000, as `plugin_timeout_ms`).
-    #[arg(long, value_parser = in_range(weir::plugin::TIMEOUT_MS_RANGE))]
-    timeout_ms: Option<u64>,
-    /// Maximum wasm stack, KiB (64 to 65,536, as `plugin_max_stack_kb`).
-    #[arg(long, value_parser = in_range(weir::plugin::MAX_STACK_KB_RANGE))]
-    max_stack_kb: Option<u64>,
-}
-
-/// A parser of a `plugin test` limit flag: the same range as the config key, so a
-/// value that would wrap (`--memory-mb 18014398509481984` shifted to bytes) or starve
-/// the sandbox is refused with the range instead.
-fn in_range(range: std::ops::RangeInclusive<u64>) -> clap::builder::RangedU64ValueParser<u64> {
-    clap::value_parser!(u64).range(range)
 }
 
 fn main() -> ExitCode {
@@ -377,8 +313,23 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             from,
             to,
             parallel,
+            against_source,
             json,
-        } => commands::verify::run(config, &table, from, to, parallel.into(), json).await,
+        } => {
+            commands::verify::run(
+                config,
+                &table,
+                from,
+                to,
+                parallel.into(),
+                against_source,
+                json,
+            )
+            .await
+        }
+        Command::Resync { table, filter } => {
+            commands::resync::run(config, &table, filter.as_deref()).await
+        }
         Command::Status { json } => commands::status::run(config, json).await,
         Command::Checkpoint { command } => commands::checkpoint::run(config, command).await,
         Command::Plugin { command } => commands::plugin::run(command).await,

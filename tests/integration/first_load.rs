@@ -95,7 +95,7 @@ fn spawn_writers(dsn: String, rows: u64, statements: u64) -> tokio::task::JoinHa
 }
 
 /// Waits until `log` holds `line`; fails after `secs` with the log.
-async fn wait_log(log: &Path, line: &str, secs: u64) {
+pub(crate) async fn wait_log(log: &Path, line: &str, secs: u64) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let body = std::fs::read_to_string(log).unwrap_or_default();

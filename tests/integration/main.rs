@@ -22,6 +22,7 @@ mod outage;
 mod pipeline;
 mod plugins;
 mod postgres_source;
+mod resync;
 mod secrets;
 mod stage_crash;
 mod streaming;

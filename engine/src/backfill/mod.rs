@@ -51,6 +51,10 @@ pub enum BackfillError {
     },
     #[error("table `{0}` is not in the config (give its source or target name)")]
     UnknownTable(String),
+    #[error(
+        "{0} is being read again by `weir resync` and the stage does not hold all its rows yet: run this again once `weir status` shows it done"
+    )]
+    Resyncing(String),
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     #[error(transparent)]
@@ -183,6 +187,9 @@ pub async fn plan(
     allow_empty: bool,
 ) -> Result<Vec<PlanEntry>, BackfillError> {
     let (config, target, _) = p.table(table)?;
+    if p.resync_holds()?.iter().any(|t| t == table) {
+        return Err(BackfillError::Resyncing(table.to_owned()));
+    }
     let integer_values = config.grain == Grain::Value
         && matches!(
             config.partition_column().ty,
@@ -274,6 +281,41 @@ pub async fn plan(
         });
     }
     Ok(out)
+}
+
+/// Adds to `entries` (the plan of a window of `table`) the partitions of the window
+/// that only the source table holds (neither staged nor written): what `verify
+/// --against-source` must report missing too. Time grains only (see
+/// [`Pipeline::source_partitions`]).
+pub async fn add_source_partitions(
+    p: &Pipeline,
+    table: &str,
+    scope: &Scope,
+    source: &crate::config::Dsn,
+    entries: &mut Vec<PlanEntry>,
+) -> Result<(), BackfillError> {
+    let Scope::Window { from, to } = scope else {
+        return Ok(());
+    };
+    let (_, target, _) = p.table(table)?;
+    let found = p.source_partitions(table, from, to, source).await?;
+    for partition in found {
+        if entries.iter().any(|e| e.partition_value == partition) {
+            continue;
+        }
+        entries.push(PlanEntry {
+            table: table.to_owned(),
+            target: target.name.to_string(),
+            partition: partition.name().to_owned(),
+            partition_value: partition,
+            staged_rows: 0,
+            generation: 0,
+            lineage: None,
+            change: "only in the source".to_owned(),
+        });
+    }
+    entries.sort_by(|a, b| a.partition_value.cmp(&b.partition_value));
+    Ok(())
 }
 
 fn short(hash: Option<&str>) -> String {

@@ -9,10 +9,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 
+use std::time::Duration;
+
 use futures_util::StreamExt;
 
 use super::{BackfillError, PlanEntry, Progress};
-use crate::config::TableConfig;
+use crate::config::{Dsn, TableConfig};
 use crate::pipeline::{Pipeline, Transform};
 use crate::target::{self, Checksum, TargetTable};
 use crate::value::Value;
@@ -65,23 +67,35 @@ pub(super) trait Rows {
     async fn each(&mut self, f: &mut (dyn FnMut(&[Vec<Value>]) + Send)) -> Result<(), String>;
 }
 
-/// A partition's recomputed output.
+/// A partition's recomputed output: from its staged rows, or (`source`) from the rows
+/// the source table holds now.
 struct Output<'p> {
     p: &'p Pipeline,
     entry: &'p PlanEntry,
+    source: Option<&'p Dsn>,
 }
 
 impl Rows for Output<'_> {
     async fn each(&mut self, f: &mut (dyn FnMut(&[Vec<Value>]) + Send)) -> Result<(), String> {
-        self.p
-            .for_each_output(&self.entry.table, &self.entry.partition_value, |rows| {
-                f(&canonical_rows(rows));
-            })
-            .await
-            .map(drop)
-            .map_err(|e| format!("the transform fails: {}", crate::errors::error_chain(&e)))
+        let (table, partition) = (&self.entry.table, &self.entry.partition_value);
+        let mut each = |rows| f(&canonical_rows(rows));
+        match self.source {
+            None => self.p.for_each_output(table, partition, &mut each).await,
+            Some(dsn) => {
+                self.p
+                    .for_each_source_output(table, partition, dsn, &mut each)
+                    .await
+            }
+        }
+        .map(drop)
+        .map_err(|e| format!("the transform fails: {}", crate::errors::error_chain(&e)))
     }
 }
+
+/// How often, and after how long, `--against-source` compares a differing partition
+/// again before it reports it: a partition changed at the source a moment ago differs
+/// until the running `weir run` has written it.
+const SOURCE_RECHECKS: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(3)];
 
 /// A target partition, read through its own connection.
 struct TargetRows<'p> {
@@ -142,16 +156,19 @@ async fn digest(rows: &mut impl Rows, grain: &[(usize, String)]) -> Result<Diges
     })
 }
 
-/// The double-run test of each planned partition, `parallel` at once.
+/// The double-run test of each planned partition, `parallel` at once; with `source`
+/// (`--against-source`), the comparison of each with the source table's rows now
+/// instead.
 pub async fn verify(
     p: &Pipeline,
     entries: Vec<PlanEntry>,
     parallel: usize,
+    source: Option<&Dsn>,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Vec<VerifyRow>, BackfillError> {
     let total = entries.len();
     let rows: Vec<VerifyRow> = futures_util::stream::iter(entries)
-        .map(|e| async move { verify_one(p, &e).await })
+        .map(|e| async move { verify_one(p, &e, source).await })
         .buffer_unordered(parallel.max(1))
         .enumerate()
         .map(|(i, row)| {
@@ -169,7 +186,7 @@ pub async fn verify(
     Ok(rows)
 }
 
-async fn verify_one(p: &Pipeline, e: &PlanEntry) -> VerifyRow {
+async fn verify_one(p: &Pipeline, e: &PlanEntry, source: Option<&Dsn>) -> VerifyRow {
     let mut row = VerifyRow {
         table: e.table.clone(),
         partition: e.partition.clone(),
@@ -184,7 +201,11 @@ async fn verify_one(p: &Pipeline, e: &PlanEntry) -> VerifyRow {
         differences: Vec::new(),
         keys_differing: 0,
     };
-    if let Err(reason) = check(p, e, &mut row).await {
+    let checked = match source {
+        None => check(p, e, &mut row).await,
+        Some(dsn) => check_against_source(p, e, dsn, &mut row).await,
+    };
+    if let Err(reason) = checked {
         row.reason = Some(reason);
     }
     row.ok = row.reason.is_none();
@@ -194,7 +215,11 @@ async fn verify_one(p: &Pipeline, e: &PlanEntry) -> VerifyRow {
 async fn check(p: &Pipeline, e: &PlanEntry, row: &mut VerifyRow) -> Result<(), String> {
     let (config, target, transform) = p.table(&e.table).map_err(|e| e.to_string())?;
     let grain = grain_indexes(config, target, transform);
-    let mut output = Output { p, entry: e };
+    let mut output = Output {
+        p,
+        entry: e,
+        source: None,
+    };
     let first = digest(&mut output, &grain).await?;
     let second = digest(&mut output, &[]).await?;
     let client = target::connect(p.dsn())
@@ -224,11 +249,86 @@ async fn check(p: &Pipeline, e: &PlanEntry, row: &mut VerifyRow) -> Result<(), S
     if row.target_matches {
         return Ok(());
     }
+    explain_difference(
+        &mut output,
+        &mut target_rows,
+        &grain,
+        target,
+        row,
+        "the stage's output",
+    )
+    .await
+}
+
+/// `--against-source`: the partition's output computed from the source table's rows
+/// now, compared with the target (and compared again, up to [`SOURCE_RECHECKS`], while
+/// they differ).
+async fn check_against_source(
+    p: &Pipeline,
+    e: &PlanEntry,
+    dsn: &Dsn,
+    row: &mut VerifyRow,
+) -> Result<(), String> {
+    let (config, target, transform) = p.table(&e.table).map_err(|e| e.to_string())?;
+    let grain = grain_indexes(config, target, transform);
+    let mut output = Output {
+        p,
+        entry: e,
+        source: Some(dsn),
+    };
+    let client = target::connect(p.dsn())
+        .await
+        .map_err(|e| format!("cannot read the target: {}", crate::errors::error_chain(&e)))?;
+    let mut target_rows = TargetRows {
+        client,
+        table: target,
+        entry: e,
+    };
+    let mut waits = SOURCE_RECHECKS.iter();
+    let target_digest = loop {
+        let computed = digest(&mut output, &grain).await?;
+        let target_digest = digest(&mut target_rows, &grain).await?;
+        row.rows = computed.rows;
+        row.checksum = computed.checksum.clone();
+        row.target_rows = target_digest.rows;
+        row.target_checksum = target_digest.checksum.clone();
+        row.target_matches = row.target_checksum == row.checksum && row.target_rows == row.rows;
+        match waits.next() {
+            Some(wait) if !row.target_matches => tokio::time::sleep(*wait).await,
+            _ => break target_digest,
+        }
+    };
+    if let Some(key) = duplicate(&mut target_rows, &grain, &target_digest.repeated).await? {
+        return Err(format!("the target's grain key is not unique: {key}"));
+    }
+    if row.target_matches {
+        return Ok(());
+    }
+    explain_difference(
+        &mut output,
+        &mut target_rows,
+        &grain,
+        target,
+        row,
+        "the source's rows",
+    )
+    .await
+}
+
+/// The reason a partition whose target differs from `computed` (named `what`) fails,
+/// with the first keys that differ.
+async fn explain_difference(
+    output: &mut impl Rows,
+    target_rows: &mut impl Rows,
+    grain: &[(usize, String)],
+    target: &TargetTable,
+    row: &mut VerifyRow,
+    what: &str,
+) -> Result<(), String> {
     let names: Vec<&str> = target.columns.iter().map(|(n, _)| n.as_str()).collect();
-    let (differences, total) =
-        differences(&mut output, &mut target_rows, &grain, &names, first.rows).await?;
+    let (differences, total) = differences(output, target_rows, grain, &names, row.rows).await?;
     let mut why = format!(
-        "the target differs from the stage's output ({} rows in the target, {} computed)",
+        "the target differs from {what} ({} rows in the target, {} computed)",
         row.target_rows, row.rows
     );
     if total > 0 {

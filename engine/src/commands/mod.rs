@@ -13,6 +13,7 @@ pub(crate) mod demo;
 pub(crate) mod init;
 pub(crate) mod plugin;
 pub(crate) mod progress;
+pub(crate) mod resync;
 pub(crate) mod run;
 pub(crate) mod status;
 pub(crate) mod verify;

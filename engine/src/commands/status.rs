@@ -44,7 +44,12 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
         writeln!(out, "snapshot:   complete")?;
     } else {
         for t in &s.snapshot {
-            writeln!(out, "snapshot:   {}: {}", t.table, t.state)?;
+            match &t.filter {
+                Some(filter) => {
+                    writeln!(out, "snapshot:   {}: {} (where {filter})", t.table, t.state)?
+                }
+                None => writeln!(out, "snapshot:   {}: {}", t.table, t.state)?,
+            }
         }
     }
     let mib = |b: u64| b as f64 / 1_048_576.0;

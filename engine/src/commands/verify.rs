@@ -4,8 +4,9 @@
 use std::io::Write as _;
 use std::path::Path;
 
+use anyhow::Context as _;
 use weir::backfill;
-use weir::config::Config;
+use weir::config::{Config, SourceConfig};
 use weir::pipeline::Pipeline;
 
 use super::progress::Reporter;
@@ -17,16 +18,37 @@ pub(crate) async fn run(
     from: String,
     to: String,
     parallel: usize,
+    against_source: bool,
     json: bool,
 ) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
+    let source = if against_source {
+        if !matches!(config.source, SourceConfig::Postgres { .. }) {
+            anyhow::bail!(
+                "--against-source compares the target with a PostgreSQL source table; this config's source is JSON lines: run `weir verify` without it"
+            );
+        }
+        Some(
+            config
+                .source_dsn()?
+                .context("the source's DSN is not set")?,
+        )
+    } else {
+        None
+    };
     let dsn = config.target_dsn()?;
     let pipeline = Pipeline::open_read_only(config, dsn).await?;
     let table = backfill::find_table(&pipeline, table)?.to_owned();
     let scope = backfill::Scope::Window { from, to };
-    let entries = backfill::plan(&pipeline, &table, &scope, true).await?;
+    let mut entries = backfill::plan(&pipeline, &table, &scope, true).await?;
+    if let Some(source) = &source {
+        backfill::add_source_partitions(&pipeline, &table, &scope, source, &mut entries).await?;
+    }
     let reporter = Reporter::new("verify", entries.len());
-    let rows = backfill::verify(&pipeline, entries, parallel, &|p| reporter.update(p)).await;
+    let rows = backfill::verify(&pipeline, entries, parallel, source.as_ref(), &|p| {
+        reporter.update(p)
+    })
+    .await;
     super::log_peak_memory("verify ended");
     let rows = rows?;
     reporter.finish();

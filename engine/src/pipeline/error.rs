@@ -25,6 +25,10 @@ pub enum PipelineError {
     },
     #[error("table `{0}` is not in the config")]
     UnknownTable(String),
+    #[error(
+        "{table} is being read again by `weir resync` and the stage does not hold all its rows yet: its partitions are written once `weir status` shows it done"
+    )]
+    Resyncing { table: String },
     #[error(transparent)]
     Injected(#[from] crate::faults::InjectedFault),
     #[error(transparent)]

@@ -169,6 +169,13 @@ impl Pipeline {
                 Err(e) => {
                     // What came before the error is whole and good: keep it.
                     self.stage_batch(source, &mut batch, &mut report).await?;
+                    if e.needs_reopen() {
+                        // A resync was asked for: its signal is staged above, and the
+                        // source opened again reads the table.
+                        tracing::info!(reason = %error_chain(&e), "reopening the source stream");
+                        slot = None;
+                        continue;
+                    }
                     if e.needs_text() {
                         // From here on the stream is read in text, `--once` too: the
                         // same WAL would stop every run that asked for binary.
@@ -403,7 +410,15 @@ impl Pipeline {
         }
         loop {
             let unwritten = self.stage.unwritten_bytes()?;
-            if unwritten < limit / 2 || self.stage.dirty_partitions()?.is_empty() {
+            // Partitions held back (a table loading or resyncing) are not written until
+            // more is read: waiting on them would wait for ever.
+            let held = self.resync_holds()?;
+            let writable = self
+                .stage
+                .dirty_partitions()?
+                .into_iter()
+                .any(|d| !self.load_watch.is_loading(&d.table) && !held.contains(&d.table));
+            if unwritten < limit / 2 || !writable {
                 tracing::info!(
                     unwritten_bytes = unwritten,
                     paused_ms = started.elapsed().as_millis() as u64,

@@ -28,7 +28,7 @@ use tokio::sync::Mutex;
 use tokio_postgres::Client;
 
 use self::init::{check_write_mode, contract_of, reconcile_contracts, resolve_tables, source_oids};
-use crate::config::{Config, Dsn, TableConfig};
+use crate::config::{Config, Dsn, SourceConfig, TableConfig};
 use crate::partition::Partition;
 use crate::plugin::PluginHost;
 use crate::stage::{Stage, StageError};
@@ -252,6 +252,22 @@ impl Pipeline {
 
     pub fn stage_arc(&self) -> Arc<Stage> {
         Arc::clone(&self.stage)
+    }
+
+    /// Whether the source can be resynced (a PostgreSQL source), so that the stage's
+    /// source state may hold resyncs.
+    pub(super) fn resyncs(&self) -> bool {
+        matches!(self.config.source, SourceConfig::Postgres { .. })
+    }
+
+    /// The tables a whole-table `weir resync` is reading again, as the stage's
+    /// snapshot progress says: their partitions are not written until it is done.
+    pub fn resync_holds(&self) -> Result<Vec<String>, PipelineError> {
+        if !self.resyncs() {
+            return Ok(Vec::new());
+        }
+        let state = self.stage.source_state()?;
+        Ok(crate::source::postgres::resync_holds(state.as_deref()))
     }
 
     pub fn dsn(&self) -> &Dsn {

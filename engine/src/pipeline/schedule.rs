@@ -85,9 +85,11 @@ impl Pipeline {
                 failed.get(&(d.table.clone(), d.partition.clone())) != Some(&d.generation)
             });
         }
-        // A table a first load is still reading gets more rows with every range: its
-        // partitions are written once it is done.
-        dirty.retain(|d| !self.load_watch.is_loading(&d.table));
+        // A table a first load is still reading gets more rows with every range, and
+        // one a whole-table resync reads again lacks the rows not read yet: their
+        // partitions are written once that is done.
+        let held = self.resync_holds()?;
+        dirty.retain(|d| !self.load_watch.is_loading(&d.table) && !held.contains(&d.table));
         if dirty.is_empty() {
             return Ok(Round::default());
         }

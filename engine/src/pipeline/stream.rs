@@ -46,6 +46,9 @@ pub(super) struct Head {
     pub source_position: u64,
     /// The job merges the changed keys (else it replaces the partition).
     pub merge: bool,
+    /// A whole-table resync of the table was under way in the snapshot: the stage does
+    /// not hold all its rows, and the job stops after this head.
+    pub held: bool,
 }
 
 /// A chunk of checked output.
@@ -85,7 +88,17 @@ pub(super) struct StreamJob {
     pub only_if_dirty: bool,
     /// Merge: the target columns of the table's key (the plugin's grain key).
     pub key_columns: Vec<usize>,
+    /// Rows to transform instead of the partition's staged rows (`verify
+    /// --against-source`: the source table's rows now), in chunks. The partition's
+    /// snapshot still gives the job its clock. Read once: the output's grain-key
+    /// check, which reruns the job, is the caller's.
+    pub input: Option<std::sync::Mutex<Input>>,
+    /// The source's state may hold resyncs (a PostgreSQL source): see [`Head::held`].
+    pub resyncs: bool,
 }
+
+/// Chunks of rows a job transforms in place of the stage's ([`StreamJob::input`]).
+pub(super) type Input = mpsc::Receiver<Result<Vec<StagedRow>, PipelineError>>;
 
 /// Starts a job on a thread of its own (sized for the plugin's wasm stack); its
 /// pieces arrive on the returned channel. Dropping the channel stops the job.
@@ -126,13 +139,18 @@ fn produce(
         && snap.dirty.is_some()
         && !snap.whole_changed()?
         && (!job.merge_if_cheaper || snap.changed_minority()?);
+    let table = job.table.source.to_string();
+    let held = job.resyncs
+        && job.input.is_none()
+        && crate::source::postgres::resync_holds(snap.source_state()?.as_deref()).contains(&table);
     let head = Head {
         generation: snap.generation,
         dirty: snap.dirty,
         source_position: snap.checkpoint.position,
         merge,
+        held,
     };
-    if send(tx, Piece::Head(head)).is_err() || (job.only_if_dirty && snap.dirty.is_none()) {
+    if send(tx, Piece::Head(head)).is_err() || held || (job.only_if_dirty && snap.dirty.is_none()) {
         return Ok(());
     }
     let mut run = Run::start(job, &snap, merge)?;
@@ -217,8 +235,11 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
                 };
                 let clock = snap.max_commit_time()?.unwrap_or(0);
                 let session = plugin.start_job(&settings.limits, &spec, clock)?;
-                let check = OutputCheck::new(plugin, session.job(), &spec);
-                (Some(session), Some(check))
+                let check = job
+                    .input
+                    .is_none()
+                    .then(|| OutputCheck::new(plugin, session.job(), &spec));
+                (Some(session), check)
             }
         };
         Ok(Run {
@@ -253,6 +274,13 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
             for chunk in snap.changed() {
                 let rows = chunk?.into_iter().filter_map(|(_, row)| row).collect();
                 self.chunk(rows, OutChunk::default(), tx)?;
+            }
+        } else if let Some(input) = &self.job.input {
+            let mut input = input
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            while let Some(chunk) = input.blocking_recv() {
+                self.chunk(chunk?, OutChunk::default(), tx)?;
             }
         } else {
             for chunk in snap.rows() {

@@ -6,9 +6,10 @@ use tokio_postgres::Client;
 
 use super::stream::{self, End, Head, OutChunk, Piece, Pieces, StreamJob};
 use super::{Pipeline, PipelineError, Transform};
-use crate::config::WriteMode;
+use crate::config::{Dsn, WriteMode};
 use crate::metrics;
 use crate::partition::Partition;
+use crate::stage::StagedRow;
 use crate::target::{self, Opened, PartitionMeta, WriteSummary};
 use crate::value::Value;
 
@@ -56,7 +57,12 @@ impl Pipeline {
                 Some(Err(e)) => return Err(e),
                 _ => return Err(crate::plugin::PluginError::Lost.into()),
             };
-            if only_if_dirty && head.dirty.is_none() {
+            if head.held && !only_if_dirty {
+                return Err(PipelineError::Resyncing {
+                    table: table.to_owned(),
+                });
+            }
+            if head.held || (only_if_dirty && head.dirty.is_none()) {
                 return Ok(None);
             }
             let columns = if head.merge { &key_columns[..] } else { &[] };
@@ -90,6 +96,8 @@ impl Pipeline {
             merge_if_cheaper: table_config.write == WriteMode::Auto,
             only_if_dirty,
             key_columns,
+            input: None,
+            resyncs: self.resyncs(),
         })
     }
 
@@ -222,6 +230,150 @@ impl Pipeline {
             }
         }
         Err(crate::plugin::PluginError::Lost.into())
+    }
+
+    /// Like [`Self::for_each_output`], for the rows the source table holds now in
+    /// `partition` (read from `source_dsn`) instead of the staged rows; the job's clock
+    /// is still the staged partition's.
+    pub async fn for_each_source_output(
+        &self,
+        table: &str,
+        partition: &Partition,
+        source_dsn: &Dsn,
+        mut f: impl FnMut(Vec<Vec<Value>>) + Send,
+    ) -> Result<u64, PipelineError> {
+        let (table_config, target_table, transform) = self.table(table)?;
+        let pred = crate::partition::predicate(
+            table_config.partition_column().ty,
+            table_config.grain,
+            partition,
+        )
+        .and_then(|p| crate::target::read::partition_condition(&table_config.partition_by, &p))
+        .ok_or_else(|| PipelineError::Table {
+            config: self.config.path.clone(),
+            table: table.to_owned(),
+            field: "partition_by",
+            message: format!("partition {partition} has no bounds SQL can state"),
+        })?;
+        let (rows_tx, mut rows_rx) = tokio::sync::mpsc::channel(2);
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let reader_table = table_config.clone();
+        let dsn = source_dsn.clone();
+        let reader = tokio::spawn(async move {
+            crate::source::postgres::read_rows(
+                &dsn,
+                &reader_table,
+                &pred,
+                crate::target::read::FETCH_ROWS,
+                rows_tx,
+            )
+            .await;
+        });
+        // Source rows as staged reads, for the job.
+        let convert = tokio::spawn(async move {
+            while let Some(chunk) = rows_rx.recv().await {
+                let chunk = chunk
+                    .map(|rows| {
+                        rows.into_iter()
+                            .map(|values| StagedRow {
+                                commit_position: 0,
+                                commit_time_us: None,
+                                op: crate::feed::Op::Read,
+                                values,
+                            })
+                            .collect()
+                    })
+                    .map_err(PipelineError::from);
+                if tx.send(chunk).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut pieces = stream::spawn(StreamJob {
+            stage: self.stage_arc(),
+            table: table_config.clone(),
+            target_name: target_table.name.to_string(),
+            transform: transform.clone(),
+            partition: partition.clone(),
+            merge: false,
+            merge_if_cheaper: false,
+            only_if_dirty: false,
+            key_columns: Vec::new(),
+            input: Some(std::sync::Mutex::new(rx)),
+            resyncs: false,
+        })?;
+        let mut result = Err(crate::plugin::PluginError::Lost.into());
+        while let Some(piece) = pieces.recv().await {
+            match piece {
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+                Ok(Piece::Head(_) | Piece::KeysDone) => {}
+                Ok(Piece::Chunk(chunk)) => f(chunk.rows),
+                Ok(Piece::End(End { staged_rows, .. })) => {
+                    result = Ok(staged_rows);
+                    break;
+                }
+            }
+        }
+        reader.abort();
+        convert.abort();
+        result
+    }
+
+    /// The partitions the source table holds in the window `[from, to)` of a time
+    /// grain (`from` and `to` are partition names), read from `source_dsn`; empty for
+    /// grain `value`, whose partitions have no order SQL could bound.
+    pub async fn source_partitions(
+        &self,
+        table: &str,
+        from: &str,
+        to: &str,
+        source_dsn: &Dsn,
+    ) -> Result<Vec<Partition>, PipelineError> {
+        let (config, _, _) = self.table(table)?;
+        let format = match config.grain {
+            crate::partition::Grain::Hour => "YYYY-MM-DD\"T\"HH24",
+            crate::partition::Grain::Day => "YYYY-MM-DD",
+            crate::partition::Grain::Month => "YYYY-MM",
+            crate::partition::Grain::Value => return Ok(Vec::new()),
+        };
+        let ty = config.partition_column().ty;
+        let lower = |name: &str| match crate::partition::predicate(
+            ty,
+            config.grain,
+            &Partition::Key(name.to_owned()),
+        ) {
+            Some(crate::partition::PartitionPredicate::Range { lower, .. }) => Some(lower),
+            _ => None,
+        };
+        let column = crate::config::quote_ident(&config.partition_by);
+        let condition = lower(from)
+            .zip(lower(to))
+            .and_then(|(from, to)| {
+                crate::target::read::partition_condition(
+                    &config.partition_by,
+                    &crate::partition::PartitionPredicate::Range {
+                        lower: from,
+                        upper: to,
+                    },
+                )
+            })
+            .ok_or_else(|| PipelineError::Table {
+                config: self.config.path.clone(),
+                table: table.to_owned(),
+                field: "partition_by",
+                message: format!("the window [{from}, {to}) has no bounds SQL can state"),
+            })?;
+        let names = crate::source::postgres::distinct_values(
+            source_dsn,
+            &config.source,
+            &format!("to_char({column}, '{format}')"),
+            &condition,
+        )
+        .await?;
+        Ok(names.into_iter().flatten().map(Partition::Key).collect())
     }
 
     /// Rewrites the given partitions of `table` from the stage, dirty or not. The

@@ -125,6 +125,14 @@ impl SourceError {
             _ => false,
         }
     }
+
+    /// See [`postgres::PgSourceError::needs_reopen`].
+    pub fn needs_reopen(&self) -> bool {
+        match self {
+            SourceError::Postgres(e) => e.needs_reopen(),
+            _ => false,
+        }
+    }
 }
 
 /// A feed of committed transactions.

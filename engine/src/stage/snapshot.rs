@@ -6,7 +6,7 @@
 use rocksdb::{DB, DBRawIteratorWithThreadMode, ReadOptions};
 
 use super::error::{StageError, corrupt, db_err};
-use super::layout::{CF_CHANGED, CF_ROWS, partition_key, row_key};
+use super::layout::{CF_CHANGED, CF_META, CF_ROWS, META_SOURCE_STATE, partition_key, row_key};
 use super::{Stage, StagedRow};
 use crate::feed::Position;
 use crate::partition::Partition;
@@ -60,6 +60,14 @@ impl Stage {
 }
 
 impl<'s> PartitionSnapshot<'s> {
+    /// The source's state (its snapshot progress, for a PostgreSQL source) as of this
+    /// snapshot: whether the partition may be written at all is read with its rows.
+    pub fn source_state(&self) -> Result<Option<Vec<u8>>, StageError> {
+        self.snapshot
+            .get_cf(self.stage.cf(CF_META), META_SOURCE_STATE)
+            .map_err(db_err("read the source state"))
+    }
+
     /// An iterator over the partition's keys in `cf`. A scan of a partition reads
     /// each block once: it does not fill the block cache, whose size would otherwise
     /// follow the largest partition read (and evict the blocks intake's lookups use).

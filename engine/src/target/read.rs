@@ -25,6 +25,23 @@ pub async fn read_partition(
     Ok(out)
 }
 
+/// The rows of one partition as an SQL condition on `column` (a target's or a source
+/// table's partition column). The simple protocol (for PostgreSQL's text output) takes
+/// no bind parameters: the bounds are quoted by `quote_literal`, correct whatever
+/// `standard_conforming_strings` is. `None` for a bound no SQL string can hold.
+pub fn partition_condition(column: &str, pred: &PartitionPredicate) -> Option<String> {
+    let column = quote_ident(column);
+    Some(match pred {
+        PartitionPredicate::IsNull => format!("{column} IS NULL"),
+        PartitionPredicate::Equals(v) => format!("{column} = {}", bound_literal(v)?),
+        PartitionPredicate::Range { lower, upper } => format!(
+            "{column} >= {} AND {column} < {}",
+            bound_literal(lower)?,
+            bound_literal(upper)?
+        ),
+    })
+}
+
 /// Hands the rows a target partition holds now to `f` in chunks of [`FETCH_ROWS`],
 /// read through a cursor in one read-only REPEATABLE READ transaction (one consistent
 /// view, whatever its size). Decoded as [`read_partition`] says.
@@ -35,19 +52,8 @@ pub async fn for_each_chunk(
     mut f: impl FnMut(Vec<Vec<Value>>),
 ) -> Result<(), TargetError> {
     let pred = table.predicate(partition)?;
-    let column = quote_ident(&table.partition_column);
-    // The simple protocol (for PostgreSQL's text output) takes no bind parameters: the
-    // bounds are quoted by `quote_literal`, correct whatever standard_conforming_strings.
-    let literal = |v: &Value| bound_literal(v).ok_or_else(|| table.bad_partition(partition));
-    let condition = match &pred {
-        PartitionPredicate::IsNull => format!("{column} IS NULL"),
-        PartitionPredicate::Equals(v) => format!("{column} = {}", literal(v)?),
-        PartitionPredicate::Range { lower, upper } => format!(
-            "{column} >= {} AND {column} < {}",
-            literal(lower)?,
-            literal(upper)?
-        ),
-    };
+    let condition = partition_condition(&table.partition_column, &pred)
+        .ok_or_else(|| table.bad_partition(partition))?;
     let cols = table
         .columns
         .iter()

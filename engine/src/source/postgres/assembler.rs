@@ -588,6 +588,21 @@ impl Assembler {
         Ok(info.table.map(|i| (i, Arc::clone(&info.relation))))
     }
 
+    /// Adds `changes` to the open transaction, as they are (`what` names them in the
+    /// error if none is open).
+    pub(super) fn push_changes(
+        &mut self,
+        changes: Vec<StageChange>,
+        what: &'static str,
+    ) -> Result<(), PgSourceError> {
+        let txn = self
+            .current
+            .as_mut()
+            .ok_or(PgSourceError::OutsideTransaction { what })?;
+        txn.changes.extend(changes);
+        Ok(())
+    }
+
     /// Adds rows read by a snapshot chunk to the open transaction (the one of the high
     /// watermark), as reads, and the source state to stage with them.
     pub(super) fn push_snapshot(

@@ -109,6 +109,17 @@ pub enum PgSourceError {
         publication: String,
         quoted: String,
     },
+    #[error(
+        "the `--where` of the resync of {table} is not usable: {problem}; give a condition on the table's columns, as in `SELECT ... FROM {table} WHERE <condition>`"
+    )]
+    ResyncFilter {
+        table: String,
+        problem: String,
+        #[source]
+        source: Option<tokio_postgres::Error>,
+    },
+    #[error("the stream is reopened to read {table} again, as `weir resync` asked (not a failure)")]
+    ReopenForResync { table: String },
     #[error("source query failed: {what}")]
     Query {
         what: &'static str,
@@ -139,6 +150,12 @@ impl PgSourceError {
     /// walsender (55006).
     /// Whether the stream, opened in binary format, met a column it cannot read in it
     /// (one added since it opened): opened again in text, it goes on.
+    /// Whether the stream ends only to be opened again at once: a resync was asked
+    /// for, and its snapshot reads without in-progress streaming.
+    pub fn needs_reopen(&self) -> bool {
+        matches!(self, PgSourceError::ReopenForResync { .. })
+    }
+
     pub fn needs_text(&self) -> bool {
         match self {
             PgSourceError::BinaryUnreadable { .. } => true,

@@ -735,8 +735,5 @@ fn log_progress(planned: &[Option<Planned>], tables: &[TableConfig], started: In
 }
 
 fn encode(progress: &SnapshotProgress, table: &str) -> Result<Vec<u8>, PgSourceError> {
-    postcard::to_allocvec(progress).map_err(|_| PgSourceError::BadChange {
-        table: table.to_owned(),
-        reason: "cannot encode the snapshot progress".into(),
-    })
+    progress.encode(table)
 }

@@ -69,7 +69,9 @@
     clippy::panic
 )]
 mod decoder_tests;
+mod read;
 pub mod replication;
+mod resync;
 
 // The source's own logic parses nothing the server sends byte by byte: it indexes its
 // own tables and columns (by positions it found itself) and converts counts, which the
@@ -101,10 +103,12 @@ pub use crate::pg::lsn::{format_lsn, parse_lsn};
 pub use assembler::{Assembler, Unstaged};
 pub use error::PgSourceError;
 pub use load::LoadWatch;
+pub use read::{distinct_values, read_rows};
+pub use resync::request_resync;
 pub use setup::{
     Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
     slot_on_each_host, slot_status, source_columns, table_oid,
 };
-pub use snapshot::{SnapshotTable, snapshot_tables};
+pub use snapshot::{RESYNC_PREFIX, ResyncSignal, SnapshotTable, resync_holds, snapshot_tables};
 pub use stage_port::{PortError, StagePort};
 pub use streaming::{PostgresSource, PostgresSourceOptions, write_server};

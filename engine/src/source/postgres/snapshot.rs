@@ -18,9 +18,23 @@ use crate::value::Value;
 const SNAPSHOT_LOG_INTERVAL_S: u64 = 5;
 /// The prefix of the watermark messages around each snapshot chunk.
 pub(super) const WATERMARK_PREFIX: &str = "weir.watermark";
+/// The prefix of the message `weir resync` writes into the source's WAL: the run that
+/// streams it reads the table again ([`ResyncSignal`]).
+pub const RESYNC_PREFIX: &str = "weir.resync";
+
+/// What `weir resync` asks, as the JSON content of its message.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResyncSignal {
+    /// The source table, `schema.name` as the config names it.
+    pub table: String,
+    /// `--where`, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+}
 
 /// How far the snapshot got; staged with each chunk (`StageChange::SourceState`).
-/// The first load ([`super::load`]) stages it too, with the tables it loaded done.
+/// The first load ([`super::load`]) stages it too, with the tables it loaded done, and
+/// a `weir resync` signal with its table taken out of `done`.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct SnapshotProgress {
     /// Tables whose snapshot is complete.
@@ -29,6 +43,91 @@ pub(super) struct SnapshotProgress {
     pub(super) current: Option<(String, Vec<Option<String>>)>,
     /// Every table is done.
     pub(super) complete: bool,
+    /// Tables being read again for `weir resync`, until done.
+    pub(super) resync: Vec<Resync>,
+}
+
+/// The progress as staged before `resync` was added: a stage written by an older build
+/// decodes as one.
+#[derive(serde::Deserialize)]
+struct ProgressBeforeResync {
+    done: Vec<String>,
+    current: Option<(String, Vec<Option<String>>)>,
+    complete: bool,
+}
+
+/// A table read again because `weir resync` asked for it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct Resync {
+    /// `schema.name`.
+    pub(super) table: String,
+    /// `--where`: only the rows it selects are read again (upserted). `None`: the whole
+    /// table, whose staged rows were dropped when the resync began; its partitions are
+    /// not written until it is read whole (see [`resync_holds`]).
+    pub(super) filter: Option<String>,
+}
+
+impl SnapshotProgress {
+    /// The progress staged as `bytes`, in this build's form or the older one.
+    pub(super) fn decode(bytes: &[u8]) -> Option<SnapshotProgress> {
+        postcard::from_bytes::<SnapshotProgress>(bytes)
+            .ok()
+            .or_else(|| {
+                postcard::from_bytes::<ProgressBeforeResync>(bytes)
+                    .ok()
+                    .map(|old| SnapshotProgress {
+                        done: old.done,
+                        current: old.current,
+                        complete: old.complete,
+                        resync: Vec::new(),
+                    })
+            })
+    }
+
+    pub(super) fn encode(&self, table: &str) -> Result<Vec<u8>, PgSourceError> {
+        postcard::to_allocvec(self).map_err(|_| PgSourceError::BadChange {
+            table: table.to_owned(),
+            reason: "cannot encode the snapshot progress".into(),
+        })
+    }
+
+    /// The progress once a resync of `table` (with `filter`) begins: the table is read
+    /// again from its first key. `None`: a resync with a filter of a table not read whole
+    /// yet (its snapshot, or a whole resync, is under way and reads every row anyway).
+    pub(super) fn with_resync(&self, table: &str, filter: Option<String>) -> Option<Self> {
+        let whole = filter.is_none();
+        if !whole && !self.complete && !self.done.iter().any(|t| t == table) {
+            return None;
+        }
+        let mut next = self.clone();
+        next.done.retain(|t| t != table);
+        next.complete = false;
+        if next.current.as_ref().is_some_and(|(t, _)| t == table) {
+            next.current = None;
+        }
+        next.resync.retain(|r| r.table != table);
+        next.resync.push(Resync {
+            table: table.to_owned(),
+            filter,
+        });
+        Some(next)
+    }
+}
+
+/// The tables a whole-table resync is reading again: their staged rows were dropped
+/// when it began, so their partitions are not written until it is done (the target
+/// keeps its rows meanwhile). From the progress the stage holds.
+pub fn resync_holds(state: Option<&[u8]>) -> Vec<String> {
+    state
+        .and_then(SnapshotProgress::decode)
+        .map(|p| {
+            p.resync
+                .into_iter()
+                .filter(|r| r.filter.is_none())
+                .map(|r| r.table)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// How far the initial snapshot got with one table, as `weir status` shows it.
@@ -37,28 +136,35 @@ pub struct SnapshotTable {
     /// `schema.name`.
     pub table: String,
     /// `done` (every row staged), `reading` (the watermark snapshot is part way through
-    /// it), or `waiting` (not read yet, or read again after a first load that did not
-    /// finish it).
+    /// it), `resyncing` (read again for `weir resync`), or `waiting` (not read yet, or
+    /// read again after a first load that did not finish it).
     pub state: &'static str,
+    /// The `--where` of a resync under way, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
 }
 
 /// Each table's snapshot state from the progress the stage holds (`None`: nothing
 /// staged yet, so every table waits).
 pub fn snapshot_tables(state: Option<&[u8]>, tables: &[String]) -> Vec<SnapshotTable> {
-    let progress: SnapshotProgress = state
-        .and_then(|bytes| postcard::from_bytes(bytes).ok())
-        .unwrap_or_default();
+    let progress = state.and_then(SnapshotProgress::decode).unwrap_or_default();
     tables
         .iter()
-        .map(|table| SnapshotTable {
-            table: table.clone(),
-            state: if progress.complete || progress.done.contains(table) {
-                "done"
-            } else if progress.current.as_ref().is_some_and(|(t, _)| t == table) {
-                "reading"
-            } else {
-                "waiting"
-            },
+        .map(|table| {
+            let resync = progress.resync.iter().find(|r| &r.table == table);
+            SnapshotTable {
+                table: table.clone(),
+                state: if progress.complete || progress.done.contains(table) {
+                    "done"
+                } else if resync.is_some() {
+                    "resyncing"
+                } else if progress.current.as_ref().is_some_and(|(t, _)| t == table) {
+                    "reading"
+                } else {
+                    "waiting"
+                },
+                filter: resync.and_then(|r| r.filter.clone()),
+            }
         })
         .collect()
 }
@@ -178,10 +284,12 @@ impl Snapshot {
         stage: &dyn StagePort,
         chunk_rows: usize,
     ) -> Result<Option<Snapshot>, PgSourceError> {
-        let progress: SnapshotProgress = match stage.source_state().ok().flatten() {
-            Some(bytes) => postcard::from_bytes(&bytes).unwrap_or_default(),
-            None => SnapshotProgress::default(),
-        };
+        let progress = stage
+            .source_state()
+            .ok()
+            .flatten()
+            .and_then(|bytes| SnapshotProgress::decode(&bytes))
+            .unwrap_or_default();
         if progress.complete || tables.is_empty() {
             return Ok(None);
         }
@@ -239,6 +347,11 @@ impl Snapshot {
         }))
     }
 
+    /// How far the snapshot got.
+    pub(super) fn progress(&self) -> &SnapshotProgress {
+        &self.progress
+    }
+
     /// Reads the next chunk between two watermarks. `false` when every table is done.
     pub(super) async fn start_chunk(
         &mut self,
@@ -269,11 +382,22 @@ impl Snapshot {
         // exactly what pgoutput sends (a `::text` cast differs, e.g. for booleans).
         let columns: Vec<String> = table.columns.iter().map(|c| quote_ident(&c.name)).collect();
         let keys: Vec<String> = table.key.iter().map(|k| quote_ident(k)).collect();
-        let mut sql = format!(
-            "SELECT {} FROM {}",
-            columns.join(", "),
-            table.source.quoted()
-        );
+        // A resync's `--where` in a subquery of its own: the clause cannot reach past
+        // its parentheses into the key condition and order below.
+        let from = match self
+            .progress
+            .resync
+            .iter()
+            .find(|r| r.table == name)
+            .and_then(|r| r.filter.as_deref())
+        {
+            Some(filter) => format!(
+                "(SELECT * FROM {} WHERE {filter}) AS weir_resync",
+                table.source.quoted()
+            ),
+            None => table.source.quoted(),
+        };
+        let mut sql = format!("SELECT {} FROM {from}", columns.join(", "));
         if let Some(after) = &after {
             let mut literals = Vec::with_capacity(after.len());
             for (k, value) in table.key.iter().zip(after) {
@@ -384,7 +508,15 @@ impl Snapshot {
     /// Where the previous version of a row of table `table` (named `name`) is, for an
     /// update's unchanged values; see [`Unstaged`].
     pub(super) fn unstaged(&self, table: usize, name: &str, key: &[u8]) -> Unstaged {
-        if self.progress.done.iter().any(|t| t == name) {
+        // A table read whole, or read again only where a resync's `--where` says: the
+        // stage holds its rows.
+        if self.progress.done.iter().any(|t| t == name)
+            || self
+                .progress
+                .resync
+                .iter()
+                .any(|r| r.table == name && r.filter.is_some())
+        {
             return Unstaged::Staged;
         }
         match &self.in_flight {
@@ -454,6 +586,10 @@ impl Snapshot {
             None => {
                 self.progress.current = None;
                 self.progress.done.push(name.clone());
+                if let Some(i) = self.progress.resync.iter().position(|r| r.table == name) {
+                    let resync = self.progress.resync.remove(i);
+                    tracing::info!(table = %name, filter = resync.filter.is_some(), rows = self.rows_done, "resync complete");
+                }
             }
         }
         if tables
@@ -463,11 +599,7 @@ impl Snapshot {
             self.progress.complete = true;
         }
         self.report_progress(&name);
-        let state =
-            postcard::to_allocvec(&self.progress).map_err(|_| PgSourceError::BadChange {
-                table: name,
-                reason: "cannot encode the snapshot progress".into(),
-            })?;
+        let state = self.progress.encode(&name)?;
         Ok((chunk.table, rows, state))
     }
 }
@@ -495,6 +627,7 @@ pub(super) async fn column_types(
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::feed::{Op, StagedRow, Transaction};
@@ -543,7 +676,10 @@ mod tests {
                 key: crate::feed::encode_key(&[&Value::Int(7)]).expect("key"),
             }]),
         ]);
-        assert!(chunk.changed.is_empty(), "other tables' keys are not the chunk's");
+        assert!(
+            chunk.changed.is_empty(),
+            "other tables' keys are not the chunk's"
+        );
         chunk.observe(&[SourceEvent::Chunk(vec![upsert("public.orders", 6106)])]);
         let key = crate::feed::encode_key(&[&Value::Int(6106)]).expect("key");
         assert_eq!(chunk.changed.len(), 1);

@@ -11,9 +11,12 @@ use super::replication::{
     ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream,
 };
 use super::setup::{check_estate, connect};
-use super::snapshot::{Snapshot, WATERMARK_PREFIX, Watermark};
+use super::snapshot::{
+    RESYNC_PREFIX, ResyncSignal, Snapshot, SnapshotProgress, WATERMARK_PREFIX, Watermark,
+};
 use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
+use crate::feed::StageChange;
 use crate::pg::lsn::format_lsn;
 use crate::pg::pgoutput::{Decoder, PgOutputMessage, Relation};
 use crate::source::{ChangeSource, Position, SourceError, SourceEvent};
@@ -88,8 +91,14 @@ pub struct PostgresSource {
     drain_after: Option<u64>,
     drained: bool,
     last_status: Instant,
-    /// The initial snapshot, while it runs.
+    /// The initial snapshot, or a resync, while it runs.
     snapshot: Option<Snapshot>,
+    /// The snapshot progress when no snapshot runs (as staged, or as the last one left
+    /// it): what a resync signal starts from.
+    progress: SnapshotProgress,
+    /// A resync signal was read (the table): once its transaction is handed out, the
+    /// stream is reopened, without in-progress streaming, to read the table.
+    reopen_for: Option<String>,
     /// Where heartbeats go: the source, or the primary of a standby that decodes.
     write_dsn: Dsn,
     heartbeat_interval: Duration,
@@ -194,6 +203,14 @@ impl PostgresSource {
             options.snapshot_chunk_rows,
         )
         .await?;
+        let progress = if snapshot.is_none() {
+            stage
+                .source_state()?
+                .and_then(|bytes| SnapshotProgress::decode(&bytes))
+                .unwrap_or_default()
+        } else {
+            SnapshotProgress::default()
+        };
         let drain_after = if options.once {
             Some(emit_drain_message(&writes).await?)
         } else {
@@ -249,11 +266,60 @@ impl PostgresSource {
             drained: false,
             last_status: Instant::now(),
             snapshot,
+            progress,
+            reopen_for: None,
             write_dsn: writes,
             heartbeat_interval: Duration::from_millis(options.heartbeat_interval_ms),
             last_activity: Instant::now(),
             heartbeat_client: None,
         })
+    }
+
+    /// A `weir resync` signal: the table's snapshot progress starts again (a whole
+    /// table's staged rows dropped first), staged in the signal's own transaction, and
+    /// the stream is reopened after it (see `reopen_for`). A signal Weir cannot act on
+    /// is logged and passed over: it changes nothing staged.
+    fn resync_signal(
+        &mut self,
+        m: &crate::pg::pgoutput::LogicalMessage,
+    ) -> Result<(), PgSourceError> {
+        if !m.transactional || m.xid.is_some() {
+            tracing::warn!(position = %format_lsn(m.lsn), "a weir.resync message outside a transaction of its own; passed over (run `weir resync` again)");
+            return Ok(());
+        }
+        let Ok(signal) = serde_json::from_slice::<ResyncSignal>(&m.content) else {
+            tracing::warn!(position = %format_lsn(m.lsn), "a weir.resync message that is not a resync signal; passed over");
+            return Ok(());
+        };
+        if !self
+            .assembler
+            .tables
+            .iter()
+            .any(|t| t.source.to_string() == signal.table)
+        {
+            tracing::warn!(table = %signal.table, "a resync signal for a table this config does not read; passed over");
+            return Ok(());
+        }
+        let progress = self
+            .snapshot
+            .as_ref()
+            .map_or(&self.progress, |s| s.progress());
+        let Some(next) = progress.with_resync(&signal.table, signal.filter.clone()) else {
+            tracing::warn!(table = %signal.table, "a resync with --where of a table still being read whole; passed over (the read under way reads every row)");
+            return Ok(());
+        };
+        let mut changes = Vec::with_capacity(2);
+        if signal.filter.is_none() {
+            changes.push(StageChange::Truncate {
+                table: signal.table.clone(),
+            });
+        }
+        changes.push(StageChange::SourceState(next.encode(&signal.table)?));
+        self.assembler.push_changes(changes, "a resync signal")?;
+        tracing::info!(table = %signal.table, filter = signal.filter.is_some(), position = %format_lsn(m.lsn), "resync signal read; the table is read again");
+        self.progress = next;
+        self.reopen_for = Some(signal.table);
+        Ok(())
     }
 
     async fn send_status(&mut self) -> Result<(), PgSourceError> {
@@ -436,6 +502,13 @@ impl PostgresSource {
                 }
                 return Ok(Some(event));
             }
+            if !self.assembler.in_transaction()
+                && let Some(table) = self.reopen_for.take()
+            {
+                // The signal's transaction is handed out (and staged before the source
+                // opens again): the stream opens again, and its snapshot reads the table.
+                return Err(PgSourceError::ReopenForResync { table });
+            }
             if self.drained && self.snapshot.is_none() && !self.assembler.in_transaction() {
                 return Ok(Some(SourceEvent::End));
             }
@@ -444,6 +517,7 @@ impl PostgresSource {
             {
                 if !snapshot.start_chunk(&self.assembler.tables).await? {
                     tracing::info!(slot = %self.slot, rows = snapshot.rows_done, "initial snapshot complete");
+                    self.progress = snapshot.progress().clone();
                     self.snapshot = None;
                 }
                 continue;
@@ -507,6 +581,11 @@ impl PostgresSource {
                             }
                             None => return Err(error),
                         }
+                    }
+                    if let PgOutputMessage::Message(m) = &message
+                        && m.prefix == RESYNC_PREFIX
+                    {
+                        self.resync_signal(m)?;
                     }
                     let watermark = match (&message, self.snapshot.as_mut()) {
                         (PgOutputMessage::Message(m), Some(snapshot))

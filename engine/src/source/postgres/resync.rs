@@ -1,0 +1,86 @@
+//! `weir resync`: a signal written into the source's WAL, so that the run streaming it
+//! reads one table again, in order with the stream (see
+//! `PostgresSource::resync_signal`). Nothing else tells a running `weir run` anything:
+//! the signal is durable where the feed is, and a run that is not running reads it
+//! when it next starts.
+
+use super::error::PgSourceError;
+use super::setup::connect;
+use super::snapshot::{RESYNC_PREFIX, ResyncSignal};
+use crate::config::{Dsn, TableName};
+
+/// Checks `filter` against `table` on the source (`write_dsn`: where the snapshot
+/// reads and the signal is written) and writes the resync signal; returns its LSN.
+pub async fn request_resync(
+    write_dsn: &Dsn,
+    table: &TableName,
+    filter: Option<&str>,
+) -> Result<u64, PgSourceError> {
+    let client = connect(write_dsn).await?;
+    let found: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table.quoted()])
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "look up the table to resync",
+            source,
+        })?
+        .get(0);
+    if !found {
+        return Err(PgSourceError::SourceTable {
+            table: table.to_string(),
+            problem: "the source has no such table".into(),
+        });
+    }
+    if let Some(filter) = filter {
+        if filter.trim().is_empty() {
+            return Err(PgSourceError::ResyncFilter {
+                table: table.to_string(),
+                problem: "it is empty".into(),
+                source: None,
+            });
+        }
+        // Prepared, not run: the clause is parsed and planned as the resync's reads
+        // will use it, and a second statement after it is refused.
+        client
+            .prepare(&format!(
+                "SELECT 1 FROM (SELECT * FROM {} WHERE {filter}) AS weir_resync",
+                table.quoted()
+            ))
+            .await
+            .map_err(|source| PgSourceError::ResyncFilter {
+                table: table.to_string(),
+                problem: "PostgreSQL refuses it".into(),
+                source: Some(source),
+            })?;
+    }
+    let signal = ResyncSignal {
+        table: table.to_string(),
+        filter: filter.map(str::to_owned),
+    };
+    let content = serde_json::to_string(&signal).map_err(|_| PgSourceError::BadChange {
+        table: table.to_string(),
+        reason: "cannot encode the resync signal".into(),
+    })?;
+    client
+        .batch_execute("SET synchronous_commit = on")
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "prepare the resync signal",
+            source,
+        })?;
+    let lsn: String = client
+        .query_one(
+            "SELECT pg_logical_emit_message(true, $1, $2)::text",
+            &[&RESYNC_PREFIX, &content],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "write the resync signal",
+            source,
+        })?
+        .get(0);
+    crate::pg::lsn::parse_lsn(&lsn).ok_or_else(|| PgSourceError::BadChange {
+        table: table.to_string(),
+        reason: format!("the server returned `{lsn}` as the signal's position"),
+    })
+}
