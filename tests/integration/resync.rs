@@ -236,3 +236,69 @@ async fn source_count(source: &tokio_postgres::Client, condition: &str) -> i64 {
         .expect("count")
         .get(0)
 }
+
+/// A whole-table resync asked for while no `weir run` runs, then runs SIGKILLed at
+/// random points while they read the table again under a workload: each resumes it
+/// from the stage, `weir status` says it is under way, and after a drain the target is
+/// exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resync_killed_at_random_points_resumes_exact() {
+    let db = TestDb::new("resync_kill_target").await;
+    let (source_dsn, source) = crate::harness::source_db("resync_kill", &ddl()).await;
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            "resync_kill",
+            "snapshot_chunk_rows = 1000\n[engine]\nflush_interval_ms = 100",
+            &OrdersTable::postgres("analytics.fact_orders").to_string(),
+        ),
+    )
+    .expect("config");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "first run: {}", text(&out.stderr));
+    let workload = spawn_workload(source_dsn.clone(), 1000);
+    let out = weir_pg(&db, &source_dsn, &["resync", "--table", "public.orders"]);
+    assert!(out.status.success(), "resync: {}", text(&out.stderr));
+    let mut rng = Rng::new(11);
+    let mut seen_resyncing = false;
+    for attempt in 0..4 {
+        let log = db.path(&format!("run-{attempt}.log"));
+        let mut run = db.spawn_live(&[("WEIR_SOURCE_DSN", &source_dsn)], &log);
+        let started = if attempt == 0 {
+            "resync signal read"
+        } else {
+            "streaming from the replication slot"
+        };
+        wait_log(&log, started, 120).await;
+        tokio::time::sleep(Duration::from_millis(rng.below(1500))).await;
+        let _ = run.0.kill();
+        let _ = run.wait();
+        let out = weir_pg(&db, &source_dsn, &["status", "--json"]);
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        let state = status["snapshot"][0]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            state == "resyncing" || state == "done",
+            "the table is resyncing or done: {status}"
+        );
+        seen_resyncing |= state == "resyncing";
+    }
+    assert!(
+        seen_resyncing,
+        "a kill landed while the table was read again"
+    );
+    workload.await.expect("workload");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "drain: {}", text(&out.stderr));
+    assert_same_rows(
+        &source,
+        "orders",
+        &db.client().await,
+        "analytics.fact_orders",
+    )
+    .await;
+}
