@@ -151,6 +151,16 @@ fn check_bound(
 }
 
 /// Whether a partition name lies in `[from, to)`.
+/// Whether a table's partitions are integer values (grain `value` of an integer
+/// column), whose window compares as numbers.
+fn integer_values(config: &TableConfig) -> bool {
+    config.grain == Grain::Value
+        && matches!(
+            config.partition_column().ty,
+            ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt
+        )
+}
+
 fn in_window(name: &Partition, from: &str, to: &str, integer_values: bool) -> bool {
     let Partition::Key(k) = name else {
         return false;
@@ -190,11 +200,7 @@ pub async fn plan(
     if p.resync_holds()?.iter().any(|t| t == table) {
         return Err(BackfillError::Resyncing(table.to_owned()));
     }
-    let integer_values = config.grain == Grain::Value
-        && matches!(
-            config.partition_column().ty,
-            ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt
-        );
+    let integer_values = integer_values(config);
     if let Scope::Window { from, to } = scope {
         let ty = config.partition_column().ty;
         check_bound("--from", from, config, ty)?;
@@ -285,8 +291,7 @@ pub async fn plan(
 
 /// Adds to `entries` (the plan of a window of `table`) the partitions of the window
 /// that only the source table holds (neither staged nor written): what `verify
-/// --against-source` must report missing too. Time grains only (see
-/// [`Pipeline::source_partitions`]).
+/// --against-source` must report missing too (see [`Pipeline::source_partitions`]).
 pub async fn add_source_partitions(
     p: &Pipeline,
     table: &str,
@@ -297,10 +302,13 @@ pub async fn add_source_partitions(
     let Scope::Window { from, to } = scope else {
         return Ok(());
     };
-    let (_, target, _) = p.table(table)?;
+    let (config, target, _) = p.table(table)?;
+    let integer_values = integer_values(config);
     let found = p.source_partitions(table, from, to, source).await?;
     for partition in found {
-        if entries.iter().any(|e| e.partition_value == partition) {
+        if !in_window(&partition, from, to, integer_values)
+            || entries.iter().any(|e| e.partition_value == partition)
+        {
             continue;
         }
         entries.push(PlanEntry {

@@ -322,9 +322,10 @@ impl Pipeline {
         result
     }
 
-    /// The partitions the source table holds in the window `[from, to)` of a time
-    /// grain (`from` and `to` are partition names), read from `source_dsn`; empty for
-    /// grain `value`, whose partitions have no order SQL could bound.
+    /// The partitions the source table holds now (read from `source_dsn`), named as
+    /// staging names them: the distinct partition-column values (for a time grain,
+    /// truncated to it in SQL, over `[from, to)` only), decoded as the stream decodes
+    /// them and put through `partition_of`. The caller keeps those in its window.
     pub async fn source_partitions(
         &self,
         table: &str,
@@ -332,48 +333,57 @@ impl Pipeline {
         to: &str,
         source_dsn: &Dsn,
     ) -> Result<Vec<Partition>, PipelineError> {
+        use crate::partition::{Grain, PartitionPredicate, partition_of, predicate};
         let (config, _, _) = self.table(table)?;
-        let format = match config.grain {
-            crate::partition::Grain::Hour => "YYYY-MM-DD\"T\"HH24",
-            crate::partition::Grain::Day => "YYYY-MM-DD",
-            crate::partition::Grain::Month => "YYYY-MM",
-            crate::partition::Grain::Value => return Ok(Vec::new()),
-        };
-        let ty = config.partition_column().ty;
-        let lower = |name: &str| match crate::partition::predicate(
-            ty,
-            config.grain,
-            &Partition::Key(name.to_owned()),
-        ) {
-            Some(crate::partition::PartitionPredicate::Range { lower, .. }) => Some(lower),
-            _ => None,
-        };
         let column = crate::config::quote_ident(&config.partition_by);
-        let condition = lower(from)
-            .zip(lower(to))
-            .and_then(|(from, to)| {
-                crate::target::read::partition_condition(
-                    &config.partition_by,
-                    &crate::partition::PartitionPredicate::Range {
-                        lower: from,
-                        upper: to,
-                    },
+        let ty = config.partition_column().ty;
+        let bad_window = || PipelineError::Table {
+            config: self.config.path.clone(),
+            table: table.to_owned(),
+            field: "partition_by",
+            message: format!("the window [{from}, {to}) has no bounds SQL can state"),
+        };
+        let (expr, as_timestamp, condition) = match config.grain {
+            Grain::Value => (column.clone(), false, "true".to_owned()),
+            grain => {
+                let unit = match grain {
+                    Grain::Hour => "hour",
+                    Grain::Day => "day",
+                    _ => "month",
+                };
+                let lower = |name: &str| match predicate(ty, grain, &Partition::Key(name.into())) {
+                    Some(PartitionPredicate::Range { lower, .. }) => Some(lower),
+                    _ => None,
+                };
+                let range = PartitionPredicate::Range {
+                    lower: lower(from).ok_or_else(bad_window)?,
+                    upper: lower(to).ok_or_else(bad_window)?,
+                };
+                let condition =
+                    crate::target::read::partition_condition(&config.partition_by, &range)
+                        .ok_or_else(bad_window)?;
+                // Truncated as a `timestamp` (a timestamptz in the session's UTC): the
+                // name `partition_of` gives it is the partition's.
+                (
+                    format!("date_trunc('{unit}', {column}::timestamp)"),
+                    true,
+                    condition,
                 )
-            })
-            .ok_or_else(|| PipelineError::Table {
-                config: self.config.path.clone(),
-                table: table.to_owned(),
-                field: "partition_by",
-                message: format!("the window [{from}, {to}) has no bounds SQL can state"),
-            })?;
-        let names = crate::source::postgres::distinct_values(
+            }
+        };
+        let values = crate::source::postgres::distinct_values(
             source_dsn,
-            &config.source,
-            &format!("to_char({column}, '{format}')"),
+            config,
+            &expr,
             &condition,
+            as_timestamp,
         )
         .await?;
-        Ok(names.into_iter().flatten().map(Partition::Key).collect())
+        let out = values
+            .iter()
+            .filter_map(|v| partition_of(&config.partition_by, config.grain, v).ok())
+            .collect();
+        Ok(out)
     }
 
     /// Rewrites the given partitions of `table` from the stage, dirty or not. The

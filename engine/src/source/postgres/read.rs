@@ -92,31 +92,54 @@ async fn read(
         .map_err(query("end the read of the source"))
 }
 
-/// The distinct values of `expr` (SQL over `table`'s columns, as text) among the rows
-/// `condition` selects: the partitions a window of the source holds, for `verify
-/// --against-source`.
+/// The distinct values of `expr` (SQL over `table`'s columns) among the rows
+/// `condition` selects, decoded as the stream decodes them: as a `timestamp`
+/// (`as_timestamp`), or as the partition column's own type. The partitions a source
+/// table holds, for `verify --against-source`.
 pub async fn distinct_values(
     dsn: &Dsn,
-    table: &crate::config::TableName,
+    table: &TableConfig,
     expr: &str,
     condition: &str,
-) -> Result<Vec<Option<String>>, PgSourceError> {
+    as_timestamp: bool,
+) -> Result<Vec<Value>, PgSourceError> {
+    /// `timestamp without time zone` in `pg_type.dat`.
+    const TIMESTAMP: u32 = 1114;
     let client = connect(dsn).await?;
+    let (oid, modifier) = if as_timestamp {
+        (TIMESTAMP, -1)
+    } else {
+        column_types(&client, &table.source)
+            .await?
+            .get(&table.partition_by)
+            .copied()
+            .unwrap_or((25, -1))
+    };
     let messages = client
         .simple_query(&format!(
-            "SET TimeZone = 'UTC'; SELECT DISTINCT ({expr})::text FROM {} WHERE {condition}",
-            table.quoted()
+            "SET DateStyle = ISO; SET TimeZone = 'UTC'; SET extra_float_digits = 3; \
+             SELECT DISTINCT {expr} FROM {} WHERE {condition}",
+            table.source.quoted()
         ))
         .await
         .map_err(|source| PgSourceError::Query {
             what: "list the partitions the source table holds",
             source,
         })?;
-    Ok(messages
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).map(str::to_owned)),
-            _ => None,
-        })
-        .collect())
+    let mut out = Vec::new();
+    for message in messages {
+        let tokio_postgres::SimpleQueryMessage::Row(r) = message else {
+            continue;
+        };
+        out.push(match r.get(0) {
+            None => Value::Null,
+            Some(text) => pgtypes::decode_text(&table.partition_by, oid, modifier, text.as_bytes())
+                .map_err(|source| PgSourceError::Value {
+                    table: table.source.to_string(),
+                    column: table.partition_by.clone(),
+                    source,
+                })?,
+        });
+    }
+    Ok(out)
 }
