@@ -71,11 +71,16 @@ impl Stage {
     /// `new_keys`: the caller knows that no key of these upserts is staged or repeated
     /// (a fresh stage, a key the source enforces unique): the keys index is written
     /// without being read, and each partition is marked changed whole.
+    ///
+    /// `sync`: the write is synced (else only written to the WAL, which a later synced
+    /// write makes durable with it: the WAL is recovered as a prefix, so a part lost in
+    /// a power cut goes with the progress it carried, never without it).
     pub fn apply_load(
         &self,
         changes: &[StageChange],
         position: u64,
         new_keys: bool,
+        sync: bool,
     ) -> Result<(), StageError> {
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut batch = StageBatch::new(self.generation()?);
@@ -89,7 +94,7 @@ impl Stage {
                 position,
                 cursor: 0,
             }),
-            true,
+            sync,
         )
     }
 

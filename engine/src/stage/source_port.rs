@@ -22,8 +22,9 @@ impl StagePort for Stage {
         changes: &[StageChange],
         position: u64,
         new_keys: bool,
+        sync: bool,
     ) -> Result<(), PortError> {
-        Stage::apply_load(self, changes, position, new_keys).map_err(PortError::new)
+        Stage::apply_load(self, changes, position, new_keys, sync).map_err(PortError::new)
     }
 
     fn position_covers_acknowledgements(&self) -> Result<bool, PortError> {

@@ -398,7 +398,14 @@ pub(super) async fn first_load(
         let stage = Arc::clone(stage);
         let staging = Instant::now();
         let new_keys = loaded_unique(&planned, read.table);
-        tokio::task::spawn_blocking(move || stage.stage_load(&changes, point, new_keys)).await??;
+        // Synced when it finishes a table (whose partitions may then be written) and at
+        // the end; a part between is made durable by the next sync (see `apply_load`).
+        let sync = read.last
+            && planned
+                .get(read.table)
+                .is_some_and(|p| p.as_ref().is_some_and(|p| p.ranges_left == 0));
+        tokio::task::spawn_blocking(move || stage.stage_load(&changes, point, new_keys, sync))
+            .await??;
         staging_time += staging.elapsed();
         loading.staged(&name, rows, point);
         // Reported once staged: a table logged done is done in the stage.
@@ -425,7 +432,7 @@ pub(super) async fn first_load(
     let state = encode(&progress, "the first load")?;
     let stage_for_end = Arc::clone(stage);
     tokio::task::spawn_blocking(move || {
-        stage_for_end.stage_load(&[StageChange::SourceState(state)], point, false)
+        stage_for_end.stage_load(&[StageChange::SourceState(state)], point, false, true)
     })
     .await??;
     exporter.close().await;

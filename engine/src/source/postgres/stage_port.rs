@@ -48,6 +48,7 @@ pub trait StagePort: Send + Sync {
         changes: &[StageChange],
         position: u64,
         new_keys: bool,
+        sync: bool,
     ) -> Result<(), PortError>;
 
     /// Whether the position is at or past everything this stage let its source

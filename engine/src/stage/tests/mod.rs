@@ -804,10 +804,10 @@ fn a_first_load_stages_at_one_position_and_marks_partitions_changed_whole() {
     // Two parts of a load with keys new to the stage: both at the snapshot's position
     // (the second is not skipped as a transaction at the position would be).
     stage
-        .apply_load(&[upsert(1, "d1", 50), upsert(2, "d2", 50)], 50, true)
+        .apply_load(&[upsert(1, "d1", 50), upsert(2, "d2", 50)], 50, true, true)
         .expect("first part");
     stage
-        .apply_load(&[upsert(3, "d1", 50)], 50, true)
+        .apply_load(&[upsert(3, "d1", 50)], 50, true, false)
         .expect("second part");
     assert_eq!(
         stage.checkpoint().expect("position").map(|c| c.position),
@@ -838,7 +838,7 @@ fn a_first_load_stages_at_one_position_and_marks_partitions_changed_whole() {
     // Without `new_keys`, a key loaded twice (a source key not enforced unique) is
     // looked up: it moves rather than staying in both partitions.
     stage
-        .apply_load(&[upsert(3, "d2", 70)], 70, false)
+        .apply_load(&[upsert(3, "d2", 70)], 70, false, true)
         .expect("third part");
     assert!(
         stage
