@@ -107,6 +107,22 @@ pub(crate) async fn wait_log(log: &Path, line: &str, secs: u64) {
     }
 }
 
+/// Starts a live `weir run` logging to `log`, waits until it logs `started`, and
+/// SIGKILLs it up to 1.5 s after.
+pub(crate) async fn kill_at_random(
+    db: &TestDb,
+    source_dsn: &str,
+    log: &Path,
+    started: &str,
+    rng: &mut Rng,
+) {
+    let mut run = db.spawn_live(&[("WEIR_SOURCE_DSN", source_dsn)], log);
+    wait_log(log, started, 120).await;
+    tokio::time::sleep(Duration::from_millis(rng.below(1500))).await;
+    let _ = run.0.kill();
+    let _ = run.wait();
+}
+
 /// Each table's snapshot state as `weir status --json` shows it.
 fn snapshot_states(db: &TestDb, source_dsn: &str) -> Vec<(String, String)> {
     let out = weir_pg(db, source_dsn, &["status", "--json"]);
@@ -210,16 +226,12 @@ async fn a_first_load_killed_at_random_points_resumes_exact() {
     let mut loaded_by_first = None;
     for attempt in 0..5 {
         let log = db.path(&format!("run-{attempt}.log"));
-        let mut run = db.spawn_live(&[("WEIR_SOURCE_DSN", &source_dsn)], &log);
         let started = if attempt == 0 {
             "first load starts from an exported snapshot"
         } else {
             "streaming from the replication slot"
         };
-        wait_log(&log, started, 120).await;
-        tokio::time::sleep(Duration::from_millis(rng.below(1500))).await;
-        let _ = run.0.kill();
-        let _ = run.wait();
+        kill_at_random(&db, &source_dsn, &log, started, &mut rng).await;
         let body = std::fs::read_to_string(&log).unwrap_or_default();
         if attempt == 0 {
             // The tables whose every range the killed load staged, as `weir status`

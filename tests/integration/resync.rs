@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use weir_core::fixtures::{OrdersTable, postgres_config};
 
-use crate::first_load::wait_log;
+use crate::first_load::{kill_at_random, wait_log};
 use crate::harness::{Rng, TestDb, text};
 use crate::postgres_source::{assert_same_rows, weir_pg};
 
@@ -21,6 +21,25 @@ fn ddl() -> String {
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + ((g - 1) * 30 / {ROWS})::int, (g % 100000) / 100.0, 'new' FROM generate_series(1, {ROWS}) g;"
     )
+}
+
+/// A source `<name>_source` with [`ddl`], a target database, and a config of the
+/// orders table read in snapshot chunks of `chunk_rows`, initialised.
+async fn setup(name: &str, chunk_rows: u64) -> (TestDb, String, tokio_postgres::Client) {
+    let db = TestDb::new(&format!("{name}_target")).await;
+    let (source_dsn, source) = crate::harness::source_db(name, &ddl()).await;
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            name,
+            &format!("snapshot_chunk_rows = {chunk_rows}\n[engine]\nflush_interval_ms = 100"),
+            &OrdersTable::postgres("analytics.fact_orders").to_string(),
+        ),
+    )
+    .expect("config");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    (db, source_dsn, source)
 }
 
 /// Updates, deletes and inserts on the days from [`WORKLOAD_DAY`] on.
@@ -93,19 +112,7 @@ async fn count(db: &TestDb) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_against_source_names_the_damage_and_resync_repairs_it_under_a_workload() {
-    let db = TestDb::new("resync_target").await;
-    let (source_dsn, source) = crate::harness::source_db("resync", &ddl()).await;
-    std::fs::write(
-        db.config_path(),
-        postgres_config(
-            "resync",
-            "snapshot_chunk_rows = 5000\n[engine]\nflush_interval_ms = 100",
-            &OrdersTable::postgres("analytics.fact_orders").to_string(),
-        ),
-    )
-    .expect("config");
-    let out = weir_pg(&db, &source_dsn, &["init"]);
-    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let (db, source_dsn, source) = setup("resync", 5000).await;
     let log = db.path("run.log");
     let mut run = db.spawn_live(&[("WEIR_SOURCE_DSN", &source_dsn)], &log);
     wait_log(&log, "initial snapshot complete", 120).await;
@@ -243,19 +250,7 @@ async fn source_count(source: &tokio_postgres::Client, condition: &str) -> i64 {
 /// exact.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resync_killed_at_random_points_resumes_exact() {
-    let db = TestDb::new("resync_kill_target").await;
-    let (source_dsn, source) = crate::harness::source_db("resync_kill", &ddl()).await;
-    std::fs::write(
-        db.config_path(),
-        postgres_config(
-            "resync_kill",
-            "snapshot_chunk_rows = 1000\n[engine]\nflush_interval_ms = 100",
-            &OrdersTable::postgres("analytics.fact_orders").to_string(),
-        ),
-    )
-    .expect("config");
-    let out = weir_pg(&db, &source_dsn, &["init"]);
-    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let (db, source_dsn, source) = setup("resync_kill", 1000).await;
     let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
     assert!(out.status.success(), "first run: {}", text(&out.stderr));
     let workload = spawn_workload(source_dsn.clone(), 1000);
@@ -265,16 +260,12 @@ async fn a_resync_killed_at_random_points_resumes_exact() {
     let mut seen_resyncing = false;
     for attempt in 0..4 {
         let log = db.path(&format!("run-{attempt}.log"));
-        let mut run = db.spawn_live(&[("WEIR_SOURCE_DSN", &source_dsn)], &log);
         let started = if attempt == 0 {
             "resync signal read"
         } else {
             "streaming from the replication slot"
         };
-        wait_log(&log, started, 120).await;
-        tokio::time::sleep(Duration::from_millis(rng.below(1500))).await;
-        let _ = run.0.kill();
-        let _ = run.wait();
+        kill_at_random(&db, &source_dsn, &log, started, &mut rng).await;
         let out = weir_pg(&db, &source_dsn, &["status", "--json"]);
         let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
         let state = status["snapshot"][0]["state"]

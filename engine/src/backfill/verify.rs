@@ -222,42 +222,87 @@ async fn check(p: &Pipeline, e: &PlanEntry, row: &mut VerifyRow) -> Result<(), S
     };
     let first = digest(&mut output, &grain).await?;
     let second = digest(&mut output, &[]).await?;
-    let client = target::connect(p.dsn())
-        .await
-        .map_err(|e| format!("cannot read the target: {}", crate::errors::error_chain(&e)))?;
-    let mut target_rows = TargetRows {
-        client,
-        table: target,
-        entry: e,
-    };
+    let mut target_rows = TargetRows::open(p, target, e).await?;
     let target_digest = digest(&mut target_rows, &grain).await?;
-    row.rows = first.rows;
-    row.checksum = first.checksum.clone();
+    row.record(&first, &target_digest);
     row.second_checksum = second.checksum.clone();
-    row.target_rows = target_digest.rows;
-    row.target_checksum = target_digest.checksum.clone();
-    row.target_matches = row.target_checksum == row.checksum && row.target_rows == row.rows;
     if first.checksum != second.checksum || first.rows != second.rows {
         return Err("two runs of the transform differ: it is not deterministic".into());
     }
     if let Some(key) = duplicate(&mut output, &grain, &first.repeated).await? {
         return Err(format!("the output's grain key is not unique: {key}"));
     }
-    if let Some(key) = duplicate(&mut target_rows, &grain, &target_digest.repeated).await? {
-        return Err(format!("the target's grain key is not unique: {key}"));
-    }
-    if row.target_matches {
-        return Ok(());
-    }
-    explain_difference(
-        &mut output,
-        &mut target_rows,
-        &grain,
+    let sides = Sides {
+        output: &mut output,
+        target_rows: &mut target_rows,
+        grain: &grain,
         target,
-        row,
-        "the stage's output",
-    )
-    .await
+    };
+    sides.judge(&target_digest, row, "the stage's output").await
+}
+
+impl VerifyRow {
+    /// The digests of the computed output and of the target, and whether they match.
+    fn record(&mut self, computed: &Digest, target: &Digest) {
+        self.rows = computed.rows;
+        self.checksum = computed.checksum.clone();
+        self.target_rows = target.rows;
+        self.target_checksum = target.checksum.clone();
+        self.target_matches =
+            self.target_checksum == self.checksum && self.target_rows == self.rows;
+    }
+}
+
+impl<'p> TargetRows<'p> {
+    async fn open(
+        p: &Pipeline,
+        table: &'p TargetTable,
+        entry: &'p PlanEntry,
+    ) -> Result<TargetRows<'p>, String> {
+        let client = target::connect(p.dsn())
+            .await
+            .map_err(|e| format!("cannot read the target: {}", crate::errors::error_chain(&e)))?;
+        Ok(TargetRows {
+            client,
+            table,
+            entry,
+        })
+    }
+}
+
+/// A partition's computed output and its target, compared.
+struct Sides<'s, O, T> {
+    output: &'s mut O,
+    target_rows: &'s mut T,
+    grain: &'s [(usize, String)],
+    target: &'s TargetTable,
+}
+
+impl<O: Rows, T: Rows> Sides<'_, O, T> {
+    /// The verdict once the digests are recorded in `row`: the target's grain key
+    /// unique, and the target equal to the output (`what`), else the keys that differ.
+    async fn judge(
+        self,
+        target_digest: &Digest,
+        row: &mut VerifyRow,
+        what: &str,
+    ) -> Result<(), String> {
+        if let Some(key) = duplicate(self.target_rows, self.grain, &target_digest.repeated).await? {
+            return Err(format!("the target's grain key is not unique: {key}"));
+        }
+        if row.target_matches {
+            return Ok(());
+        }
+        explain_difference(
+            self.output,
+            self.target_rows,
+            self.grain,
+            self.target,
+            row,
+            what,
+        )
+        .await
+    }
 }
 
 /// `--against-source`: the partition's output computed from the source table's rows
@@ -276,43 +321,24 @@ async fn check_against_source(
         entry: e,
         source: Some(dsn),
     };
-    let client = target::connect(p.dsn())
-        .await
-        .map_err(|e| format!("cannot read the target: {}", crate::errors::error_chain(&e)))?;
-    let mut target_rows = TargetRows {
-        client,
-        table: target,
-        entry: e,
-    };
+    let mut target_rows = TargetRows::open(p, target, e).await?;
     let mut waits = SOURCE_RECHECKS.iter();
     let target_digest = loop {
         let computed = digest(&mut output, &grain).await?;
         let target_digest = digest(&mut target_rows, &grain).await?;
-        row.rows = computed.rows;
-        row.checksum = computed.checksum.clone();
-        row.target_rows = target_digest.rows;
-        row.target_checksum = target_digest.checksum.clone();
-        row.target_matches = row.target_checksum == row.checksum && row.target_rows == row.rows;
+        row.record(&computed, &target_digest);
         match waits.next() {
             Some(wait) if !row.target_matches => tokio::time::sleep(*wait).await,
             _ => break target_digest,
         }
     };
-    if let Some(key) = duplicate(&mut target_rows, &grain, &target_digest.repeated).await? {
-        return Err(format!("the target's grain key is not unique: {key}"));
-    }
-    if row.target_matches {
-        return Ok(());
-    }
-    explain_difference(
-        &mut output,
-        &mut target_rows,
-        &grain,
+    let sides = Sides {
+        output: &mut output,
+        target_rows: &mut target_rows,
+        grain: &grain,
         target,
-        row,
-        "the source's rows",
-    )
-    .await
+    };
+    sides.judge(&target_digest, row, "the source's rows").await
 }
 
 /// The reason a partition whose target differs from `computed` (named `what`) fails,

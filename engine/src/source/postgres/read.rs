@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 
 use super::error::PgSourceError;
 use super::setup::connect;
-use super::snapshot::column_types;
+use super::snapshot::{column_types, decode_row};
 use crate::config::{Dsn, TableConfig, quote_ident};
 use crate::pg::pgtypes;
 use crate::source::Row;
@@ -37,7 +37,6 @@ async fn read(
     let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
     let mut client = connect(dsn).await?;
     let types = column_types(&client, &table.source).await?;
-    let name = table.source.to_string();
     let columns: Vec<String> = table.columns.iter().map(|c| quote_ident(&c.name)).collect();
     let tx = client
         .transaction()
@@ -61,24 +60,9 @@ async fn read(
             .map_err(query("read the source table's rows"))?;
         let mut chunk = Vec::with_capacity(chunk_rows);
         for message in messages {
-            let tokio_postgres::SimpleQueryMessage::Row(r) = message else {
-                continue;
-            };
-            let mut row = Vec::with_capacity(table.columns.len());
-            for (i, column) in table.columns.iter().enumerate() {
-                let (oid, modifier) = types.get(&column.name).copied().unwrap_or((25, -1));
-                let value = match r.get(i) {
-                    None => Value::Null,
-                    Some(t) => pgtypes::decode_text(&column.name, oid, modifier, t.as_bytes())
-                        .map_err(|source| PgSourceError::Value {
-                            table: name.clone(),
-                            column: column.name.clone(),
-                            source,
-                        })?,
-                };
-                row.push((column.name.clone(), value));
+            if let tokio_postgres::SimpleQueryMessage::Row(r) = message {
+                chunk.push(decode_row(table, &types, &r)?);
             }
-            chunk.push(row);
         }
         if chunk.is_empty() {
             break;

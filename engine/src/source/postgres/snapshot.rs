@@ -448,21 +448,7 @@ impl Snapshot {
         let mut decoded = Vec::with_capacity(rows.len());
         let mut last_key = None;
         for r in &rows {
-            let mut row = Vec::with_capacity(table.columns.len());
-            for (i, column) in table.columns.iter().enumerate() {
-                let text: Option<&str> = r.get(i);
-                let (oid, modifier) = oids.get(&column.name).copied().unwrap_or((25, -1));
-                let value = match text {
-                    None => Value::Null,
-                    Some(t) => pgtypes::decode_text(&column.name, oid, modifier, t.as_bytes())
-                        .map_err(|source| PgSourceError::Value {
-                            table: name.clone(),
-                            column: column.name.clone(),
-                            source,
-                        })?,
-                };
-                row.push((column.name.clone(), value));
-            }
+            let row = decode_row(table, &oids, r)?;
             last_key = Some(
                 table
                     .key
@@ -602,6 +588,32 @@ impl Snapshot {
         let state = self.progress.encode(&name)?;
         Ok((chunk.table, rows, state))
     }
+}
+
+/// A row of `table` read in text by the simple query protocol (each value in its
+/// output function's text, as pgoutput sends it), decoded as the stream decodes it;
+/// `types` from [`column_types`].
+pub(super) fn decode_row(
+    table: &TableConfig,
+    types: &HashMap<String, (u32, i32)>,
+    r: &tokio_postgres::SimpleQueryRow,
+) -> Result<Row, PgSourceError> {
+    let mut row = Vec::with_capacity(table.columns.len());
+    for (i, column) in table.columns.iter().enumerate() {
+        let (oid, modifier) = types.get(&column.name).copied().unwrap_or((25, -1));
+        let value = match r.get(i) {
+            None => Value::Null,
+            Some(t) => pgtypes::decode_text(&column.name, oid, modifier, t.as_bytes()).map_err(
+                |source| PgSourceError::Value {
+                    table: table.source.to_string(),
+                    column: column.name.clone(),
+                    source,
+                },
+            )?,
+        };
+        row.push((column.name.clone(), value));
+    }
+    Ok(row)
 }
 
 /// Type OID and modifier of each column of a source table.
