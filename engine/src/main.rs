@@ -124,6 +124,10 @@ enum Command {
         /// "order_date >= '2026-03-01'").
         #[arg(long = "where", value_name = "CONDITION")]
         filter: Option<String>,
+        /// Wait until the table is read again and its partitions are written (needs a
+        /// running `weir run`); Ctrl-C stops waiting, not the resync.
+        #[arg(long)]
+        wait: bool,
     },
     /// Show the stage position, dirty partitions and the last writes.
     Status {
@@ -327,9 +331,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             )
             .await
         }
-        Command::Resync { table, filter } => {
-            commands::resync::run(config, &table, filter.as_deref()).await
-        }
+        Command::Resync {
+            table,
+            filter,
+            wait,
+        } => commands::resync::run(config, &table, filter.as_deref(), wait).await,
         Command::Status { json } => commands::status::run(config, json).await,
         Command::Checkpoint { command } => commands::checkpoint::run(config, command).await,
         Command::Plugin { command } => commands::plugin::run(command).await,

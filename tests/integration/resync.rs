@@ -166,7 +166,8 @@ async fn verify_against_source_names_the_damage_and_resync_repairs_it_under_a_wo
     );
 
     let workload = spawn_workload(source_dsn.clone(), 800);
-    // The rows one condition selects: that day is read again and rewritten.
+    // The rows one condition selects: that day is read again and rewritten, and
+    // `--wait` returns once it is.
     let out = weir_pg(
         &db,
         &source_dsn,
@@ -176,6 +177,7 @@ async fn verify_against_source_names_the_damage_and_resync_repairs_it_under_a_wo
             "public.orders",
             "--where",
             "order_date = '2026-03-04'",
+            "--wait",
         ],
     );
     assert!(
@@ -183,20 +185,18 @@ async fn verify_against_source_names_the_damage_and_resync_repairs_it_under_a_wo
         "resync --where: {}",
         text(&out.stderr)
     );
-    assert!(text(&out.stdout).contains("resync of public.orders asked for"));
-    wait_log(&log, "resync complete", 120).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while db
-        .count("SELECT count(*) FROM analytics.fact_orders WHERE order_date = '2026-03-04'")
-        .await
-        != source_count(&source, "order_date = '2026-03-04'").await
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the day read again was not rewritten"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("resync of public.orders asked for")
+            && stdout.contains("resync of public.orders done"),
+        "{stdout}"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders WHERE order_date = '2026-03-04'")
+            .await,
+        source_count(&source, "order_date = '2026-03-04'").await,
+        "the day read again is rewritten when --wait returns"
+    );
 
     // The whole table, by its target name: the target keeps its rows while it is read.
     let out = weir_pg(

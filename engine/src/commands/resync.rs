@@ -3,16 +3,24 @@
 
 use std::io::Write as _;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use weir::config::{Config, SourceConfig};
+use weir::pipeline;
 use weir::source::postgres;
 
-/// Runs `weir resync --table T [--where CONDITION]`.
+/// How often `--wait` reads the stage, and after how long without the stage's position
+/// moving it says why it may be waiting.
+const WAIT_POLL: Duration = Duration::from_secs(1);
+const WAIT_HINT_AFTER: Duration = Duration::from_secs(30);
+
+/// Runs `weir resync --table T [--where CONDITION] [--wait]`.
 pub(crate) async fn run(
     config_path: &Path,
     table: &str,
     filter: Option<&str>,
+    wait: bool,
 ) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     if !matches!(config.source, SourceConfig::Postgres { .. }) {
@@ -60,5 +68,55 @@ pub(crate) async fn run(
             "the rows the condition selects are read again and their partitions rewritten; a row deleted at the source but still staged goes only with a resync of the whole table"
         )?,
     }
+    drop(out);
+    if wait {
+        wait_done(&config, &t.source.to_string(), lsn).await?;
+    }
     Ok(())
+}
+
+/// Waits until the stage is past the signal, the table's snapshot is done again and
+/// none of its partitions is dirty (read from the stage, read-only, beside the run).
+async fn wait_done(config: &Config, table: &str, signal: u64) -> anyhow::Result<()> {
+    let dsn = config.target_dsn()?;
+    let mut moved = Instant::now();
+    let mut last_position = None;
+    let mut hinted = false;
+    loop {
+        let status = pipeline::status(config, &dsn, 0).await?;
+        let past = status.position.is_some_and(|p| p >= signal);
+        let state = status
+            .snapshot
+            .iter()
+            .find(|t| t.table == table)
+            .map_or("done", |t| t.state);
+        let dirty = status
+            .dirty_partitions
+            .iter()
+            .filter(|d| d.table == table)
+            .count();
+        if past && state == "done" && dirty == 0 {
+            println!(
+                "resync of {table} done: the table is read again and its partitions are written"
+            );
+            return Ok(());
+        }
+        if status.position != last_position {
+            last_position = status.position;
+            moved = Instant::now();
+        } else if !hinted && moved.elapsed() >= WAIT_HINT_AFTER {
+            hinted = true;
+            eprintln!(
+                "the stage's position has not moved for {} s: is `weir run` running? (the resync waits in the slot until one does; Ctrl-C stops waiting, not the resync)",
+                WAIT_HINT_AFTER.as_secs()
+            );
+        }
+        tracing::debug!(
+            table,
+            state = if past { state } else { "signal not read yet" },
+            dirty_partitions = dirty,
+            "waiting for the resync"
+        );
+        tokio::time::sleep(WAIT_POLL).await;
+    }
 }
