@@ -588,19 +588,26 @@ impl Assembler {
         Ok(info.table.map(|i| (i, Arc::clone(&info.relation))))
     }
 
-    /// Adds `changes` to the open transaction, as they are (`what` names them in the
-    /// error if none is open).
+    /// Adds `changes` to the open transaction, or to the open streamed block's
+    /// transaction as (sub)transaction `subxid`'s, as they are (`what` names them in the
+    /// error if none is open). Returns what a full chunk hands out.
     pub(super) fn push_changes(
         &mut self,
         changes: Vec<StageChange>,
+        subxid: Option<u32>,
         what: &'static str,
-    ) -> Result<(), PgSourceError> {
-        let txn = self
-            .current
-            .as_mut()
-            .ok_or(PgSourceError::OutsideTransaction { what })?;
-        txn.changes.extend(changes);
-        Ok(())
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        let txn = open_transaction(&mut self.current, &mut self.streams, self.in_stream, what)?;
+        if let (Some(subxid), Some(stream)) = (subxid, txn.stream.as_mut()) {
+            stream.subxid = subxid;
+        }
+        txn.extend(changes);
+        Ok(txn.chunk_if_full(self.chunk_changes_max))
+    }
+
+    /// The top-level xid of the streamed block open now, if one is.
+    pub(super) fn streamed_xid(&self) -> Option<u32> {
+        self.in_stream
     }
 
     /// Adds rows read by a snapshot chunk to the open transaction (the one of the high

@@ -99,6 +99,9 @@ pub struct PostgresSource {
     /// A resync signal was read (the table): once its transaction is handed out, the
     /// stream is reopened, without in-progress streaming, to read the table.
     reopen_for: Option<String>,
+    /// A resync signal read in a transaction streamed in progress (its xid, the table):
+    /// the reopen waits for its commit, and an abort voids it.
+    resync_streamed: Option<(u32, String)>,
     /// Where heartbeats go: the source, or the primary of a standby that decodes.
     write_dsn: Dsn,
     heartbeat_interval: Duration,
@@ -268,6 +271,7 @@ impl PostgresSource {
             snapshot,
             progress,
             reopen_for: None,
+            resync_streamed: None,
             write_dsn: writes,
             heartbeat_interval: Duration::from_millis(options.heartbeat_interval_ms),
             last_activity: Instant::now(),
@@ -282,14 +286,14 @@ impl PostgresSource {
     fn resync_signal(
         &mut self,
         m: &crate::pg::pgoutput::LogicalMessage,
-    ) -> Result<(), PgSourceError> {
-        if !m.transactional || m.xid.is_some() {
-            tracing::warn!(position = %format_lsn(m.lsn), "a weir.resync message outside a transaction of its own; passed over (run `weir resync` again)");
-            return Ok(());
+    ) -> Result<Vec<SourceEvent>, PgSourceError> {
+        if !m.transactional {
+            tracing::warn!(position = %format_lsn(m.lsn), "a weir.resync message outside a transaction; passed over (run `weir resync` again)");
+            return Ok(Vec::new());
         }
         let Ok(signal) = serde_json::from_slice::<ResyncSignal>(&m.content) else {
             tracing::warn!(position = %format_lsn(m.lsn), "a weir.resync message that is not a resync signal; passed over");
-            return Ok(());
+            return Ok(Vec::new());
         };
         if !self
             .assembler
@@ -298,7 +302,7 @@ impl PostgresSource {
             .any(|t| t.source.to_string() == signal.table)
         {
             tracing::warn!(table = %signal.table, "a resync signal for a table this config does not read; passed over");
-            return Ok(());
+            return Ok(Vec::new());
         }
         let progress = self
             .snapshot
@@ -306,7 +310,7 @@ impl PostgresSource {
             .map_or(&self.progress, |s| s.progress());
         let Some(next) = progress.with_resync(&signal.table, signal.filter.clone()) else {
             tracing::warn!(table = %signal.table, "a resync with --where of a table still being read whole; passed over (the read under way reads every row)");
-            return Ok(());
+            return Ok(Vec::new());
         };
         let mut changes = Vec::with_capacity(2);
         if signal.filter.is_none() {
@@ -315,11 +319,17 @@ impl PostgresSource {
             });
         }
         changes.push(StageChange::SourceState(next.encode(&signal.table)?));
-        self.assembler.push_changes(changes, "a resync signal")?;
+        // Staged with the signal's transaction, or with nothing if it aborts. The source
+        // reopens after its commit and reads the progress it staged.
+        let events = self
+            .assembler
+            .push_changes(changes, m.xid, "a resync signal")?;
         tracing::info!(table = %signal.table, filter = signal.filter.is_some(), position = %format_lsn(m.lsn), "resync signal read; the table is read again");
-        self.progress = next;
-        self.reopen_for = Some(signal.table);
-        Ok(())
+        match self.assembler.streamed_xid() {
+            Some(xid) => self.resync_streamed = Some((xid, signal.table)),
+            None => self.reopen_for = Some(signal.table),
+        }
+        Ok(events)
     }
 
     async fn send_status(&mut self) -> Result<(), PgSourceError> {
@@ -585,7 +595,28 @@ impl PostgresSource {
                     if let PgOutputMessage::Message(m) = &message
                         && m.prefix == RESYNC_PREFIX
                     {
-                        self.resync_signal(m)?;
+                        let events = self.resync_signal(m)?;
+                        self.ready.extend(events);
+                    }
+                    match &message {
+                        PgOutputMessage::StreamCommit(c)
+                            if self
+                                .resync_streamed
+                                .as_ref()
+                                .is_some_and(|(x, _)| *x == c.xid) =>
+                        {
+                            self.reopen_for = self.resync_streamed.take().map(|(_, t)| t);
+                        }
+                        PgOutputMessage::StreamAbort(a)
+                            if a.xid == a.subxact_xid
+                                && self
+                                    .resync_streamed
+                                    .as_ref()
+                                    .is_some_and(|(x, _)| *x == a.xid) =>
+                        {
+                            self.resync_streamed = None;
+                        }
+                        _ => {}
                     }
                     let watermark = match (&message, self.snapshot.as_mut()) {
                         (PgOutputMessage::Message(m), Some(snapshot))
