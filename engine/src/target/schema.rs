@@ -16,6 +16,10 @@ use crate::value::Value;
 
 /// DDL of the `weir` schema. Idempotent.
 const WEIR_SCHEMA_SQL: &str = r#"
+-- One statement list is one transaction: the lock (held to its end) makes two
+-- processes that start at once take turns, where their DDL would otherwise deadlock.
+-- Two int4 keys: not the key space of the partitions' bigint locks.
+SELECT pg_advisory_xact_lock(2003133810, 1);
 CREATE SCHEMA IF NOT EXISTS weir;
 CREATE TABLE IF NOT EXISTS weir.partitions (
     target_table     text        NOT NULL,
