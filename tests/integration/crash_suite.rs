@@ -1138,6 +1138,17 @@ async fn crash_suite_kills_while_intake_and_writes_overlap_end_exact() {
             .stderr(std::fs::File::create(db.path(&log)).expect("create a weir log"))
             .spawn()
             .expect("spawn weir");
+        // The run's life is counted from when it streams: on a loaded machine its start
+        // alone can outlast the wait, and then no write round would ever open.
+        let up = Instant::now();
+        while up.elapsed() < Duration::from_secs(60)
+            && !std::fs::read_to_string(db.path(&log))
+                .unwrap_or_default()
+                .contains("streaming from the replication slot")
+            && child.try_wait().expect("poll weir run").is_none()
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         tokio::time::sleep(Duration::from_millis(500 + rng.below(2000))).await;
         if let Some(status) = child.try_wait().expect("poll weir run") {
             let body = std::fs::read_to_string(db.path(&log)).unwrap_or_default();
