@@ -151,7 +151,7 @@ impl BadLine {
 /// `which` of the envelope's struct, whose own `fields` name each column's `field`,
 /// `type` and optional `name` (the logical type) and `parameters`. Fields without a
 /// logical name Weir knows are left out (their values are read by the column's type).
-fn image_schema(schema: Option<&Json>, which: &str) -> Result<Vec<(String, Logical)>, String> {
+pub fn image_schema(schema: Option<&Json>, which: &str) -> Result<Vec<(String, Logical)>, String> {
     let Some(fields) = schema
         .and_then(|s| s.get("fields"))
         .and_then(Json::as_array)

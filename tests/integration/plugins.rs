@@ -72,7 +72,11 @@ fn run_case(plugin: &weir::plugin::Plugin, case: &J) -> Result<String, J> {
             input_text.push('\n');
         }
     }
-    let input = pjson::read_input_rows(&input_text, "case", &[]).expect("case rows");
+    let input: Vec<_> = pjson::read_input_rows(&input_text, "case", &Default::default())
+        .expect("case rows")
+        .into_iter()
+        .map(|(_, row)| row)
+        .collect();
     let config: Vec<(String, String)> = case["config"]
         .as_object()
         .expect("config")
@@ -556,7 +560,20 @@ fn plugin_test_in(
     partition: &str,
     args: &[&str],
 ) -> (Option<i32>, String, J, String) {
+    plugin_test_cached(wasm, input, partition, args, None)
+}
+
+/// `plugin_test_in` with compiled plugins cached in `cache` (default: a fresh folder),
+/// so that a large component (Python's) is compiled once for many runs.
+fn plugin_test_cached(
+    wasm: &Path,
+    input: &str,
+    partition: &str,
+    args: &[&str],
+    cache: Option<PathBuf>,
+) -> (Option<i32>, String, J, String) {
     let dir = tempfile::tempdir().expect("tempdir");
+    let cache = cache.unwrap_or_else(|| dir.path().join("cache"));
     let rows = dir.path().join("rows.jsonl");
     std::fs::write(&rows, input).expect("write rows");
     let out = Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -567,7 +584,7 @@ fn plugin_test_in(
         .args(["--partition", partition])
         .args(args)
         .env("RUST_LOG", "info")
-        .env("WEIR_PLUGIN_CACHE", dir.path().join("cache"))
+        .env("WEIR_PLUGIN_CACHE", cache)
         .output()
         .expect("run weir plugin test");
     let stderr = text(&out.stderr);
@@ -717,6 +734,107 @@ fn hostile_plugins_hit_the_sandbox_limits_with_clear_errors() {
             "{name}: RSS grew from {first} KiB after one call to {last} KiB after 1000 (bound: 16 MiB)"
         );
     }
+}
+
+/// `weir plugin test` reads rows as the feed writes them (Debezium envelopes, plain
+/// JSON typed by `--column`, tagged values) and prints each input row's fate in input
+/// order, the same in every language; a number that could be a decimal or a float is
+/// refused untyped, and a rejection of an untyped column comes with a hint.
+#[test]
+fn plugin_test_previews_feed_rows_with_each_rows_fate() {
+    let input = [
+        json!({"op": "c", "before": null, "after": {"id": 1, "customer": "alice", "order_date": "2026-03-01", "amount": "7", "status": "new"}, "source": {"schema": "public", "table": "orders", "txId": 7}, "ts_ms": 1_772_323_200_000i64}),
+        json!({"id": 2, "customer": "bob", "order_date": "2026-03-01", "amount": 19.9, "status": "shipped"}),
+        json!({"id": 3, "customer": "carol", "order_date": {"date": 20513}, "amount": {"decimal": "-1"}, "status": "new"}),
+        json!({"op": "d", "before": {"id": 4, "order_date": "2026-03-01", "amount": "1"}, "after": null, "source": {"schema": "public", "table": "orders"}}),
+    ]
+    .iter()
+    .map(|j| format!("{j}\n"))
+    .collect::<String>();
+    let typed = [
+        "-C",
+        "rate=1.0825",
+        "--column",
+        "order_date=date,amount=numeric",
+    ];
+    let mut outputs = Vec::new();
+    for lang in ORDERS_PLUGINS {
+        let (code, out, _, stderr) = plugin_test_cached(
+            &plugin(lang),
+            &input,
+            "2026-03-01",
+            &typed,
+            PluginHost::default_cache_dir(),
+        );
+        assert_eq!(code, Some(0), "{lang}: {stderr}");
+        let lines: Vec<J> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect();
+        assert_eq!(lines.len(), 4, "{lang}: one fate per input row: {out}");
+        assert_eq!(lines[0]["line"], 1);
+        assert_eq!(
+            lines[0]["row"]["amount"],
+            json!({"decimal": "7.00"}),
+            "{lang}"
+        );
+        assert_eq!(lines[0]["row"]["amount_eur"], json!({"decimal": "7.58"}));
+        assert_eq!(
+            lines[1]["row"]["amount"],
+            json!({"decimal": "19.90"}),
+            "{lang}"
+        );
+        assert_eq!(
+            lines[2],
+            json!({"line": 3, "rejection": {"key": [{"integer": 3}], "reason": "amount is negative"}})
+        );
+        assert_eq!(
+            lines[3],
+            json!({"line": 4, "dropped": {"key": [{"integer": 4}]}})
+        );
+        assert!(
+            stderr.contains("plugin test: 4 input rows: 2 output rows, 1 rejected, 1 dropped"),
+            "{lang}: {stderr}"
+        );
+        outputs.push(out);
+    }
+    assert!(outputs.windows(2).all(|w| w[0] == w[1]), "{outputs:?}");
+
+    // Untyped: `19.9` is refused with what to do; the rest is read by its shape, and a
+    // date given as a string is text, which the plugin rejects: the hint says why.
+    let (code, _, _, stderr) = plugin_test(&plugin("orders-rust"), &input, &["-C", "rate=1"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rows.jsonl:2: column `amount`: 19.9 is a number with a fraction")
+            && stderr.contains("--column amount=numeric(12,2)"),
+        "{stderr}"
+    );
+    let without_line_2: String = input
+        .lines()
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    let (code, out, _, stderr) =
+        plugin_test(&plugin("orders-rust"), &without_line_2, &["-C", "rate=1"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        out.starts_with(r#"{"line":1,"rejection":{"key":[{"integer":1}],"reason":"column `order_date` is not a date"}}"#),
+        "{out}"
+    );
+    assert!(
+        stderr.contains("hint: column `order_date` was given without a type")
+            && stderr.contains("--column order_date=date"),
+        "{stderr}"
+    );
+    // A bad type name is refused naming the flag.
+    let (code, _, _, stderr) = plugin_test(
+        &plugin("orders-rust"),
+        &input,
+        &["--column", "amount=money"],
+    );
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("--column `amount=money`"), "{stderr}");
 }
 
 /// `n` orders rows in `plugin test`'s input format.

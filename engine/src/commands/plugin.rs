@@ -90,6 +90,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
             table,
             config_values,
             key,
+            columns,
             repeat,
             limits,
         } => {
@@ -111,7 +112,14 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 std::fs::read_to_string(&input)
                     .with_context(|| format!("read rows from {}", input.display()))?
             };
-            let rows = json::read_input_rows(&text, &input.display().to_string(), &key)?;
+            let schema = json::InputSchema {
+                key_columns: key,
+                types: column_types(&columns)?,
+            };
+            let (lines, rows): (Vec<usize>, Vec<_>) =
+                json::read_input_rows(&text, &input.display().to_string(), &schema)?
+                    .into_iter()
+                    .unzip();
             let partition = if partition == weir::partition::Partition::NULL_NAME {
                 weir::partition::Partition::Null
             } else {
@@ -147,7 +155,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 let outcome = result.map_err(|e| e.to_string());
                 let fingerprint = outcome
                     .as_ref()
-                    .map(|o| render_output(plugin.description(), o))
+                    .map(|o| fingerprint(plugin.description(), o))
                     .map_err(Clone::clone);
                 match &first {
                     None => {
@@ -168,14 +176,48 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 peak_rss_kib = weir::procmem::peak_rss_kib(weir::procmem::Process::This),
                 "plugin test runs done"
             );
-            let Some((_, outcome)) = first else {
+            let Some((fingerprint_of_job, outcome)) = first else {
                 anyhow::bail!("no run");
             };
             let output = outcome.map_err(|e| anyhow::anyhow!(e))?;
             let d = plugin.description();
+            // A row plugin's rows are matched to their input rows by a second run that
+            // pushes one row per call; it must give what the engine's chunks gave.
+            let rows = std::sync::Arc::new(rows);
+            let fates = if d.kind == plugin::Kind::Row {
+                let fates = plugin::run_row_by_row_on_thread(
+                    std::sync::Arc::clone(&plugin),
+                    limits,
+                    job,
+                    std::sync::Arc::clone(&rows),
+                )
+                .await?;
+                if Ok(fingerprint_of_fates(d, &rows, &fates)) != fingerprint_of_job {
+                    anyhow::bail!(
+                        "the plugin's output differs when its rows are pushed one per call from \
+                         its output when they are pushed in chunks: a row plugin's output must \
+                         depend only on each row (the engine chunks rows as it sees fit)"
+                    );
+                }
+                Some(fates)
+            } else {
+                None
+            };
+            let preview = Preview {
+                d,
+                lines: &lines,
+                rows: &rows,
+                output: &output,
+                fates: fates.as_ref(),
+            };
             std::io::stdout()
                 .lock()
-                .write_all(render_output(d, &output).as_bytes())?;
+                .write_all(preview.render().as_bytes())?;
+            let mut err = std::io::stderr().lock();
+            writeln!(err, "{}", preview.summary())?;
+            for hint in preview.type_hints(&schema) {
+                writeln!(err, "hint: {hint}")?;
+            }
             tracing::info!(
                 plugin = %d.name,
                 sha256 = %plugin.sha256_hex(),
@@ -192,23 +234,211 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
     }
 }
 
-/// A job's output as `weir plugin test` prints it: one JSON line per output row, then
-/// one per rejection.
-fn render_output(d: &weir::plugin::Description, output: &weir::plugin::JobOutput) -> String {
-    use weir::plugin::json;
-    let mut out = String::new();
-    for row in &output.rows {
-        out.push_str(&serde_json::json!({ "row": json::tagged_row(&d.columns, row) }).to_string());
-        out.push('\n');
+/// `--column` values (`NAME=TYPE`, several per value separated by commas outside
+/// parentheses: `id=bigint,amount=numeric(12,2)`) as column types.
+fn column_types(values: &[String]) -> anyhow::Result<Vec<(String, weir::value::ColumnType)>> {
+    let mut types = Vec::new();
+    for value in values {
+        let (mut depth, mut start) = (0i32, 0);
+        let mut items = Vec::new();
+        for (i, c) in value.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(&value[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        items.push(&value[start..]);
+        for item in items {
+            let (name, ty) = item.split_once('=').ok_or_else(|| {
+                anyhow::anyhow!("--column `{item}`: write NAME=TYPE (e.g. amount=numeric(12,2))")
+            })?;
+            let ty = ty
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--column `{item}`: {e}"))?;
+            types.push((name.trim().to_owned(), ty));
+        }
     }
-    for r in &output.rejections {
-        let key: Vec<_> = r.key.iter().map(json::tagged).collect();
-        out.push_str(
-            &serde_json::json!({ "rejection": { "key": key, "reason": r.reason } }).to_string(),
+    Ok(types)
+}
+
+/// What `weir plugin test` prints of a job: each input row's fate in input order.
+struct Preview<'a> {
+    d: &'a weir::plugin::Description,
+    /// The input line of each input row.
+    lines: &'a [usize],
+    rows: &'a [weir::plugin::InputRow],
+    /// The job as the engine runs it (chunks).
+    output: &'a weir::plugin::JobOutput,
+    /// A row plugin's output per input row.
+    fates: Option<&'a weir::plugin::RowFates>,
+}
+
+impl Preview<'_> {
+    /// JSON lines: per input row in input order, `{"line": N, "row": {...}}` for each
+    /// output row it gave, `{"line": N, "rejection": {...}}` or `{"line": N, "dropped":
+    /// {"key": [...]}}`; then the rows `finish` gave (a partition plugin's rows),
+    /// `{"row": {...}}`. A partition plugin's input rows show only their rejections.
+    fn render(&self) -> String {
+        use serde_json::json;
+        use weir::plugin::json::{tagged, tagged_row};
+        let mut out = String::new();
+        let mut line = |j: serde_json::Value| {
+            out.push_str(&j.to_string());
+            out.push('\n');
+        };
+        let key =
+            |i: usize| -> Vec<serde_json::Value> { self.rows[i].key.iter().map(tagged).collect() };
+        let finish_rows = match self.fates {
+            Some(fates) => {
+                for (i, (rows, rejection)) in fates.per_input.iter().enumerate() {
+                    let n = self.lines[i];
+                    for row in rows {
+                        line(json!({ "line": n, "row": tagged_row(&self.d.columns, row) }));
+                    }
+                    match rejection {
+                        Some(reason) => line(
+                            json!({ "line": n, "rejection": { "key": key(i), "reason": reason } }),
+                        ),
+                        None if rows.is_empty() => {
+                            line(json!({ "line": n, "dropped": { "key": key(i) } }))
+                        }
+                        None => {}
+                    }
+                }
+                &fates.finish
+            }
+            None => {
+                let mut rejections: Vec<_> = self.output.rejections.iter().collect();
+                rejections.sort_by_key(|r| r.input);
+                for r in rejections {
+                    line(json!({
+                        "line": self.lines[r.input],
+                        "rejection": { "key": key(r.input), "reason": r.reason },
+                    }));
+                }
+                &self.output.rows
+            }
+        };
+        for row in finish_rows {
+            line(json!({ "row": tagged_row(&self.d.columns, row) }));
+        }
+        out
+    }
+
+    /// One line for a person: what became of the input.
+    fn summary(&self) -> String {
+        let n = self.rows.len();
+        let rejected = self.output.rejections.len();
+        let per_row = self.output.fuel.checked_div(n as u64).unwrap_or(0);
+        let used = format!(
+            "fuel {} ({per_row} per input row), peak plugin memory {} KiB",
+            self.output.fuel,
+            self.output.peak_memory_bytes.div_ceil(1024)
         );
-        out.push('\n');
+        match self.fates {
+            Some(fates) => {
+                let dropped = fates
+                    .per_input
+                    .iter()
+                    .filter(|(rows, rejection)| rows.is_empty() && rejection.is_none())
+                    .count();
+                format!(
+                    "plugin test: {n} input rows: {} output rows, {rejected} rejected, {dropped} dropped; {used}",
+                    self.output.rows.len()
+                )
+            }
+            None => format!(
+                "plugin test: {n} input rows, {rejected} rejected; {} output rows (a partition plugin: rows are not matched to input rows); {used}",
+                self.output.rows.len()
+            ),
+        }
     }
-    out
+
+    /// Hints for rejections that name a column the input gave untyped: the plugin
+    /// probably expected a date, timestamp or decimal that plain JSON reads as text or
+    /// an integer.
+    fn type_hints(&self, schema: &weir::plugin::json::InputSchema) -> Vec<String> {
+        let mut hinted: Vec<&str> = Vec::new();
+        for r in &self.output.rejections {
+            let Some(column) = r
+                .reason
+                .strip_prefix("column `")
+                .and_then(|rest| rest.split_once("` is not "))
+                .map(|(column, _)| column)
+            else {
+                continue;
+            };
+            let untyped = !schema.types.iter().any(|(c, _)| c == column)
+                && self.rows[r.input].columns.iter().any(|(c, _)| c == column);
+            if untyped && !hinted.contains(&column) {
+                hinted.push(column);
+            }
+        }
+        hinted
+            .into_iter()
+            .map(|c| {
+                format!(
+                    "column `{c}` was given without a type, so its plain JSON was read by its \
+                     shape (a string as text, a whole number as an integer); if it is a date, a \
+                     timestamp or a decimal, say so: --column {c}=date (or timestamp, \
+                     numeric(12,2), ...)"
+                )
+            })
+            .collect()
+    }
+}
+
+/// A job's output rows and rejections, sorted, to compare runs.
+fn fingerprint(d: &weir::plugin::Description, output: &weir::plugin::JobOutput) -> Vec<String> {
+    fingerprint_of(
+        d,
+        output.rows.iter(),
+        output
+            .rejections
+            .iter()
+            .map(|r| (&r.key[..], r.reason.as_str())),
+    )
+}
+
+/// The fingerprint of a row-by-row run, comparable to [`fingerprint`]'s.
+fn fingerprint_of_fates(
+    d: &weir::plugin::Description,
+    input: &[weir::plugin::InputRow],
+    fates: &weir::plugin::RowFates,
+) -> Vec<String> {
+    let rows = fates
+        .per_input
+        .iter()
+        .flat_map(|(rows, _)| rows)
+        .chain(&fates.finish);
+    let rejections = fates
+        .per_input
+        .iter()
+        .zip(input)
+        .filter_map(|((_, r), row)| r.as_deref().map(|reason| (&row.key[..], reason)));
+    fingerprint_of(d, rows, rejections)
+}
+
+fn fingerprint_of<'a>(
+    d: &weir::plugin::Description,
+    rows: impl Iterator<Item = &'a Vec<weir::value::Value>>,
+    rejections: impl Iterator<Item = (&'a [weir::value::Value], &'a str)>,
+) -> Vec<String> {
+    use weir::plugin::json::{tagged, tagged_row};
+    let mut all: Vec<String> = rows
+        .map(|row| serde_json::json!({ "row": tagged_row(&d.columns, row) }).to_string())
+        .chain(rejections.map(|(key, reason)| {
+            let key: Vec<_> = key.iter().map(tagged).collect();
+            serde_json::json!({ "rejection": { "key": key, "reason": reason } }).to_string()
+        }))
+        .collect();
+    all.sort_unstable();
+    all
 }
 
 impl LimitArgs {
@@ -243,14 +473,18 @@ impl LimitArgs {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub(crate) enum PluginCommand {
-    /// Run a plugin on sample rows in the sandbox; print its output rows and rejections
-    /// as JSON lines (`{"row": {...}}`, `{"rejection": {...}}`), values in the tagged
-    /// form of plugins/examples/orders-cases.jsonl.
+    /// Run a plugin on sample rows in the sandbox, as the engine runs a partition job;
+    /// print each input row's fate in input order as JSON lines (`{"line": N, "row":
+    /// {...}}`, `{"line": N, "rejection": {...}}`, `{"line": N, "dropped": {...}}`),
+    /// values in the tagged form of plugins/examples/orders-cases.jsonl, and a summary
+    /// on standard error.
     Test {
         /// The plugin component (.wasm).
         wasm: PathBuf,
-        /// JSON lines, one row each: a staged row (`{"key": [...], "op": "insert",
-        /// "columns": {...}}`) or just its columns; `-` reads stdin.
+        /// JSON lines, one row each: a Debezium envelope as in a JSON-lines feed
+        /// (`{"op": "c", "after": {...}, ...}`), a staged row (`{"key": [...], "op":
+        /// "insert", "columns": {...}}`) or just its columns; values plain (typed by
+        /// `--column`) or tagged (`{"decimal": "1.50"}`); `-` reads stdin.
         #[arg(long)]
         input: PathBuf,
         /// The partition the rows belong to (e.g. 2026-03-01, or __null__).
@@ -268,6 +502,12 @@ pub(crate) enum PluginCommand {
         /// Key columns of rows that give no `key`.
         #[arg(long, value_delimiter = ',', default_value = "id")]
         key: Vec<String>,
+        /// The type of a column given as plain JSON, as in a table's `columns`
+        /// (`order_date=date`, `amount=numeric(12,2)`); repeat, or separate with commas.
+        /// Its values are read as the JSON-lines feed reads them. Untyped columns are
+        /// read by their JSON shape.
+        #[arg(long = "column", value_name = "NAME=TYPE")]
+        columns: Vec<String>,
         /// Run the job this many times in this process, each in a fresh instance as the
         /// engine does; fail if any run's output or error differs from the first. The
         /// closing log line reports the resident memory after the first run and at the

@@ -199,6 +199,58 @@ impl Plugin {
     }
 }
 
+/// A job run one input row per call (`weir plugin test`'s view of a row plugin): what
+/// each input row became, in input order, and what `finish` returned.
+#[derive(Debug, Default)]
+pub struct RowFates {
+    /// Per input row: its output rows (checked as the engine checks them) and its
+    /// rejection reason, if the plugin rejected it.
+    pub per_input: Vec<(Vec<Vec<Value>>, Option<String>)>,
+    /// Output rows `finish` returned (a row plugin usually returns none).
+    pub finish: Vec<Vec<Value>>,
+}
+
+impl Plugin {
+    /// Runs a job pushing one row per call, so that what a call returns is that row's
+    /// fate. Each call is budgeted for its one row, as the engine budgets a chunk for
+    /// its rows; output rows get the checks and padding of [`Plugin::run_job`].
+    pub fn run_row_by_row(
+        &self,
+        limits: &SandboxLimits,
+        spec: &JobSpec<'_>,
+        input: &[InputRow],
+    ) -> Result<RowFates, PluginError> {
+        let clock_micros = input
+            .iter()
+            .filter_map(|r| r.commit_time)
+            .max()
+            .unwrap_or(0);
+        let mut session = self.start_job(limits, spec, clock_micros)?;
+        let mut check = OutputCheck::new(self, session.job(), spec);
+        let mut fates = RowFates::default();
+        for row in input {
+            let out = session.push(std::slice::from_ref(row))?;
+            let mut rows = out.rows;
+            check.check(&mut rows)?;
+            let mut rejection = None;
+            for (key, reason) in out.rejections {
+                if key != row.key || rejection.is_some() {
+                    return Err(check.not_pushed(&key));
+                }
+                rejection = Some(reason);
+            }
+            fates.per_input.push((rows, rejection));
+        }
+        let (out, _) = session.finish()?;
+        if let Some((key, _)) = out.rejections.first() {
+            return Err(check.not_pushed(key));
+        }
+        fates.finish = out.rows;
+        check.check(&mut fates.finish)?;
+        Ok(fates)
+    }
+}
+
 impl JobSession<'_> {
     /// The job's name in errors.
     pub fn job(&self) -> &str {
@@ -546,6 +598,31 @@ pub async fn run_job_on_thread(
     }
     rx.await
         .unwrap_or_else(|_| (Vec::new(), Err(PluginError::Lost)))
+}
+
+/// Runs [`Plugin::run_row_by_row`] on a thread of its own, as [`run_job_on_thread`]
+/// runs a job.
+pub async fn run_row_by_row_on_thread(
+    plugin: Arc<Plugin>,
+    limits: SandboxLimits,
+    job: OwnedJob,
+    input: Arc<Vec<InputRow>>,
+) -> Result<RowFates, PluginError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("weir-plugin-job".into())
+        .stack_size(job_thread_stack(&limits))
+        .spawn(move || {
+            let spec = JobSpec {
+                table: &job.table,
+                partition: &job.partition,
+                grain: job.grain,
+                config: &job.config,
+            };
+            let _ = tx.send(plugin.run_row_by_row(&limits, &spec, &input));
+        })
+        .map_err(PluginError::Thread)?;
+    rx.await.unwrap_or(Err(PluginError::Lost))
 }
 
 /// `id = 42, day = 2026-03-01` for a grain key's values.

@@ -37,7 +37,7 @@ pub use cache::{CacheError, WASMTIME_VERSION};
 use job::run_on_stack;
 pub use job::{
     CallOutput, InputRow, JobOutput, JobSession, JobSpec, JobStats, KeyIndex, OutputCheck,
-    OwnedJob, Rejection, job_thread_stack, run_job_on_thread,
+    OwnedJob, Rejection, RowFates, job_thread_stack, run_job_on_thread, run_row_by_row_on_thread,
 };
 use sandbox::{JobSeed, JobState};
 pub use schema::{Description, Kind, OutputColumn, OutputType};
