@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value as J, json};
 use sha2::{Digest, Sha256};
-use weir::partition::{Grain, Partition};
-use weir::plugin::{JobSpec, PluginError, PluginHost, SandboxLimits, json as pjson};
+use weir::partition::Grain;
+use weir::plugin::{PluginHost, SandboxLimits};
 use weir::procmem::{self, Process};
 
 use crate::harness::{TestDb, text};
@@ -49,106 +49,18 @@ fn sha256_file(path: &Path) -> String {
     hex::encode(Sha256::digest(std::fs::read(path).expect("read plugin")))
 }
 
-fn cases() -> Vec<J> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../plugins/examples/orders-cases.jsonl"
-    );
-    std::fs::read_to_string(path)
-        .expect("read orders cases")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("case is JSON"))
-        .collect()
-}
+const ORDERS_CASES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../plugins/examples/orders-cases.jsonl"
+);
 
-/// Runs one case through a loaded plugin in the host; returns what `weir plugin test`
-/// would print, or the error as `{"kind": "message"}`.
-fn run_case(plugin: &weir::plugin::Plugin, case: &J) -> Result<String, J> {
-    let mut input_text = String::new();
-    for chunk in case["chunks"].as_array().expect("chunks") {
-        for row in chunk.as_array().expect("chunk") {
-            input_text.push_str(&row.to_string());
-            input_text.push('\n');
-        }
-    }
-    let input: Vec<_> = pjson::read_input_rows(&input_text, "case", &Default::default())
-        .expect("case rows")
-        .into_iter()
-        .map(|(_, row)| row)
-        .collect();
-    let config: Vec<(String, String)> = case["config"]
-        .as_object()
-        .expect("config")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().expect("config text").to_owned()))
-        .collect();
-    let config = weir::plugin::normalize_config(&config);
-    let partition = match case["partition"]["name"].as_str().expect("name") {
-        Partition::NULL_NAME => Partition::Null,
-        name => Partition::Key(name.into()),
-    };
-    let spec = JobSpec {
-        table: case["partition"]["table"].as_str().expect("table"),
-        partition: &partition,
-        grain: Grain::Day,
-        config: &config,
-    };
-    match plugin.run_job(&SandboxLimits::default(), &spec, &input) {
-        Ok(out) => {
-            let d = plugin.description();
-            let mut text = String::new();
-            for row in &out.rows {
-                text.push_str(&json!({ "row": pjson::tagged_row(&d.columns, row) }).to_string());
-                text.push('\n');
-            }
-            for r in &out.rejections {
-                let key: Vec<J> = r.key.iter().map(pjson::tagged).collect();
-                text.push_str(&json!({"rejection": {"key": key, "reason": r.reason}}).to_string());
-                text.push('\n');
-            }
-            Ok(text)
-        }
-        Err(PluginError::Guest { kind, message, .. }) => {
-            let kind = match kind {
-                "invalid config" => "invalid-config",
-                "invalid input" => "invalid-input",
-                _ => "other",
-            };
-            Err(json!({ kind: message }))
-        }
-        Err(other) => panic!("case {}: {other}", case["case"]),
-    }
-}
-
-/// The expected output of a case, rendered as `run_case` renders it.
-fn expected(case: &J, columns: &[String]) -> Result<String, J> {
-    let expect = &case["expect"];
-    if let Some(error) = expect.get("error") {
-        return Err(error.clone());
-    }
-    let mut text = String::new();
-    for row in expect["rows"].as_array().expect("rows") {
-        let ordered: serde_json::Map<String, J> = columns
-            .iter()
-            .map(|c| (c.clone(), row.get(c).cloned().unwrap_or(J::Null)))
-            .collect();
-        text.push_str(&json!({ "row": ordered }).to_string());
-        text.push('\n');
-    }
-    for r in expect["rejections"].as_array().expect("rejections") {
-        text.push_str(&json!({"rejection": {"key": r["key"], "reason": r["reason"]}}).to_string());
-        text.push('\n');
-    }
-    Ok(text)
-}
-
+/// The shared cases pass in every language's component in Weir's own host (the
+/// engine's case runner, as `weir plugin test --cases` runs it), so their outputs are
+/// identical byte for byte; and the command says which case failed and why.
 #[test]
 fn the_orders_cases_pass_in_rust_python_and_javascript_with_identical_bytes() {
-    let cases = cases();
-    assert!(cases.len() >= 30, "the shared cases are all there");
+    let cases = std::fs::read_to_string(ORDERS_CASES).expect("read orders cases");
     let host = PluginHost::new(PluginHost::default_cache_dir());
-    let mut outputs: Vec<(String, Vec<Result<String, J>>)> = Vec::new();
     for name in ORDERS_PLUGINS {
         let p = host
             .load(&plugin(name), &SandboxLimits::default())
@@ -158,30 +70,53 @@ fn the_orders_cases_pass_in_rust_python_and_javascript_with_identical_bytes() {
             (d.name.as_str(), d.partition_column.as_str()),
             ("orders", "order_date")
         );
-        let columns: Vec<String> = d.columns.iter().map(|c| c.name.clone()).collect();
-        let mut got = Vec::new();
-        let mut failures = Vec::new();
-        for case in &cases {
-            let out = run_case(&p, case);
-            let want = expected(case, &columns);
-            if out != want {
-                failures.push(format!(
-                    "{name}: case {}:\n  got  {out:?}\n  want {want:?}",
-                    case["case"]
-                ));
-            }
-            got.push(out);
-        }
+        let results = weir::plugin::cases::run_cases(
+            &p,
+            &SandboxLimits::default(),
+            Grain::Day,
+            &cases,
+            "orders-cases.jsonl",
+        )
+        .expect("cases run");
+        assert!(results.len() >= 30, "the shared cases are all there");
+        let failures: Vec<String> = results
+            .iter()
+            .filter_map(|r| {
+                let (got, want) = r.failure.as_ref()?;
+                Some(format!(
+                    "{name}: case {}:\n  got  {got}\n  want {want}",
+                    r.name
+                ))
+            })
+            .collect();
         assert!(failures.is_empty(), "{}", failures.join("\n"));
-        outputs.push((name.to_owned(), got));
     }
-    for (name, out) in &outputs[1..] {
-        assert_eq!(
-            out, &outputs[0].1,
-            "{name} and {} differ in bytes",
-            outputs[0].0
-        );
-    }
+
+    // From the command line: one changed expectation fails its case, exit 1.
+    let first = cases.lines().next().expect("a case");
+    assert!(first.contains("\"108.25\""), "{first}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("cases.jsonl");
+    std::fs::write(
+        &bad,
+        format!("{}\n{}\n", first.replace("\"108.25\"", "\"108.26\""), first),
+    )
+    .expect("write cases");
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["plugin", "test"])
+        .arg(plugin("orders-rust"))
+        .arg("--cases")
+        .arg(&bad)
+        .output()
+        .expect("run weir plugin test --cases");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL converts amount at the configured rate, exact (line 1)")
+            && stdout.contains("ok   converts amount at the configured rate, exact (line 2)")
+            && stdout.contains("2 cases: 1 passed, 1 failed"),
+        "{stdout}"
+    );
 }
 
 /// One Debezium line for `table` (an orders-shaped row).

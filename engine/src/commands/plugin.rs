@@ -84,6 +84,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
         }
         PluginCommand::Test {
             wasm,
+            cases,
             input,
             partition,
             grain,
@@ -106,6 +107,14 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 config.push((k.to_owned(), v.to_owned()));
             }
             let config = plugin::normalize_config(&config);
+            let limits_of_flags = limits.limits();
+            if let Some(cases) = cases {
+                return run_cases(host, &wasm, &cases, grain, limits_of_flags).await;
+            }
+            // Clap requires both without `--cases`.
+            let (Some(input), Some(partition)) = (input, partition) else {
+                anyhow::bail!("give --input and --partition, or --cases");
+            };
             let text = if input.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin()).context("read rows from stdin")?
             } else {
@@ -125,7 +134,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
             } else {
                 weir::partition::Partition::Key(partition)
             };
-            let limits = limits.limits();
+            let limits = limits_of_flags;
             let job = plugin::OwnedJob {
                 table,
                 partition,
@@ -232,6 +241,66 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `weir plugin test WASM --cases FILE`: every case in Weir's host; `ok`/`FAIL` lines
+/// on standard output, what a failed case gave and expected, and a count.
+async fn run_cases(
+    host: weir::plugin::PluginHost,
+    wasm: &std::path::Path,
+    cases: &std::path::Path,
+    grain: weir::partition::Grain,
+    limits: weir::plugin::SandboxLimits,
+) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(cases)
+        .with_context(|| format!("read cases from {}", cases.display()))?;
+    let (wasm, path) = (wasm.to_owned(), cases.display().to_string());
+    let stack = weir::plugin::job_thread_stack(&limits);
+    // Jobs run on a thread whose stack holds the wasm stack limit.
+    let results = tokio::task::spawn_blocking(move || {
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("weir-plugin-cases".into())
+                .stack_size(stack)
+                .spawn_scoped(scope, || -> anyhow::Result<_> {
+                    let plugin = host.load(&wasm, &limits)?;
+                    Ok(weir::plugin::cases::run_cases(
+                        &plugin, &limits, grain, &text, &path,
+                    )?)
+                })
+                .map(|t| t.join())
+        })
+    })
+    .await
+    .context("the plugin task stopped unexpectedly")?
+    .context("start the plugin thread")?
+    .map_err(|_| anyhow::anyhow!("the plugin thread stopped unexpectedly"))??;
+    let mut out = std::io::stdout().lock();
+    let failed = results.iter().filter(|r| r.failure.is_some()).count();
+    for r in &results {
+        match &r.failure {
+            None => writeln!(out, "ok   {} (line {})", r.name, r.line)?,
+            Some((got, want)) => {
+                writeln!(out, "FAIL {} (line {})", r.name, r.line)?;
+                for l in got.lines() {
+                    writeln!(out, "  got  {l}")?;
+                }
+                for l in want.lines() {
+                    writeln!(out, "  want {l}")?;
+                }
+            }
+        }
+    }
+    writeln!(
+        out,
+        "{} cases: {} passed, {failed} failed",
+        results.len(),
+        results.len() - failed
+    )?;
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} cases failed", results.len());
+    }
+    Ok(())
 }
 
 /// `--column` values (`NAME=TYPE`, several per value separated by commas outside
@@ -481,15 +550,21 @@ pub(crate) enum PluginCommand {
     Test {
         /// The plugin component (.wasm).
         wasm: PathBuf,
+        /// Run the test cases of this file instead (JSON lines, one case each: the
+        /// form of plugins/examples/orders-cases.jsonl: partition, config, chunks of
+        /// staged rows, and the expected rows and rejections or error); print `ok` or
+        /// `FAIL` per case, and fail unless every case passes.
+        #[arg(long, conflicts_with_all = ["input", "partition", "repeat"])]
+        cases: Option<PathBuf>,
         /// JSON lines, one row each: a Debezium envelope as in a JSON-lines feed
         /// (`{"op": "c", "after": {...}, ...}`), a staged row (`{"key": [...], "op":
         /// "insert", "columns": {...}}`) or just its columns; values plain (typed by
         /// `--column`) or tagged (`{"decimal": "1.50"}`); `-` reads stdin.
-        #[arg(long)]
-        input: PathBuf,
+        #[arg(long, required_unless_present = "cases")]
+        input: Option<PathBuf>,
         /// The partition the rows belong to (e.g. 2026-03-01, or __null__).
-        #[arg(long)]
-        partition: String,
+        #[arg(long, required_unless_present = "cases")]
+        partition: Option<String>,
         /// How the partition column is partitioned.
         #[arg(long, default_value = "day")]
         grain: String,

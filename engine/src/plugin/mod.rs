@@ -16,6 +16,7 @@
 //! is unique; every rejection names a key that was pushed.
 
 mod cache;
+pub mod cases;
 mod job;
 pub mod json;
 mod sandbox;
