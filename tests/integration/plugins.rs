@@ -1197,3 +1197,91 @@ async fn init_adds_a_plugin_s_new_nullable_columns_only_when_asked() {
         text(&refused.stderr)
     );
 }
+
+/// The languages `weir plugin new` writes projects in.
+const GENERATED_LANGS: &[&str] = &["rust"];
+
+/// `weir plugin new NAME --lang L` writes a project that `weir plugin build` builds
+/// with its pinned toolchain and that passes its own cases in Weir's host, as written,
+/// in every language; names and folders are checked.
+#[test]
+fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
+    let weir = |args: &[&str], dir: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .current_dir(dir)
+            // Share the plugins' build cache, so a project's dependencies build once.
+            .env(
+                "CARGO_TARGET_DIR",
+                std::env::var_os("WEIR_PLUGINS_TARGET_DIR").unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                        .join(".cache/weir-plugins-target")
+                        .into()
+                }),
+            )
+            .output()
+            .expect("run weir");
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    for lang in GENERATED_LANGS {
+        let name = format!("mask-{lang}");
+        let (code, out, err) = weir(&["plugin", "new", &name, "--lang", lang], dir.path());
+        assert_eq!(code, Some(0), "{lang}: {out}{err}");
+        let project = dir.path().join(&name);
+        let (code, out, err) = weir(&["plugin", "build"], &project);
+        assert_eq!(code, Some(0), "{lang}: {out}{err}");
+        assert!(
+            out.contains(&format!("plugin `{name}` 0.1.0, 4 columns")),
+            "{lang}: {out}"
+        );
+        let wasm = format!("{name}.wasm");
+        let (code, out, err) = weir(
+            &["plugin", "test", &wasm, "--cases", "cases.jsonl"],
+            &project,
+        );
+        assert_eq!(code, Some(0), "{lang}: {out}{err}");
+        assert!(out.contains("5 cases: 5 passed, 0 failed"), "{lang}: {out}");
+        let (code, out, err) = weir(
+            &[
+                "plugin",
+                "test",
+                &wasm,
+                "--input",
+                "rows.jsonl",
+                "--partition",
+                "2026-03-01",
+                "--column",
+                "day=date",
+                "-C",
+                "drop_country=XX",
+            ],
+            &project,
+        );
+        assert_eq!(code, Some(0), "{lang}: {err}");
+        assert_eq!(
+            out.lines()
+                .map(|l| &l[..l.find(',').unwrap_or(l.len())])
+                .collect::<Vec<_>>(),
+            [r#"{"line":1"#, r#"{"line":2"#, r#"{"line":3"#],
+            "{lang}: {out}"
+        );
+        assert!(
+            out.contains(r#""dropped""#) && out.contains("email has no @"),
+            "{lang}: {out}"
+        );
+    }
+    // A name no language can use, and a folder that is taken, are refused.
+    let (code, _, err) = weir(&["plugin", "new", "Bad_Name", "--lang", "rust"], dir.path());
+    assert_ne!(code, Some(0));
+    assert!(err.contains("plugin name `Bad_Name`"), "{err}");
+    let (code, _, err) = weir(
+        &["plugin", "new", "mask-rust", "--lang", "rust"],
+        dir.path(),
+    );
+    assert_ne!(code, Some(0));
+    assert!(err.contains("exists and is not empty"), "{err}");
+    let (code, _, err) = weir(&["plugin", "build"], dir.path());
+    assert_ne!(code, Some(0));
+    assert!(err.contains("has no build.sh"), "{err}");
+}

@@ -12,6 +12,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod demo;
 pub(crate) mod init;
 pub(crate) mod plugin;
+pub(crate) mod plugin_new;
 pub(crate) mod progress;
 pub(crate) mod resync;
 pub(crate) mod run;

@@ -12,6 +12,8 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
     use weir::plugin::{self, PluginHost, json};
     let host = PluginHost::new(PluginHost::default_cache_dir());
     match command {
+        PluginCommand::New { name, lang, dir } => super::plugin_new::new(&name, lang, dir),
+        PluginCommand::Build { dir } => super::plugin_new::build(&dir).await,
         PluginCommand::Inspect {
             wasm,
             json: as_json,
@@ -591,6 +593,26 @@ pub(crate) enum PluginCommand {
         repeat: u32,
         #[command(flatten)]
         limits: LimitArgs,
+    },
+    /// Write a ready plugin project: source, build.sh, test cases, sample rows, a
+    /// README, and Weir's SDK and contract vendored. It builds and passes its cases as
+    /// written.
+    New {
+        /// The plugin's name: lower-case letters, digits and `-` (e.g. pii-mask).
+        name: String,
+        /// The language.
+        #[arg(long)]
+        lang: super::plugin_new::Lang,
+        /// Where to write it (default: ./NAME); must not exist or be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Build a project `plugin new` wrote: run its build.sh (which installs its pinned
+    /// toolchain if missing), then load the component and print what it declares.
+    Build {
+        /// The project folder.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
     },
     /// Print a plugin's name, version, kind, output schema, sha256 and imports.
     Inspect {

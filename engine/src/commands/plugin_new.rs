@@ -1,0 +1,309 @@
+//! `weir plugin new NAME --lang L`: writes a ready plugin project (source, build script,
+//! test cases, sample rows, a README, and Weir's SDK and contract vendored), and
+//! `weir plugin build [DIR]`: runs a project's build script and checks what it built.
+//!
+//! The templates are `plugins/templates/` (the common files and one folder per
+//! language) and the SDKs of `plugins/`, compiled into the binary, so a project
+//! generated anywhere builds with nothing but the toolchain its `build.sh` installs.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+/// A plugin language `weir plugin new` writes projects for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Lang {
+    Rust,
+}
+
+/// One file of a project: where it goes, its text, and whether the template's
+/// `{{placeholders}}` are filled in (never in vendored SDK files) and it is executable.
+struct File {
+    path: &'static str,
+    text: &'static str,
+    template: bool,
+    executable: bool,
+}
+
+macro_rules! repo {
+    ($path:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../", $path))
+    };
+}
+
+const fn template(path: &'static str, text: &'static str) -> File {
+    File {
+        path,
+        text,
+        template: true,
+        executable: false,
+    }
+}
+
+const fn vendored(path: &'static str, text: &'static str) -> File {
+    File {
+        path,
+        text,
+        template: false,
+        executable: false,
+    }
+}
+
+const fn script(path: &'static str, text: &'static str) -> File {
+    File {
+        path,
+        text,
+        template: true,
+        executable: true,
+    }
+}
+
+/// The files of every project.
+const COMMON: &[File] = &[
+    template("README.md", repo!("plugins/templates/common/README.md")),
+    template("cases.jsonl", repo!("plugins/templates/common/cases.jsonl")),
+    template("rows.jsonl", repo!("plugins/templates/common/rows.jsonl")),
+    vendored(
+        "wit/transform-0.1.0/log.wit",
+        repo!("wit/transform-0.1.0/log.wit"),
+    ),
+    vendored(
+        "wit/transform-0.1.0/transform.wit",
+        repo!("wit/transform-0.1.0/transform.wit"),
+    ),
+    vendored(
+        "wit/transform-0.1.0/types.wit",
+        repo!("wit/transform-0.1.0/types.wit"),
+    ),
+    vendored(
+        "wit/transform-0.1.0/world.wit",
+        repo!("wit/transform-0.1.0/world.wit"),
+    ),
+];
+
+const RUST: &[File] = &[
+    template("Cargo.toml", repo!("plugins/templates/rust/Cargo.toml")),
+    // The plugins' lock file: the project builds with the versions Weir's own plugins
+    // are tested with (cargo drops the entries it does not use).
+    vendored("Cargo.lock", repo!("plugins/Cargo.lock")),
+    template("src/lib.rs", repo!("plugins/templates/rust/src/lib.rs")),
+    script("build.sh", repo!("plugins/templates/rust/build.sh")),
+    vendored(".gitignore", "/target\n*.wasm\n"),
+    vendored(
+        "sdk/weir-plugin/Cargo.toml",
+        repo!("plugins/templates/rust/sdk-Cargo.toml"),
+    ),
+    vendored(
+        "sdk/weir-plugin/src/lib.rs",
+        repo!("plugins/sdk/src/lib.rs"),
+    ),
+    vendored(
+        "sdk/weir-plugin/src/cases.rs",
+        repo!("plugins/sdk/src/cases.rs"),
+    ),
+    vendored(
+        "sdk/weir-plugin/src/decimal.rs",
+        repo!("plugins/sdk/src/decimal.rs"),
+    ),
+    vendored(
+        "sdk/weir-plugin/src/input.rs",
+        repo!("plugins/sdk/src/input.rs"),
+    ),
+    vendored(
+        "sdk/weir-plugin/src/log.rs",
+        repo!("plugins/sdk/src/log.rs"),
+    ),
+    vendored(
+        "sdk/weir-plugin/src/output.rs",
+        repo!("plugins/sdk/src/output.rs"),
+    ),
+    vendored(
+        "sdk/weir-plugin/src/session.rs",
+        repo!("plugins/sdk/src/session.rs"),
+    ),
+];
+
+impl Lang {
+    fn files(self) -> &'static [File] {
+        match self {
+            Lang::Rust => RUST,
+        }
+    }
+
+    /// The README's placeholders: (key, text).
+    fn readme(self) -> [(&'static str, &'static str); 4] {
+        match self {
+            Lang::Rust => [
+                ("language", "Rust"),
+                ("source_files", "`src/lib.rs` and `Cargo.toml`"),
+                ("sdk_files", "`sdk/weir-plugin/` and `wit/`"),
+                (
+                    "language_notes",
+                    "`cargo test` runs the cases natively too. The build needs rustup \
+                     (it adds the `wasm32-wasip2` target if missing); `Cargo.lock` pins \
+                     the versions Weir's own plugins are tested with.",
+                ),
+            ],
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Lang::Rust => "rust",
+        }
+    }
+}
+
+/// Whether `name` can name a plugin, its package and its component file in every
+/// language: lower-case ASCII letters, digits and `-`, starting with a letter.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let ok = name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.ends_with('-');
+    if !ok {
+        anyhow::bail!(
+            "plugin name `{name}`: use lower-case letters, digits and `-`, starting with a \
+             letter and at most 64 characters (e.g. pii-mask)"
+        );
+    }
+    Ok(())
+}
+
+/// `weir plugin new NAME --lang L [--dir DIR]`.
+pub(crate) fn new(name: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::Result<()> {
+    check_name(name)?;
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists() && std::fs::read_dir(&dir).map_or(true, |mut d| d.next().is_some()) {
+        anyhow::bail!(
+            "{} exists and is not empty: choose another --dir, or remove it",
+            dir.display()
+        );
+    }
+    let crate_name = name.replace('-', "_");
+    let mut values = vec![
+        ("name", name),
+        ("lang", lang.name()),
+        ("crate", &crate_name),
+    ];
+    values.extend(lang.readme());
+    for file in COMMON.iter().chain(lang.files()) {
+        let path = dir.join(file.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("create {}", parent.display()))?;
+        }
+        let text = if file.template {
+            fill(file.text, &values)
+        } else {
+            file.text.to_owned()
+        };
+        std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+        if file.executable {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("make {} executable", path.display()))?;
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "wrote {} ({} plugin `{name}`); next:\n  weir plugin build {}\n  weir plugin test {}/{name}.wasm --cases {}/cases.jsonl",
+        dir.display(),
+        lang.name(),
+        dir.display(),
+        dir.display(),
+        dir.display()
+    )?;
+    Ok(())
+}
+
+/// The template's text with each `{{key}}` replaced by its value.
+fn fill(text: &str, values: &[(&str, &str)]) -> String {
+    let mut out = text.to_owned();
+    for (key, value) in values {
+        out = out.replace(&format!("{{{{{key}}}}}"), value);
+    }
+    out
+}
+
+/// `weir plugin build [DIR]`: runs `DIR/build.sh`, whose last line of output is the
+/// component it wrote, then loads the component as the engine would and prints what it
+/// declares.
+pub(crate) async fn build(dir: &Path) -> anyhow::Result<()> {
+    let script = dir.join("build.sh");
+    if !script.is_file() {
+        anyhow::bail!(
+            "{} has no build.sh: run `weir plugin build` in a project `weir plugin new` wrote, or give its folder",
+            dir.display()
+        );
+    }
+    let out = tokio::process::Command::new("sh")
+        .arg("build.sh")
+        .current_dir(dir)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .with_context(|| format!("run {}", script.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        anyhow::bail!(
+            "{} failed ({}): its output is above",
+            script.display(),
+            out.status
+        );
+    }
+    let Some(wasm) = stdout.lines().rev().find(|l| !l.trim().is_empty()) else {
+        anyhow::bail!(
+            "{} printed no component path (its last line must be the .wasm it wrote)",
+            script.display()
+        );
+    };
+    let wasm = dir.join(wasm.trim());
+    let host = weir::plugin::PluginHost::new(weir::plugin::PluginHost::default_cache_dir());
+    let limits = weir::plugin::SandboxLimits::default();
+    let loaded = {
+        let wasm = wasm.clone();
+        tokio::task::spawn_blocking(move || host.load(&wasm, &limits))
+            .await
+            .context("the plugin task stopped unexpectedly")?
+    }
+    .with_context(|| format!("load the component {} build.sh wrote", wasm.display()))?;
+    let d = loaded.description();
+    writeln!(
+        std::io::stdout().lock(),
+        "built {}: plugin `{}` {}, {} columns, sha256 {}, {} bytes",
+        wasm.display(),
+        d.name,
+        d.version,
+        d.columns.len(),
+        loaded.sha256_hex(),
+        loaded.size_bytes()
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_and_placeholders_filled() {
+        for good in ["pii-mask", "a", "orders2"] {
+            assert!(check_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "Pii", "2x", "a_b", "a-", "a b", &"a".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            fill(
+                "{{name}} is {{crate}}; {{other}}",
+                &[("name", "a-b"), ("crate", "a_b")]
+            ),
+            "a-b is a_b; {{other}}"
+        );
+    }
+}
