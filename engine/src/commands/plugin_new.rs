@@ -15,6 +15,7 @@ use anyhow::Context as _;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Lang {
     Rust,
+    C,
 }
 
 /// One file of a project: where it goes, its text, and whether the template's
@@ -124,10 +125,19 @@ const RUST: &[File] = &[
     ),
 ];
 
+const C: &[File] = &[
+    template("plugin.c", repo!("plugins/templates/c/plugin.c")),
+    script("build.sh", repo!("plugins/templates/c/build.sh")),
+    vendored(".gitignore", "/build\n*.wasm\n"),
+    vendored("sdk/weir_plugin.h", repo!("plugins/sdk-c/weir_plugin.h")),
+    vendored("sdk/README.md", repo!("plugins/sdk-c/README.md")),
+];
+
 impl Lang {
     fn files(self) -> &'static [File] {
         match self {
             Lang::Rust => RUST,
+            Lang::C => C,
         }
     }
 
@@ -145,12 +155,28 @@ impl Lang {
                      the versions Weir's own plugins are tested with.",
                 ),
             ],
+            Lang::C => [
+                ("language", "C"),
+                ("source_files", "`plugin.c`"),
+                (
+                    "sdk_files",
+                    "`sdk/weir_plugin.h` (with its README: ownership rules) and `wit/`",
+                ),
+                (
+                    "language_notes",
+                    "The build needs Debian's clang for wasm32-wasi (`apt-get install clang \
+                     lld wasi-libc libclang-rt-dev-wasm32`), cargo (for wit-bindgen-cli) and \
+                     node with npm (for jco); `build.sh` installs the last two, pinned, on \
+                     first use. `sdk/README.md` says who allocates and who frees what.",
+                ),
+            ],
         }
     }
 
     fn name(self) -> &'static str {
         match self {
             Lang::Rust => "rust",
+            Lang::C => "c",
         }
     }
 }
@@ -289,6 +315,27 @@ pub(crate) async fn build(dir: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tool versions a generated build.sh pins are the ones Weir's own plugins
+    /// are built and tested with.
+    #[test]
+    fn generated_builds_pin_the_tools_weirs_plugins_are_built_with() {
+        let jco = repo!("plugins/tools/package.json")
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("\"@bytecodealliance/jco\": \""))
+            .and_then(|v| v.split('"').next())
+            .expect("jco in package.json");
+        let wit_bindgen = repo!("scripts/install-plugin-tools")
+            .lines()
+            .find_map(|l| l.strip_prefix("wit_bindgen_version="))
+            .expect("wit-bindgen in install-plugin-tools");
+        let c = repo!("plugins/templates/c/build.sh");
+        assert!(c.contains(&format!("\njco_version={jco}\n")), "jco {jco}");
+        assert!(
+            c.contains(&format!("\nwit_bindgen_version={wit_bindgen}\n")),
+            "wit-bindgen {wit_bindgen}"
+        );
+    }
 
     #[test]
     fn names_are_checked_and_placeholders_filled() {
