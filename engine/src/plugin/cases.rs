@@ -161,13 +161,8 @@ fn job_lines(
     spec: &JobSpec<'_>,
     chunks: &[Vec<super::InputRow>],
 ) -> Result<String, PluginError> {
-    let clock = chunks
-        .iter()
-        .flatten()
-        .filter_map(|r| r.commit_time)
-        .max()
-        .unwrap_or(0);
-    let mut session = plugin.start_job(limits, spec, clock)?;
+    let mut session =
+        plugin.start_job(limits, spec, super::job::clock_of(chunks.iter().flatten()))?;
     let mut check = OutputCheck::new(plugin, session.job(), spec);
     let columns = &plugin.description().columns;
     let (mut rows_text, mut rejections_text) = (String::new(), String::new());

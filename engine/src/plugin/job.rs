@@ -163,11 +163,7 @@ impl Plugin {
         spec: &JobSpec<'_>,
         input: &[InputRow],
     ) -> Result<JobOutput, PluginError> {
-        let clock_micros = input
-            .iter()
-            .filter_map(|r| r.commit_time)
-            .max()
-            .unwrap_or(0);
+        let clock_micros = clock_of(input);
         let mut session = self.start_job(limits, spec, clock_micros)?;
         let mut check = OutputCheck::new(self, session.job(), spec);
         let mut output = JobOutput::default();
@@ -199,6 +195,15 @@ impl Plugin {
     }
 }
 
+/// What a job's clock reads: the newest commit time of its rows (0 if none has one), so
+/// a job's output depends only on its rows.
+pub fn clock_of<'a>(rows: impl IntoIterator<Item = &'a InputRow>) -> i64 {
+    rows.into_iter()
+        .filter_map(|r| r.commit_time)
+        .max()
+        .unwrap_or(0)
+}
+
 /// A job run one input row per call (`weir plugin test`'s view of a row plugin): what
 /// each input row became, in input order, and what `finish` returned.
 #[derive(Debug, Default)]
@@ -220,11 +225,7 @@ impl Plugin {
         spec: &JobSpec<'_>,
         input: &[InputRow],
     ) -> Result<RowFates, PluginError> {
-        let clock_micros = input
-            .iter()
-            .filter_map(|r| r.commit_time)
-            .max()
-            .unwrap_or(0);
+        let clock_micros = clock_of(input);
         let mut session = self.start_job(limits, spec, clock_micros)?;
         let mut check = OutputCheck::new(self, session.job(), spec);
         let mut fates = RowFates::default();
