@@ -15,6 +15,7 @@ use anyhow::Context as _;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Lang {
     Rust,
+    Python,
     C,
 }
 
@@ -125,6 +126,53 @@ const RUST: &[File] = &[
     ),
 ];
 
+const PYTHON: &[File] = &[
+    template("app.py", repo!("plugins/templates/python/app.py")),
+    template(
+        "test_cases.py",
+        repo!("plugins/templates/python/test_cases.py"),
+    ),
+    script("build.sh", repo!("plugins/templates/python/build.sh")),
+    vendored(".gitignore", "__pycache__/\n*.wasm\n"),
+    vendored(
+        "sdk/weir_plugin/__init__.py",
+        repo!("plugins/sdk-python/src/weir_plugin/__init__.py"),
+    ),
+    vendored(
+        "sdk/weir_plugin/cases.py",
+        repo!("plugins/sdk-python/src/weir_plugin/cases.py"),
+    ),
+    vendored(
+        "sdk/weir_plugin/component.py",
+        repo!("plugins/sdk-python/src/weir_plugin/component.py"),
+    ),
+    vendored(
+        "sdk/weir_plugin/decimal.py",
+        repo!("plugins/sdk-python/src/weir_plugin/decimal.py"),
+    ),
+    vendored(
+        "sdk/weir_plugin/input.py",
+        repo!("plugins/sdk-python/src/weir_plugin/input.py"),
+    ),
+    vendored(
+        "sdk/weir_plugin/log.py",
+        repo!("plugins/sdk-python/src/weir_plugin/log.py"),
+    ),
+    vendored(
+        "sdk/weir_plugin/output.py",
+        repo!("plugins/sdk-python/src/weir_plugin/output.py"),
+    ),
+    vendored(
+        "sdk/weir_plugin/session.py",
+        repo!("plugins/sdk-python/src/weir_plugin/session.py"),
+    ),
+    vendored(
+        "sdk/weir_plugin/types.py",
+        repo!("plugins/sdk-python/src/weir_plugin/types.py"),
+    ),
+    vendored("sdk/README.md", repo!("plugins/sdk-python/README.md")),
+];
+
 const C: &[File] = &[
     template("plugin.c", repo!("plugins/templates/c/plugin.c")),
     script("build.sh", repo!("plugins/templates/c/build.sh")),
@@ -137,6 +185,7 @@ impl Lang {
     fn files(self) -> &'static [File] {
         match self {
             Lang::Rust => RUST,
+            Lang::Python => PYTHON,
             Lang::C => C,
         }
     }
@@ -153,6 +202,21 @@ impl Lang {
                     "`cargo test` runs the cases natively too. The build needs rustup \
                      (it adds the `wasm32-wasip2` target if missing); `Cargo.lock` pins \
                      the versions Weir's own plugins are tested with.",
+                ),
+            ],
+            Lang::Python => [
+                ("language", "Python"),
+                ("source_files", "`app.py`"),
+                (
+                    "sdk_files",
+                    "`sdk/weir_plugin/` (with its README) and `wit/`",
+                ),
+                (
+                    "language_notes",
+                    "`python3 -B test_cases.py` runs the cases natively too. The build needs \
+                     python3 with pip; `build.sh` installs componentize-py 0.25.1 on first \
+                     use. Import everything at module level: a component has no file system \
+                     to import from at run time.",
                 ),
             ],
             Lang::C => [
@@ -176,6 +240,7 @@ impl Lang {
     fn name(self) -> &'static str {
         match self {
             Lang::Rust => "rust",
+            Lang::Python => "python",
             Lang::C => "c",
         }
     }
@@ -329,6 +394,15 @@ mod tests {
             .lines()
             .find_map(|l| l.strip_prefix("wit_bindgen_version="))
             .expect("wit-bindgen in install-plugin-tools");
+        let componentize_py = repo!("plugins/tools/requirements.txt")
+            .lines()
+            .find_map(|l| l.strip_prefix("componentize-py=="))
+            .expect("componentize-py in requirements.txt");
+        assert!(
+            repo!("plugins/templates/python/build.sh")
+                .contains(&format!("\ncomponentize_py_version={componentize_py}\n")),
+            "componentize-py {componentize_py}"
+        );
         let c = repo!("plugins/templates/c/build.sh");
         assert!(c.contains(&format!("\njco_version={jco}\n")), "jco {jco}");
         assert!(
