@@ -1199,7 +1199,7 @@ async fn init_adds_a_plugin_s_new_nullable_columns_only_when_asked() {
 }
 
 /// The languages `weir plugin new` writes projects in.
-const GENERATED_LANGS: &[&str] = &["rust", "c"];
+const GENERATED_LANGS: &[&str] = &["rust", "python", "c"];
 
 /// `weir plugin new NAME --lang L` writes a project that `weir plugin build` builds
 /// with its pinned toolchain and that passes its own cases in Weir's host, as written,
