@@ -20,7 +20,13 @@ use weir::procmem::{self, Process};
 use crate::harness::{TestDb, text};
 
 /// The orders plugin in every language; all must agree byte for byte.
-const ORDERS_PLUGINS: [&str; 3] = ["orders-rust", "orders-python", "orders-js"];
+const ORDERS_PLUGINS: [&str; 5] = [
+    "orders-rust",
+    "orders-python",
+    "orders-js",
+    "orders-c",
+    "orders-cpp",
+];
 
 pub fn plugins_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("WEIR_PLUGINS_DIR") {
@@ -58,7 +64,7 @@ const ORDERS_CASES: &str = concat!(
 /// engine's case runner, as `weir plugin test --cases` runs it), so their outputs are
 /// identical byte for byte; and the command says which case failed and why.
 #[test]
-fn the_orders_cases_pass_in_rust_python_and_javascript_with_identical_bytes() {
+fn the_orders_cases_pass_in_every_language_with_identical_bytes() {
     let cases = std::fs::read_to_string(ORDERS_CASES).expect("read orders cases");
     let host = PluginHost::new(PluginHost::default_cache_dir());
     for name in ORDERS_PLUGINS {
@@ -205,6 +211,25 @@ async fn a_pipeline_writes_plugin_output_with_rejections_and_lineage_identically
         assert!(init.contains("transform orders@"), "{init}");
         let out = db.weir_ok(&["run", "--once"]);
         assert!(out.contains("3 rows rejected by plugins"), "{out}");
+        // `weir verify` runs the plugin again on the staged rows and finds the target
+        // equal to its output, in every language.
+        let verify: J = serde_json::from_str(&db.weir_ok(&[
+            "verify",
+            "--table",
+            "public.orders",
+            "--from",
+            "2026-03-01",
+            "--to",
+            "2026-03-04",
+            "--json",
+        ]))
+        .expect("verify json");
+        let partitions = verify.as_array().expect("one entry per partition");
+        assert_eq!(partitions.len(), 3, "{name}: {verify}");
+        assert!(
+            partitions.iter().all(|p| p["ok"] == true),
+            "{name}: {verify}"
+        );
         let client = db.client().await;
 
         // The target has the plugin's declared columns and types.
@@ -1199,7 +1224,7 @@ async fn init_adds_a_plugin_s_new_nullable_columns_only_when_asked() {
 }
 
 /// The languages `weir plugin new` writes projects in.
-const GENERATED_LANGS: &[&str] = &["rust", "python", "c"];
+const GENERATED_LANGS: &[&str] = &["rust", "python", "js", "c", "cpp"];
 
 /// `weir plugin new NAME --lang L` writes a project that `weir plugin build` builds
 /// with its pinned toolchain and that passes its own cases in Weir's host, as written,

@@ -16,7 +16,10 @@ use anyhow::Context as _;
 pub(crate) enum Lang {
     Rust,
     Python,
+    Js,
     C,
+    #[value(name = "cpp")]
+    Cpp,
 }
 
 /// One file of a project: where it goes, its text, and whether the template's
@@ -173,6 +176,40 @@ const PYTHON: &[File] = &[
     vendored("sdk/README.md", repo!("plugins/sdk-python/README.md")),
 ];
 
+const JS: &[File] = &[
+    template("plugin.js", repo!("plugins/templates/js/plugin.js")),
+    template(
+        "plugin.test.js",
+        repo!("plugins/templates/js/plugin.test.js"),
+    ),
+    script("build.sh", repo!("plugins/templates/js/build.sh")),
+    vendored(".gitignore", "/build\n/node_modules\n*.wasm\n"),
+    vendored(
+        "package.json",
+        "{\n  \"private\": true,\n  \"type\": \"module\",\n  \"scripts\": { \"test\": \"node --test plugin.test.js\" }\n}\n",
+    ),
+    vendored("sdk/package.json", repo!("plugins/sdk-js/package.json")),
+    vendored("sdk/README.md", repo!("plugins/sdk-js/README.md")),
+    vendored("sdk/node/bundle.js", repo!("plugins/sdk-js/node/bundle.js")),
+    vendored("sdk/node/cases.js", repo!("plugins/sdk-js/node/cases.js")),
+    vendored("sdk/src/decimal.js", repo!("plugins/sdk-js/src/decimal.js")),
+    vendored(
+        "sdk/src/describe.js",
+        repo!("plugins/sdk-js/src/describe.js"),
+    ),
+    vendored("sdk/src/errors.js", repo!("plugins/sdk-js/src/errors.js")),
+    vendored("sdk/src/index.js", repo!("plugins/sdk-js/src/index.js")),
+    vendored("sdk/src/input.js", repo!("plugins/sdk-js/src/input.js")),
+    vendored(
+        "sdk/src/keep-byte-order-marks.js",
+        repo!("plugins/sdk-js/src/keep-byte-order-marks.js"),
+    ),
+    vendored("sdk/src/log.js", repo!("plugins/sdk-js/src/log.js")),
+    vendored("sdk/src/plugin.js", repo!("plugins/sdk-js/src/plugin.js")),
+    vendored("sdk/src/row.js", repo!("plugins/sdk-js/src/row.js")),
+    vendored("sdk/src/values.js", repo!("plugins/sdk-js/src/values.js")),
+];
+
 const C: &[File] = &[
     template("plugin.c", repo!("plugins/templates/c/plugin.c")),
     script("build.sh", repo!("plugins/templates/c/build.sh")),
@@ -181,12 +218,26 @@ const C: &[File] = &[
     vendored("sdk/README.md", repo!("plugins/sdk-c/README.md")),
 ];
 
+const CPP: &[File] = &[
+    template("plugin.cpp", repo!("plugins/templates/cpp/plugin.cpp")),
+    script("build.sh", repo!("plugins/templates/cpp/build.sh")),
+    vendored(".gitignore", "/build\n*.wasm\n"),
+    vendored("sdk/weir_plugin.h", repo!("plugins/sdk-c/weir_plugin.h")),
+    vendored(
+        "sdk/weir_plugin.hpp",
+        repo!("plugins/sdk-cpp/weir_plugin.hpp"),
+    ),
+    vendored("sdk/README.md", repo!("plugins/sdk-cpp/README.md")),
+];
+
 impl Lang {
     fn files(self) -> &'static [File] {
         match self {
             Lang::Rust => RUST,
             Lang::Python => PYTHON,
+            Lang::Js => JS,
             Lang::C => C,
+            Lang::Cpp => CPP,
         }
     }
 
@@ -219,6 +270,22 @@ impl Lang {
                      to import from at run time.",
                 ),
             ],
+            Lang::Js => [
+                ("language", "JavaScript"),
+                ("source_files", "`plugin.js`"),
+                (
+                    "sdk_files",
+                    "`sdk/` (`@weir/plugin`, with its README) and `wit/`",
+                ),
+                (
+                    "language_notes",
+                    "`node --test plugin.test.js` runs the cases natively too. Integers are \
+                     BigInt, decimals exact (`Decimal`), dates `PlainDate`, timestamps \
+                     `Timestamp` (BigInt microseconds). The build needs node 20.19+ with npm; \
+                     `build.sh` installs ComponentizeJS 0.22.0 on first use and bundles the \
+                     plugin with the SDK into one module (a plugin is one module).",
+                ),
+            ],
             Lang::C => [
                 ("language", "C"),
                 ("source_files", "`plugin.c`"),
@@ -234,6 +301,25 @@ impl Lang {
                      first use. `sdk/README.md` says who allocates and who frees what.",
                 ),
             ],
+            Lang::Cpp => [
+                ("language", "C++"),
+                ("source_files", "`plugin.cpp`"),
+                (
+                    "sdk_files",
+                    "`sdk/weir_plugin.hpp` (C++20, with its README) over the C helper \
+                     `sdk/weir_plugin.h`, and `wit/`",
+                ),
+                (
+                    "language_notes",
+                    "The build needs Debian's clang and clang++ for wasm32-wasi (`apt-get \
+                     install clang lld wasi-libc libclang-rt-dev-wasm32 libc++-dev-wasm32 \
+                     libc++abi-14-dev-wasm32`), cargo (for wit-bindgen-cli) and node with \
+                     npm (for jco); `build.sh` installs the last two, pinned, on first use. \
+                     The plugin is compiled without exceptions (`-fno-exceptions`): failures \
+                     are values (`weir::Result`, `WEIR_TRY`). `sdk/README.md` describes the \
+                     API.",
+                ),
+            ],
         }
     }
 
@@ -241,7 +327,9 @@ impl Lang {
         match self {
             Lang::Rust => "rust",
             Lang::Python => "python",
+            Lang::Js => "js",
             Lang::C => "c",
+            Lang::Cpp => "cpp",
         }
     }
 }
@@ -403,12 +491,32 @@ mod tests {
                 .contains(&format!("\ncomponentize_py_version={componentize_py}\n")),
             "componentize-py {componentize_py}"
         );
-        let c = repo!("plugins/templates/c/build.sh");
-        assert!(c.contains(&format!("\njco_version={jco}\n")), "jco {jco}");
+        let componentize_js = repo!("plugins/tools/package.json")
+            .lines()
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("\"@bytecodealliance/componentize-js\": \"")
+            })
+            .and_then(|v| v.split('"').next())
+            .expect("componentize-js in package.json");
         assert!(
-            c.contains(&format!("\nwit_bindgen_version={wit_bindgen}\n")),
-            "wit-bindgen {wit_bindgen}"
+            repo!("plugins/templates/js/build.sh")
+                .contains(&format!("\ncomponentize_js_version={componentize_js}\n")),
+            "componentize-js {componentize_js}"
         );
+        for (lang, build) in [
+            ("c", repo!("plugins/templates/c/build.sh")),
+            ("cpp", repo!("plugins/templates/cpp/build.sh")),
+        ] {
+            assert!(
+                build.contains(&format!("\njco_version={jco}\n")),
+                "{lang}: jco {jco}"
+            );
+            assert!(
+                build.contains(&format!("\nwit_bindgen_version={wit_bindgen}\n")),
+                "{lang}: wit-bindgen {wit_bindgen}"
+            );
+        }
     }
 
     #[test]
