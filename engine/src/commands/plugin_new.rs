@@ -215,6 +215,10 @@ const C: &[File] = &[
     script("build.sh", repo!("plugins/templates/c/build.sh")),
     vendored(".gitignore", "/build\n*.wasm\n"),
     vendored("sdk/weir_plugin.h", repo!("plugins/sdk-c/weir_plugin.h")),
+    vendored(
+        "sdk/wasi-tools.sh",
+        repo!("plugins/templates/common/wasi-tools.sh"),
+    ),
     vendored("sdk/README.md", repo!("plugins/sdk-c/README.md")),
 ];
 
@@ -223,6 +227,10 @@ const CPP: &[File] = &[
     script("build.sh", repo!("plugins/templates/cpp/build.sh")),
     vendored(".gitignore", "/build\n*.wasm\n"),
     vendored("sdk/weir_plugin.h", repo!("plugins/sdk-c/weir_plugin.h")),
+    vendored(
+        "sdk/wasi-tools.sh",
+        repo!("plugins/templates/common/wasi-tools.sh"),
+    ),
     vendored(
         "sdk/weir_plugin.hpp",
         repo!("plugins/sdk-cpp/weir_plugin.hpp"),
@@ -504,19 +512,15 @@ mod tests {
                 .contains(&format!("\ncomponentize_js_version={componentize_js}\n")),
             "componentize-js {componentize_js}"
         );
-        for (lang, build) in [
-            ("c", repo!("plugins/templates/c/build.sh")),
-            ("cpp", repo!("plugins/templates/cpp/build.sh")),
-        ] {
-            assert!(
-                build.contains(&format!("\njco_version={jco}\n")),
-                "{lang}: jco {jco}"
-            );
-            assert!(
-                build.contains(&format!("\nwit_bindgen_version={wit_bindgen}\n")),
-                "{lang}: wit-bindgen {wit_bindgen}"
-            );
-        }
+        let tools = repo!("plugins/templates/common/wasi-tools.sh");
+        assert!(
+            tools.contains(&format!("\njco_version={jco}\n")),
+            "jco {jco}"
+        );
+        assert!(
+            tools.contains(&format!("\nwit_bindgen_version={wit_bindgen}\n")),
+            "wit-bindgen {wit_bindgen}"
+        );
     }
 
     #[test]
