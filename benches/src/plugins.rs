@@ -1,8 +1,8 @@
-//! Section 5: WASM transform plugins. The `orders` plugin in Rust, Python and
-//! JavaScript, through Weir's own plugin host (`weir::plugin`), against the same Rust
-//! logic compiled natively (`orders_rust::Orders`, driven through the SDK's
-//! `RowSession` as the component's exports drive it): throughput of partition jobs,
-//! cold and warm starts, component sizes.
+//! Section 5: WASM transform plugins. The `orders` plugin in Rust (on both contracts),
+//! Python, JavaScript, C and C++, through Weir's own plugin host (`weir::plugin`),
+//! against the same Rust logic compiled natively (`orders_rust::Orders`, driven through
+//! the SDK's `RowSession` on contract 0.2 as the component's exports drive it):
+//! throughput of partition jobs, cold and warm starts, component sizes.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use weir::partition::{Grain, Partition, partition_of};
 use weir::plugin::{
-    CHUNK_ROWS, InputRow, JobOutput, OwnedJob, Plugin, PluginHost, SandboxLimits, run_job_on_thread,
+    CHUNK_ROWS, InputColumns, InputRow, JobOutput, OwnedJob, Plugin, PluginHost, SandboxLimits,
+    run_job_on_thread,
 };
 use weir::source::Op;
 use weir::value::Value;
-use weir_plugin::GuestSession as _;
+use weir_plugin::contract_0_2 as v2;
+use weir_plugin::contract_0_2::GuestSession as _;
 
 /// The table the jobs belong to.
 const TABLE: &str = "public.orders";
@@ -29,11 +31,31 @@ const RATE: &str = "1.0825";
 const EMPTY_JOBS: usize = 5;
 
 /// The plugins measured: component file stem and language.
-const PLUGINS: [(&str, &str); 3] = [
+const PLUGINS: [(&str, &str); 6] = [
     ("orders-rust", "Rust"),
+    ("orders-rust-0-1", "Rust"),
+    ("orders-c", "C"),
+    ("orders-cpp", "C++"),
     ("orders-python", "Python"),
     ("orders-js", "JavaScript"),
 ];
+
+/// The input columns of the jobs (the source table's).
+fn input_columns() -> InputColumns {
+    InputColumns::new(
+        [
+            ("id", "bigint"),
+            ("customer", "text"),
+            ("order_date", "date"),
+            ("amount", "numeric(12,2)"),
+            ("status", "text"),
+        ]
+        .into_iter()
+        .map(|(n, t)| (n.to_owned(), t.to_owned()))
+        .collect(),
+        &["id".to_owned()],
+    )
+}
 
 /// What the section is told by the command line.
 #[derive(Debug, Clone)]
@@ -67,7 +89,7 @@ pub fn default_plugins_dir() -> PathBuf {
 /// `CHUNK_ROWS`, as the host pushes them).
 struct Workload {
     host_rows: Vec<InputRow>,
-    native_chunks: Vec<Vec<weir_plugin::StagedRow>>,
+    native_chunks: Vec<Vec<v2::StagedRow>>,
     /// Mean bytes of column values per row (8 per integer, 4 per date, text and
     /// decimal text by their UTF-8 length).
     row_bytes: f64,
@@ -158,25 +180,33 @@ fn host_value(v: &weir_plugin::Value) -> Value {
     }
 }
 
-fn staged_row(r: &InputRow) -> weir_plugin::StagedRow {
-    weir_plugin::StagedRow {
+/// A row as contract 0.2 gives it (the workload's rows hold every column, in the
+/// input columns' order).
+fn staged_row(r: &InputRow) -> v2::StagedRow {
+    v2::StagedRow {
         key: r.key.iter().map(sdk_value).collect(),
+        values: r.columns.iter().map(|(_, v)| Some(sdk_value(v))).collect(),
         op: match r.op {
-            Op::Insert => weir_plugin::Op::Insert,
-            Op::Update => weir_plugin::Op::Update,
-            Op::Delete => weir_plugin::Op::Delete,
-            Op::Read => weir_plugin::Op::Read,
+            Op::Insert => v2::Op::Insert,
+            Op::Update => v2::Op::Update,
+            Op::Delete => v2::Op::Delete,
+            Op::Read => v2::Op::Read,
         },
         commit_position: r.commit_position,
         commit_time: r.commit_time,
-        columns: r
-            .columns
-            .iter()
-            .map(|(name, value)| weir_plugin::ColumnValue {
-                name: name.clone(),
-                value: sdk_value(value),
-            })
+    }
+}
+
+fn sdk_schema() -> v2::InputSchema {
+    let input = input_columns();
+    v2::InputSchema {
+        columns: input
+            .names
+            .into_iter()
+            .zip(input.types)
+            .map(|(name, type_name)| v2::InputColumn { name, type_name })
             .collect(),
+        key: input.key,
     }
 }
 
@@ -189,17 +219,18 @@ fn config() -> Vec<(String, String)> {
 /// the push outside the clock (the plugin's input is already in the guest's types).
 /// Returns the rows and the time on the clock.
 fn native_job(
-    chunks: &[Vec<weir_plugin::StagedRow>],
+    chunks: &[Vec<v2::StagedRow>],
     partition: &str,
 ) -> anyhow::Result<(Vec<Vec<weir_plugin::Value>>, Duration)> {
     let mut clock = Duration::ZERO;
-    let info = weir_plugin::PartitionInfo {
+    let info = v2::PartitionInfo {
         table: TABLE.to_owned(),
         name: partition.to_owned(),
     };
     let config = config();
+    let schema = sdk_schema();
     let started = Instant::now();
-    let session = weir_plugin::RowSession::<orders_rust::Orders>::new(info, config);
+    let session = weir_plugin::RowSession::<orders_rust::Orders>::new(info, schema, config);
     let mut rows = Vec::new();
     let mut rejections = 0usize;
     clock += started.elapsed();
@@ -209,6 +240,7 @@ fn native_job(
         let out = session
             .push(chunk)
             .map_err(|e| anyhow::anyhow!("native push: {e:?}"))?;
+        anyhow::ensure!(!out.more, "a row session handed its output in parts");
         rows.extend(out.rows);
         rejections += out.rejections.len();
         clock += started.elapsed();
@@ -324,6 +356,8 @@ struct Measured {
     throughput: Throughput,
     peak_memory_bytes: usize,
     fuel_per_row: f64,
+    /// The contract the component implements (`0.2.0`).
+    contract: &'static str,
 }
 
 fn jobs(n: usize) -> String {
@@ -458,6 +492,7 @@ async fn measure_plugin(
         throughput: t,
         peak_memory_bytes,
         fuel_per_row,
+        contract: plugin.contract(),
     })
 }
 
@@ -480,6 +515,7 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
         partition: partition.clone(),
         grain: Grain::Day,
         config: config(),
+        input: input_columns(),
     };
     let mut work = workload(args.rows);
     let budget = Duration::from_secs_f64(args.seconds);
@@ -537,15 +573,16 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
 
     writeln!(
         out,
-        "\n## WASM transform plugins: the orders plugin in Rust, Python and JavaScript against native Rust\n"
+        "\n## WASM transform plugins: the orders plugin in Rust, C, C++, Python and JavaScript against native Rust\n"
     )?;
     writeln!(
         out,
-        "The `orders` example plugin (`plugins/examples/orders-rust`; `orders-python`, `orders-js`: the same rules, \
-         tested against the same cases) as WebAssembly components built by `scripts/build-plugins`, run through \
+        "The `orders` example plugin (`plugins/examples/orders-rust`, on contract 0.2, and the same source on \
+         contract 0.1 as `plugins/compat/orders-rust-0-1`; `orders-c`, `orders-cpp`, `orders-python`, `orders-js`: \
+         the same rules on their SDKs, tested against the same cases) as WebAssembly components built by `scripts/build-plugins`, run through \
          Weir's own plugin host (`weir::plugin`, wasmtime {wasmtime}, Cranelift, default sandbox limits), against \
          the same Rust source compiled natively in this release build (`orders_rust::Orders` in the SDK's \
-         `RowSession`, the session the component exports; the crates `plugins/examples/orders-rust` and \
+         `RowSession` driven on contract 0.2, the session the component exports; the crates `plugins/examples/orders-rust` and \
          `plugins/sdk` as path dependencies of the benchmark). Input: partition jobs of {rows} orders of one day \
          (`{TABLE}`, partition {partition_name}, config `rate = {RATE}`), about {row_bytes:.0} bytes of column values \
          per row (`id`, a {customer}-byte `customer`, `order_date`, `amount` like `12345.67`, `status`), pushed in \
@@ -577,19 +614,20 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
     )?;
     writeln!(
         out,
-        "| plugin | language | component size (KiB) | cold start (ms) | warm start (ms) | empty job (ms) | rows/s | time per row / native |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|"
+        "| plugin | language | contract | component size (KiB) | cold start (ms) | warm start (ms) | empty job (ms) | rows/s | time per row / native |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|"
     )?;
     writeln!(
         out,
-        "| `orders_rust::Orders`, native (baseline) | Rust | — | — | — | — | {:.0} | 1.00 |",
+        "| `orders_rust::Orders`, native (baseline) | Rust | 0.2.0 (native) | — | — | — | — | {:.0} | 1.00 |",
         native.rate()
     )?;
     for (stem, language, m) in &results {
         match m {
             Some(Ok(m)) => writeln!(
                 out,
-                "| `{stem}.wasm` | {language} | {:.0} | {:.0} | {:.1} | {:.2} | {:.0} | {:.2} |",
+                "| `{stem}.wasm` | {language} | {} | {:.0} | {:.0} | {:.1} | {:.2} | {:.0} | {:.2} |",
+                m.contract,
                 m.size_bytes as f64 / 1024.0,
                 ms(median(&m.cold)),
                 ms(median(&m.warm)),
@@ -599,21 +637,38 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
             )?,
             Some(Err(_)) => writeln!(
                 out,
-                "| `{stem}.wasm` | {language} | failed (below) | — | — | — | — | — |"
+                "| `{stem}.wasm` | {language} | — | failed (below) | — | — | — | — | — |"
             )?,
             None => writeln!(
                 out,
-                "| `{stem}.wasm` | {language} | not built | — | — | — | — | — |"
+                "| `{stem}.wasm` | {language} | — | not built | — | — | — | — | — |"
             )?,
         }
     }
-    if let Some((_, _, Some(Ok(rust)))) = results.iter().find(|(s, _, _)| *s == "orders-rust") {
+    let measured = |stem: &str| {
+        results.iter().find_map(|(s, _, m)| match m {
+            Some(Ok(m)) if *s == stem => Some(m),
+            _ => None,
+        })
+    };
+    if let Some(rust) = measured("orders-rust") {
         let ratio = native.rate() / rust.throughput.rate();
         writeln!(
             out,
-            "\nThe Rust plugin takes {ratio:.2}× the native time per row (goal: within 1.5×: {}).",
+            "\nThe Rust plugin on contract {} takes {ratio:.2}× the native time per row (goal: within 1.5×: {}).",
+            rust.contract,
             if ratio <= 1.5 { "met" } else { "not met" }
         )?;
+        if let Some(old) = measured("orders-rust-0-1") {
+            writeln!(
+                out,
+                "The same source on contract {} (`orders-rust-0-1.wasm`) takes {:.2}×: contract {} is {:.2}× as fast per row.",
+                old.contract,
+                native.rate() / old.throughput.rate(),
+                rust.contract,
+                rust.throughput.rate() / old.throughput.rate()
+            )?;
+        }
     }
     let mut details = vec![format!(
         "native {} in {:.2} s",

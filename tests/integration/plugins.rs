@@ -28,6 +28,9 @@ const ORDERS_PLUGINS: [&str; 5] = [
     "orders-cpp",
 ];
 
+/// The same orders sources built on contract 0.1, which the host still runs.
+const ORDERS_PLUGINS_0_1: [&str; 1] = ["orders-rust-0-1"];
+
 pub fn plugins_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("WEIR_PLUGINS_DIR") {
         return PathBuf::from(dir);
@@ -67,10 +70,15 @@ const ORDERS_CASES: &str = concat!(
 fn the_orders_cases_pass_in_every_language_with_identical_bytes() {
     let cases = std::fs::read_to_string(ORDERS_CASES).expect("read orders cases");
     let host = PluginHost::new(PluginHost::default_cache_dir());
-    for name in ORDERS_PLUGINS {
+    let contracts = ORDERS_PLUGINS
+        .iter()
+        .map(|n| (n, "0.2.0"))
+        .chain(ORDERS_PLUGINS_0_1.iter().map(|n| (n, "0.1.0")));
+    for (name, contract) in contracts {
         let p = host
             .load(&plugin(name), &SandboxLimits::default())
             .unwrap_or_else(|e| panic!("load {name}: {e}"));
+        assert_eq!(p.contract(), contract, "{name}");
         let d = p.description();
         assert_eq!(
             (d.name.as_str(), d.partition_column.as_str()),
@@ -957,10 +965,33 @@ fn plugin_inspect_shows_the_contract_and_the_imports() {
         .expect("inspect");
     assert_eq!(bad.status.code(), Some(1));
     assert!(
-        text(&bad.stderr).contains("is not a usable weir:transform@0.1.0 component"),
+        text(&bad.stderr).contains("is not a usable weir:transform component"),
         "{}",
         text(&bad.stderr)
     );
+}
+
+#[test]
+fn each_contract_is_recognised_by_what_the_component_exports() {
+    let cache = tempfile::tempdir().expect("dir");
+    for (name, contract) in [
+        ("orders-rust", "weir:transform@0.2.0"),
+        ("orders-rust-0-1", "weir:transform@0.1.0"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["plugin", "inspect", "--json"])
+            .arg(plugin(name))
+            .env("WEIR_PLUGIN_CACHE", cache.path())
+            .output()
+            .expect("inspect");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let j: J = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(j["contract"], contract, "{name}");
+        assert_eq!(
+            j["name"], "orders",
+            "{name}: the same plugin on either contract"
+        );
+    }
 }
 
 /// A live `weir run` whose stderr is collected line by line.
@@ -1175,6 +1206,55 @@ async fn a_partition_plugin_writes_one_aggregate_row_per_group() {
         .expect("totals")
         .iter()
         .map(|r| ((r.get(0), r.get(1)), (r.get(2), r.get(3))))
+        .collect();
+    assert_eq!(got, want);
+    let again = db.weir_ok(&["run", "--once"]);
+    assert!(again.contains("wrote 0 partitions"), "{again}");
+}
+
+/// Contract 0.2's output in parts: `fan-out` holds a partition's rows and emits 1000
+/// rows for each from `finish`, so a day of 20 rows comes out in parts of at most 4096
+/// rows (`more`, then `next`); every part is written, once, in the one replace.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_plugin_s_output_in_parts_is_written_whole() {
+    let db = TestDb::new("plugin_output_parts").await;
+    write_config(
+        &db,
+        &orders_table(
+            "public.orders",
+            "analytics.fanned",
+            &plugin("fan-out"),
+            "[table.plugin_config]\ncopies = \"1000\"\n",
+        ),
+    );
+    db.write_feed(&orders_feed());
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let client = db.client().await;
+    let rows = client
+        .query(
+            "SELECT order_date::text, count(*), count(DISTINCT id), min(id), max(id)
+             FROM analytics.fanned GROUP BY 1 ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("fanned");
+    let got: Vec<(String, i64, i64, i64, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    // 60 orders over three days, 20 a day: ids 1..=60 with id % 3 giving the day.
+    let want: Vec<(String, i64, i64, i64, i64)> = (0..3)
+        .map(|d| {
+            let ids: Vec<i64> = (1..=60).filter(|id| (id % 3) as usize == d).collect();
+            (
+                format!("2026-03-0{}", 1 + d),
+                20_000,
+                20_000,
+                ids[0] * 1000,
+                ids[19] * 1000 + 999,
+            )
+        })
         .collect();
     assert_eq!(got, want);
     let again = db.weir_ok(&["run", "--once"]);

@@ -32,6 +32,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 let j = serde_json::json!({
                     "path": p.path().display().to_string(),
                     "name": d.name, "version": d.version, "kind": d.kind,
+                    "contract": format!("weir:transform@{}", p.contract()),
                     "columns": d.columns, "grain_key": d.grain_key,
                     "partition_column": d.partition_column,
                     "sha256": p.sha256_hex(), "size_bytes": p.size_bytes(),
@@ -48,6 +49,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 "kind:             {}",
                 serde_json::to_value(d.kind)?.as_str().unwrap_or("?")
             )?;
+            writeln!(out, "contract:         weir:transform@{}", p.contract())?;
             writeln!(out, "sha256:           {}", p.sha256_hex())?;
             writeln!(out, "size:             {} bytes", p.size_bytes())?;
             writeln!(out, "partition column: {}", d.partition_column)?;
@@ -137,11 +139,19 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 weir::partition::Partition::Key(partition)
             };
             let limits = limits_of_flags;
+            // The input columns as a 0.2 session sees them: the rows' columns in order
+            // of first appearance, typed as `--column` gave them.
+            let input_columns = plugin::InputColumns::of_rows(&rows, |name| {
+                column_texts(&columns)
+                    .find(|(n, _)| *n == name)
+                    .map_or_else(String::new, |(_, t)| t.to_lowercase())
+            });
             let job = plugin::OwnedJob {
                 table,
                 partition,
                 grain,
                 config,
+                input: input_columns,
             };
             let loaded = {
                 let limits = limits.clone();
@@ -310,21 +320,7 @@ async fn run_cases(
 fn column_types(values: &[String]) -> anyhow::Result<Vec<(String, weir::value::ColumnType)>> {
     let mut types = Vec::new();
     for value in values {
-        let (mut depth, mut start) = (0i32, 0);
-        let mut items = Vec::new();
-        for (i, c) in value.char_indices() {
-            match c {
-                '(' => depth += 1,
-                ')' => depth -= 1,
-                ',' if depth == 0 => {
-                    items.push(&value[start..i]);
-                    start = i + 1;
-                }
-                _ => {}
-            }
-        }
-        items.push(&value[start..]);
-        for item in items {
+        for item in column_items(value) {
             let (name, ty) = item.split_once('=').ok_or_else(|| {
                 anyhow::anyhow!("--column `{item}`: write NAME=TYPE (e.g. amount=numeric(12,2))")
             })?;
@@ -335,6 +331,36 @@ fn column_types(values: &[String]) -> anyhow::Result<Vec<(String, weir::value::C
         }
     }
     Ok(types)
+}
+
+/// The `NAME=TYPE` items of `--column` values (a comma list; commas inside
+/// parentheses, as in `numeric(12,2)`, do not split).
+fn column_items(value: &str) -> Vec<&str> {
+    let (mut depth, mut start) = (0i32, 0);
+    let mut items = Vec::new();
+    for (i, c) in value.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&value[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&value[start..]);
+    items
+}
+
+/// The (name, type text) pairs of `--column` values, trimmed (checked by
+/// [`column_types`]).
+fn column_texts(values: &[String]) -> impl Iterator<Item = (&str, &str)> {
+    values
+        .iter()
+        .flat_map(|v| column_items(v))
+        .filter_map(|item| item.split_once('='))
+        .map(|(n, t)| (n.trim(), t.trim()))
 }
 
 /// What `weir plugin test` prints of a job: each input row's fate in input order.

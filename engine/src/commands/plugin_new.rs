@@ -85,6 +85,32 @@ const COMMON: &[File] = &[
         "wit/transform-0.1.0/world.wit",
         repo!("wit/transform-0.1.0/world.wit"),
     ),
+    // Contract 0.2, which the templates build on, with its dependency on 0.1's types
+    // and log as a copy (the repository's `deps/` is a symbolic link).
+    vendored(
+        "wit/transform-0.2.0/transform.wit",
+        repo!("wit/transform-0.2.0/transform.wit"),
+    ),
+    vendored(
+        "wit/transform-0.2.0/world.wit",
+        repo!("wit/transform-0.2.0/world.wit"),
+    ),
+    vendored(
+        "wit/transform-0.2.0/deps/transform-0.1.0/log.wit",
+        repo!("wit/transform-0.1.0/log.wit"),
+    ),
+    vendored(
+        "wit/transform-0.2.0/deps/transform-0.1.0/transform.wit",
+        repo!("wit/transform-0.1.0/transform.wit"),
+    ),
+    vendored(
+        "wit/transform-0.2.0/deps/transform-0.1.0/types.wit",
+        repo!("wit/transform-0.1.0/types.wit"),
+    ),
+    vendored(
+        "wit/transform-0.2.0/deps/transform-0.1.0/world.wit",
+        repo!("wit/transform-0.1.0/world.wit"),
+    ),
 ];
 
 const RUST: &[File] = &[

@@ -227,11 +227,13 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
             Transform::Plugin {
                 plugin, settings, ..
             } => {
+                let input = input_columns(&job.table);
                 let spec = JobSpec {
                     table: &job.target_name,
                     partition: &job.partition,
                     grain: job.table.grain,
                     config: &settings.config,
+                    input: &input,
                 };
                 let clock = snap.max_commit_time()?.unwrap_or(0);
                 let session = plugin.start_job(&settings.limits, &spec, clock)?;
@@ -287,8 +289,12 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
                 self.chunk(chunk?, OutChunk::default(), tx)?;
             }
         }
+        if let Some(session) = self.session.as_mut() {
+            let first = session.finish()?;
+            self.parts(first, &[], OutChunk::default(), tx)?;
+        }
         if let Some(session) = self.session.take() {
-            let (out, stats) = session.finish()?;
+            let stats = session.end();
             if self.visit.is_none() {
                 crate::metrics::plugin_job(
                     &self.job.table.source.to_string(),
@@ -296,9 +302,6 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
                     stats.peak_memory_bytes,
                 );
             }
-            let mut chunk = OutChunk::default();
-            self.take(out, &[], &mut chunk)?;
-            self.emit(chunk, tx)?;
         }
         Ok(())
     }
@@ -318,11 +321,36 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
                     .into_iter()
                     .map(|r| input_row(&self.job.table, r))
                     .collect();
-                let call = session.push(&input)?;
-                self.take(call, &input, &mut out)?;
+                let first = session.push(&input)?;
+                return self.parts(first, &input, out, tx);
             }
         }
         self.emit(out, tx)
+    }
+
+    /// Checks and hands on each part of a call's output: `first`, then while the
+    /// plugin says `more`, the next (each its own chunk, so a plugin's output need not
+    /// be held whole).
+    fn parts(
+        &mut self,
+        first: plugin::CallOutput,
+        pushed: &[InputRow],
+        mut out: OutChunk,
+        tx: &mpsc::Sender<Result<Piece, PipelineError>>,
+    ) -> Result<(), RunError> {
+        let mut call = first;
+        loop {
+            let more = call.more;
+            self.take(call, pushed, &mut out)?;
+            self.emit(std::mem::take(&mut out), tx)?;
+            if !more {
+                return Ok(());
+            }
+            call = match self.session.as_mut() {
+                Some(session) => session.next_part()?,
+                None => return Ok(()),
+            };
+        }
     }
 
     /// Checks a call's output and resolves its rejections to their input rows (in
@@ -447,6 +475,18 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
         }
         Ok(send(tx, Piece::Chunk(out))?)
     }
+}
+
+/// A table's columns as a plugin job's input columns (names, declared types, key).
+fn input_columns(table: &TableConfig) -> plugin::InputColumns {
+    plugin::InputColumns::new(
+        table
+            .columns
+            .iter()
+            .map(|c| (c.name.clone(), c.declared.to_lowercase()))
+            .collect(),
+        &table.key,
+    )
 }
 
 /// A staged row as the plugin's input: the table's key values, and the columns.

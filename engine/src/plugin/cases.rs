@@ -133,11 +133,14 @@ fn run_case(
             .map_err(|e| format!("a staged row of a chunk: {}", e.message))?;
         chunks.push(rows.into_iter().map(|(_, r)| r).collect::<Vec<_>>());
     }
+    let all: Vec<super::InputRow> = chunks.iter().flatten().cloned().collect();
+    let input = super::InputColumns::of_rows(&all, |_| String::new());
     let spec = JobSpec {
         table: &table,
         partition: &partition,
         grain,
         config: &config,
+        input: &input,
     };
     Ok(match job_lines(plugin, limits, &spec, &chunks) {
         Ok(lines) => lines,
@@ -186,11 +189,11 @@ fn job_lines(
         Ok::<_, PluginError>(())
     };
     for chunk in chunks {
-        let call = session.push(chunk)?;
+        let call = session.push_whole(chunk)?;
         pushed.extend_from_slice(chunk);
         take(call, &pushed)?;
     }
-    let (call, _) = session.finish()?;
+    let call = session.finish_whole()?;
     take(call, &pushed)?;
     rows_text.push_str(&rejections_text);
     Ok(rows_text)

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use super::contract::{InputColumns, Part, World};
 use super::sandbox::{JobSeed, JobState};
 use super::{
-    CHUNK_ROWS, Description, Plugin, PluginError, SandboxLimits, from_wit, json, schema, to_wit,
-    wit, wty,
+    CHUNK_ROWS, Description, Plugin, PluginError, SandboxLimits, from_wit, json, schema, wty,
 };
 use crate::feed::Op;
 use crate::partition::{Grain, Partition, PartitionPredicate, partition_of, predicate};
@@ -36,6 +36,8 @@ pub struct JobSpec<'a> {
     pub grain: Grain,
     /// The plugin config: key/value text pairs (sorted and unique by the host).
     pub config: &'a [(String, String)],
+    /// The input columns (a contract-0.2 session's schema, and its rows' order).
+    pub input: &'a InputColumns,
 }
 
 /// A rejected input row.
@@ -59,11 +61,13 @@ pub struct JobOutput {
 }
 
 /// What one call handed back: output rows (not yet checked, see [`OutputCheck`]) and
-/// rejections (the key the plugin named, and its reason).
+/// rejections (the key the plugin named, and its reason), and whether more of the
+/// output of the same `push` or `finish` follows ([`JobSession::next_part`]).
 #[derive(Debug, Default)]
 pub struct CallOutput {
     pub rows: Vec<Vec<Value>>,
     pub rejections: Vec<(Vec<Value>, String)>,
+    pub more: bool,
 }
 
 /// What a finished job used.
@@ -82,10 +86,13 @@ pub struct JobSession<'p> {
     limits: SandboxLimits,
     job: String,
     store: Store<JobState>,
-    world: super::bindings::Plugin,
+    world: World,
     session: ResourceAny,
+    input: InputColumns,
     fuel: u64,
     pushed: u64,
+    /// Rows of the call whose output `next` continues (its budget).
+    call_rows: u64,
 }
 
 impl std::fmt::Debug for JobSession<'_> {
@@ -131,15 +138,15 @@ impl Plugin {
             .pre
             .instantiate(&mut store)
             .map_err(|e| Self::call_error(&store, limits, &job, &e))?;
-        let info = wit::PartitionInfo {
-            table: spec.table.to_owned(),
-            name: partition_name,
-        };
         Self::arm(&mut store, limits, 0);
         let session = world
-            .weir_transform_transform()
-            .session()
-            .call_constructor(&mut store, &info, spec.config)
+            .construct(
+                &mut store,
+                spec.table,
+                &partition_name,
+                spec.input,
+                spec.config,
+            )
             .map_err(|e| Self::call_error(&store, limits, &job, &e))?;
         let fuel = Self::fuel_used(&store);
         Ok(JobSession {
@@ -149,8 +156,10 @@ impl Plugin {
             store,
             world,
             session,
+            input: spec.input.clone(),
             fuel,
             pushed: 0,
+            call_rows: 0,
         })
     }
 
@@ -182,12 +191,27 @@ impl Plugin {
         };
         let mut offset = 0;
         for chunk in input.chunks(CHUNK_ROWS) {
-            let out = session.push(chunk)?;
+            let mut out = session.push(chunk)?;
             offset += chunk.len();
-            take(out, &input[..offset], &mut output)?;
+            loop {
+                let more = out.more;
+                take(out, &input[..offset], &mut output)?;
+                if !more {
+                    break;
+                }
+                out = session.next_part()?;
+            }
         }
-        let (out, stats) = session.finish()?;
-        take(out, input, &mut output)?;
+        let mut out = session.finish()?;
+        loop {
+            let more = out.more;
+            take(out, input, &mut output)?;
+            if !more {
+                break;
+            }
+            out = session.next_part()?;
+        }
+        let stats = session.end();
         check.finish(|visit| visit(&output.rows))?;
         output.fuel = stats.fuel;
         output.peak_memory_bytes = stats.peak_memory_bytes;
@@ -230,7 +254,7 @@ impl Plugin {
         let mut check = OutputCheck::new(self, session.job(), spec);
         let mut fates = RowFates::default();
         for row in input {
-            let out = session.push(std::slice::from_ref(row))?;
+            let out = session.push_whole(std::slice::from_ref(row))?;
             let mut rows = out.rows;
             check.check(&mut rows)?;
             let mut rejection = None;
@@ -242,7 +266,7 @@ impl Plugin {
             }
             fates.per_input.push((rows, rejection));
         }
-        let (out, _) = session.finish()?;
+        let out = session.finish_whole()?;
         if let Some((key, _)) = out.rejections.first() {
             return Err(check.not_pushed(key));
         }
@@ -258,10 +282,7 @@ impl JobSession<'_> {
         &self.job
     }
 
-    fn output(
-        &self,
-        result: Result<wit::PushOutput, wty::Error>,
-    ) -> Result<CallOutput, PluginError> {
+    fn output(&self, result: Result<Part, wty::Error>) -> Result<CallOutput, PluginError> {
         let out = result.map_err(|e| {
             let (kind, message) = match e {
                 wty::Error::InvalidConfig(m) => ("invalid config", m),
@@ -283,47 +304,82 @@ impl JobSession<'_> {
             rejections: out
                 .rejections
                 .into_iter()
-                .map(|r| (r.key.into_iter().map(from_wit).collect(), r.reason))
+                .map(|(key, reason)| (key.into_iter().map(from_wit).collect(), reason))
                 .collect(),
+            more: out.more,
         })
     }
 
-    /// Pushes one chunk of rows; the output the plugin gives for it.
+    /// Pushes one chunk of rows; the (first part of the) output the plugin gives for
+    /// it: while it says `more`, [`JobSession::next_part`] gives the next part.
     pub fn push(&mut self, rows: &[InputRow]) -> Result<CallOutput, PluginError> {
-        let wit_rows: Vec<wit::StagedRow> = rows.iter().map(to_wit_row).collect();
         Plugin::arm(&mut self.store, &self.limits, rows.len() as u64);
         crate::failpoint!("plugin-call");
         let result = self
             .world
-            .weir_transform_transform()
-            .session()
-            .call_push(&mut self.store, self.session, &wit_rows)
+            .push(&mut self.store, self.session, rows, &self.input)
             .map_err(|e| Plugin::call_error(&self.store, &self.limits, &self.job, &e))?;
-        drop(wit_rows);
         self.fuel += Plugin::fuel_used(&self.store);
         self.pushed += rows.len() as u64;
+        self.call_rows = rows.len() as u64;
         self.output(result)
     }
 
-    /// Ends the session: the plugin's last output (a partition plugin's `finish` works
-    /// over every row pushed, and is budgeted for them), and what the job used.
-    pub fn finish(mut self) -> Result<(CallOutput, JobStats), PluginError> {
+    /// The next part of the last `push`'s or `finish`'s output (after a part that said
+    /// `more`), budgeted as that call.
+    pub fn next_part(&mut self) -> Result<CallOutput, PluginError> {
+        Plugin::arm(&mut self.store, &self.limits, self.call_rows);
+        let result = self
+            .world
+            .next(&mut self.store, self.session)
+            .map_err(|e| Plugin::call_error(&self.store, &self.limits, &self.job, &e))?;
+        self.fuel += Plugin::fuel_used(&self.store);
+        self.output(result)
+    }
+
+    /// Ends the session after the last push: the (first part of the) plugin's last
+    /// output. A partition plugin's `finish` works over every row pushed, and is
+    /// budgeted for them.
+    pub fn finish(&mut self) -> Result<CallOutput, PluginError> {
         Plugin::arm(&mut self.store, &self.limits, self.pushed);
         let result = self
             .world
-            .weir_transform_transform()
-            .session()
-            .call_finish(&mut self.store, self.session)
+            .finish(&mut self.store, self.session)
             .map_err(|e| Plugin::call_error(&self.store, &self.limits, &self.job, &e))?;
         self.fuel += Plugin::fuel_used(&self.store);
-        let stats = JobStats {
+        self.call_rows = self.pushed;
+        self.output(result)
+    }
+
+    /// [`JobSession::push`] with every part of the output gathered.
+    pub fn push_whole(&mut self, rows: &[InputRow]) -> Result<CallOutput, PluginError> {
+        let first = self.push(rows)?;
+        self.gather(first)
+    }
+
+    /// [`JobSession::finish`] with every part of the output gathered.
+    pub fn finish_whole(&mut self) -> Result<CallOutput, PluginError> {
+        let first = self.finish()?;
+        self.gather(first)
+    }
+
+    fn gather(&mut self, mut all: CallOutput) -> Result<CallOutput, PluginError> {
+        while all.more {
+            let mut part = self.next_part()?;
+            all.rows.append(&mut part.rows);
+            all.rejections.append(&mut part.rejections);
+            all.more = part.more;
+        }
+        Ok(all)
+    }
+
+    /// What the job used; the store (and with it the instance and every resource) is
+    /// dropped.
+    pub fn end(self) -> JobStats {
+        JobStats {
             fuel: self.fuel,
             peak_memory_bytes: self.store.data().memory.peak,
-        };
-        let out = self.output(result)?;
-        // The store (and with it the instance and every resource) is dropped here.
-        drop(self);
-        Ok((out, stats))
+        }
     }
 
     /// The plugin this job runs.
@@ -568,6 +624,7 @@ pub struct OwnedJob {
     pub partition: Partition,
     pub grain: Grain,
     pub config: Vec<(String, String)>,
+    pub input: InputColumns,
 }
 
 /// Runs [`Plugin::run_job`] on a thread of its own whose stack holds the wasm stack
@@ -590,6 +647,7 @@ pub async fn run_job_on_thread(
                 partition: &job.partition,
                 grain: job.grain,
                 config: &job.config,
+                input: &job.input,
             };
             let result = plugin.run_job(&limits, &spec, &input);
             let _ = tx.send((input, result));
@@ -619,6 +677,7 @@ pub async fn run_row_by_row_on_thread(
                 partition: &job.partition,
                 grain: job.grain,
                 config: &job.config,
+                input: &job.input,
             };
             let _ = tx.send(plugin.run_row_by_row(&limits, &spec, &input));
         })
@@ -637,26 +696,4 @@ fn grain_text(d: &Description, values: &[&Value]) -> String {
         .map(|(k, v)| format!("{k} = {v}"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn to_wit_row(r: &InputRow) -> wit::StagedRow {
-    wit::StagedRow {
-        key: r.key.iter().map(to_wit).collect(),
-        op: match r.op {
-            Op::Insert => wit::Op::Insert,
-            Op::Update => wit::Op::Update,
-            Op::Delete => wit::Op::Delete,
-            Op::Read => wit::Op::Read,
-        },
-        commit_position: r.commit_position,
-        commit_time: r.commit_time,
-        columns: r
-            .columns
-            .iter()
-            .map(|(name, value)| wty::ColumnValue {
-                name: name.clone(),
-                value: to_wit(value),
-            })
-            .collect(),
-    }
 }

@@ -17,6 +17,7 @@
 
 mod cache;
 pub mod cases;
+mod contract;
 mod job;
 pub mod json;
 mod sandbox;
@@ -35,6 +36,7 @@ use wasmtime::{Engine, Store, Trap};
 use crate::value::Value;
 
 pub use cache::{CacheError, WASMTIME_VERSION};
+pub use contract::InputColumns;
 use job::run_on_stack;
 pub use job::{
     CallOutput, InputRow, JobOutput, JobSession, JobSpec, JobStats, KeyIndex, OutputCheck,
@@ -77,7 +79,7 @@ pub enum PluginError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} is not a usable weir:transform@0.1.0 component: {message}")]
+    #[error("{path} is not a usable weir:transform component: {message}")]
     Load { path: PathBuf, message: String },
     #[error("cannot load plugin {path}")]
     Cache {
@@ -335,7 +337,7 @@ impl PluginHost {
                 "{e:#}; the sandbox provides only weir:transform/log and WASI 0.2 without files, network or environment"
             ))
         })?;
-        let pre = bindings::PluginPre::new(instance_pre).map_err(|e| load_err(format!("{e:#}")))?;
+        let pre = contract::Pre::new(instance_pre).map_err(load_err)?;
         let mut plugin = Plugin {
             path: path.to_owned(),
             sha256,
@@ -372,7 +374,7 @@ pub struct Plugin {
     sha256: [u8; 32],
     size_bytes: u64,
     engine: Arc<EngineSet>,
-    pre: bindings::PluginPre<JobState>,
+    pre: contract::Pre,
     description: Option<Description>,
     imports: Vec<String>,
     compile: CompileInfo,
@@ -418,6 +420,11 @@ impl Plugin {
 
     pub fn compile_info(&self) -> CompileInfo {
         self.compile
+    }
+
+    /// The contract version the component implements (`0.1.0`, `0.2.0`).
+    pub fn contract(&self) -> &'static str {
+        self.pre.contract()
     }
 
     fn new_store(&self, seed: &JobSeed<'_>, limits: &SandboxLimits) -> Store<JobState> {
@@ -530,8 +537,7 @@ impl Plugin {
             .map_err(|e| Self::call_error(&store, limits, &job, &e))?;
         Self::arm(&mut store, limits, 0);
         let d = world
-            .weir_transform_transform()
-            .call_describe(&mut store)
+            .describe(&mut store)
             .map_err(|e| Self::call_error(&store, limits, &job, &e))?;
         let columns = d
             .columns

@@ -12,9 +12,12 @@
 //! ```
 //!
 //! or `"expect": {"error": {"invalid-config": "..."}}` (also `invalid-input`, `other`)
-//! when the session must fail. The session is run as the host runs it: constructed
-//! with the partition and config, one `push` per chunk, then `finish`; the rows and
-//! rejections of every call are concatenated, in order. Expected rows are objects in
+//! when the session must fail. The session is run as the host runs it, once on each
+//! contract: constructed with the partition and config (on 0.2 also the input schema:
+//! every column name of the case's rows in order of first appearance), one `push` per
+//! chunk (on 0.2 each row's values by position, absent columns `none`), then `finish`;
+//! the rows and rejections of every call are concatenated, in order, and both runs
+//! must give the expected output. Expected rows are objects in
 //! the declared column order (compared by column name).
 //!
 //! A `STAGED_ROW` is `{"key": [VALUE, ...], "op": "insert" | "update" | "delete" |
@@ -28,14 +31,19 @@
 
 use serde_json::{Map, Value as J, json};
 
+use crate::bindings_0_2::exports::weir::transform0_2_0::transform as v2;
 use crate::{
     ColumnValue, Description, Error, GuestSession, Op, PartitionInfo, PushOutput, StagedRow,
-    UnsupportedValue, Value, run_session,
+    UnsupportedValue, Value, run_session, run_session_0_2,
 };
 
 /// Runs every case of a JSON-lines text against session type `S` (whose description
-/// is `description`) and returns one message per failed case (empty: all passed).
-pub fn run_cases<S: GuestSession>(jsonl: &str, description: &Description) -> Vec<String> {
+/// is `description`) on both contracts, and returns one message per failed case
+/// (empty: all passed).
+pub fn run_cases<S: GuestSession + v2::GuestSession>(
+    jsonl: &str,
+    description: &Description,
+) -> Vec<String> {
     let mut failures = Vec::new();
     let mut count = 0usize;
     for (n, line) in jsonl.lines().enumerate() {
@@ -53,7 +61,10 @@ pub fn run_cases<S: GuestSession>(jsonl: &str, description: &Description) -> Vec
     failures
 }
 
-fn run_case<S: GuestSession>(line: &str, description: &Description) -> Result<(), String> {
+fn run_case<S: GuestSession + v2::GuestSession>(
+    line: &str,
+    description: &Description,
+) -> Result<(), String> {
     let case: J = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     let name = case["case"].as_str().unwrap_or("(unnamed)").to_owned();
     let partition = PartitionInfo {
@@ -85,18 +96,105 @@ fn run_case<S: GuestSession>(line: &str, description: &Description) -> Result<()
                 .collect::<Result<Vec<_>, _>>()
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let actual = match run_session::<S>(partition, config, chunks) {
+    let (schema, chunks_0_2) = positional(&chunks);
+    let partition_0_2 = v2::PartitionInfo {
+        table: partition.table.clone(),
+        name: partition.name.clone(),
+    };
+    let as_json = |result: Result<PushOutput, Error>| match result {
         Ok(out) => output_to_json(&out, description),
         Err(e) => json!({ "error": error_to_json(&e) }),
     };
+    let runs = [
+        (
+            "0.1",
+            as_json(run_session::<S>(partition, config.clone(), chunks)),
+        ),
+        (
+            "0.2",
+            as_json(run_session_0_2::<S>(
+                partition_0_2,
+                schema,
+                config,
+                chunks_0_2,
+            )),
+        ),
+    ];
     let expected = &case["expect"];
-    if &actual == expected {
-        Ok(())
-    } else {
-        Err(format!(
-            "case `{name}`:\n  expected {expected}\n  actual   {actual}"
-        ))
+    for (contract, actual) in runs {
+        if &actual != expected {
+            return Err(format!(
+                "case `{name}` on contract {contract}:\n  expected {expected}\n  actual   {actual}"
+            ));
+        }
     }
+    Ok(())
+}
+
+/// A case's rows on contract 0.2: the schema (every column name in order of first
+/// appearance; key positions where the first row's key values sit among its columns)
+/// and each row's values by position.
+fn positional(chunks: &[Vec<StagedRow>]) -> (v2::InputSchema, Vec<Vec<v2::StagedRow>>) {
+    let mut names: Vec<&str> = Vec::new();
+    for row in chunks.iter().flatten() {
+        for c in &row.columns {
+            if !names.contains(&c.name.as_str()) {
+                names.push(&c.name);
+            }
+        }
+    }
+    let key = chunks
+        .iter()
+        .flatten()
+        .next()
+        .map(|first| {
+            first
+                .key
+                .iter()
+                .filter_map(|k| {
+                    let name = &first.columns.iter().find(|c| &c.value == k)?.name;
+                    names.iter().position(|n| n == name).map(|p| p as u32)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let rows = chunks
+        .iter()
+        .map(|chunk| {
+            chunk
+                .iter()
+                .map(|row| v2::StagedRow {
+                    key: row.key.clone(),
+                    values: names
+                        .iter()
+                        .map(|n| {
+                            let found = row.columns.iter().find(|c| c.name == *n);
+                            found.map(|c| c.value.clone())
+                        })
+                        .collect(),
+                    op: match row.op {
+                        Op::Insert => v2::Op::Insert,
+                        Op::Update => v2::Op::Update,
+                        Op::Delete => v2::Op::Delete,
+                        Op::Read => v2::Op::Read,
+                    },
+                    commit_position: row.commit_position,
+                    commit_time: row.commit_time,
+                })
+                .collect()
+        })
+        .collect();
+    let schema = v2::InputSchema {
+        columns: names
+            .iter()
+            .map(|n| v2::InputColumn {
+                name: (*n).to_owned(),
+                type_name: String::new(),
+            })
+            .collect(),
+        key,
+    };
+    (schema, rows)
 }
 
 fn str_field(v: &J, field: &str) -> Result<String, String> {

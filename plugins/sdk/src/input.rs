@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-use crate::{Decimal, DecimalError, Error, Op, StagedRow, Value};
+use std::rc::Rc;
+
+use crate::{ColumnValue, Decimal, DecimalError, Error, Op, StagedRow, Value};
 
 /// Why one input row is refused. It becomes a `rejection` (the row goes to the
 /// dead-letter table with this reason, or fails the job, per the table's
@@ -34,6 +36,9 @@ impl fmt::Display for Reject {
 
 /// One staged row as pushed by the host: key, metadata and columns by name.
 ///
+/// On contract 0.2 a row carries its values by position in the session's input
+/// schema; on 0.1 each value carries its column's name. The getters read both alike.
+///
 /// Typed getters come in two forms: `int("id")` refuses `null`, `int_or_null("id")`
 /// returns `None` for it. Both refuse a missing column and a value of another case
 /// (no coercion, not even integer to decimal). Their rejection reasons are fixed
@@ -47,8 +52,70 @@ impl fmt::Display for Reject {
 /// * ``column `NAME` is not a finite decimal`` (`NaN`, `Infinity`, `-Infinity`)
 /// * ``column `NAME` is not valid decimal text`` / ``… has too many digits``
 #[derive(Debug, Clone, PartialEq)]
-#[repr(transparent)]
-pub struct Input(pub StagedRow);
+pub struct Input {
+    columns: Columns,
+    op: Op,
+    commit_position: u64,
+    commit_time: Option<i64>,
+}
+
+/// A row's values: by name (contract 0.1) or by position in the schema (0.2).
+#[derive(Debug, Clone, PartialEq)]
+enum Columns {
+    Named {
+        key: Vec<Value>,
+        columns: Vec<ColumnValue>,
+    },
+    Positional {
+        key: Vec<Value>,
+        schema: Rc<Schema>,
+        values: Vec<Option<Value>>,
+    },
+}
+
+/// The input schema of a contract-0.2 session: column names in row order and the
+/// positions of the key columns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Schema {
+    names: Vec<String>,
+    key: Vec<usize>,
+}
+
+impl Schema {
+    /// A schema of these column names whose key is the columns at `key` (positions).
+    pub fn new(names: Vec<String>, key: Vec<usize>) -> Schema {
+        Schema { names, key }
+    }
+
+    /// The column names, in row order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The positions of the table's key columns, in key order.
+    pub fn key_positions(&self) -> &[usize] {
+        &self.key
+    }
+
+    /// The position of a column.
+    pub fn position(&self, column: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == column)
+    }
+}
+
+impl From<StagedRow> for Input {
+    fn from(row: StagedRow) -> Input {
+        Input {
+            columns: Columns::Named {
+                key: row.key,
+                columns: row.columns,
+            },
+            op: row.op,
+            commit_position: row.commit_position,
+            commit_time: row.commit_time,
+        }
+    }
+}
 
 macro_rules! getters {
     ($( $(#[$doc:meta])* $name:ident, $or_null:ident, $case:ident, $kind:literal, $t:ty, |$v:ident| $conv:expr; )*) => {
@@ -73,34 +140,78 @@ macro_rules! getters {
 }
 
 impl Input {
+    /// A row of a contract-0.2 session: `values` in `schema`'s order (`None`: the row
+    /// has no such column).
+    pub fn positional(
+        key: Vec<Value>,
+        schema: Rc<Schema>,
+        values: Vec<Option<Value>>,
+        op: Op,
+        commit_position: u64,
+        commit_time: Option<i64>,
+    ) -> Input {
+        Input {
+            columns: Columns::Positional {
+                key,
+                schema,
+                values,
+            },
+            op,
+            commit_position,
+            commit_time,
+        }
+    }
+
     /// The values of the table's key columns, in key order.
     pub fn key(&self) -> &[Value] {
-        &self.0.key
+        match &self.columns {
+            Columns::Named { key, .. } | Columns::Positional { key, .. } => key,
+        }
     }
 
     /// What happened to the row last.
     pub fn op(&self) -> Op {
-        self.0.op
+        self.op
     }
 
     /// The source position of the transaction that wrote this image.
     pub fn commit_position(&self) -> u64 {
-        self.0.commit_position
+        self.commit_position
     }
 
     /// The commit time of that transaction (microseconds since the epoch, UTC), if
     /// the source gave one.
     pub fn commit_time(&self) -> Option<i64> {
-        self.0.commit_time
+        self.commit_time
+    }
+
+    /// The row's columns and their values, in the source's order (a column the row
+    /// has no value for is left out).
+    pub fn columns(&self) -> Vec<(&str, &Value)> {
+        match &self.columns {
+            Columns::Named { columns, .. } => columns
+                .iter()
+                .map(|c| (c.name.as_str(), &c.value))
+                .collect(),
+            Columns::Positional { schema, values, .. } => schema
+                .names
+                .iter()
+                .zip(values)
+                .filter_map(|(n, v)| v.as_ref().map(|v| (n.as_str(), v)))
+                .collect(),
+        }
     }
 
     /// The value of a column, `None` if the row has no such column.
     pub fn get(&self, column: &str) -> Option<&Value> {
-        self.0
-            .columns
-            .iter()
-            .find(|c| c.name == column)
-            .map(|c| &c.value)
+        match &self.columns {
+            Columns::Named { columns, .. } => {
+                columns.iter().find(|c| c.name == column).map(|c| &c.value)
+            }
+            Columns::Positional { schema, values, .. } => {
+                values.get(schema.position(column)?)?.as_ref()
+            }
+        }
     }
 
     /// The value of a column; a missing column is a rejection.
@@ -211,10 +322,8 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ColumnValue;
-
     fn input(columns: Vec<(&str, Value)>) -> Input {
-        Input(StagedRow {
+        Input::from(StagedRow {
             key: vec![Value::Integer(1)],
             op: Op::Insert,
             commit_position: 7,

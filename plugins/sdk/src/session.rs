@@ -1,12 +1,19 @@
 //! The plugin traits and the `session` resources that adapt them to the contract.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::marker::PhantomData;
+use std::rc::Rc;
 
+use crate::bindings_0_2::exports::weir::transform0_2_0::transform as v2;
 use crate::{
     Config, Description, Error, GuestSession, Input, Kind, Op, Output, PartitionInfo, PushOutput,
-    Reject, Row, StagedRow,
+    Reject, Row, Schema, StagedRow,
 };
+
+/// Output rows per part of a contract-0.2 result (`more`): a partition plugin's
+/// output is handed in parts of at most this many rows.
+pub const PART_ROWS: usize = 4096;
 
 /// A row-wise plugin: the output of a row depends only on that row (and the config).
 ///
@@ -51,6 +58,8 @@ pub trait PartitionPlugin: Sized + 'static {
 pub struct RowSession<P: RowPlugin> {
     plugin: Result<P, Error>,
     columns: Vec<String>,
+    /// The input schema (contract 0.2; empty on 0.1).
+    schema: Rc<Schema>,
 }
 
 impl<P: RowPlugin> RowSession<P> {
@@ -67,35 +76,71 @@ fn column_names(description: &Description) -> Vec<String> {
     description.columns.iter().map(|c| c.name.clone()).collect()
 }
 
-impl<P: RowPlugin> GuestSession for RowSession<P> {
-    fn new(partition: PartitionInfo, config: Vec<(String, String)>) -> Self {
-        RowSession {
-            plugin: P::open(&partition, &Config::new(config)),
-            columns: column_names(&P::describe()),
-        }
-    }
-
-    fn push(&self, rows: Vec<StagedRow>) -> Result<PushOutput, Error> {
+impl<P: RowPlugin> RowSession<P> {
+    /// Transforms rows one by one, skipping deletes.
+    fn transform(&self, rows: impl ExactSizeIterator<Item = Input>) -> Result<PushOutput, Error> {
         let plugin = self.plugin.as_ref().map_err(Clone::clone)?;
         let mut out = PushOutput {
             rows: Vec::with_capacity(rows.len()),
             rejections: Vec::new(),
         };
-        for staged in rows {
-            if staged.op == Op::Delete {
+        for input in rows {
+            if input.op() == Op::Delete {
                 continue;
             }
-            let input = Input(staged);
             match plugin.transform(&input) {
                 Ok(Some(row)) => out.rows.push(row.into_values(&self.columns)?),
                 Ok(None) => {}
                 Err(Reject(reason)) => out.rejections.push(crate::Rejection {
-                    key: input.0.key,
+                    key: input.key().to_vec(),
                     reason,
                 }),
             }
         }
         Ok(out)
+    }
+}
+
+impl<P: RowPlugin> v2::GuestSession for RowSession<P> {
+    fn new(
+        partition: v2::PartitionInfo,
+        schema: v2::InputSchema,
+        config: Vec<(String, String)>,
+    ) -> Self {
+        RowSession {
+            plugin: P::open(&partition.into(), &Config::new(config)),
+            columns: column_names(&P::describe()),
+            schema: Rc::new(schema.into()),
+        }
+    }
+
+    fn push(&self, rows: Vec<v2::StagedRow>) -> Result<v2::PushOutput, Error> {
+        let schema = &self.schema;
+        let out = self.transform(rows.into_iter().map(|r| input_0_2(schema, r)))?;
+        Ok(part(out, false))
+    }
+
+    fn next(&self) -> Result<v2::PushOutput, Error> {
+        Err(Error::Other("`next` called with no output pending".into()))
+    }
+
+    fn finish(&self) -> Result<v2::PushOutput, Error> {
+        self.plugin.as_ref().map_err(Clone::clone)?;
+        Ok(part(empty(), false))
+    }
+}
+
+impl<P: RowPlugin> GuestSession for RowSession<P> {
+    fn new(partition: PartitionInfo, config: Vec<(String, String)>) -> Self {
+        RowSession {
+            plugin: P::open(&partition, &Config::new(config)),
+            columns: column_names(&P::describe()),
+            schema: Rc::default(),
+        }
+    }
+
+    fn push(&self, rows: Vec<StagedRow>) -> Result<PushOutput, Error> {
+        self.transform(rows.into_iter().map(Input::from))
     }
 
     fn finish(&self) -> Result<PushOutput, Error> {
@@ -112,6 +157,10 @@ impl<P: RowPlugin> GuestSession for RowSession<P> {
 pub struct PartitionSession<P: PartitionPlugin> {
     state: RefCell<State<P>>,
     columns: Vec<String>,
+    /// The input schema (contract 0.2; empty on 0.1).
+    schema: Rc<Schema>,
+    /// Output not yet handed over (contract 0.2 hands it in parts).
+    pending: RefCell<VecDeque<PushOutput>>,
     _plugin: PhantomData<P>,
 }
 
@@ -156,21 +205,79 @@ impl<P: PartitionPlugin> PartitionSession<P> {
     }
 }
 
-impl<P: PartitionPlugin> GuestSession for PartitionSession<P> {
-    fn new(partition: PartitionInfo, config: Vec<(String, String)>) -> Self {
-        let state = match P::open(&partition, &Config::new(config)) {
+impl<P: PartitionPlugin> PartitionSession<P> {
+    fn open(partition: &PartitionInfo, config: Vec<(String, String)>, schema: Schema) -> Self {
+        let state = match P::open(partition, &Config::new(config)) {
             Ok(p) => State::Open(p),
             Err(e) => State::Failed(e),
         };
         PartitionSession {
             state: RefCell::new(state),
             columns: column_names(&P::describe()),
+            schema: Rc::new(schema),
+            pending: RefCell::default(),
             _plugin: PhantomData,
         }
     }
 
+    /// The first part of a call's output; the rest waits for `next`.
+    fn first_part(&self, out: PushOutput) -> v2::PushOutput {
+        let mut pending = self.pending.borrow_mut();
+        pending.clear();
+        let mut out = out;
+        while out.rows.len() > PART_ROWS {
+            let rest = out.rows.split_off(PART_ROWS);
+            pending.push_back(std::mem::replace(
+                &mut out,
+                PushOutput {
+                    rows: rest,
+                    rejections: Vec::new(),
+                },
+            ));
+        }
+        pending.push_back(out);
+        let first = pending.pop_front().unwrap_or_else(empty);
+        part(first, !pending.is_empty())
+    }
+}
+
+impl<P: PartitionPlugin> v2::GuestSession for PartitionSession<P> {
+    fn new(
+        partition: v2::PartitionInfo,
+        schema: v2::InputSchema,
+        config: Vec<(String, String)>,
+    ) -> Self {
+        Self::open(&partition.into(), config, schema.into())
+    }
+
+    fn push(&self, rows: Vec<v2::StagedRow>) -> Result<v2::PushOutput, Error> {
+        let schema = &self.schema;
+        let rows = rows.into_iter().map(|r| input_0_2(schema, r)).collect();
+        let out = self.with_plugin(|p, out| p.push(rows, out), false)?;
+        Ok(self.first_part(out))
+    }
+
+    fn next(&self) -> Result<v2::PushOutput, Error> {
+        let mut pending = self.pending.borrow_mut();
+        let out = pending
+            .pop_front()
+            .ok_or_else(|| Error::Other("`next` called with no output pending".into()))?;
+        Ok(part(out, !pending.is_empty()))
+    }
+
+    fn finish(&self) -> Result<v2::PushOutput, Error> {
+        let out = self.with_plugin(|p, out| p.finish(out), true)?;
+        Ok(self.first_part(out))
+    }
+}
+
+impl<P: PartitionPlugin> GuestSession for PartitionSession<P> {
+    fn new(partition: PartitionInfo, config: Vec<(String, String)>) -> Self {
+        Self::open(&partition, config, Schema::default())
+    }
+
     fn push(&self, rows: Vec<StagedRow>) -> Result<PushOutput, Error> {
-        let rows = rows.into_iter().map(Input).collect();
+        let rows = rows.into_iter().map(Input::from).collect();
         self.with_plugin(|p, out| p.push(rows, out), false)
     }
 
@@ -201,4 +308,116 @@ pub fn run_session<S: GuestSession>(
     all.rows.extend(out.rows);
     all.rejections.extend(out.rejections);
     Ok(all)
+}
+
+/// A contract-0.2 staged row as an [`Input`].
+fn input_0_2(schema: &Rc<Schema>, row: v2::StagedRow) -> Input {
+    Input::positional(
+        row.key,
+        Rc::clone(schema),
+        row.values,
+        row.op.into(),
+        row.commit_position,
+        row.commit_time,
+    )
+}
+
+/// A 0.1 `push-output` as a 0.2 part.
+fn part(out: PushOutput, more: bool) -> v2::PushOutput {
+    v2::PushOutput {
+        rows: out.rows,
+        rejections: out
+            .rejections
+            .into_iter()
+            .map(|r| v2::Rejection {
+                key: r.key,
+                reason: r.reason,
+            })
+            .collect(),
+        more,
+    }
+}
+
+/// Runs a whole contract-0.2 session natively, as the host would: construct with the
+/// schema, push each chunk and finish, draining every call's parts with `next`, and
+/// concatenate the outputs (as a 0.1 `push-output`). The first error ends the run.
+pub fn run_session_0_2<S: v2::GuestSession>(
+    partition: v2::PartitionInfo,
+    schema: v2::InputSchema,
+    config: Vec<(String, String)>,
+    chunks: Vec<Vec<v2::StagedRow>>,
+) -> Result<PushOutput, Error> {
+    let session = S::new(partition, schema, config);
+    let mut all = empty();
+    let mut take = |mut out: v2::PushOutput| -> Result<(), Error> {
+        loop {
+            all.rows.append(&mut out.rows);
+            all.rejections
+                .extend(out.rejections.into_iter().map(|r| crate::Rejection {
+                    key: r.key,
+                    reason: r.reason,
+                }));
+            if !out.more {
+                return Ok(());
+            }
+            out = session.next()?;
+        }
+    };
+    for chunk in chunks {
+        take(session.push(chunk)?)?;
+    }
+    take(session.finish()?)?;
+    Ok(all)
+}
+
+fn empty() -> PushOutput {
+    PushOutput {
+        rows: Vec::new(),
+        rejections: Vec::new(),
+    }
+}
+
+impl From<Description> for v2::Description {
+    fn from(d: Description) -> v2::Description {
+        v2::Description {
+            name: d.name,
+            version: d.version,
+            kind: match d.kind {
+                Kind::Row => v2::Kind::Row,
+                Kind::Partition => v2::Kind::Partition,
+            },
+            columns: d.columns,
+            grain_key: d.grain_key,
+            partition_column: d.partition_column,
+        }
+    }
+}
+
+impl From<v2::PartitionInfo> for PartitionInfo {
+    fn from(p: v2::PartitionInfo) -> PartitionInfo {
+        PartitionInfo {
+            table: p.table,
+            name: p.name,
+        }
+    }
+}
+
+impl From<v2::InputSchema> for Schema {
+    fn from(s: v2::InputSchema) -> Schema {
+        Schema::new(
+            s.columns.into_iter().map(|c| c.name).collect(),
+            s.key.into_iter().map(|k| k as usize).collect(),
+        )
+    }
+}
+
+impl From<v2::Op> for Op {
+    fn from(op: v2::Op) -> Op {
+        match op {
+            v2::Op::Insert => Op::Insert,
+            v2::Op::Update => Op::Update,
+            v2::Op::Delete => Op::Delete,
+            v2::Op::Read => Op::Read,
+        }
+    }
 }
