@@ -1308,9 +1308,13 @@ const GENERATED_LANGS: &[&str] = &["rust", "python", "js", "c", "cpp"];
 
 /// `weir plugin new NAME --lang L` writes a project that `weir plugin build` builds
 /// with its pinned toolchain and that passes its own cases in Weir's host, as written,
-/// in every language; names and folders are checked.
-#[test]
-fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
+/// in every language; each language's plugin (a pii mask: a salted SHA-256, an
+/// upper-case, a rejection, a filter, exact decimals) gives the same bytes for the same
+/// rows (byte order marks, a no-break space, non-ASCII letters, 2^53 + 1, a decimal of
+/// nine places), and each passes `weir verify` in a pipeline. Names and folders are
+/// checked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
     let weir = |args: &[&str], dir: &Path| {
         let out = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(args)
@@ -1329,6 +1333,8 @@ fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
         (out.status.code(), text(&out.stdout), text(&out.stderr))
     };
     let dir = tempfile::tempdir().expect("tempdir");
+    let mut previews = Vec::new();
+    let mut targets = Vec::new();
     for lang in GENERATED_LANGS {
         let name = format!("mask-{lang}");
         let (code, out, err) = weir(&["plugin", "new", &name, "--lang", lang], dir.path());
@@ -1337,7 +1343,7 @@ fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
         let (code, out, err) = weir(&["plugin", "build"], &project);
         assert_eq!(code, Some(0), "{lang}: {out}{err}");
         assert!(
-            out.contains(&format!("plugin `{name}` 0.1.0, 4 columns")),
+            out.contains(&format!("plugin `{name}` 0.1.0, 5 columns")),
             "{lang}: {out}"
         );
         let wasm = format!("{name}.wasm");
@@ -1346,7 +1352,10 @@ fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
             &project,
         );
         assert_eq!(code, Some(0), "{lang}: {out}{err}");
-        assert!(out.contains("5 cases: 5 passed, 0 failed"), "{lang}: {out}");
+        assert!(
+            out.contains("10 cases: 10 passed, 0 failed"),
+            "{lang}: {out}"
+        );
         let (code, out, err) = weir(
             &[
                 "plugin",
@@ -1357,7 +1366,9 @@ fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
                 "--partition",
                 "2026-03-01",
                 "--column",
-                "day=date",
+                "day=date,amount=numeric",
+                "-C",
+                "salt=s1",
                 "-C",
                 "drop_country=XX",
             ],
@@ -1368,13 +1379,70 @@ fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
             out.lines()
                 .map(|l| &l[..l.find(',').unwrap_or(l.len())])
                 .collect::<Vec<_>>(),
-            [r#"{"line":1"#, r#"{"line":2"#, r#"{"line":3"#],
+            [
+                r#"{"line":1"#,
+                r#"{"line":2"#,
+                r#"{"line":3"#,
+                r#"{"line":4"#
+            ],
             "{lang}: {out}"
         );
         assert!(
-            out.contains(r#""dropped""#) && out.contains("email has no @"),
+            out.contains(r#""dropped""#)
+                && out.contains("email has no @")
+                && out.contains(r#"{"integer":9007199254740993}"#),
             "{lang}: {out}"
         );
+        previews.push((lang, out));
+
+        // In a pipeline: the sample rows through `run --once`, then `weir verify`.
+        let db = TestDb::new(&format!("generated_{lang}")).await;
+        write_config(
+            &db,
+            &format!(
+                "\n[[table]]\nsource = \"public.events\"\ntarget = \"analytics.masked\"\nkey = [\"id\"]\n\
+                 partition_by = \"day\"\ngrain = \"day\"\n\
+                 columns = {{ id = \"bigint\", day = \"date\", email = \"text\", country = \"text\", amount = \"numeric\" }}\n\
+                 plugin = \"{}\"\n[table.plugin_config]\nsalt = \"s1\"\ndrop_country = \"XX\"\n",
+                project.join(&wasm).display()
+            ),
+        );
+        let rows = std::fs::read_to_string(project.join("rows.jsonl")).expect("rows");
+        db.write_feed(&rows.lines().map(str::to_owned).collect::<Vec<_>>());
+        db.weir_ok(&["init"]);
+        let run = db.weir_ok(&["run", "--once"]);
+        assert!(run.contains("1 rows rejected by plugins"), "{lang}: {run}");
+        let verify: J = serde_json::from_str(&db.weir_ok(&[
+            "verify",
+            "--table",
+            "public.events",
+            "--from",
+            "2026-03-01",
+            "--to",
+            "2026-03-02",
+            "--json",
+        ]))
+        .expect("verify json");
+        assert!(
+            verify
+                .as_array()
+                .is_some_and(|p| p.len() == 1 && p[0]["ok"] == true),
+            "{lang}: {verify}"
+        );
+        targets.push((
+            lang,
+            target_text(&db, "analytics.masked").await,
+            db.count("SELECT count(*) FROM weir.dead_letter").await,
+        ));
+    }
+    // The same bytes in every language, in the preview and in the target.
+    for (lang, out) in &previews[1..] {
+        assert_eq!(out, &previews[0].1, "{lang} against {}", previews[0].0);
+    }
+    for (lang, rows, dead) in &targets {
+        assert_eq!(rows.len(), 2, "{lang}: {rows:?}");
+        assert_eq!(*dead, 1, "{lang}");
+        assert_eq!(rows, &targets[0].1, "{lang} against {}", targets[0].0);
     }
     // A name no language can use, and a folder that is taken, are refused.
     let (code, _, err) = weir(&["plugin", "new", "Bad_Name", "--lang", "rust"], dir.path());

@@ -117,6 +117,16 @@ pub use bindings::weir::transform::types::{
     Column, ColumnType, ColumnValue, Error, NumericType, UnsupportedValue, Value,
 };
 pub use decimal::{Decimal, DecimalError};
+
+/// The SHA-256 of `data` as 64 lower-case hex digits (for masking, e.g. of a salted
+/// email; every SDK has the same helper, with the same output).
+pub fn sha256_hex(data: impl AsRef<[u8]>) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(data.as_ref())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 pub use input::{Config, Input, Reject, Schema};
 pub use output::{Output, Row};
 pub use session::{
