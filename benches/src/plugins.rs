@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use weir::partition::{Grain, Partition, partition_of};
 use weir::plugin::{
-    CHUNK_ROWS, InputColumns, InputRow, JobOutput, OwnedJob, Plugin, PluginHost, SandboxLimits,
-    run_job_on_thread,
+    CHUNK_ROWS, InputColumns, InputRow, JobOutput, JobSpec, OutputCheck, OwnedJob, Plugin,
+    PluginHost, SandboxLimits, run_job_on_thread,
 };
 use weir::source::Op;
 use weir::value::Value;
@@ -257,6 +257,107 @@ fn native_job(
         "the native session rejected {rejections} rows"
     );
     Ok((rows, clock))
+}
+
+/// One native job as the engine would run a plugin linked into it: the same
+/// `RowSession<Orders>` on contract 0.2, but with the engine's side on the clock too:
+/// each chunk of the engine's rows converted into the SDK's (as the host lowers them),
+/// the output converted back into the engine's values and checked by the host's own
+/// `OutputCheck` (types, partition, grain key; `checker` is the loaded component,
+/// whose description it checks against). What it costs over this is the sandbox's.
+fn native_engine_job(
+    rows: &[InputRow],
+    checker: &Plugin,
+    job: &OwnedJob,
+) -> anyhow::Result<(usize, Duration)> {
+    let Partition::Key(partition) = &job.partition else {
+        anyhow::bail!("the day partition of a date is not a key");
+    };
+    let spec = JobSpec {
+        table: &job.table,
+        partition: &job.partition,
+        grain: job.grain,
+        config: &job.config,
+        input: &job.input,
+    };
+    let started = Instant::now();
+    let info = v2::PartitionInfo {
+        table: TABLE.to_owned(),
+        name: partition.clone(),
+    };
+    let session = weir_plugin::RowSession::<orders_rust::Orders>::new(info, sdk_schema(), config());
+    let mut check = OutputCheck::new(checker, "native", &spec);
+    let mut count = 0;
+    let mut take = |out: v2::PushOutput| -> anyhow::Result<()> {
+        anyhow::ensure!(
+            out.rejections.is_empty() && !out.more,
+            "the native session rejected rows or answered in parts"
+        );
+        let mut rows: Vec<Vec<Value>> = out
+            .rows
+            .into_iter()
+            .map(|r| r.into_iter().map(engine_value).collect())
+            .collect();
+        check.check(&mut rows)?;
+        count += rows.len();
+        Ok(())
+    };
+    for chunk in rows.chunks(CHUNK_ROWS) {
+        let staged = chunk.iter().map(staged_row).collect();
+        take(
+            session
+                .push(staged)
+                .map_err(|e| anyhow::anyhow!("native push: {e:?}"))?,
+        )?;
+    }
+    take(
+        session
+            .finish()
+            .map_err(|e| anyhow::anyhow!("native finish: {e:?}"))?,
+    )?;
+    Ok((count, started.elapsed()))
+}
+
+/// An SDK value as the engine's, moved (as the host lifts output).
+fn engine_value(v: weir_plugin::Value) -> Value {
+    use weir_plugin::Value as S;
+    match v {
+        S::Null => Value::Null,
+        S::Boolean(b) => Value::Bool(b),
+        S::Integer(i) => Value::Int(i),
+        S::Float(f) => Value::Float(f),
+        S::Text(s) => Value::Text(s),
+        S::Bytes(b) => Value::Bytes(b),
+        S::Decimal(s) => Value::Decimal(s),
+        S::Date(d) => Value::Date(d),
+        S::Timestamp(t) => Value::Timestamp(t),
+        S::Json(s) => Value::Json(s),
+        S::Unsupported(u) => Value::Unsupported {
+            type_name: u.type_name,
+            text: u.text,
+        },
+    }
+}
+
+fn native_engine_throughput(
+    work: &Workload,
+    checker: &Plugin,
+    job: &OwnedJob,
+    budget: Duration,
+) -> anyhow::Result<Throughput> {
+    let mut t = Throughput {
+        jobs: 0,
+        rows: 0,
+        time: Duration::ZERO,
+    };
+    while t.jobs == 0 || t.time < budget {
+        let (rows, clock) = native_engine_job(&work.host_rows, checker, job)?;
+        anyhow::ensure!(rows == work.host_rows.len(), "native rows lost");
+        t.jobs += 1;
+        t.rows += rows;
+        t.time += clock;
+    }
+    Ok(t)
 }
 
 /// Throughput of one path: jobs timed until the budget is spent.
@@ -532,6 +633,24 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
         .iter()
         .map(|(stem, _)| args.dir.join(format!("{stem}.wasm")))
         .collect();
+    // The native plugin inside the engine's job, checked against the Rust component's
+    // description (so only if it is built).
+    let native_engine = match PluginHost::new(None).load(&paths[0], &SandboxLimits::default()) {
+        Ok(checker) => {
+            let t = native_engine_throughput(&work, &checker, &job, budget)?;
+            println!(
+                "plugins: native Rust in the engine's job {:.0} rows/s ({} in {:.2} s)",
+                t.rate(),
+                jobs(t.jobs),
+                t.time.as_secs_f64()
+            );
+            Some(t)
+        }
+        Err(e) => {
+            println!("plugins: no native job in the engine's path: {e}");
+            None
+        }
+    };
     // The component whose load makes a host's engine before the clocked loads.
     let warm_up = paths
         .iter()
@@ -603,8 +722,11 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
          back and checked (types, partition, grain key unique). Loading and compiling are not on the clock; \
          instantiation is. Native: the same rows already in the SDK's types (converted once, each chunk cloned \
          outside the clock for the push that consumes it), the session constructed, pushed, finished, its rows \
-         collected. The first timed job of each plugin was checked to give exactly the native output, row for \
-         row (its memory and fuel are the figures below).\n\
+         collected. Native in the engine's job: the same native session with the engine's own work on the \
+         clock as well, each chunk of the engine's rows converted into the SDK's and the output converted back \
+         and checked by the host's `OutputCheck`, as a plugin linked into the engine would be run. The first \
+         timed job of each plugin was checked to give exactly the native output, row for row (its memory and \
+         fuel are the figures below).\n\
          * **cold start**: `PluginHost::load` with no cache: read the file, sha256, compile with Cranelift, link, \
          and call `describe` in a fresh instance; **warm start**: the same from the compiled-component disk cache \
          (read, checksum, deserialize). Median of {} loads each, in a host whose engine was already made. \
@@ -622,6 +744,14 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
         "| `orders_rust::Orders`, native (baseline) | Rust | 0.2.0 (native) | — | — | — | — | {:.0} | 1.00 |",
         native.rate()
     )?;
+    if let Some(t) = &native_engine {
+        writeln!(
+            out,
+            "| `orders_rust::Orders`, native in the engine's job (rows converted both ways, output checked) | Rust | 0.2.0 (native) | — | — | — | — | {:.0} | {:.2} |",
+            t.rate(),
+            native.rate() / t.rate()
+        )?;
+    }
     for (stem, language, m) in &results {
         match m {
             Some(Ok(m)) => writeln!(
@@ -659,6 +789,13 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
             rust.contract,
             if ratio <= 1.5 { "met" } else { "not met" }
         )?;
+        if let Some(t) = &native_engine {
+            writeln!(
+                out,
+                "Against the native plugin in the engine's own job path (the same conversions and output checks on the clock, so that the difference is the sandbox and the component boundary alone) it takes {:.2}×.",
+                t.rate() / rust.throughput.rate()
+            )?;
+        }
         if let Some(old) = measured("orders-rust-0-1") {
             writeln!(
                 out,
