@@ -20,6 +20,11 @@
  *
  * No C++ exceptions anywhere (build with -fno-exceptions): every failure is a value.
  *
+ * The contract is the C helper's: weir:transform@0.2.0 by default (bindings of
+ * `wit-bindgen c wit/transform-0.2.0 -w transformer`), @0.1.0 with
+ * `-DWEIR_CONTRACT_0_1` (`wit-bindgen c wit/transform-0.1.0 -w plugin`); this API is
+ * the same on both.
+ *
  * A complete plugin (upper-cases `name`; see plugins/examples/orders-cpp/ for a
  * bigger one, README.md next to this file for the build):
  *
@@ -975,30 +980,30 @@ constexpr weir_column_type of(uint8_t tag) {
 }
 }  // namespace detail
 
-inline constexpr weir_column_type smallint = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_SMALLINT);
-inline constexpr weir_column_type integer = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_INTEGER);
-inline constexpr weir_column_type bigint = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_BIGINT);
-inline constexpr weir_column_type real = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_REAL);
+inline constexpr weir_column_type smallint = detail::of(WEIR_COLUMN_TYPE_SMALLINT);
+inline constexpr weir_column_type integer = detail::of(WEIR_COLUMN_TYPE_INTEGER);
+inline constexpr weir_column_type bigint = detail::of(WEIR_COLUMN_TYPE_BIGINT);
+inline constexpr weir_column_type real = detail::of(WEIR_COLUMN_TYPE_REAL);
 inline constexpr weir_column_type double_precision =
-    detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_DOUBLE_PRECISION);
+    detail::of(WEIR_COLUMN_TYPE_DOUBLE_PRECISION);
 /// `numeric` without a typmod.
-inline constexpr weir_column_type numeric_any = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_NUMERIC);
-inline constexpr weir_column_type text = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_TEXT);
+inline constexpr weir_column_type numeric_any = detail::of(WEIR_COLUMN_TYPE_NUMERIC);
+inline constexpr weir_column_type text = detail::of(WEIR_COLUMN_TYPE_TEXT);
 /// `varchar` without a limit.
-inline constexpr weir_column_type varchar_any = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_VARCHAR);
-inline constexpr weir_column_type boolean = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_BOOLEAN);
-inline constexpr weir_column_type date = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_DATE);
-inline constexpr weir_column_type timestamp = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_TIMESTAMP);
+inline constexpr weir_column_type varchar_any = detail::of(WEIR_COLUMN_TYPE_VARCHAR);
+inline constexpr weir_column_type boolean = detail::of(WEIR_COLUMN_TYPE_BOOLEAN);
+inline constexpr weir_column_type date = detail::of(WEIR_COLUMN_TYPE_DATE);
+inline constexpr weir_column_type timestamp = detail::of(WEIR_COLUMN_TYPE_TIMESTAMP);
 inline constexpr weir_column_type timestamptz =
-    detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_TIMESTAMPTZ);
-inline constexpr weir_column_type uuid = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_UUID);
-inline constexpr weir_column_type json = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_JSON);
-inline constexpr weir_column_type jsonb = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_JSONB);
-inline constexpr weir_column_type bytea = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_BYTEA);
+    detail::of(WEIR_COLUMN_TYPE_TIMESTAMPTZ);
+inline constexpr weir_column_type uuid = detail::of(WEIR_COLUMN_TYPE_UUID);
+inline constexpr weir_column_type json = detail::of(WEIR_COLUMN_TYPE_JSON);
+inline constexpr weir_column_type jsonb = detail::of(WEIR_COLUMN_TYPE_JSONB);
+inline constexpr weir_column_type bytea = detail::of(WEIR_COLUMN_TYPE_BYTEA);
 
 /// `numeric(precision, scale)`.
 constexpr weir_column_type numeric(uint32_t precision, uint32_t scale) {
-    weir_column_type t = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_NUMERIC);
+    weir_column_type t = detail::of(WEIR_COLUMN_TYPE_NUMERIC);
     t.val.numeric.is_some = true;
     t.val.numeric.val.precision = precision;
     t.val.numeric.val.scale = scale;
@@ -1007,7 +1012,7 @@ constexpr weir_column_type numeric(uint32_t precision, uint32_t scale) {
 
 /// `varchar(n)`.
 constexpr weir_column_type varchar(uint32_t n) {
-    weir_column_type t = detail::of(WEIR_TRANSFORM_TYPES_COLUMN_TYPE_VARCHAR);
+    weir_column_type t = detail::of(WEIR_COLUMN_TYPE_VARCHAR);
     t.val.varchar = {true, n};
     return t;
 }

@@ -39,8 +39,10 @@
  * `rate` ``, ``config `rate` is not valid decimal text``, ...) and this plugin's
  * ``config `rate` is negative``.
  *
- * Built by scripts/build-plugins into OUT_DIR/orders-c.wasm (see
- * ../../sdk-c/README.md for the commands).
+ * Built by scripts/build-plugins into OUT_DIR/orders-c.wasm (contract
+ * weir:transform@0.2.0) and, from this same source with -DWEIR_CONTRACT_0_1, into
+ * OUT_DIR/orders-c-0-1.wasm (@0.1.0); see ../../sdk-c/README.md for the
+ * commands.
  */
 
 #include "weir_plugin.h"

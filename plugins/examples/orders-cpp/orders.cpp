@@ -40,8 +40,10 @@
  * `rate` ``, ``config `rate` is not valid decimal text``, ...) and this plugin's
  * ``config `rate` is negative``.
  *
- * Built by scripts/build-plugins into OUT_DIR/orders-cpp.wasm (see
- * ../../sdk-cpp/README.md for the commands).
+ * Built by scripts/build-plugins into OUT_DIR/orders-cpp.wasm (contract
+ * weir:transform@0.2.0) and, from this same source with -DWEIR_CONTRACT_0_1, into
+ * OUT_DIR/orders-cpp-0-1.wasm (@0.1.0); see ../../sdk-cpp/README.md for the
+ * commands.
  */
 
 #include "weir_plugin.hpp"

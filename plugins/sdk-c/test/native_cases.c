@@ -7,29 +7,39 @@
  * ownership rules of weir_plugin.h on every path: a leak, a double free or a free of
  * something the plugin does not own fails the run.
  *
- * Compiled as one translation unit with the plugin's source:
+ * On the contract the bindings are of (0.2, or 0.1 with WEIR_CONTRACT_0_1 defined),
+ * compiled as one translation unit with the plugin's source:
  *
  *   clang -fsanitize=address,undefined -I GEN -I plugins/sdk-c \
  *       -DWEIR_TEST_PLUGIN_SOURCE='"plugins/examples/orders-c/orders.c"' \
- *       -Dexports_weir_transform_transform_session_new=weir_test_session_new \
- *       plugins/sdk-c/test/native_cases.c GEN/plugin.c
+ *       -Dexports_weir_transform_0_2_0_transform_session_new=weir_test_session_new \
+ *       plugins/sdk-c/test/native_cases.c GEN/transformer.c
  *
- * (the generated resource intrinsics pass the session pointer as a 32-bit handle,
- * which holds a wasm32 pointer but not a native one: the rename hands the session to
- * this harness instead).
+ * (0.1: -DWEIR_CONTRACT_0_1, -Dexports_weir_transform_transform_session_new=...,
+ * GEN/plugin.c; the generated resource intrinsics pass the session pointer as a
+ * 32-bit handle, which holds a wasm32 pointer but not a native one: the rename hands
+ * the session to this harness instead).
  *
  * Reads cases from stdin and writes results to stdout in a flat text form (strings
  * as `x` + hex, so that any bytes survive); native_tests.py converts from and to the
  * JSON of the case files. Tokens:
  *
  *   in:  describe
- *        case part STR STR config N (STR STR)*N chunks M (rows R ROW*R)*M
- *        ROW = OP POSITION HAS_TIME TIME NKEY VALUE*NKEY NCOL (STR VALUE)*NCOL
+ *        0.1: case part STR STR config N (STR STR)*N chunks M (rows R ROW*R)*M
+ *             ROW = OP POSITION HAS_TIME TIME NKEY VALUE*NKEY NCOL (STR VALUE)*NCOL
+ *        0.2: case part STR STR schema NCOL (STR STR)*NCOL NKEY INT*NKEY
+ *             config N (STR STR)*N chunks M (rows R ROW*R)*M
+ *             ROW = OP POSITION HAS_TIME TIME NKEY VALUE*NKEY NCOL (- | VALUE)*NCOL
+ *             (a schema column is a name and a type name; `-` is a value the row
+ *             does not have)
  *   out: columns N STR*N
  *        ok rows R (N VALUE*N)*R rejections J (NKEY VALUE*NKEY STR)*J
  *        err TAG STR
  *   VALUE = n | b 0/1 | i INT | f HEX64 | t STR | y STR | d STR | D INT | T INT |
  *           j STR | u STR STR
+ *
+ * On 0.2 a call whose output says `more` is followed by `next` calls until one
+ * says not, as the host does.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -43,37 +53,52 @@
 
 #include "native_stubs.h"
 
-/* The generated export functions and post-return functions (plugin.c). */
-uint8_t *__wasm_export_exports_weir_transform_transform_describe(void);
-void __wasm_export_exports_weir_transform_transform_describe_post_return(uint8_t *);
-int32_t __wasm_export_exports_weir_transform_transform_constructor_session(uint8_t *, size_t,
-                                                                           uint8_t *, size_t,
-                                                                           uint8_t *, size_t);
-uint8_t *__wasm_export_exports_weir_transform_transform_method_session_push(uint8_t *, uint8_t *,
-                                                                            size_t);
-void __wasm_export_exports_weir_transform_transform_method_session_push_post_return(uint8_t *);
-uint8_t *__wasm_export_exports_weir_transform_transform_method_session_finish(uint8_t *);
-void __wasm_export_exports_weir_transform_transform_method_session_finish_post_return(uint8_t *);
-void __wasm_export_exports_weir_transform_transform_session_dtor(
-    exports_weir_transform_transform_session_t *);
+/* The generated export functions and post-return functions. */
+#define EXPORT(name) WEIR_GEN_EXPORTS(name)
+#ifdef WEIR_CONTRACT_0_1
+#define WASM_EXPORT(name) __wasm_export_exports_weir_transform_transform_##name
+#else
+#define WASM_EXPORT(name) __wasm_export_exports_weir_transform_0_2_0_transform_##name
+#endif
+uint8_t *WASM_EXPORT(describe)(void);
+void WASM_EXPORT(describe_post_return)(uint8_t *);
+#ifdef WEIR_CONTRACT_0_1
+int32_t WASM_EXPORT(constructor_session)(uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t);
+#else
+int32_t WASM_EXPORT(constructor_session)(uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t,
+                                         uint8_t *, size_t, uint8_t *, size_t);
+uint8_t *WASM_EXPORT(method_session_next)(uint8_t *);
+void WASM_EXPORT(method_session_next_post_return)(uint8_t *);
+#endif
+uint8_t *WASM_EXPORT(method_session_push)(uint8_t *, uint8_t *, size_t);
+void WASM_EXPORT(method_session_push_post_return)(uint8_t *);
+uint8_t *WASM_EXPORT(method_session_finish)(uint8_t *);
+void WASM_EXPORT(method_session_finish_post_return)(uint8_t *);
+void WASM_EXPORT(session_dtor)(EXPORT(session_t) *);
 
 /* The session the constructor made (see the rename above). */
-static exports_weir_transform_transform_session_t *current_session;
+static EXPORT(session_t) *current_session;
 
-exports_weir_transform_transform_own_session_t weir_test_session_new(
-    exports_weir_transform_transform_session_t *rep) {
+EXPORT(own_session_t) weir_test_session_new(EXPORT(session_t) *rep) {
     current_session = rep;
-    exports_weir_transform_transform_own_session_t handle = {1};
+    EXPORT(own_session_t) handle = {1};
     return handle;
 }
 
 /* ---- reading ---- */
 
+static char *buf;
+static size_t cap;
+/* Whether the last token is to be read again. */
+static bool pushed_back;
+
 static char *token(void) {
-    static char *buf;
-    static size_t cap;
     size_t n = 0;
     int c;
+    if (pushed_back) {
+        pushed_back = false;
+        return buf;
+    }
     while ((c = getchar()) != EOF && (c == ' ' || c == '\n' || c == '\t' || c == '\r')) {
     }
     if (c == EOF) {
@@ -133,13 +158,13 @@ static void *host_alloc(size_t size, size_t align) {
     return p;
 }
 
-static plugin_string_t read_str(void) {
+static weir_string read_str(void) {
     const char *t = expect_token();
     if (t[0] != 'x') {
         fail("string");
     }
     size_t len = (strlen(t) - 1) / 2;
-    plugin_string_t s = {host_alloc(len, 1), len};
+    weir_string s = {host_alloc(len, 1), len};
     for (size_t i = 0; i < len; i++) {
         unsigned byte;
         if (sscanf(t + 1 + 2 * i, "%2x", &byte) != 1) {
@@ -177,7 +202,7 @@ static weir_value read_value(void) {
         v.val.text = read_str();
         break;
     case 'y': {
-        plugin_string_t s = read_str();
+        weir_string s = read_str();
         v.tag = WEIR_VALUE_BYTES;
         v.val.bytes.ptr = s.ptr;
         v.val.bytes.len = s.len;
@@ -210,8 +235,8 @@ static weir_value read_value(void) {
     return v;
 }
 
-static weir_input read_row(void) {
-    weir_input row;
+static weir_staged_row read_row(void) {
+    weir_staged_row row;
     memset(&row, 0, sizeof row);
     expect("row");
     row.op = (uint8_t)read_int();
@@ -225,13 +250,31 @@ static weir_input read_row(void) {
         row.key.ptr[i] = read_value();
     }
     size_t ncol = (size_t)read_uint();
-    row.columns.ptr =
-        host_alloc(ncol * sizeof(exports_weir_transform_transform_column_value_t), 8);
+#ifdef WEIR_CONTRACT_0_1
+    row.columns.ptr = host_alloc(ncol * sizeof(EXPORT(column_value_t)), 8);
     row.columns.len = ncol;
     for (size_t i = 0; i < ncol; i++) {
         row.columns.ptr[i].name = read_str();
         row.columns.ptr[i].value = read_value();
     }
+#else
+    row.values.ptr = host_alloc(ncol * sizeof(EXPORT(option_value_t)), 8);
+    row.values.len = ncol;
+    for (size_t i = 0; i < ncol; i++) {
+        EXPORT(option_value_t) *slot = &row.values.ptr[i];
+        memset(slot, 0, sizeof *slot);
+        char *t = expect_token();
+        if (strcmp(t, "-") == 0) {
+            slot->is_some = false;
+        } else {
+            /* Not a `-`: the token starts a value; read it again as one. */
+            (void)t;
+            pushed_back = true;
+            slot->is_some = true;
+            slot->val = read_value();
+        }
+    }
+#endif
     return row;
 }
 
@@ -328,10 +371,16 @@ static void put_value(const weir_value *v) {
  * slots, natively as in wasm32. */
 #define SLOT(area, k) ((area) + (k) * sizeof(void *))
 
-/* Appends a call's rows and rejections to `rows` / `rejections`, or returns false
- * with the error written to `err_text`. */
-static bool take_push_result(uint8_t *area, char **rows, size_t *rows_len, size_t *nrows,
-                             char **rejections, size_t *rejections_len, size_t *nrejections) {
+/* The output gathered over a case's calls. */
+typedef struct gathered {
+    char *rows, *rejections;
+    size_t rows_len, rejections_len, nrows, nrejections;
+} gathered;
+
+/* Appends a call's rows and rejections to `g`, or returns false with the error
+ * written to `out_buf`. `*more` is the output's `more` (always false on 0.1). */
+static bool take_push_result(uint8_t *area, gathered *g, bool *more) {
+    *more = false;
     if (*area != 0) {
         uint8_t tag = *SLOT(area, 1);
         uint8_t *ptr = *(uint8_t **)SLOT(area, 2);
@@ -341,22 +390,24 @@ static bool take_push_result(uint8_t *area, char **rows, size_t *rows_len, size_
         put_str(ptr, len);
         return false;
     }
-    exports_weir_transform_transform_row_t *r = *(exports_weir_transform_transform_row_t **)SLOT(area, 1);
+    EXPORT(row_t) *r = *(EXPORT(row_t) **)SLOT(area, 1);
     size_t nr = *(size_t *)SLOT(area, 2);
-    exports_weir_transform_transform_rejection_t *j =
-        *(exports_weir_transform_transform_rejection_t **)SLOT(area, 3);
+    EXPORT(rejection_t) *j = *(EXPORT(rejection_t) **)SLOT(area, 3);
     size_t nj = *(size_t *)SLOT(area, 4);
+#ifndef WEIR_CONTRACT_0_1
+    *more = *SLOT(area, 5) != 0;
+#endif
     for (size_t i = 0; i < nr; i++) {
         out_len = 0;
         put_fmt_ll("", (long long)r[i].len);
         for (size_t k = 0; k < r[i].len; k++) {
             put_value(&r[i].ptr[k]);
         }
-        *rows = realloc(*rows, *rows_len + out_len + 1);
-        memcpy(*rows + *rows_len, out_buf, out_len + 1);
-        *rows_len += out_len;
+        g->rows = realloc(g->rows, g->rows_len + out_len + 1);
+        memcpy(g->rows + g->rows_len, out_buf, out_len + 1);
+        g->rows_len += out_len;
     }
-    *nrows += nr;
+    g->nrows += nr;
     for (size_t i = 0; i < nj; i++) {
         out_len = 0;
         put_fmt_ll("", (long long)j[i].key.len);
@@ -364,81 +415,108 @@ static bool take_push_result(uint8_t *area, char **rows, size_t *rows_len, size_
             put_value(&j[i].key.ptr[k]);
         }
         put_str(j[i].reason.ptr, j[i].reason.len);
-        *rejections = realloc(*rejections, *rejections_len + out_len + 1);
-        memcpy(*rejections + *rejections_len, out_buf, out_len + 1);
-        *rejections_len += out_len;
+        g->rejections = realloc(g->rejections, g->rejections_len + out_len + 1);
+        memcpy(g->rejections + g->rejections_len, out_buf, out_len + 1);
+        g->rejections_len += out_len;
     }
-    *nrejections += nj;
+    g->nrejections += nj;
     return true;
+}
+
+/* Takes a `push` or `finish` result and its post-return, then (0.2) drains its
+ * parts with `next` while one says `more`. */
+static bool take_all(uint8_t *area, void (*post_return)(uint8_t *), gathered *g) {
+    bool more;
+    bool ok = take_push_result(area, g, &more);
+    post_return(area);
+#ifndef WEIR_CONTRACT_0_1
+    while (ok && more) {
+        area = WASM_EXPORT(method_session_next)((uint8_t *)current_session);
+        ok = take_push_result(area, g, &more);
+        WASM_EXPORT(method_session_next_post_return)(area);
+    }
+#endif
+    return ok;
 }
 
 static void run_case(void) {
     expect("part");
-    plugin_string_t table = read_str();
-    plugin_string_t name = read_str();
+    weir_string table = read_str();
+    weir_string name = read_str();
+#ifndef WEIR_CONTRACT_0_1
+    expect("schema");
+    size_t ncolumns = (size_t)read_uint();
+    EXPORT(input_column_t) *columns = host_alloc(ncolumns * sizeof(EXPORT(input_column_t)), 8);
+    for (size_t i = 0; i < ncolumns; i++) {
+        columns[i].name = read_str();
+        columns[i].type_name = read_str();
+    }
+    size_t nkey = (size_t)read_uint();
+    uint32_t *key = host_alloc(nkey * sizeof(uint32_t), 4);
+    for (size_t i = 0; i < nkey; i++) {
+        key[i] = (uint32_t)read_uint();
+    }
+#endif
     expect("config");
     size_t nconfig = (size_t)read_uint();
-    plugin_tuple2_string_string_t *config =
-        host_alloc(nconfig * sizeof(plugin_tuple2_string_string_t), 8);
+    weir_config_entry *config = host_alloc(nconfig * sizeof(weir_config_entry), 8);
     for (size_t i = 0; i < nconfig; i++) {
         config[i].f0 = read_str();
         config[i].f1 = read_str();
     }
     current_session = NULL;
-    __wasm_export_exports_weir_transform_transform_constructor_session(
-        table.ptr, table.len, name.ptr, name.len, (uint8_t *)config, nconfig);
+#ifdef WEIR_CONTRACT_0_1
+    WASM_EXPORT(constructor_session)(table.ptr, table.len, name.ptr, name.len, (uint8_t *)config,
+                                     nconfig);
+#else
+    WASM_EXPORT(constructor_session)(table.ptr, table.len, name.ptr, name.len, (uint8_t *)columns,
+                                     ncolumns, (uint8_t *)key, nkey, (uint8_t *)config, nconfig);
+#endif
     if (current_session == NULL) {
         fail("the constructor made no session");
     }
 
-    char *rows = NULL, *rejections = NULL;
-    size_t rows_len = 0, rejections_len = 0, nrows = 0, nrejections = 0;
+    gathered g = {NULL, NULL, 0, 0, 0, 0};
     bool ok = true;
     expect("chunks");
     size_t nchunks = (size_t)read_uint();
     for (size_t c = 0; c < nchunks; c++) {
         expect("rows");
         size_t n = (size_t)read_uint();
-        weir_input *chunk = host_alloc(n * sizeof(weir_input), 8);
+        weir_staged_row *chunk = host_alloc(n * sizeof(weir_staged_row), 8);
         for (size_t i = 0; i < n; i++) {
             chunk[i] = read_row();
         }
         if (!ok) {
             /* After an error the host pushes nothing more: free what was read. */
-            exports_weir_transform_transform_list_staged_row_t list = {chunk, n};
-            exports_weir_transform_transform_list_staged_row_free(&list);
+            weir_staged_rows list = {chunk, n};
+            EXPORT(list_staged_row_free)(&list);
             continue;
         }
-        uint8_t *area = __wasm_export_exports_weir_transform_transform_method_session_push(
-            (uint8_t *)current_session, (uint8_t *)chunk, n);
-        ok = take_push_result(area, &rows, &rows_len, &nrows, &rejections, &rejections_len,
-                              &nrejections);
-        __wasm_export_exports_weir_transform_transform_method_session_push_post_return(area);
+        uint8_t *area = WASM_EXPORT(method_session_push)((uint8_t *)current_session,
+                                                         (uint8_t *)chunk, n);
+        ok = take_all(area, WASM_EXPORT(method_session_push_post_return), &g);
     }
     if (ok) {
-        uint8_t *area =
-            __wasm_export_exports_weir_transform_transform_method_session_finish((uint8_t *)current_session);
-        ok = take_push_result(area, &rows, &rows_len, &nrows, &rejections, &rejections_len,
-                              &nrejections);
-        __wasm_export_exports_weir_transform_transform_method_session_finish_post_return(area);
+        uint8_t *area = WASM_EXPORT(method_session_finish)((uint8_t *)current_session);
+        ok = take_all(area, WASM_EXPORT(method_session_finish_post_return), &g);
     }
-    __wasm_export_exports_weir_transform_transform_session_dtor(current_session);
+    WASM_EXPORT(session_dtor)(current_session);
     current_session = NULL;
 
     if (ok) {
-        printf("ok rows %zu %s rejections %zu %s\n", nrows, rows ? rows : "", nrejections,
-               rejections ? rejections : "");
+        printf("ok rows %zu %s rejections %zu %s\n", g.nrows, g.rows ? g.rows : "",
+               g.nrejections, g.rejections ? g.rejections : "");
     } else {
         printf("%s\n", out_buf);
     }
-    free(rows);
-    free(rejections);
+    free(g.rows);
+    free(g.rejections);
 }
 
 static void describe(void) {
-    uint8_t *area = __wasm_export_exports_weir_transform_transform_describe();
-    exports_weir_transform_transform_column_t *columns =
-        *(exports_weir_transform_transform_column_t **)SLOT(area, 5);
+    uint8_t *area = WASM_EXPORT(describe)();
+    EXPORT(column_t) *columns = *(EXPORT(column_t) **)SLOT(area, 5);
     size_t n = *(size_t *)SLOT(area, 6);
     out_len = 0;
     put_fmt_ll("columns ", (long long)n);
@@ -446,7 +524,7 @@ static void describe(void) {
         put_str(columns[i].name.ptr, columns[i].name.len);
     }
     printf("%s\n", out_buf);
-    __wasm_export_exports_weir_transform_transform_describe_post_return(area);
+    WASM_EXPORT(describe_post_return)(area);
 }
 
 int main(void) {

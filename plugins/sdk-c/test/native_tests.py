@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
-"""Native tests of the C helper and a C row plugin, under AddressSanitizer.
+"""Native tests of the C helper and a C row plugin, under AddressSanitizer, on both contracts.
 
-    python3 plugins/sdk-c/test/native_tests.py --gen GEN \\
+    python3 plugins/sdk-c/test/native_tests.py [--gen GEN]... \\
         [--plugin plugins/examples/orders-c/orders.c --cases plugins/examples/orders-cases.jsonl]
 
-GEN is the folder `wit-bindgen c wit/transform-0.1.0 -w plugin --out-dir GEN` wrote
-(scripts/build-plugins makes one; without --gen this script runs the wit-bindgen of
-$WEIR_TOOLS_DIR, default ~/.cache/weir-tools, into a temporary folder).
+Each GEN is a folder of wit-bindgen's C output, for contract 0.2
+(`wit-bindgen c wit/transform-0.2.0 -w transformer --out-dir GEN`: transformer.h)
+or 0.1 (`wit-bindgen c wit/transform-0.1.0 -w plugin --out-dir GEN`: plugin.h);
+the tests run on the contract of each (scripts/build-plugins passes the one it
+builds with). Without --gen this script runs the wit-bindgen of $WEIR_TOOLS_DIR
+(default ~/.cache/weir-tools) into a temporary folder for each contract, and tests
+both.
 
 1. `test_helpers.c`: the decimal examples of the Rust SDK, the getters' and config
-   lookups' fixed texts, the output row checks.
+   lookups' fixed texts, the output row checks, and on 0.2 the input schema's
+   name-to-position memory and `next`.
 2. With --plugin and --cases: `native_cases.c` runs the plugin through the generated
    bindings' real export and post-return functions (see its header), every case of
-   the case file (the format of plugins/sdk/src/cases.rs), and compares rows,
-   rejections and errors with the expected ones.
+   the case file (the format of plugins/sdk/src/cases.rs; on 0.2 with the schema
+   that file describes: every column name in order of first appearance, each row's
+   values by position), and compares rows, rejections and errors with the expected
+   ones.
 
 Both are built with the host's clang and `-fsanitize=address,undefined`, so a leak,
 a double free or a free of memory the plugin does not own fails the run, which a
@@ -36,6 +43,19 @@ ROOT = os.path.dirname(os.path.dirname(SDK))
 CFLAGS = ["-std=c11", "-g", "-O1", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
           "-fno-sanitize-recover=undefined", "-Wall", "-Wextra", "-Wno-unknown-attributes"]
 OPS = {"insert": 0, "update": 1, "delete": 2, "read": 3}
+CONTRACTS = ("0.2", "0.1")
+# Per contract: the WIT folder and world, the generated C file's base name, the
+# preprocessor definitions a plugin is compiled with, and the generated name of the
+# session constructor's resource-new (renamed for the native harness).
+WIT = {"0.2": ("transform-0.2.0", "transformer"), "0.1": ("transform-0.1.0", "plugin")}
+GEN_BASE = {"0.2": "transformer", "0.1": "plugin"}
+DEFINES = {"0.2": [], "0.1": ["WEIR_CONTRACT_0_1"]}
+SESSION_NEW = {"0.2": "exports_weir_transform_0_2_0_transform_session_new",
+               "0.1": "exports_weir_transform_transform_session_new"}
+# The type name the 0.2 schema gives a column, by the case of its first non-null value.
+TYPE_NAMES = {"boolean": "boolean", "integer": "bigint", "float": "double precision",
+              "text": "text", "bytes": "bytea", "decimal": "numeric", "date": "date",
+              "timestamp": "timestamp", "json": "jsonb"}
 ERROR_TAGS = {0: "invalid-config", 1: "invalid-input", 2: "other"}
 
 
@@ -63,8 +83,44 @@ def value_to_tokens(v):
     raise ValueError(f"unknown value {v!r}")
 
 
-def case_to_tokens(case):
+def rows_of(case):
+    return [row for chunk in case["chunks"] for row in chunk]
+
+
+def schema_of(case):
+    """The 0.2 input schema of a case, as plugins/sdk/src/cases.rs makes it: every
+    column name in order of first appearance (with a type name from its first
+    non-null value), and the key's positions (where the first row's key values sit
+    among its columns)."""
+    names, types = [], {}
+    for row in rows_of(case):
+        for name, v in row["columns"].items():
+            if name not in names:
+                names.append(name)
+            if v is not None and not types.get(name):
+                [(tag, inner)] = v.items()
+                types[name] = inner["type-name"] if tag == "unsupported" else TYPE_NAMES[tag]
+    key = []
+    rows = rows_of(case)
+    if rows:
+        first = rows[0]
+        for k in first["key"]:
+            name = next((n for n, v in first["columns"].items() if v == k), None)
+            if name is not None:
+                key.append(names.index(name))
+    return [(n, types.get(n, "")) for n in names], key
+
+
+def case_to_tokens(case, contract="0.1"):
     out = ["case", "part", hexstr(case["partition"]["table"]), hexstr(case["partition"]["name"])]
+    names = None
+    if contract == "0.2":
+        columns, key = schema_of(case)
+        names = [n for n, _ in columns]
+        out += ["schema", str(len(columns))]
+        for name, type_name in columns:
+            out += [hexstr(name), hexstr(type_name)]
+        out += [str(len(key))] + [str(k) for k in key]
     config = sorted((case.get("config") or {}).items())
     out += ["config", str(len(config))]
     for k, v in config:
@@ -79,10 +135,15 @@ def case_to_tokens(case):
             out.append(str(len(row["key"])))
             for v in row["key"]:
                 out += value_to_tokens(v)
-            out.append(str(len(row["columns"])))
-            for name, v in row["columns"].items():
-                out.append(hexstr(name))
-                out += value_to_tokens(v)
+            if names is None:
+                out.append(str(len(row["columns"])))
+                for name, v in row["columns"].items():
+                    out.append(hexstr(name))
+                    out += value_to_tokens(v)
+            else:
+                out.append(str(len(names)))
+                for name in names:
+                    out += value_to_tokens(row["columns"][name]) if name in row["columns"] else ["-"]
     return " ".join(out)
 
 
@@ -168,15 +229,57 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
-def compile_native(out, source, gen, defines=()):
-    """Builds `source` (with `defines`) and the generated plugin.c (without them: the
-    harness renames one of its functions) into the program `out`."""
+def contract_of(gen):
+    """The contract of a folder of generated bindings."""
+    for contract in CONTRACTS:
+        if os.path.exists(os.path.join(gen, GEN_BASE[contract] + ".h")):
+            return contract
+    raise SystemExit(f"{gen}: neither transformer.h nor plugin.h (not wit-bindgen's C output)")
+
+
+def generate(contract, gen):
+    """Runs the installed wit-bindgen for `contract` into `gen`; False if it fails."""
+    tools = os.environ.get("WEIR_TOOLS_DIR", os.path.expanduser("~/.cache/weir-tools"))
+    wit, world = WIT[contract]
+    # It lists every file it writes on stderr: shown only if it fails.
+    proc = subprocess.run(
+        [os.path.join(tools, "wit-bindgen", "bin", "wit-bindgen"), "c",
+         os.path.join(ROOT, "wit", wit), "-w", world, "--out-dir", gen],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout.decode(errors="replace"))
+        return False
+    return True
+
+
+def gen_folders(given, tmp):
+    """(contract, folder) for each --gen, or for both contracts generated into `tmp`
+    (None if wit-bindgen failed)."""
+    if given:
+        return [(contract_of(g), g) for g in given]
+    out = []
+    for contract in CONTRACTS:
+        gen = os.path.join(tmp, "gen-" + contract)
+        if not generate(contract, gen):
+            return None
+        out.append((contract, gen))
+    return out
+
+
+def generated_c(gen, contract):
+    return os.path.join(gen, GEN_BASE[contract] + ".c")
+
+
+def compile_native(out, source, gen, contract, defines=()):
+    """Builds `source` (with the contract's definitions and `defines`) and the
+    generated C file (without them: the harness renames one of its functions) into
+    the program `out`."""
     objects = []
+    flags = [f"-D{d}" for d in (*DEFINES[contract], *defines)]
     # The generated code's own warnings (wasm32-only casts) are not ours: -w.
-    for src, flags in ((source, [f"-D{d}" for d in defines]),
-                       (os.path.join(gen, "plugin.c"), ["-w"])):
+    for src, src_flags in ((source, flags), (generated_c(gen, contract), ["-w"])):
         obj = f"{out}.{len(objects)}.o"
-        run(["clang", *CFLAGS, "-I", gen, "-I", SDK, "-I", HERE, *flags, "-c", "-o", obj, src])
+        run(["clang", *CFLAGS, "-I", gen, "-I", SDK, "-I", HERE, *src_flags, "-c", "-o", obj, src])
         objects.append(obj)
     run(["clang", "-fsanitize=address,undefined", "-o", out, *objects])
 
@@ -188,9 +291,49 @@ def sanitizer_env():
     return env
 
 
+def read_cases(path):
+    cases = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                cases.append((n, json.loads(line)))
+    return cases
+
+
+def check_case_run(harness, cases, contract, label):
+    """Runs the case harness `harness` on `cases`; prints failures and a summary
+    line; returns 0 or 1."""
+    stdin = "describe\n" + "".join(case_to_tokens(c, contract) + "\n" for _, c in cases)
+    proc = subprocess.run([harness], input=stdin.encode(), stdout=subprocess.PIPE,
+                          env=sanitizer_env())
+    lines = proc.stdout.decode().splitlines()
+    status = 0
+    if proc.returncode != 0:
+        print(f"native_cases exited with {proc.returncode} (a sanitizer report is above)")
+        status = 1
+    if len(lines) != len(cases) + 1:
+        print(f"native_cases gave {len(lines)} lines for {len(cases)} cases")
+        return 1
+    ct = Tokens(lines[0])
+    assert ct.next() == "columns"
+    columns = [ct.str() for _ in range(ct.int())]
+    failed = 0
+    for (n, case), line in zip(cases, lines[1:]):
+        got = parse_result(line, columns)
+        want = canonical(case["expect"])
+        if got != want:
+            failed += 1
+            print(f"line {n}: {case.get('case')} (contract {contract}): "
+                  f"got {json.dumps(got, ensure_ascii=False)}, want {json.dumps(want, ensure_ascii=False)}")
+    print(f"{label} (native, sanitized, contract {contract}): "
+          f"{len(cases) - failed} passed, {failed} failed")
+    return 1 if failed else status
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gen", help="the folder of wit-bindgen's C output")
+    ap.add_argument("--gen", action="append",
+                    help="a folder of wit-bindgen's C output (repeatable; default: both contracts)")
     ap.add_argument("--plugin", help="a C row plugin's source (with WEIR_EXPORT_ROW_PLUGIN)")
     ap.add_argument("--cases", help="the JSON-lines cases to run it on")
     args = ap.parse_args()
@@ -198,62 +341,27 @@ def main():
         ap.error("--plugin and --cases go together")
 
     with tempfile.TemporaryDirectory() as tmp:
-        gen = args.gen
-        if gen is None:
-            tools = os.environ.get("WEIR_TOOLS_DIR", os.path.expanduser("~/.cache/weir-tools"))
-            gen = os.path.join(tmp, "gen")
-            # It lists every file it writes on stderr: shown only if it fails.
-            gen_run = subprocess.run(
-                [os.path.join(tools, "wit-bindgen", "bin", "wit-bindgen"), "c",
-                 os.path.join(ROOT, "wit", "transform-0.1.0"), "-w", "plugin", "--out-dir", gen],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            if gen_run.returncode != 0:
-                sys.stderr.write(gen_run.stdout.decode(errors="replace"))
-                return 1
+        gens = gen_folders(args.gen, tmp)
+        if gens is None:
+            return 1
         status = 0
-
-        helpers = os.path.join(tmp, "test_helpers")
-        compile_native(helpers, os.path.join(HERE, "test_helpers.c"), gen)
-        if subprocess.run([helpers], env=sanitizer_env()).returncode != 0:
-            status = 1
-
-        if args.plugin:
-            harness = os.path.join(tmp, "native_cases")
-            plugin = os.path.abspath(args.plugin)
-            compile_native(harness, os.path.join(HERE, "native_cases.c"), gen, defines=[
-                f'WEIR_TEST_PLUGIN_SOURCE="{plugin}"',
-                "exports_weir_transform_transform_session_new=weir_test_session_new",
-            ])
-            cases = []
-            with open(args.cases, encoding="utf-8") as f:
-                for n, line in enumerate(f, 1):
-                    if line.strip():
-                        cases.append((n, json.loads(line)))
-            stdin = "describe\n" + "".join(case_to_tokens(c) + "\n" for _, c in cases)
-            proc = subprocess.run([harness], input=stdin.encode(), stdout=subprocess.PIPE,
-                                  env=sanitizer_env())
-            lines = proc.stdout.decode().splitlines()
-            failed = 0
-            if proc.returncode != 0:
-                print(f"native_cases exited with {proc.returncode} (a sanitizer report is above)")
+        for contract, gen in gens:
+            work = os.path.join(tmp, "build-" + contract)
+            os.makedirs(work, exist_ok=True)
+            helpers = os.path.join(work, "test_helpers")
+            compile_native(helpers, os.path.join(HERE, "test_helpers.c"), gen, contract)
+            if subprocess.run([helpers], env=sanitizer_env()).returncode != 0:
                 status = 1
-            if len(lines) != len(cases) + 1:
-                print(f"native_cases gave {len(lines)} lines for {len(cases)} cases")
-                status = 1
-            else:
-                ct = Tokens(lines[0])
-                assert ct.next() == "columns"
-                columns = [ct.str() for _ in range(ct.int())]
-                for (n, case), line in zip(cases, lines[1:]):
-                    got = parse_result(line, columns)
-                    want = canonical(case["expect"])
-                    if got != want:
-                        failed += 1
-                        print(f"line {n}: {case.get('case')}: got {json.dumps(got, ensure_ascii=False)}, "
-                              f"want {json.dumps(want, ensure_ascii=False)}")
-                print(f"{os.path.basename(plugin)} (native, sanitized): "
-                      f"{len(cases) - failed} passed, {failed} failed")
-                if failed:
+
+            if args.plugin:
+                harness = os.path.join(work, "native_cases")
+                plugin = os.path.abspath(args.plugin)
+                compile_native(harness, os.path.join(HERE, "native_cases.c"), gen, contract, defines=[
+                    f'WEIR_TEST_PLUGIN_SOURCE="{plugin}"',
+                    f"{SESSION_NEW[contract]}=weir_test_session_new",
+                ])
+                if check_case_run(harness, read_cases(args.cases), contract,
+                                  os.path.basename(plugin)) != 0:
                     status = 1
         return status
 

@@ -1,13 +1,16 @@
 /*
  * Native unit tests of weir_plugin.h (run by native_tests.py, under
- * AddressSanitizer): the decimal examples of the Rust SDK's decimal.rs, the
- * getters' and config lookups' fixed texts (input.rs), and the output row checks
- * (output.rs), through the row-plugin driver.
+ * AddressSanitizer), on the contract of the bindings it is built with (0.2, or 0.1
+ * with WEIR_CONTRACT_0_1): the decimal examples of the Rust SDK's decimal.rs, the
+ * getters' and config lookups' fixed texts (input.rs), the output row checks
+ * (output.rs) through the row-plugin driver, and on 0.2 the schema's memory of
+ * column positions and `next`.
  */
 #include <stdio.h>
 
 #include "weir_plugin.h"
 #include "native_stubs.h"
+#include "test_rows.h"
 
 static int failures;
 static int checks;
@@ -213,9 +216,8 @@ static void compares_by_value_and_checks_numeric_bounds(void) {
 
 /* ---- getters and config ---- */
 
-static plugin_string_t lit(const char *s) {
-    plugin_string_t out = {(uint8_t *)(uintptr_t)s, strlen(s)};
-    return out;
+static weir_string lit(const char *s) {
+    return weir_test_lit(s);
 }
 
 static weir_value text_value(uint8_t tag, const char *s) {
@@ -223,6 +225,13 @@ static weir_value text_value(uint8_t tag, const char *s) {
     memset(&v, 0, sizeof v);
     v.tag = tag;
     v.val.text = lit(s);
+    return v;
+}
+
+static weir_value tag_value(uint8_t tag) {
+    weir_value v;
+    memset(&v, 0, sizeof v);
+    v.tag = tag;
     return v;
 }
 
@@ -234,61 +243,60 @@ static void check_reject(bool ok, weir_reject *reject, const char *want) {
 }
 
 static void getters_read_typed_values_and_reject_with_fixed_reasons(void) {
-    exports_weir_transform_transform_column_value_t columns[6];
-    memset(columns, 0, sizeof columns);
-    columns[0].name = lit("id");
-    columns[0].value.tag = WEIR_VALUE_INTEGER;
-    columns[0].value.val.integer = 5;
-    columns[1].name = lit("name");
-    columns[1].value = text_value(WEIR_VALUE_TEXT, "a");
-    columns[2].name = lit("none");
-    columns[2].value.tag = WEIR_VALUE_NULL;
-    columns[3].name = lit("amount");
-    columns[3].value = text_value(WEIR_VALUE_DECIMAL, "1.50");
-    columns[4].name = lit("nan");
-    columns[4].value = text_value(WEIR_VALUE_DECIMAL, "NaN");
-    columns[5].name = lit("bad");
-    columns[5].value = text_value(WEIR_VALUE_DECIMAL, "1e5");
-    weir_input row;
-    memset(&row, 0, sizeof row);
-    row.columns.ptr = columns;
-    row.columns.len = WEIR_COUNT(columns);
+    const char *names[] = {"id", "name", "none", "amount", "nan", "bad", "gone"};
+    weir_value values[7];
+    values[0] = tag_value(WEIR_VALUE_INTEGER);
+    values[0].val.integer = 5;
+    values[1] = text_value(WEIR_VALUE_TEXT, "a");
+    values[2] = tag_value(WEIR_VALUE_NULL);
+    values[3] = text_value(WEIR_VALUE_DECIMAL, "1.50");
+    values[4] = text_value(WEIR_VALUE_DECIMAL, "NaN");
+    values[5] = text_value(WEIR_VALUE_DECIMAL, "1e5");
+    /* A column the row has no value for (0.2: `none`; 0.1: not in the row). */
+    values[6] = tag_value(WEIR_TEST_ABSENT);
+    weir_test_row t;
+    weir_test_row_init(&t, names, values, WEIR_COUNT(values));
+    const weir_input *row = &t.input;
 
     weir_reject reject = {{NULL, 0}};
     int64_t i;
-    CHECK(weir_input_int(&row, "id", &i, &reject) && i == 5, "int");
+    CHECK(weir_input_int(row, "id", &i, &reject) && i == 5, "int");
     weir_str s;
     bool is_null;
-    CHECK(weir_input_text(&row, "name", &s, &reject) && weir_str_eq(s, "a"), "text");
-    CHECK(weir_input_text_or_null(&row, "none", &s, &is_null, &reject) && is_null, "null");
+    CHECK(weir_input_text(row, "name", &s, &reject) && weir_str_eq(s, "a"), "text");
+    CHECK(weir_input_text_or_null(row, "none", &s, &is_null, &reject) && is_null, "null");
     weir_decimal x;
-    CHECK(weir_input_decimal(&row, "amount", &x, &reject), "decimal");
+    CHECK(weir_input_decimal(row, "amount", &x, &reject), "decimal");
     check_print(x, "1.50", "amount");
-    check_reject(weir_input_int(&row, "none", &i, &reject), &reject, "column `none` is null");
-    check_reject(weir_input_int(&row, "nope", &i, &reject), &reject, "column `nope` is missing");
-    check_reject(weir_input_int(&row, "name", &i, &reject), &reject,
+    check_reject(weir_input_int(row, "none", &i, &reject), &reject, "column `none` is null");
+    check_reject(weir_input_int(row, "nope", &i, &reject), &reject, "column `nope` is missing");
+    check_reject(weir_input_int(row, "gone", &i, &reject), &reject, "column `gone` is missing");
+    CHECK(weir_input_get(row, "gone") == NULL && weir_input_get(row, "nope") == NULL, "get absent");
+    CHECK(weir_input_get(row, "id") != NULL && weir_input_get(row, "id")->val.integer == 5, "get");
+    check_reject(weir_input_int(row, "name", &i, &reject), &reject,
                  "column `name` is not an integer");
-    check_reject(weir_input_decimal(&row, "id", &x, &reject), &reject,
+    check_reject(weir_input_decimal(row, "id", &x, &reject), &reject,
                  "column `id` is not a decimal");
-    check_reject(weir_input_decimal(&row, "nan", &x, &reject), &reject,
+    check_reject(weir_input_decimal(row, "nan", &x, &reject), &reject,
                  "column `nan` is not a finite decimal");
-    check_reject(weir_input_decimal(&row, "bad", &x, &reject), &reject,
+    check_reject(weir_input_decimal(row, "bad", &x, &reject), &reject,
                  "column `bad` is not valid decimal text");
-    check_reject(weir_input_text(&row, "id", &s, &reject), &reject, "column `id` is not text");
-    check_reject(weir_input_bool(&row, "id", &is_null, &reject), &reject,
+    check_reject(weir_input_text(row, "id", &s, &reject), &reject, "column `id` is not text");
+    check_reject(weir_input_bool(row, "id", &is_null, &reject), &reject,
                  "column `id` is not a boolean");
     double f;
-    check_reject(weir_input_float(&row, "id", &f, &reject), &reject, "column `id` is not a float");
+    check_reject(weir_input_float(row, "id", &f, &reject), &reject, "column `id` is not a float");
     weir_bytes b;
-    check_reject(weir_input_bytes(&row, "id", &b, &reject), &reject, "column `id` is not bytes");
+    check_reject(weir_input_bytes(row, "id", &b, &reject), &reject, "column `id` is not bytes");
     int32_t date;
-    check_reject(weir_input_date(&row, "id", &date, &reject), &reject, "column `id` is not a date");
-    check_reject(weir_input_timestamp(&row, "id", &i, &reject), &reject,
+    check_reject(weir_input_date(row, "id", &date, &reject), &reject, "column `id` is not a date");
+    check_reject(weir_input_timestamp(row, "id", &i, &reject), &reject,
                  "column `id` is not a timestamp");
-    check_reject(weir_input_json(&row, "id", &s, &reject), &reject, "column `id` is not json");
+    check_reject(weir_input_json(row, "id", &s, &reject), &reject, "column `id` is not json");
     /* A second failure replaces the first reason (and frees it). */
-    weir_input_int(&row, "nope", &i, &reject);
-    check_reject(weir_input_int(&row, "none", &i, &reject), &reject, "column `none` is null");
+    weir_input_int(row, "nope", &i, &reject);
+    check_reject(weir_input_int(row, "none", &i, &reject), &reject, "column `none` is null");
+    weir_test_row_free(&t);
 }
 
 static void check_error(bool ok, weir_error *error, uint8_t tag, const char *want) {
@@ -300,7 +308,7 @@ static void check_error(bool ok, weir_error *error, uint8_t tag, const char *wan
 }
 
 static void config_lookups_name_the_key_not_the_value(void) {
-    plugin_tuple2_string_string_t entries[] = {
+    weir_config_entry entries[] = {
         {lit("bad"), lit("secret")}, {lit("huge"), lit("")}, {lit("inf"), lit("Infinity")},
         {lit("rate"), lit("1.5")},
     };
@@ -385,23 +393,21 @@ static const weir_row_plugin ABC_PLUGIN = {
 WEIR_EXPORT_ROW_PLUGIN(ABC_PLUGIN)
 
 /* One push of one row (allocated as the host would) in `mode`. */
-static bool push_one(exports_weir_transform_transform_push_output_t *ret, weir_error *err) {
-    weir_partition partition = {{(uint8_t *)1, 0}, {(uint8_t *)1, 0}};
-    weir_config config = {(plugin_tuple2_string_string_t *)8, 0};
-    weir_row_session *s = weir_row_plugin_open(&ABC_PLUGIN, &partition, &config);
-    weir_input *rows = calloc(1, sizeof(weir_input));
-    rows[0].key.ptr = calloc(1, sizeof(weir_value));
-    rows[0].key.len = 1;
-    rows[0].key.ptr[0].tag = WEIR_VALUE_INTEGER;
-    rows[0].columns.ptr = (void *)8;
-    exports_weir_transform_transform_list_staged_row_t list = {rows, 1};
+static bool push_one(weir_push_output *ret, weir_error *err) {
+    const char *names[] = {"k"};
+    weir_value values[1] = {tag_value(WEIR_VALUE_INTEGER)};
+    weir_row_session *s = weir_test_open(&ABC_PLUGIN, "", "", NULL, 0, names, 1);
+    weir_test_row t;
+    weir_test_row_init(&t, names, values, 1);
+    weir_staged_rows list = weir_test_staged(&t, 0, WEIR_OP_INSERT);
     bool ok = weir_row_plugin_push(&ABC_PLUGIN, s, &list, ret, err);
+    weir_test_row_free(&t);
     weir_row_plugin_close(&ABC_PLUGIN, s);
     return ok;
 }
 
 static void rows_are_put_in_declared_order_and_checked_against_it(void) {
-    exports_weir_transform_transform_push_output_t ret;
+    weir_push_output ret;
     weir_error err;
     mode = 0;
     CHECK(push_one(&ret, &err), "in any order");
@@ -411,7 +417,7 @@ static void rows_are_put_in_declared_order_and_checked_against_it(void) {
     CHECK(v[1].tag == WEIR_VALUE_TEXT && string_is(&v[1].val.text, "y"), "b");
     CHECK(v[2].tag == WEIR_VALUE_BOOLEAN && v[2].val.boolean, "c");
     CHECK(ret.rejections.len == 0 && ret.rejections.ptr == NULL, "no rejections, no allocation");
-    exports_weir_transform_transform_push_output_free(&ret);
+    WEIR_GEN_EXPORTS(push_output_free)(&ret);
 
     mode = 1;
     check_error(push_one(&ret, &err), &err, WEIR_ERROR_OTHER,
@@ -424,8 +430,81 @@ static void rows_are_put_in_declared_order_and_checked_against_it(void) {
     CHECK(ret.rows.len == 0 && ret.rows.ptr == NULL, "no rows, no allocation");
     CHECK(ret.rejections.len == 1 && string_is(&ret.rejections.ptr[0].reason, "no"), "reason");
     CHECK(ret.rejections.ptr[0].key.len == 1, "the key moved into the rejection");
-    exports_weir_transform_transform_push_output_free(&ret);
+    WEIR_GEN_EXPORTS(push_output_free)(&ret);
 }
+
+static void deletes_are_skipped_and_finish_returns_nothing(void) {
+    const char *names[] = {"k"};
+    weir_value values[1] = {tag_value(WEIR_VALUE_INTEGER)};
+    weir_row_session *s = weir_test_open(&ABC_PLUGIN, "public.t", "2026-03-01", NULL, 0, names, 1);
+    weir_test_row t;
+    weir_test_row_init(&t, names, values, 1);
+    weir_staged_rows list = weir_test_staged(&t, 9, WEIR_OP_DELETE);
+    weir_push_output ret;
+    weir_error err;
+    mode = 0;
+    CHECK(weir_row_plugin_push(&ABC_PLUGIN, s, &list, &ret, &err), "push of a delete");
+    CHECK(ret.rows.len == 0 && ret.rejections.len == 0, "a delete has no output");
+    WEIR_GEN_EXPORTS(push_output_free)(&ret);
+    CHECK(weir_row_plugin_finish(&ABC_PLUGIN, s, &ret, &err), "finish");
+    CHECK(ret.rows.len == 0 && ret.rejections.len == 0, "finish returns nothing");
+#ifdef WEIR_CONTRACT_0_2
+    CHECK(!ret.more, "in one part");
+    CHECK(!weir_row_plugin_next(&ABC_PLUGIN, s, &ret, &err), "next with nothing pending");
+    check_error(false, &err, WEIR_ERROR_OTHER, "`next` called with no output pending");
+#endif
+    weir_test_row_free(&t);
+    weir_row_plugin_close(&ABC_PLUGIN, s);
+}
+
+#ifdef WEIR_CONTRACT_0_2
+static void the_schema_resolves_each_name_once_per_session(void) {
+    const char *names[] = {"a", "b", "a", "", "c"};
+    weir_value values[5];
+    for (size_t i = 0; i < WEIR_COUNT(values); i++) {
+        values[i] = tag_value(WEIR_VALUE_INTEGER);
+        values[i].val.integer = (int64_t)i;
+    }
+    values[4] = tag_value(WEIR_TEST_ABSENT);
+    weir_test_row t;
+    weir_test_row_init(&t, names, values, WEIR_COUNT(values));
+    const weir_input *row = &t.input;
+    weir_reject reject = {{NULL, 0}};
+    int64_t i = -1;
+    /* Many rows' worth of lookups, in one order and then another. */
+    for (int round = 0; round < 3; round++) {
+        CHECK(weir_input_int(row, "a", &i, &reject) && i == 0, "the first `a` wins");
+        CHECK(weir_input_int(row, "b", &i, &reject) && i == 1, "b");
+        CHECK(weir_input_int(row, "", &i, &reject) && i == 3, "an empty name");
+        check_reject(weir_input_int(row, "c", &i, &reject), &reject, "column `c` is missing");
+        check_reject(weir_input_int(row, "z", &i, &reject), &reject, "column `z` is missing");
+    }
+    CHECK(weir_input_int(row, "b", &i, &reject) && i == 1, "b again");
+    CHECK(weir_input_int(row, "a", &i, &reject) && i == 0, "a again");
+    CHECK(t.schema.memo_len == 5, "each name searched for once: %zu", t.schema.memo_len);
+    CHECK(weir_schema_position(&t.schema, "c") == 4, "c is at 4 (no value in this row)");
+    CHECK(weir_schema_position(&t.schema, "z") == WEIR_NO_POSITION, "z is not in the schema");
+
+    /* A reused buffer: the name is compared, not the pointer. */
+    char buf[8];
+    strcpy(buf, "a");
+    CHECK(weir_input_int(row, buf, &i, &reject) && i == 0, "buffer a");
+    strcpy(buf, "b");
+    CHECK(weir_input_int(row, buf, &i, &reject) && i == 1, "buffer b");
+    strcpy(buf, "zz");
+    check_reject(weir_input_int(row, buf, &i, &reject), &reject, "column `zz` is missing");
+
+    /* Past the memory's size names are searched for at every call, still right. */
+    for (int k = 0; k < 2 * WEIR__MEMO_MAX; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", k);
+        CHECK(weir_input_get(row, name) == NULL, "%s", name);
+    }
+    CHECK(t.schema.memo_len == WEIR__MEMO_MAX, "the memory is bounded");
+    CHECK(weir_input_int(row, "b", &i, &reject) && i == 1, "b still");
+    weir_test_row_free(&t);
+}
+#endif
 
 static void ascii_upper_case_keeps_everything_else(void) {
     weir_string s = weir_ascii_upper(weir_str_from_cstr("stra\xc3\x9f" "e \xc3\xa9t\xc3\xa9 az{`@[AZ"));
@@ -446,7 +525,13 @@ int main(void) {
     getters_read_typed_values_and_reject_with_fixed_reasons();
     config_lookups_name_the_key_not_the_value();
     rows_are_put_in_declared_order_and_checked_against_it();
+    deletes_are_skipped_and_finish_returns_nothing();
+#ifdef WEIR_CONTRACT_0_2
+    the_schema_resolves_each_name_once_per_session();
+#endif
     ascii_upper_case_keeps_everything_else();
-    printf("weir_plugin.h: %d checks, %d failed\n", checks, failures);
+    /* The log import links and is called (the stub writes it to stderr). */
+    weir_log_debug("test_helpers: the log import");
+    printf("weir_plugin.h (contract %s): %d checks, %d failed\n", WEIR_CONTRACT, checks, failures);
     return failures == 0 ? 0 : 1;
 }

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Native tests of the C++ helper and a C++ row plugin, under AddressSanitizer.
+"""Native tests of the C++ helper and a C++ row plugin, under AddressSanitizer, on both contracts.
 
-    python3 plugins/sdk-cpp/test/native_tests.py --gen GEN \\
+    python3 plugins/sdk-cpp/test/native_tests.py [--gen GEN]... \\
         [--plugin plugins/examples/orders-cpp/orders.cpp --cases plugins/examples/orders-cases.jsonl]
 
-GEN is the folder `wit-bindgen c wit/transform-0.1.0 -w plugin --out-dir GEN` wrote
-(scripts/build-plugins makes one; without --gen this script runs the wit-bindgen of
-$WEIR_TOOLS_DIR, default ~/.cache/weir-tools, into a temporary folder).
+Each GEN is a folder of wit-bindgen's C output, for contract 0.2
+(`wit-bindgen c wit/transform-0.2.0 -w transformer --out-dir GEN`) or 0.1
+(`wit-bindgen c wit/transform-0.1.0 -w plugin --out-dir GEN`); the tests run on
+the contract of each (scripts/build-plugins passes the one it builds with).
+Without --gen this script runs the wit-bindgen of $WEIR_TOOLS_DIR (default
+~/.cache/weir-tools) into a temporary folder for each contract, and tests both.
 
 1. `test_helpers.cpp`: the C++ layer (RAII and moves, results and WEIR_TRY, the
    getters' and config lookups' fixed texts, every `Row::set` overload and every
@@ -26,7 +29,6 @@ failure. Standard library only.
 
 import argparse
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -52,11 +54,14 @@ CFLAGS = ["-std=c11", *SANITIZE]
 INCLUDES = ["-I", SDK, "-I", C_SDK, "-I", C_TEST]
 
 
-def compile_program(out, gen, units):
-    """Builds `units` ((source, is_cpp, extra flags) each) and the generated plugin.c
-    (as C, its own warnings silenced: they are wasm32-only casts) into `out`."""
+def compile_program(out, gen, contract, units):
+    """Builds `units` ((source, is_cpp, extra flags) each, with the contract's
+    definitions) and the generated C file (as C, its own warnings silenced: they are
+    wasm32-only casts) into `out`."""
+    defines = [f"-D{d}" for d in c_tests.DEFINES[contract]]
     objects = []
-    for src, cpp, flags in [*units, (os.path.join(gen, "plugin.c"), False, ["-w"])]:
+    for src, cpp, flags in [*[(u[0], u[1], [*defines, *u[2]]) for u in units],
+                            (c_tests.generated_c(gen, contract), False, ["-w"])]:
         obj = f"{out}.{len(objects)}.o"
         compiler, std_flags = ("clang++", CXXFLAGS) if cpp else ("clang", CFLAGS)
         c_tests.run([compiler, *std_flags, "-I", gen, *INCLUDES, *flags, "-c", "-o", obj, src])
@@ -64,52 +69,25 @@ def compile_program(out, gen, units):
     c_tests.run(["clang++", "-fsanitize=address,undefined", "-o", out, *objects])
 
 
-def run_cases(tmp, gen, plugin, cases_file):
+def run_cases(work, gen, contract, plugin, cases_file):
     """The C harness (with no plugin of its own: it includes only the helper) and the
     C++ plugin, in two translation units; the session constructor's rename (see
     native_cases.c) applies to the plugin's."""
-    harness = os.path.join(tmp, "native_cases")
-    rename = "-Dexports_weir_transform_transform_session_new=weir_test_session_new"
-    compile_program(harness, gen, [
+    harness = os.path.join(work, "native_cases")
+    rename = f"-D{c_tests.SESSION_NEW[contract]}=weir_test_session_new"
+    compile_program(harness, gen, contract, [
         (os.path.join(C_TEST, "native_cases.c"), False,
          ['-DWEIR_TEST_PLUGIN_SOURCE="weir_plugin.h"', rename]),
         (plugin, True, [rename]),
     ])
-    cases = []
-    with open(cases_file, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                cases.append((n, json.loads(line)))
-    stdin = "describe\n" + "".join(c_tests.case_to_tokens(c) + "\n" for _, c in cases)
-    proc = subprocess.run([harness], input=stdin.encode(), stdout=subprocess.PIPE,
-                          env=c_tests.sanitizer_env())
-    lines = proc.stdout.decode().splitlines()
-    status = 0
-    if proc.returncode != 0:
-        print(f"native_cases exited with {proc.returncode} (a sanitizer report is above)")
-        status = 1
-    if len(lines) != len(cases) + 1:
-        print(f"native_cases gave {len(lines)} lines for {len(cases)} cases")
-        return 1
-    ct = c_tests.Tokens(lines[0])
-    assert ct.next() == "columns"
-    columns = [ct.str() for _ in range(ct.int())]
-    failed = 0
-    for (n, case), line in zip(cases, lines[1:]):
-        got = c_tests.parse_result(line, columns)
-        want = c_tests.canonical(case["expect"])
-        if got != want:
-            failed += 1
-            print(f"line {n}: {case.get('case')}: got {json.dumps(got, ensure_ascii=False)}, "
-                  f"want {json.dumps(want, ensure_ascii=False)}")
-    print(f"{os.path.basename(plugin)} (native, sanitized): "
-          f"{len(cases) - failed} passed, {failed} failed")
-    return 1 if failed else status
+    return c_tests.check_case_run(harness, c_tests.read_cases(cases_file), contract,
+                                  os.path.basename(plugin))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gen", help="the folder of wit-bindgen's C output")
+    ap.add_argument("--gen", action="append",
+                    help="a folder of wit-bindgen's C output (repeatable; default: both contracts)")
     ap.add_argument("--plugin", help="a C++ row plugin's source (with WEIR_EXPORT_CPP_ROW_PLUGIN)")
     ap.add_argument("--cases", help="the JSON-lines cases to run it on")
     args = ap.parse_args()
@@ -117,28 +95,21 @@ def main():
         ap.error("--plugin and --cases go together")
 
     with tempfile.TemporaryDirectory() as tmp:
-        gen = args.gen
-        if gen is None:
-            tools = os.environ.get("WEIR_TOOLS_DIR", os.path.expanduser("~/.cache/weir-tools"))
-            gen = os.path.join(tmp, "gen")
-            # It lists every file it writes on stderr: shown only if it fails.
-            gen_run = subprocess.run(
-                [os.path.join(tools, "wit-bindgen", "bin", "wit-bindgen"), "c",
-                 os.path.join(ROOT, "wit", "transform-0.1.0"), "-w", "plugin", "--out-dir", gen],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            if gen_run.returncode != 0:
-                sys.stderr.write(gen_run.stdout.decode(errors="replace"))
-                return 1
+        gens = c_tests.gen_folders(args.gen, tmp)
+        if gens is None:
+            return 1
         status = 0
-
-        helpers = os.path.join(tmp, "test_helpers")
-        compile_program(helpers, gen, [(os.path.join(HERE, "test_helpers.cpp"), True, [])])
-        if subprocess.run([helpers], env=c_tests.sanitizer_env()).returncode != 0:
-            status = 1
-
-        if args.plugin:
-            if run_cases(tmp, gen, os.path.abspath(args.plugin), args.cases) != 0:
+        for contract, gen in gens:
+            work = os.path.join(tmp, "build-" + contract)
+            os.makedirs(work, exist_ok=True)
+            helpers = os.path.join(work, "test_helpers")
+            compile_program(helpers, gen, contract,
+                            [(os.path.join(HERE, "test_helpers.cpp"), True, [])])
+            if subprocess.run([helpers], env=c_tests.sanitizer_env()).returncode != 0:
                 status = 1
+            if args.plugin:
+                if run_cases(work, gen, contract, os.path.abspath(args.plugin), args.cases) != 0:
+                    status = 1
         return status
 
 

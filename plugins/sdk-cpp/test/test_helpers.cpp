@@ -1,6 +1,7 @@
 /*
  * Native unit tests of weir_plugin.hpp (run by native_tests.py, under
- * AddressSanitizer and UBSan): the C++ layer over the C helper (whose own tests,
+ * AddressSanitizer and UBSan), on the contract of the bindings it is built with
+ * (0.2, or 0.1 with WEIR_CONTRACT_0_1): the C++ layer over the C helper (whose own tests,
  * plugins/sdk-c/test/test_helpers.c, cover the decimal arithmetic and the texts in
  * depth): RAII and moves (a leak or a double free fails the run), results and
  * WEIR_TRY, the getters' and config lookups' fixed texts through the C++ API, every
@@ -20,6 +21,7 @@
 extern "C" {
 #include "native_stubs.h"
 }
+#include "test_rows.h"
 
 static int failures;
 static int checks;
@@ -142,8 +144,8 @@ static void strings_rejections_and_errors_own_their_text() {
 
 /* ---- input rows and WEIR_TRY ---- */
 
-static plugin_string_t lit(const char *s) {
-    return plugin_string_t{reinterpret_cast<uint8_t *>(const_cast<char *>(s)), std::strlen(s)};
+static weir_string lit(const char *s) {
+    return weir_test_lit(s);
 }
 
 static weir_value text_value(uint8_t tag, const char *s) {
@@ -161,13 +163,14 @@ static weir_value scalar(uint8_t tag) {
     return v;
 }
 
-static exports_weir_transform_transform_column_value_t COLUMNS[11];
+static const char *const NAMES[] = {"id", "name", "none", "amount", "nan", "bad",
+                                    "flag", "score", "day", "at", "doc", "gone"};
+static weir_value VALUES[WEIR_COUNT(NAMES)];
 static weir_value KEY[1];
 static uint8_t BYTES[] = {0, 1, 0xff};
 
-static weir_input sample_row() {
-    const char *names[] = {"id", "name", "none", "amount", "nan", "bad",
-                           "flag", "score", "day", "at", "doc"};
+/* The sample row (a view over VALUES; free it with weir_test_row_free). */
+static void sample_row(weir_test_row *t) {
     weir_value values[] = {
         scalar(WEIR_VALUE_INTEGER), text_value(WEIR_VALUE_TEXT, "a"),
         scalar(WEIR_VALUE_NULL), text_value(WEIR_VALUE_DECIMAL, "1.50"),
@@ -175,29 +178,25 @@ static weir_input sample_row() {
         scalar(WEIR_VALUE_BOOLEAN), scalar(WEIR_VALUE_FLOAT),
         scalar(WEIR_VALUE_DATE), scalar(WEIR_VALUE_TIMESTAMP),
         text_value(WEIR_VALUE_JSON, "{\"a\":1}"),
+        /* A column the row has no value for (0.2: `none`; 0.1: not in the row). */
+        scalar(WEIR_TEST_ABSENT),
     };
     values[0].val.integer = 5;
     values[6].val.boolean = true;
     values[7].val.float_ = 2.5;
     values[8].val.date = 20513;
     values[9].val.timestamp = 1772323200000000;
-    for (size_t i = 0; i < WEIR_COUNT(COLUMNS); i++) {
-        COLUMNS[i].name = lit(names[i]);
-        COLUMNS[i].value = values[i];
-    }
+    static_assert(WEIR_COUNT(values) == WEIR_COUNT(VALUES));
+    std::memcpy(VALUES, values, sizeof VALUES);
+    weir_test_row_init(t, NAMES, VALUES, WEIR_COUNT(VALUES));
     KEY[0] = scalar(WEIR_VALUE_INTEGER);
     KEY[0].val.integer = 5;
-    weir_input row;
-    std::memset(&row, 0, sizeof row);
-    row.columns.ptr = COLUMNS;
-    row.columns.len = WEIR_COUNT(COLUMNS);
-    row.key.ptr = KEY;
-    row.key.len = 1;
-    row.op = WEIR_OP_UPDATE;
-    row.commit_position = 42;
-    row.commit_time.is_some = true;
-    row.commit_time.val = 7;
-    return row;
+    t->input.key.ptr = KEY;
+    t->input.key.len = 1;
+    t->input.op = WEIR_OP_UPDATE;
+    t->input.commit_position = 42;
+    t->input.commit_time.is_some = true;
+    t->input.commit_time.val = 7;
 }
 
 template <class T>
@@ -219,8 +218,9 @@ static weir::Outcome first_failure_wins(const weir::Input &row, const char *a, c
 }
 
 static void getters_read_typed_values_and_reject_with_fixed_reasons() {
-    weir_input raw = sample_row();
-    weir::Input row(&raw);
+    weir_test_row raw;
+    sample_row(&raw);
+    weir::Input row(&raw.input);
     CHECK(*row.integer("id") == 5, "integer");
     CHECK(*row.text("name") == "a", "text");
     CHECK(!*row.text_or_null("none"), "text null");
@@ -243,6 +243,8 @@ static void getters_read_typed_values_and_reject_with_fixed_reasons() {
     check_reject(row.integer("none"), "column `none` is null");
     check_reject(row.integer("nope"), "column `nope` is missing");
     check_reject(row.value("nope"), "column `nope` is missing");
+    check_reject(row.integer_or_null("gone"), "column `gone` is missing");
+    CHECK(row.get("gone") == nullptr, "get absent");
     check_reject(row.integer("name"), "column `name` is not an integer");
     check_reject(row.integer_or_null("name"), "column `name` is not an integer");
     check_reject(row.decimal("id"), "column `id` is not a decimal");
@@ -262,6 +264,7 @@ static void getters_read_typed_values_and_reject_with_fixed_reasons() {
     weir::Outcome o2 = first_failure_wins(row, "id", "id");
     CHECK(o2.kind() == WEIR_REJECT && o2.reason() == "column `id` is not text", "second getter");
     CHECK(first_failure_wins(row, "id", "none").kind() == WEIR_EMIT, "all good");
+    weir_test_row_free(&raw);
 }
 
 /* ---- config ---- */
@@ -285,7 +288,7 @@ static void check_error(const weir::Result<weir::Decimal, weir::Error> &r, const
 
 static void config_lookups_name_the_key_not_the_value() {
     std::string huge(WEIR_DECIMAL_MAX_DIGITS + 1, '1');
-    plugin_tuple2_string_string_t entries[] = {
+    weir_config_entry entries[] = {
         {lit("bad"), lit("secret")}, {lit("huge"), lit(huge.c_str())},
         {lit("inf"), lit("Infinity")}, {lit("minus"), lit("-1")}, {lit("rate"), lit("1.5")},
     };
@@ -421,32 +424,16 @@ static_assert(weir::RowPlugin<NoOpen> && weir::RowPlugin<ConfigOnly> && weir::Ro
 static_assert(!weir::RowPlugin<int>);
 
 /* One push of the sample row (allocated as the host would) to plugin `p`. */
-static bool push_one(const weir_row_plugin *p, const char *config_key,
-                     exports_weir_transform_transform_push_output_t *ret, weir_error *err) {
-    auto heap = [](const char *s) { return weir_string_from_cstr(s); };
-    weir_partition partition = {heap("public.t"), heap("2026-03-01")};
-    weir_config config = {reinterpret_cast<plugin_tuple2_string_string_t *>(8), 0};
-    if (config_key != nullptr) {
-        config.ptr = static_cast<plugin_tuple2_string_string_t *>(
-            std::malloc(sizeof(plugin_tuple2_string_string_t)));
-        config.ptr[0] = {heap(config_key), heap("z")};
-        config.len = 1;
-    }
-    weir_row_session *s = weir_row_plugin_open(p, &partition, &config);
-    weir_input sample = sample_row();
-    auto *rows = static_cast<weir_input *>(std::calloc(1, sizeof(weir_input)));
-    rows[0] = sample;
-    rows[0].key.ptr = static_cast<weir_value *>(std::calloc(1, sizeof(weir_value)));
-    rows[0].key.ptr[0].tag = WEIR_VALUE_INTEGER;
-    /* Deep copies of the sample's strings: the driver frees what the host passes. */
-    rows[0].columns.ptr = static_cast<exports_weir_transform_transform_column_value_t *>(
-        std::malloc(sizeof COLUMNS));
-    for (size_t i = 0; i < WEIR_COUNT(COLUMNS); i++) {
-        rows[0].columns.ptr[i].name = weir_string_copy(weir__str(&COLUMNS[i].name));
-        rows[0].columns.ptr[i].value = weir_value_clone(&COLUMNS[i].value);
-    }
-    exports_weir_transform_transform_list_staged_row_t list = {rows, 1};
+static bool push_one(const weir_row_plugin *p, const char *config_key, weir_push_output *ret,
+                     weir_error *err) {
+    const char *config[] = {config_key, "z"};
+    weir_row_session *s = weir_test_open(p, "public.t", "2026-03-01", config,
+                                         config_key != nullptr ? 1 : 0, NAMES, WEIR_COUNT(NAMES));
+    weir_test_row sample;
+    sample_row(&sample);
+    weir_staged_rows list = weir_test_staged(&sample, 5, WEIR_OP_INSERT);
     bool ok = weir_row_plugin_push(p, s, &list, ret, err);
+    weir_test_row_free(&sample);
     weir_row_plugin_close(p, s);
     return ok;
 }
@@ -459,7 +446,7 @@ static bool text_is(const weir_value &v, uint8_t tag, std::string_view want) {
 
 static void check_push_error(const weir_row_plugin *p, const char *config_key, uint8_t tag,
                              const char *want) {
-    exports_weir_transform_transform_push_output_t ret;
+    weir_push_output ret;
     weir_error err{};
     CHECK(!push_one(p, config_key, &ret, &err), "expected an error: %s", want);
     std::string got(reinterpret_cast<const char *>(err.val.other.ptr), err.val.other.len);
@@ -471,7 +458,7 @@ static void rows_take_every_kind_of_value_and_plugins_every_form() {
     const weir_row_plugin *every = &weir::detail::row_plugin<Every>;
     CHECK(every->column_count == 18 && every->grain_key_count == 0 && every->grain_key == nullptr,
           "description");
-    CHECK(every->columns[9].type.tag == WEIR_TRANSFORM_TYPES_COLUMN_TYPE_NUMERIC
+    CHECK(every->columns[9].type.tag == WEIR_COLUMN_TYPE_NUMERIC
               && every->columns[9].type.val.numeric.is_some
               && every->columns[9].type.val.numeric.val.precision == 5
               && every->columns[9].type.val.numeric.val.scale == 2,
@@ -480,7 +467,7 @@ static void rows_take_every_kind_of_value_and_plugins_every_form() {
           "varchar(10)");
     CHECK(!every->columns[0].nullable && every->columns[1].nullable, "nullable");
 
-    exports_weir_transform_transform_push_output_t ret;
+    weir_push_output ret;
     weir_error err{};
     mode = 0;
     CHECK(push_one(every, nullptr, &ret, &err), "every kind");
@@ -507,19 +494,19 @@ static void rows_take_every_kind_of_value_and_plugins_every_form() {
         CHECK(v[16].tag == WEIR_VALUE_DATE && v[16].val.date == 1, "optional");
         CHECK(text_is(v[17], WEIR_VALUE_DECIMAL, "1.50"), "raw value");
     }
-    exports_weir_transform_transform_push_output_free(&ret);
+    WEIR_GEN_EXPORTS(push_output_free)(&ret);
 
     mode = 1;
     CHECK(push_one(every, nullptr, &ret, &err) && ret.rows.len == 0 && ret.rejections.len == 0,
           "dropped");
-    exports_weir_transform_transform_push_output_free(&ret);
+    WEIR_GEN_EXPORTS(push_output_free)(&ret);
     mode = 2;
     CHECK(push_one(every, nullptr, &ret, &err) && ret.rows.len == 0 && ret.rejections.len == 1,
           "rejected");
     if (ret.rejections.len == 1) {
         CHECK(weir_str_eq(weir__str(&ret.rejections.ptr[0].reason), "no"), "reason");
     }
-    exports_weir_transform_transform_push_output_free(&ret);
+    WEIR_GEN_EXPORTS(push_output_free)(&ret);
     mode = 3;
     check_push_error(every, nullptr, WEIR_ERROR_OTHER,
                      "output row sets column `undeclared`, which describe does not declare");
@@ -529,13 +516,13 @@ static void rows_take_every_kind_of_value_and_plugins_every_form() {
     const weir_row_plugin *no_open = &weir::detail::row_plugin<NoOpen>;
     CHECK(no_open->grain_key_count == 1, "grain key");
     CHECK(push_one(no_open, nullptr, &ret, &err) && ret.rows.len == 1, "no open");
-    exports_weir_transform_transform_push_output_free(&ret);
+    WEIR_GEN_EXPORTS(push_output_free)(&ret);
     const weir_row_plugin *config_only = &weir::detail::row_plugin<ConfigOnly>;
     CHECK(config_only->grain_key_count == 0, "empty grain key");
     CHECK(push_one(config_only, "x", &ret, &err) && ret.rows.len == 1
               && text_is(ret.rows.ptr[0].ptr[0], WEIR_VALUE_TEXT, "z"),
           "open(config)");
-    exports_weir_transform_transform_push_output_free(&ret);
+    WEIR_GEN_EXPORTS(push_output_free)(&ret);
     check_push_error(config_only, nullptr, WEIR_ERROR_INVALID_CONFIG, "missing config key `x`");
 
     CHECK(std::get_new_handler() != nullptr, "open installs a new-handler");
@@ -547,6 +534,7 @@ int main() {
     getters_read_typed_values_and_reject_with_fixed_reasons();
     config_lookups_name_the_key_not_the_value();
     rows_take_every_kind_of_value_and_plugins_every_form();
-    std::printf("weir_plugin.hpp: %d checks, %d failed\n", checks, failures);
+    std::printf("weir_plugin.hpp (contract %s): %d checks, %d failed\n", WEIR_CONTRACT, checks,
+                failures);
     return failures == 0 ? 0 : 1;
 }

@@ -3,7 +3,9 @@
 # (sdk/weir_plugin.h), with pinned tools, installed on first use into
 # $WEIR_TOOLS_DIR (default ~/.cache/weir-tools) by sdk/wasi-tools.sh:
 #
-#   wit-bindgen-cli 0.63.0 (C bindings of wit/, generated into build/; needs cargo);
+#   wit-bindgen-cli 0.63.0 (C bindings of the contract weir:transform@0.2.0,
+#   wit/transform-0.2.0 with its deps/, world `transformer`, generated into build/;
+#   needs cargo);
 #   jco 1.35.0 (wraps the core module into a component with the WASI preview 1
 #   reactor adapter it ships; needs node 20.19+ with npm).
 #
@@ -20,9 +22,9 @@ fi
 
 rm -rf build
 mkdir build
-"$wb" c wit/transform-0.1.0 -w plugin --out-dir build >build/wit-bindgen.log 2>&1 || { cat build/wit-bindgen.log >&2; exit 1; }
+"$wb" c wit/transform-0.2.0 -w transformer --out-dir build >build/wit-bindgen.log 2>&1 || { cat build/wit-bindgen.log >&2; exit 1; }
 clang --target=wasm32-wasi -mexec-model=reactor -O2 -mbulk-memory -std=c11 -Wall -Wextra \
-    -I build -I sdk -o build/core.wasm plugin.c build/plugin.c build/plugin_component_type.o \
+    -I build -I sdk -o build/core.wasm plugin.c build/transformer.c build/transformer_component_type.o \
     -Wl,--strip-debug >&2
 "$jco_dir/node_modules/.bin/jco" new build/core.wasm --adapt "wasi_snapshot_preview1=$adapter" \
     -o {{name}}.wasm.tmp >&2

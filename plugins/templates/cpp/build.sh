@@ -4,7 +4,9 @@
 # installed on first use into $WEIR_TOOLS_DIR (default ~/.cache/weir-tools) by
 # sdk/wasi-tools.sh:
 #
-#   wit-bindgen-cli 0.63.0 (C bindings of wit/, generated into build/; needs cargo);
+#   wit-bindgen-cli 0.63.0 (C bindings of the contract weir:transform@0.2.0,
+#   wit/transform-0.2.0 with its deps/, world `transformer`, generated into build/;
+#   needs cargo);
 #   jco 1.35.0 (wraps the core module into a component with the WASI preview 1
 #   reactor adapter it ships; needs node 20.19+ with npm).
 #
@@ -25,14 +27,14 @@ fi
 
 rm -rf build
 mkdir build
-"$wb" c wit/transform-0.1.0 -w plugin --out-dir build >build/wit-bindgen.log 2>&1 || { cat build/wit-bindgen.log >&2; exit 1; }
+"$wb" c wit/transform-0.2.0 -w transformer --out-dir build >build/wit-bindgen.log 2>&1 || { cat build/wit-bindgen.log >&2; exit 1; }
 # The generated bindings are C: compiled by clang, the plugin by clang++ (no
 # exceptions: clang 14 has none for wasm), linked as a WASI reactor.
 clang --target=wasm32-wasi -O2 -mbulk-memory -std=c11 -Wall -Wextra -I build \
-    -c -o build/plugin.o build/plugin.c >&2
+    -c -o build/transformer.o build/transformer.c >&2
 clang++ --target=wasm32-wasi -O2 -mbulk-memory -mexec-model=reactor -std=c++20 -fno-exceptions \
-    -Wall -Wextra -I build -I sdk -o build/core.wasm plugin.cpp build/plugin.o \
-    build/plugin_component_type.o -Wl,--strip-debug >&2
+    -Wall -Wextra -I build -I sdk -o build/core.wasm plugin.cpp build/transformer.o \
+    build/transformer_component_type.o -Wl,--strip-debug >&2
 "$jco_dir/node_modules/.bin/jco" new build/core.wasm --adapt "wasi_snapshot_preview1=$adapter" \
     -o {{name}}.wasm.tmp >&2
 mv -f {{name}}.wasm.tmp {{name}}.wasm
