@@ -31,13 +31,17 @@ const RATE: &str = "1.0825";
 const EMPTY_JOBS: usize = 5;
 
 /// The plugins measured: component file stem and language.
-const PLUGINS: [(&str, &str); 6] = [
+const PLUGINS: [(&str, &str); 10] = [
     ("orders-rust", "Rust"),
     ("orders-rust-0-1", "Rust"),
     ("orders-c", "C"),
+    ("orders-c-0-1", "C"),
     ("orders-cpp", "C++"),
+    ("orders-cpp-0-1", "C++"),
     ("orders-python", "Python"),
+    ("orders-python-0-1", "Python"),
     ("orders-js", "JavaScript"),
+    ("orders-js-0-1", "JavaScript"),
 ];
 
 /// The input columns of the jobs (the source table's).
@@ -696,9 +700,10 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
     )?;
     writeln!(
         out,
-        "The `orders` example plugin (`plugins/examples/orders-rust`, on contract 0.2, and the same source on \
-         contract 0.1 as `plugins/compat/orders-rust-0-1`; `orders-c`, `orders-cpp`, `orders-python`, `orders-js`: \
-         the same rules on their SDKs, tested against the same cases) as WebAssembly components built by `scripts/build-plugins`, run through \
+        "The `orders` example plugin (`plugins/examples/orders-rust`; `orders-c`, `orders-cpp`, `orders-python`, \
+         `orders-js`: the same rules on their SDKs, tested against the same cases), each on contract 0.2 and, as \
+         `…-0-1`, the same source built on contract 0.1 (`plugins/compat/orders-rust-0-1` for Rust, a build flag \
+         for the others) as WebAssembly components built by `scripts/build-plugins`, run through \
          Weir's own plugin host (`weir::plugin`, wasmtime {wasmtime}, Cranelift, default sandbox limits), against \
          the same Rust source compiled natively in this release build (`orders_rust::Orders` in the SDK's \
          `RowSession` driven on contract 0.2, the session the component exports; the crates `plugins/examples/orders-rust` and \
@@ -796,16 +801,26 @@ pub async fn plugins(out: &mut String, args: &PluginBenchArgs) -> anyhow::Result
                 t.rate() / rust.throughput.rate()
             )?;
         }
-        if let Some(old) = measured("orders-rust-0-1") {
-            writeln!(
-                out,
-                "The same source on contract {} (`orders-rust-0-1.wasm`) takes {:.2}×: contract {} is {:.2}× as fast per row.",
-                old.contract,
-                native.rate() / old.throughput.rate(),
-                rust.contract,
-                rust.throughput.rate() / old.throughput.rate()
-            )?;
-        }
+    }
+    // Each language's component on contract 0.2 against the same source on 0.1.
+    let mut pairs = Vec::new();
+    for (stem, language) in PLUGINS {
+        let (Some(new), Some(old)) = (measured(stem), measured(&format!("{stem}-0-1"))) else {
+            continue;
+        };
+        pairs.push(format!(
+            "{language} {:.2}× ({:.0} against {:.0} fuel per row)",
+            new.throughput.rate() / old.throughput.rate(),
+            new.fuel_per_row,
+            old.fuel_per_row
+        ));
+    }
+    if !pairs.is_empty() {
+        writeln!(
+            out,
+            "\nContract 0.2 against 0.1, rows per second, the same source on each: {}.",
+            pairs.join("; ")
+        )?;
     }
     let mut details = vec![format!(
         "native {} in {:.2} s",

@@ -29,7 +29,13 @@ const ORDERS_PLUGINS: [&str; 5] = [
 ];
 
 /// The same orders sources built on contract 0.1, which the host still runs.
-const ORDERS_PLUGINS_0_1: [&str; 1] = ["orders-rust-0-1"];
+const ORDERS_PLUGINS_0_1: [&str; 5] = [
+    "orders-rust-0-1",
+    "orders-python-0-1",
+    "orders-js-0-1",
+    "orders-c-0-1",
+    "orders-cpp-0-1",
+];
 
 pub fn plugins_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("WEIR_PLUGINS_DIR") {
