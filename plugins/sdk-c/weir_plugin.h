@@ -26,7 +26,9 @@
  *     digit limit, multiply, add, rescale exactly, round half to even, fits, print
  *     in PostgreSQL's form); no float anywhere;
  *   - output rows built by column name (`weir_row_set_int(out, "id", 5)`, ...);
- *   - `weir_log_info(...)` and friends: the `log` import.
+ *   - `weir_log_info(...)` and friends: the `log` import;
+ *   - `weir_sha256_hex(...)`: SHA-256 as 64 lower-case hex digits (the Rust SDK's
+ *     `sha256_hex`), into a buffer of yours.
  *
  * Build (see README.md next to this file for the whole recipe):
  *
@@ -427,6 +429,188 @@ static inline weir_string weir_ascii_upper(weir_str s) {
         }
     }
     return out;
+}
+
+/* ---------------------------------------------------------------------------
+ * SHA-256 (FIPS 180-4), for masking
+ *
+ * `weir_sha256_hex(data, len, out)` writes the SHA-256 of `len` bytes at `data` as
+ * 64 lower-case hex digits and a NUL into `out` (`char out[WEIR_SHA256_HEX_SIZE]`,
+ * a buffer of yours: nothing is allocated), the same as the Rust SDK's
+ * `sha256_hex`. `weir_sha256_hex_concat(a, b, out)` is that of `a` followed by `b`
+ * (a salt and a value) without building the concatenation. For more pieces, or
+ * the 32 raw bytes: `weir_sha256_init` / `_update` / `_final` / `_final_hex` on a
+ * `weir_sha256_ctx` of yours (on the stack; nothing to free). Text is hashed as its
+ * UTF-8 bytes, exactly as the host passed them (a BOM included).
+ * ------------------------------------------------------------------------- */
+
+/* The size of a hex digest buffer: 64 digits and a NUL. */
+#define WEIR_SHA256_HEX_SIZE 65
+
+/* An incremental SHA-256 (a plain value: copy it to hash a common prefix once). */
+typedef struct weir_sha256_ctx {
+    uint32_t state[8];
+    uint64_t length; /* bytes hashed so far */
+    uint8_t block[64];
+    size_t fill; /* bytes waiting in `block` */
+} weir_sha256_ctx;
+
+static inline uint32_t weir__rotr(uint32_t x, unsigned n) {
+    return (x >> n) | (x << (32 - n));
+}
+
+/* One 64-byte block into the state. */
+static inline void weir__sha256_block(uint32_t h[8], const uint8_t *p) {
+    static const uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2,
+    };
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++) {
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16
+               | (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
+    }
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = weir__rotr(w[i - 15], 7) ^ weir__rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = weir__rotr(w[i - 2], 17) ^ weir__rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    /* Eight rounds per turn, the variables renamed instead of shifted (fewer moves). */
+#define WEIR__SHA256_ROUND(a, b, c, d, e, f, g, h, i)                                          \
+    do {                                                                                      \
+        uint32_t t1 = h + (weir__rotr(e, 6) ^ weir__rotr(e, 11) ^ weir__rotr(e, 25))          \
+                      + ((e & f) ^ (~e & g)) + k[i] + w[i];                                   \
+        uint32_t t2 = (weir__rotr(a, 2) ^ weir__rotr(a, 13) ^ weir__rotr(a, 22))              \
+                      + ((a & b) ^ (a & c) ^ (b & c));                                        \
+        d += t1;                                                                              \
+        h = t1 + t2;                                                                          \
+    } while (0)
+    for (int i = 0; i < 64; i += 8) {
+        WEIR__SHA256_ROUND(a, b, c, d, e, f, g, hh, i);
+        WEIR__SHA256_ROUND(hh, a, b, c, d, e, f, g, i + 1);
+        WEIR__SHA256_ROUND(g, hh, a, b, c, d, e, f, i + 2);
+        WEIR__SHA256_ROUND(f, g, hh, a, b, c, d, e, i + 3);
+        WEIR__SHA256_ROUND(e, f, g, hh, a, b, c, d, i + 4);
+        WEIR__SHA256_ROUND(d, e, f, g, hh, a, b, c, i + 5);
+        WEIR__SHA256_ROUND(c, d, e, f, g, hh, a, b, i + 6);
+        WEIR__SHA256_ROUND(b, c, d, e, f, g, hh, a, i + 7);
+    }
+#undef WEIR__SHA256_ROUND
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+    h[5] += f;
+    h[6] += g;
+    h[7] += hh;
+}
+
+/* Starts a digest. */
+static inline void weir_sha256_init(weir_sha256_ctx *c) {
+    static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(c->state, iv, sizeof iv);
+    c->length = 0;
+    c->fill = 0;
+}
+
+/* Adds `len` bytes at `data` (may be NULL when `len` is 0). */
+static inline void weir_sha256_update(weir_sha256_ctx *c, const void *data, size_t len) {
+    if (len == 0) {
+        return;
+    }
+    const uint8_t *p = (const uint8_t *)data;
+    c->length += len;
+    if (c->fill > 0) {
+        size_t n = 64 - c->fill < len ? 64 - c->fill : len;
+        memcpy(c->block + c->fill, p, n);
+        c->fill += n;
+        p += n;
+        len -= n;
+        if (c->fill < 64) {
+            return;
+        }
+        weir__sha256_block(c->state, c->block);
+        c->fill = 0;
+    }
+    for (; len >= 64; p += 64, len -= 64) {
+        weir__sha256_block(c->state, p);
+    }
+    if (len > 0) {
+        memcpy(c->block, p, len);
+        c->fill = len;
+    }
+}
+
+/* Ends a digest: the 32 bytes of the SHA-256 into `out` (`c` is spent: init it
+ * again to reuse it). */
+static inline void weir_sha256_final(weir_sha256_ctx *c, uint8_t out[32]) {
+    uint64_t bits = c->length * 8;
+    c->block[c->fill++] = 0x80;
+    if (c->fill > 56) {
+        memset(c->block + c->fill, 0, 64 - c->fill);
+        weir__sha256_block(c->state, c->block);
+        c->fill = 0;
+    }
+    memset(c->block + c->fill, 0, 56 - c->fill);
+    for (int i = 0; i < 8; i++) {
+        c->block[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    }
+    weir__sha256_block(c->state, c->block);
+    for (int i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(c->state[i] >> 24);
+        out[4 * i + 1] = (uint8_t)(c->state[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(c->state[i] >> 8);
+        out[4 * i + 3] = (uint8_t)c->state[i];
+    }
+}
+
+/* Ends a digest: 64 lower-case hex digits and a NUL into `out`. */
+static inline void weir_sha256_final_hex(weir_sha256_ctx *c, char out[WEIR_SHA256_HEX_SIZE]) {
+    static const char digits[] = "0123456789abcdef";
+    uint8_t raw[32];
+    weir_sha256_final(c, raw);
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = digits[raw[i] >> 4];
+        out[2 * i + 1] = digits[raw[i] & 15];
+    }
+    out[64] = '\0';
+}
+
+/* The SHA-256 of `len` bytes at `data`: 32 bytes into `out`. */
+static inline void weir_sha256(const void *data, size_t len, uint8_t out[32]) {
+    weir_sha256_ctx c;
+    weir_sha256_init(&c);
+    weir_sha256_update(&c, data, len);
+    weir_sha256_final(&c, out);
+}
+
+/* The SHA-256 of `len` bytes at `data` as 64 lower-case hex digits and a NUL. */
+static inline void weir_sha256_hex(const void *data, size_t len, char out[WEIR_SHA256_HEX_SIZE]) {
+    weir_sha256_ctx c;
+    weir_sha256_init(&c);
+    weir_sha256_update(&c, data, len);
+    weir_sha256_final_hex(&c, out);
+}
+
+/* The SHA-256 of `a` followed by `b` (e.g. a salt and an email) as 64 lower-case
+ * hex digits and a NUL: the same as of their concatenation, which it never builds. */
+static inline void weir_sha256_hex_concat(weir_str a, weir_str b, char out[WEIR_SHA256_HEX_SIZE]) {
+    weir_sha256_ctx c;
+    weir_sha256_init(&c);
+    weir_sha256_update(&c, a.ptr, a.len);
+    weir_sha256_update(&c, b.ptr, b.len);
+    weir_sha256_final_hex(&c, out);
 }
 
 /* ---------------------------------------------------------------------------

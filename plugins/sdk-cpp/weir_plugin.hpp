@@ -231,6 +231,29 @@ struct Json {
 /// `bytes`: a view.
 using Bytes = std::span<const uint8_t>;
 
+/// The SHA-256 of `data` as 64 lower-case hex digits, the same as the Rust SDK's
+/// `sha256_hex` (for masking; text is hashed as its UTF-8 bytes). The C helper's
+/// `weir_sha256_hex`; `weir_sha256_ctx` there hashes in pieces or gives raw bytes.
+inline std::string sha256_hex(std::string_view data) {
+    char hex[WEIR_SHA256_HEX_SIZE];
+    weir_sha256_hex(data.data(), data.size(), hex);
+    return std::string(hex, WEIR_SHA256_HEX_SIZE - 1);
+}
+
+inline std::string sha256_hex(Bytes data) {
+    char hex[WEIR_SHA256_HEX_SIZE];
+    weir_sha256_hex(data.data(), data.size(), hex);
+    return std::string(hex, WEIR_SHA256_HEX_SIZE - 1);
+}
+
+/// The SHA-256 of `a` followed by `b` (a salt and a value), as 64 lower-case hex
+/// digits, without building the concatenation.
+inline std::string sha256_hex(std::string_view a, std::string_view b) {
+    char hex[WEIR_SHA256_HEX_SIZE];
+    weir_sha256_hex_concat(detail::str(a), detail::str(b), hex);
+    return std::string(hex, WEIR_SHA256_HEX_SIZE - 1);
+}
+
 /// What happened to an input row last.
 enum class Op : uint8_t {
     insert = WEIR_OP_INSERT,

@@ -3,8 +3,8 @@
  * AddressSanitizer), on the contract of the bindings it is built with (0.2, or 0.1
  * with WEIR_CONTRACT_0_1): the decimal examples of the Rust SDK's decimal.rs, the
  * getters' and config lookups' fixed texts (input.rs), the output row checks
- * (output.rs) through the row-plugin driver, and on 0.2 the schema's memory of
- * column positions and `next`.
+ * (output.rs) through the row-plugin driver, on 0.2 the schema's memory of column
+ * positions and `next`, and SHA-256 against known digests.
  */
 #include <stdio.h>
 
@@ -514,6 +514,92 @@ static void ascii_upper_case_keeps_everything_else(void) {
     CHECK(s.ptr == NULL && s.len == 0, "empty owns nothing");
 }
 
+/* The SHA-256 of the FIPS 180-4 examples, of the block boundaries (the padding in
+ * the last block or in one more), of 1,000,000 bytes, and the same digests fed in
+ * pieces of every split (the buffering in `_update`). The boundary digests are
+ * Python's hashlib's, of bytes (7 * i + 3) mod 256. */
+static void pattern(uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        p[i] = (uint8_t)((i * 7 + 3) % 256);
+    }
+}
+
+static void sha256_matches_known_digests(void) {
+    char hex[WEIR_SHA256_HEX_SIZE];
+    const char *texts[][2] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+        {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqr"
+         "lmnopqrsmnopqrstnopqrstu",
+         "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
+    };
+    for (size_t i = 0; i < WEIR_COUNT(texts); i++) {
+        weir_sha256_hex(texts[i][0], strlen(texts[i][0]), hex);
+        CHECK(strcmp(hex, texts[i][1]) == 0, "sha256(\"%s\") = %s", texts[i][0], hex);
+    }
+    weir_sha256_hex(NULL, 0, hex);
+    CHECK(strcmp(hex, texts[0][1]) == 0, "sha256 of NULL, 0");
+
+    static const struct {
+        size_t len;
+        const char *hex;
+    } sized[] = {
+        {55, "e7313d333c272e639f790978283f9eb392e843d0f29b7016828bb1daa4aac70b"},
+        {56, "4324d65f3c103567f5589c710bc08f8523f929a9272e3af36fc968e52abc6c27"},
+        {57, "35df609437dcfea3279283ab79fd554e2bf78f8f7ae2de532d8ee300b09e8f73"},
+        {63, "81c80242132f230c3bd41b3e63bbcff16107339549214a99614ff26664625055"},
+        {64, "39e3d7b6b5d075d37d053ad89b24b41bef4f3c29760c84447cab3f3be1882241"},
+        {65, "aacca6ff74fdbb296d165a45cecfa04e5127bc008770fbbdd48006f2d2fae95e"},
+        {119, "9ce7368e4daf32341631b492e80359dc9f594b48453cd0dd5bf0b19279cc177e"},
+        {120, "7836b787757e95e58b3ca5aec90b1b004e8deba1e50e9675af9cabf1a13a04b5"},
+        {127, "a8d23e75d936f303d248888d9b165ee543f4cbafcad3c9dd2a79bd84faa11d07"},
+        {128, "d2742f1f4ac6bb7ca2b239ee18402ba8b3f9f8e652d2a72973c2b9ba11c08cf6"},
+        {129, "307f8fc2c1622b92762e818d39a185d4d667ad49a4b07ceae1f4afa008a93ec4"},
+    };
+    for (size_t i = 0; i < WEIR_COUNT(sized); i++) {
+        size_t n = sized[i].len;
+        /* Exactly `n` bytes of the heap: ASan sees any read past them. */
+        uint8_t *p = malloc(n);
+        pattern(p, n);
+        weir_sha256_hex(p, n, hex);
+        CHECK(strcmp(hex, sized[i].hex) == 0, "sha256 of %zu bytes = %s", n, hex);
+        for (size_t cut = 0; cut <= n; cut++) {
+            weir_str a = {(const char *)p, cut}, b = {(const char *)p + cut, n - cut};
+            weir_sha256_hex_concat(a, b, hex);
+            CHECK(strcmp(hex, sized[i].hex) == 0, "%zu bytes cut at %zu", n, cut);
+        }
+        weir_sha256_ctx c;
+        weir_sha256_init(&c);
+        for (size_t at = 0; at < n; at += 3) {
+            weir_sha256_update(&c, p + at, n - at < 3 ? n - at : 3);
+        }
+        weir_sha256_final_hex(&c, hex);
+        CHECK(strcmp(hex, sized[i].hex) == 0, "%zu bytes by threes", n);
+        free(p);
+    }
+
+    size_t million = 1000000;
+    char *a = malloc(million);
+    memset(a, 'a', million);
+    weir_sha256_hex(a, million, hex);
+    CHECK(strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0") == 0,
+          "sha256 of a million a: %s", hex);
+    uint8_t raw[32];
+    weir_sha256(a, million, raw);
+    CHECK(raw[0] == 0xcd && raw[1] == 0xc7 && raw[31] == 0xd0, "raw digest");
+    free(a);
+
+    /* The plugin template's first case: salt `s1`, email `ann@example.com`. */
+    weir_sha256_hex_concat(weir_str_from_cstr("s1"), weir_str_from_cstr("ann@example.com"), hex);
+    CHECK(strcmp(hex, "265c8a70e452e22bae8c73c46b2744a4df9ad748ff85a1d6641bcd98a410da09") == 0,
+          "salted: %s", hex);
+    weir_str none = {NULL, 0};
+    weir_sha256_hex_concat(none, none, hex);
+    CHECK(strcmp(hex, texts[0][1]) == 0, "concat of two empty texts");
+}
+
 int main(void) {
     parses_and_prints_postgres_text_keeping_the_scale();
     refuses_what_is_not_finite_decimal_text();
@@ -530,6 +616,7 @@ int main(void) {
     the_schema_resolves_each_name_once_per_session();
 #endif
     ascii_upper_case_keeps_everything_else();
+    sha256_matches_known_digests();
     /* The log import links and is called (the stub writes it to stderr). */
     weir_log_debug("test_helpers: the log import");
     printf("weir_plugin.h (contract %s): %d checks, %d failed\n", WEIR_CONTRACT, checks, failures);

@@ -528,9 +528,36 @@ static void rows_take_every_kind_of_value_and_plugins_every_form() {
     CHECK(std::get_new_handler() != nullptr, "open installs a new-handler");
 }
 
+/* ---- SHA-256 (the C helper's, tested in depth there) ---- */
+
+static void sha256_hex_wraps_the_c_helper() {
+    const std::string empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    const std::string abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    CHECK(weir::sha256_hex("") == empty, "empty");
+    CHECK(weir::sha256_hex(std::string_view()) == empty, "empty view");
+    CHECK(weir::sha256_hex("abc") == abc, "abc");
+    CHECK(weir::sha256_hex(std::string("abc")) == abc, "std::string");
+    CHECK(weir::sha256_hex(weir::String("abc")) == abc, "weir::String");
+    const uint8_t bytes[] = {'a', 'b', 'c'};
+    CHECK(weir::sha256_hex(weir::Bytes(bytes)) == abc, "bytes");
+    CHECK(weir::sha256_hex("ab", "c") == abc && weir::sha256_hex("", "abc") == abc
+              && weir::sha256_hex("abc", "") == abc && weir::sha256_hex("", "") == empty,
+          "concatenated");
+    std::string million(1000000, 'a');
+    CHECK(weir::sha256_hex(million)
+              == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0",
+          "a million a");
+    std::optional<std::string_view> email = "ann@example.com";
+    CHECK(weir::sha256_hex("s1", *email)
+              == "265c8a70e452e22bae8c73c46b2744a4df9ad748ff85a1d6641bcd98a410da09",
+          "salted");
+    CHECK(weir::sha256_hex("x").size() == 64, "64 digits");
+}
+
 int main() {
     decimals_parse_compute_and_free_themselves();
     strings_rejections_and_errors_own_their_text();
+    sha256_hex_wraps_the_c_helper();
     getters_read_typed_values_and_reject_with_fixed_reasons();
     config_lookups_name_the_key_not_the_value();
     rows_take_every_kind_of_value_and_plugins_every_form();
