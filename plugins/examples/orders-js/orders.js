@@ -42,7 +42,9 @@
  *
  * The SDK is imported by its path in this repository; a plugin elsewhere imports
  * `@weir/plugin`. The component is built from the bundle of this module and the SDK
- * (`weir-plugin-bundle orders.js`, then ComponentizeJS: see `../../sdk-js/README.md`).
+ * (`weir-plugin-bundle orders.js`, then ComponentizeJS: see `../../sdk-js/README.md`):
+ * on contract 0.2 as `orders-js.wasm`, and the same bundle on 0.1 as
+ * `orders-js-0-1.wasm` (`scripts/build-plugins`).
  */
 
 import {

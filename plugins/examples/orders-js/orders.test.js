@@ -5,9 +5,10 @@
  *
  * Every case of `../orders-cases.jsonl` (the cases the Rust and Python versions pass
  * too) is one test, run by the SDK's case runner (`@weir/plugin/cases`) through the
- * `transform` interface the component exports: constructed with the partition and
- * config, one `push` per chunk, then `finish`; the output, in the case file's JSON
- * form, must equal the expected one exactly. The SDK's own behaviour (decimals,
+ * `transform` interface the component exports, on both contracts (0.2: the input
+ * schema once and rows by position; 0.1: columns by name): constructed with the
+ * partition and config, one `push` per chunk, then `finish`; the output, in the case
+ * file's JSON form, must equal the expected one exactly on each. The SDK's own behaviour (decimals,
  * getters, conversions) is tested in `../../sdk-js/test/`.
  */
 

@@ -7,14 +7,19 @@
  *     const failures = runCases(myPlugin, new URL('./cases.jsonl', import.meta.url));
  *
  * Each case's session is run as the host runs it, through the same `{ describe,
- * Session }` interface the component exports (`exportPlugin`): constructed with the
- * partition and config, one `push` per chunk, then `finish`; the rows and
- * rejections of every call concatenated in order, rows as objects by declared column
- * name. The output must equal the case's `expect` exactly (integers compared as
- * their digits, whatever their size: an integer or timestamp beyond ±2^53 is written
- * as a string of digits, in the input as in `expect`, since `JSON.parse` would round
- * a JSON number). A WIT `error` is a thrown value with an own
- * `payload` (a `PluginError`, or jco's `ComponentError` when the interface is a
+ * Session }` interface the component exports (`exportPlugin`), on every contract
+ * the interface speaks (`contractsOf`: both for the SDK's own, which must give the
+ * expected output on each; one for a component transpiled by jco): constructed with
+ * the partition and config (on 0.2 also the input schema: every column name of the
+ * case's rows in order of first appearance, as the Rust SDK's runner makes it), one
+ * `push` per chunk (on 0.2 each row's values by position, a column the row does not
+ * have `undefined`, and every result's parts drained with `next`), then `finish`;
+ * the rows and rejections of every call concatenated in order, rows as objects by
+ * declared column name. The output must equal the case's `expect` exactly (integers
+ * compared as their digits, whatever their size: an integer beyond ±2^53 is read
+ * exactly, as a JSON number or as a string of digits, in the input as in `expect`).
+ * A WIT `error` is a thrown value with an
+ * own `payload` (a `PluginError`, or jco's `ComponentError` when the interface is a
  * component transpiled by jco, which these functions run just as well).
  */
 
@@ -32,6 +37,20 @@ export function interfaceOf(plugin) {
     return plugin;
   }
   return exportPlugin(plugin);
+}
+
+/**
+ * The contracts a `{ describe, Session }` interface speaks, oldest first: its
+ * `Session.contracts` if it lists them (the SDK's sessions speak `0.1` and `0.2`),
+ * else `['0.2']` if its sessions have a `next` method (a component of
+ * `weir:transform@0.2.0` transpiled by jco), else `['0.1']`.
+ */
+export function contractsOf(transform) {
+  const { Session } = transform;
+  if (Array.isArray(Session.contracts) && Session.contracts.length > 0) {
+    return [...Session.contracts];
+  }
+  return typeof Session.prototype?.next === 'function' ? ['0.2'] : ['0.1'];
 }
 
 /**
@@ -53,11 +72,12 @@ export function valueFromJson(v) {
   }
   const entries = typeof v === 'object' && !Array.isArray(v) ? Object.entries(v) : [];
   if (entries.length !== 1) {
-    throw new Error(`value ${JSON.stringify(v)} does not have exactly one case`);
+    throw new Error(`value ${canonical(v)} does not have exactly one case`);
   }
   const [[tag, inner]] = entries;
-  const bad = () => new Error(`value ${JSON.stringify(v)} is not a valid ${tag}`);
+  const bad = () => new Error(`value ${canonical(v)} is not a valid ${tag}`);
   const int = (x) => {
+    if (typeof x === 'bigint') return x;
     if (Number.isSafeInteger(x)) return BigInt(x);
     if (typeof x === 'string' && /^-?[0-9]+$/.test(x)) return BigInt(x);
     throw bad();
@@ -86,6 +106,9 @@ export function valueFromJson(v) {
       const special = { NaN: NaN, Infinity: Infinity, '-Infinity': -Infinity };
       if (typeof inner === 'string' && Object.hasOwn(special, inner)) {
         return { tag, val: special[inner] };
+      }
+      if (typeof inner === 'bigint') {
+        return { tag, val: Number(inner) };
       }
       if (typeof inner !== 'number') throw bad();
       return { tag, val: inner };
@@ -133,10 +156,11 @@ export function stagedRowFromJson(j) {
   }
   if (!Array.isArray(j.key)) throw new Error('key is not an array');
   if (j.columns === null || typeof j.columns !== 'object') throw new Error('columns is not an object');
-  if (!Number.isSafeInteger(j.commit_position) || j.commit_position < 0) {
+  const integer = (x) => Number.isSafeInteger(x) || typeof x === 'bigint';
+  if (!integer(j.commit_position) || j.commit_position < 0 || BigInt(j.commit_position) >= 2n ** 64n) {
     throw new Error('commit_position is not an unsigned integer');
   }
-  if (j.commit_time !== null && !Number.isSafeInteger(j.commit_time)) {
+  if (j.commit_time !== null && !(integer(j.commit_time) && BigInt.asIntN(64, BigInt(j.commit_time)) === BigInt(j.commit_time))) {
     throw new Error('commit_time is not an integer');
   }
   return {
@@ -153,13 +177,68 @@ function witError(e) {
   return e !== null && typeof e === 'object' && Object.hasOwn(e, 'payload');
 }
 
+// Canonical JSON of a WIT value, to compare two values.
+const valueKey = (v) => canonical(valueToJson(v));
+
 /**
- * Runs one case's session as the host runs it: constructed with the partition and
- * config, one `push` per chunk, then `finish`; rows and rejections concatenated in
- * order. Returns the output in the case file's `expect` form (rows as objects by
- * declared column name). Anything thrown that is not a WIT `error` is rethrown.
+ * A case's rows on contract 0.2 (as the Rust SDK's runner makes them): the input
+ * schema (every column name of the rows in order of first appearance, type names
+ * empty; key positions where the first row's key values sit among its columns) and
+ * each row's values by position, `undefined` for a column the row does not have.
+ * `chunks` are 0.1 staged rows (`stagedRowFromJson`).
  */
-export function runCase(transform, c) {
+export function positional(chunks) {
+  const names = [];
+  const seen = new Set();
+  for (const chunk of chunks) {
+    for (const row of chunk) {
+      for (const { name } of row.columns) {
+        if (!seen.has(name)) {
+          seen.add(name);
+          names.push(name);
+        }
+      }
+    }
+  }
+  const first = chunks.find((chunk) => chunk.length > 0)?.[0];
+  const key = [];
+  if (first !== undefined) {
+    for (const k of first.key) {
+      const column = first.columns.find((c) => valueKey(c.value) === valueKey(k));
+      if (column !== undefined) key.push(names.indexOf(column.name));
+    }
+  }
+  const rows = chunks.map((chunk) => chunk.map((row) => {
+    const byName = new Map();
+    for (const c of row.columns) {
+      if (!byName.has(c.name)) byName.set(c.name, c.value);
+    }
+    return {
+      key: row.key,
+      values: names.map((n) => byName.get(n)),
+      op: row.op,
+      commitPosition: row.commitPosition,
+      commitTime: row.commitTime,
+    };
+  }));
+  return { schema: { columns: names.map((name) => ({ name, typeName: '' })), key }, chunks: rows };
+}
+
+// Parts a contract-0.2 call may hand before the runner calls it a runaway.
+const MAX_PARTS = 1_000_000;
+
+/**
+ * Runs one case's session as the host runs it, on `contract` (`'0.1'` or `'0.2'`;
+ * by default the newest the interface speaks): constructed with the partition and
+ * config (and on 0.2 the input schema), one `push` per chunk, then `finish`, on 0.2
+ * each call's parts drained with `next`; rows and rejections concatenated in order.
+ * Returns the output in the case file's `expect` form (rows as objects by declared
+ * column name). Anything thrown that is not a WIT `error` is rethrown.
+ */
+export function runCase(transform, c, contract = contractsOf(transform).at(-1)) {
+  if (contract !== '0.1' && contract !== '0.2') {
+    throw new Error(`no contract ${contract}: 0.1 or 0.2`);
+  }
   const config = Object.entries(c.config ?? {});
   for (const [key, value] of config) {
     if (typeof value !== 'string') throw new Error(`config \`${key}\` is not a string`);
@@ -169,9 +248,24 @@ export function runCase(transform, c) {
   const columns = transform.describe().columns.map((col) => col.name);
   const outputs = [];
   try {
-    const session = new transform.Session(partition, config);
-    for (const chunk of chunks) outputs.push(session.push(chunk));
-    outputs.push(session.finish());
+    if (contract === '0.1') {
+      const session = new transform.Session(partition, config);
+      for (const chunk of chunks) outputs.push(session.push(chunk));
+      outputs.push(session.finish());
+    } else {
+      const { schema, chunks: rows } = positional(chunks);
+      const session = new transform.Session(partition, schema, config);
+      const drain = (out) => {
+        outputs.push(out);
+        for (let parts = 1; out.more; parts++) {
+          if (parts > MAX_PARTS) throw new Error(`a call handed more than ${MAX_PARTS} parts`);
+          out = session.next();
+          outputs.push(out);
+        }
+      };
+      for (const chunk of rows) drain(session.push(chunk));
+      drain(session.finish());
+    }
   } catch (e) {
     if (witError(e)) return { error: { [e.payload.tag]: e.payload.val } };
     throw e;
@@ -204,7 +298,104 @@ export function canonical(j) {
   return JSON.stringify(j);
 }
 
-/** The cases of a JSON-lines file (a path or a file URL), each with its `line`. */
+/**
+ * JSON text as `JSON.parse` reads it, but for an integer beyond ±2^53 (no fraction,
+ * no exponent), which is a BigInt rather than a rounded number.
+ */
+export function parseJsonExact(text) {
+  let i = 0;
+  const fail = (what) => {
+    throw new SyntaxError(`${what} at position ${i}`);
+  };
+  const space = () => {
+    while (i < text.length && (text[i] === ' ' || text[i] === '\t' || text[i] === '\n' || text[i] === '\r')) i++;
+  };
+  const NUMBER = /-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/y;
+  const string = () => {
+    const start = i;
+    for (i++; i < text.length && text[i] !== '"'; i++) {
+      if (text[i] === '\\') i++;
+    }
+    if (i >= text.length) fail('unterminated string');
+    i++;
+    return JSON.parse(text.slice(start, i));
+  };
+  const value = () => {
+    space();
+    const c = text[i];
+    if (c === '"') return string();
+    if (c === '{') {
+      i++;
+      const object = {};
+      space();
+      if (text[i] === '}') {
+        i++;
+        return object;
+      }
+      for (;;) {
+        space();
+        if (text[i] !== '"') fail('expected a key');
+        const key = string();
+        space();
+        if (text[i] !== ':') fail('expected `:`');
+        i++;
+        // As JSON.parse: an own property, `__proto__` included.
+        Object.defineProperty(object, key, { value: value(), writable: true, enumerable: true, configurable: true });
+        space();
+        if (text[i] === ',') {
+          i++;
+        } else if (text[i] === '}') {
+          i++;
+          return object;
+        } else {
+          fail('expected `,` or `}`');
+        }
+      }
+    }
+    if (c === '[') {
+      i++;
+      const array = [];
+      space();
+      if (text[i] === ']') {
+        i++;
+        return array;
+      }
+      for (;;) {
+        array.push(value());
+        space();
+        if (text[i] === ',') {
+          i++;
+        } else if (text[i] === ']') {
+          i++;
+          return array;
+        } else {
+          fail('expected `,` or `]`');
+        }
+      }
+    }
+    for (const [word, literal] of [['true', true], ['false', false], ['null', null]]) {
+      if (text.startsWith(word, i)) {
+        i += word.length;
+        return literal;
+      }
+    }
+    NUMBER.lastIndex = i;
+    const m = NUMBER.exec(text);
+    if (m === null) fail('unexpected character');
+    i = NUMBER.lastIndex;
+    const n = Number(m[0]);
+    return m[1] === undefined && m[2] === undefined && !Number.isSafeInteger(n) ? BigInt(m[0]) : n;
+  };
+  const result = value();
+  space();
+  if (i !== text.length) fail('unexpected text after the value');
+  return result;
+}
+
+/**
+ * The cases of a JSON-lines file (a path or a file URL), each with its `line`;
+ * integers beyond ±2^53 are read exactly (`parseJsonExact`).
+ */
 export function loadCases(file) {
   return readFileSync(file, 'utf8')
     .split('\n')
@@ -212,22 +403,25 @@ export function loadCases(file) {
     .filter(({ line }) => line.trim() !== '')
     .map(({ line, n }) => {
       try {
-        return { ...JSON.parse(line), line: n };
+        return { ...parseJsonExact(line), line: n };
       } catch (e) {
         throw new Error(`line ${n}: not JSON: ${e.message}`);
       }
     });
 }
 
-// An integer or timestamp beyond ±2^53, which JSON.parse cannot read exactly, is
-// written as a string of digits in the case file; as its BigInt it compares equal to
-// the output's.
+// An integer or timestamp beyond ±2^53 may also be written as a string of digits in
+// the case file; as its BigInt it compares equal to the output's. A float written as
+// a big integer is the number JSON.parse would read.
 function exactValue(v) {
-  if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
+  if (v !== null && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length === 1) {
     for (const tag of ['integer', 'timestamp']) {
-      if (typeof v[tag] === 'string' && /^-?[0-9]+$/.test(v[tag]) && Object.keys(v).length === 1) {
+      if (typeof v[tag] === 'string' && /^-?[0-9]+$/.test(v[tag])) {
         return { [tag]: BigInt(v[tag]) };
       }
+    }
+    if (typeof v.float === 'bigint') {
+      return { float: Number(v.float) };
     }
   }
   return v;
@@ -248,17 +442,31 @@ function expectedForm(expect) {
 }
 
 /**
- * Runs one case against `plugin` (see `interfaceOf`); `null` if its output is
- * exactly the expected one, else a message with both (in canonical JSON).
+ * Runs one case against `plugin` (see `interfaceOf`) on every contract it speaks
+ * (`contractsOf`), or only on `contract` if given; `null` if each output is exactly
+ * the expected one, else a message with both (in canonical JSON) for the first
+ * contract that differs.
  */
-export function checkCase(plugin, c) {
-  let actual;
+export function checkCase(plugin, c, contract) {
+  let transform;
+  let contracts;
   try {
-    actual = canonical(runCase(interfaceOf(plugin), c));
+    transform = interfaceOf(plugin);
+    contracts = contract === undefined ? contractsOf(transform) : [contract];
   } catch (e) {
     return `line ${c.line}: case \`${c.case}\`: threw ${e?.stack ?? e}`;
   }
   const expected = canonical(expectedForm(c.expect));
-  if (actual === expected) return null;
-  return `line ${c.line}: case \`${c.case}\`:\n  expected ${expected}\n  actual   ${actual}`;
+  for (const k of contracts) {
+    let actual;
+    try {
+      actual = canonical(runCase(transform, c, k));
+    } catch (e) {
+      return `line ${c.line}: case \`${c.case}\` on contract ${k}: threw ${e?.stack ?? e}`;
+    }
+    if (actual !== expected) {
+      return `line ${c.line}: case \`${c.case}\` on contract ${k}:\n  expected ${expected}\n  actual   ${actual}`;
+    }
+  }
+  return null;
 }

@@ -1,6 +1,7 @@
 /**
  * `@weir/plugin`: the JavaScript guest SDK for Weir transform plugins (components
- * of `weir:transform@0.1.0`, built with ComponentizeJS). See README.md.
+ * of `weir:transform@0.2.0`, or of `@0.1.0` from the same code, built with
+ * ComponentizeJS). See README.md.
  *
  * Everything here runs both in Node (natively, for tests) and in the component;
  * the case runner for Node is `@weir/plugin/cases`, the bundler that makes the
@@ -10,8 +11,8 @@
 export { Decimal, DecimalError, MAX_DIGITS } from './decimal.js';
 export { ColumnType, Description } from './describe.js';
 export { PluginError, Reject } from './errors.js';
-export { Config, Input } from './input.js';
+export { Config, Input, InputSchema } from './input.js';
 export { log } from './log.js';
 export { definePlugin, exportPlugin } from './plugin.js';
 export { Row } from './row.js';
-export { Json, PlainDate, Timestamp, asciiLowerCase, asciiUpperCase, json } from './values.js';
+export { Json, PlainDate, Timestamp, asciiLowerCase, asciiUpperCase, json, sha256Hex } from './values.js';

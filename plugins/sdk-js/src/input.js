@@ -29,22 +29,120 @@ const DECIMAL_REASONS = {
   inexact: 'is not valid decimal text',
 };
 
-// Decimal text to a Decimal; a Reject (or for a config, a PluginError) whose text is
-// `subject` and what the text is not.
-function parseDecimal(text, subject, isConfig) {
+// Decimal text to a Decimal; a Reject (or for a config, a PluginError) naming the
+// column (or the config key) and what the text is not.
+function parseDecimal(text, name, isConfig) {
   try {
     return Decimal.parse(text);
   } catch (e) {
     if (!(e instanceof DecimalError)) {
       throw e;
     }
-    const message = `${subject} ${DECIMAL_REASONS[e.kind]}`;
+    const message = `${isConfig ? 'config' : 'column'} \`${name}\` ${DECIMAL_REASONS[e.kind]}`;
     throw isConfig ? new PluginError('invalid-config', message) : new Reject(message);
+  }
+}
+
+// The value of the first column named `column` of a contract-0.1 row, `undefined` if
+// it has none.
+function namedValue(columns, column) {
+  for (let i = 0; i < columns.length; i++) {
+    if (columns[i].name === column) {
+      return columns[i].value;
+    }
+  }
+  return undefined;
+}
+
+// Why a getter of case `tag` refuses `value` (the column's WIT value, `undefined` or
+// `null` if the row has none).
+function mismatch(column, value, tag) {
+  if (value === undefined || value === null) {
+    return new Reject(`column \`${column}\` is missing`);
+  }
+  if (value.tag === 'null') {
+    return new Reject(`column \`${column}\` is null`);
+  }
+  return new Reject(`column \`${column}\` is not ${KINDS[tag]}`);
+}
+
+// The name-to-position map of an InputSchema, for `Input` (not part of the API);
+// set by `InputSchema`.
+let schemaPositions;
+
+/**
+ * The input schema of a contract-0.2 session: the column names in the order of every
+ * staged row's `values`, their declared types, and the positions of the key
+ * columns. Made once per session from the WIT `input-schema` (`{ columns: [{ name,
+ * typeName }], key }`); a column's position is looked up in a map, so that a getter
+ * costs one lookup whatever the number of columns.
+ */
+export class InputSchema {
+  #names;
+  #typeNames;
+  #key;
+  #positions;
+
+  /** @param {{ columns: Array<{ name: string, typeName?: string }>, key?: ArrayLike<number> }} schema the WIT `input-schema` */
+  constructor(schema) {
+    const columns = schema?.columns;
+    if (columns === undefined || columns === null || typeof columns.length !== 'number') {
+      throw new TypeError('an input schema is { columns: [{ name, typeName }], key: [positions] }');
+    }
+    const names = [];
+    const typeNames = [];
+    const positions = new Map();
+    for (let i = 0; i < columns.length; i++) {
+      const { name, typeName = '' } = columns[i];
+      if (typeof name !== 'string' || typeof typeName !== 'string') {
+        throw new TypeError('an input column is { name, typeName } of strings');
+      }
+      names.push(name);
+      typeNames.push(typeName);
+      // The first of two columns of one name wins (a host never sends two).
+      if (!positions.has(name)) {
+        positions.set(name, i);
+      }
+    }
+    this.#names = Object.freeze(names);
+    this.#typeNames = Object.freeze(typeNames);
+    this.#key = Object.freeze(Array.from(schema.key ?? [], Number));
+    this.#positions = positions;
+    Object.freeze(this);
+  }
+
+  /** The column names, in row order (a frozen array). */
+  get names() {
+    return this.#names;
+  }
+
+  /** The declared PostgreSQL type of each column, in row order (`''` where the host does not know it). */
+  get typeNames() {
+    return this.#typeNames;
+  }
+
+  /** The positions of the table's key columns, in key order (a frozen array). */
+  get keyPositions() {
+    return this.#key;
+  }
+
+  /** The position of a column in a row's `values`, `undefined` if the schema has none. */
+  position(column) {
+    return this.#positions.get(column);
+  }
+
+  static {
+    schemaPositions = (schema) => schema.#positions;
   }
 }
 
 /**
  * One staged row as the host pushed it: key, metadata and columns by name.
+ *
+ * On contract 0.2 a row carries its values by position in the session's
+ * `InputSchema`; on 0.1 each value carries its column's name. The getters read both
+ * alike (on 0.2 a column is found by one map lookup; a value the row does not have,
+ * `none`, is a missing column, as a column a 0.1 row does not carry).
  *
  * Typed getters come in two forms: `int('id')` refuses `null`, `intOrNull('id')`
  * returns `null` for it. Both refuse a missing column and a value of another case
@@ -67,10 +165,27 @@ function parseDecimal(text, subject, isConfig) {
  */
 export class Input {
   #row;
+  // Contract 0.2: the session schema's name-to-position map; 0.1: null.
+  #positions;
+  #schema;
 
-  /** @param {object} stagedRow the WIT `staged-row` (`{ key, op, commitPosition, commitTime, columns }`) */
-  constructor(stagedRow) {
+  /**
+   * @param {object} stagedRow the WIT `staged-row`: on contract 0.1 `{ key, op,
+   *   commitPosition, commitTime, columns: [{ name, value }] }`, on 0.2 `{ key,
+   *   values: [value or undefined], op, commitPosition, commitTime }`
+   * @param {InputSchema} [schema] the session's input schema: given, the row is a
+   *   0.2 row whose `values` are in its order
+   */
+  constructor(stagedRow, schema) {
     this.#row = stagedRow;
+    if (schema === undefined || schema === null) {
+      this.#positions = null;
+      this.#schema = null;
+    } else {
+      const s = schema instanceof InputSchema ? schema : new InputSchema(schema);
+      this.#positions = schemaPositions(s);
+      this.#schema = s;
+    }
   }
 
   /** The WIT `staged-row` itself. */
@@ -99,48 +214,81 @@ export class Input {
     return micros === undefined || micros === null ? null : new Timestamp(micros);
   }
 
+  /**
+   * The row's columns and their values, in the source's order: `[name, value]`
+   * pairs (a column the row has no value for is left out).
+   */
+  columns() {
+    if (this.#schema !== null) {
+      const { names } = this.#schema;
+      const values = this.#row.values;
+      const pairs = [];
+      for (let i = 0; i < names.length; i++) {
+        if (values[i] !== undefined && values[i] !== null) pairs.push([names[i], values[i]]);
+      }
+      return pairs;
+    }
+    return this.#row.columns.map(({ name, value }) => [name, value]);
+  }
+
   /** The WIT value of a column (`{ tag, val }`), `undefined` if the row has no such column. */
   get(column) {
-    const columns = this.#row.columns;
-    for (let i = 0; i < columns.length; i++) {
-      if (columns[i].name === column) {
-        return columns[i].value;
-      }
+    const positions = this.#positions;
+    let value;
+    if (positions !== null) {
+      const i = positions.get(column);
+      value = i === undefined ? undefined : this.#row.values[i];
+    } else {
+      value = namedValue(this.#row.columns, column);
     }
-    return undefined;
+    // `none` (the row has no such column) is `undefined` from the bindings.
+    return value ?? undefined;
   }
 
   /** The WIT value of a column; a missing column is a rejection. */
   value(column) {
     const value = this.get(column);
     if (value === undefined) {
-      throw new Reject(`column \`${column}\` is missing`);
+      throw mismatch(column, value, 'null');
     }
     return value;
   }
 
-  // The payload of a column of case `tag`, `null` for null; a rejection otherwise.
-  #orNull(column, tag) {
-    const value = this.get(column);
-    if (value === undefined) {
-      throw new Reject(`column \`${column}\` is missing`);
+  // The payload of a column of case `tag`; a rejection otherwise (null included).
+  // The lookup is `get`'s, inlined: this runs for every column a plugin reads.
+  #required(column, tag) {
+    const positions = this.#positions;
+    let value;
+    if (positions !== null) {
+      const i = positions.get(column);
+      value = i === undefined ? undefined : this.#row.values[i];
+    } else {
+      value = namedValue(this.#row.columns, column);
     }
-    if (value.tag === tag) {
+    if (value?.tag === tag) {
       return value.val;
     }
-    if (value.tag === 'null') {
-      return null;
-    }
-    throw new Reject(`column \`${column}\` is not ${KINDS[tag]}`);
+    throw mismatch(column, value, tag);
   }
 
-  // The payload of a column of case `tag`; null is a rejection too.
-  #required(column, tag) {
-    const val = this.#orNull(column, tag);
-    if (val === null) {
-      throw new Reject(`column \`${column}\` is null`);
+  // The payload of a column of case `tag`, `null` for null; a rejection otherwise.
+  #orNull(column, tag) {
+    const positions = this.#positions;
+    let value;
+    if (positions !== null) {
+      const i = positions.get(column);
+      value = i === undefined ? undefined : this.#row.values[i];
+    } else {
+      value = namedValue(this.#row.columns, column);
     }
-    return val;
+    const found = value?.tag;
+    if (found === tag) {
+      return value.val;
+    }
+    if (found === 'null') {
+      return null;
+    }
+    throw mismatch(column, value, tag);
   }
 
   /** A `boolean` column. */
@@ -205,13 +353,13 @@ export class Input {
 
   /** A `decimal` column parsed into an exact, finite `Decimal`. */
   decimal(column) {
-    return parseDecimal(this.#required(column, 'decimal'), `column \`${column}\``, false);
+    return parseDecimal(this.#required(column, 'decimal'), column, false);
   }
 
   /** A `decimal` column parsed into an exact, finite `Decimal`; `null` for null. */
   decimalOrNull(column) {
     const text = this.#orNull(column, 'decimal');
-    return text === null ? null : parseDecimal(text, `column \`${column}\``, false);
+    return text === null ? null : parseDecimal(text, column, false);
   }
 
   /** A `date` column, as a `PlainDate` (`PlainDate.INFINITY` and `NEGATIVE_INFINITY` included). */
@@ -322,6 +470,6 @@ export class Config {
 
   /** The value of `key` as an exact, finite `Decimal`; an `invalid-config` error otherwise. */
   decimal(key) {
-    return parseDecimal(this.require(key), `config \`${key}\``, true);
+    return parseDecimal(this.require(key), key, true);
   }
 }

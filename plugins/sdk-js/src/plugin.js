@@ -1,12 +1,14 @@
 /**
  * Row plugins: `definePlugin` (the Rust SDK's `RowPlugin`) and `exportPlugin` (its
  * `export_row_plugin!`), which makes the `transform` interface the component
- * exports: `{ describe, Session }`, shaped as ComponentizeJS's bindings call it.
+ * exports: `{ describe, Session }`, shaped as ComponentizeJS's bindings call it, for
+ * either contract (`weir:transform@0.2.0` or `@0.1.0`: the world the component is
+ * built for decides which the bindings call).
  */
 
 import { Description } from './describe.js';
 import { PluginError, Reject } from './errors.js';
-import { Config, Input } from './input.js';
+import { Config, Input, InputSchema } from './input.js';
 import { Row, outputSchema, rowValues } from './row.js';
 
 /** A row plugin made by `definePlugin`. */
@@ -85,6 +87,9 @@ function asPluginError(e, what) {
   return new PluginError('other', `${what} threw ${text}`);
 }
 
+/** The contracts a session made by `exportPlugin` speaks. */
+export const CONTRACTS = Object.freeze(['0.1', '0.2']);
+
 /**
  * The `transform` interface of a row plugin, for the component to export:
  *
@@ -97,6 +102,20 @@ function asPluginError(e, what) {
  * staged rows, then `finish`. Each output row is converted to WIT values by the
  * declared column types (see `Row`); each rejection carries the input row's key
  * exactly as pushed.
+ *
+ * The one interface serves both contracts, and the world the component is built
+ * for picks one (ComponentizeJS binds the module's `transform` export to
+ * `weir:transform/transform@0.2.0` or `@0.1.0` alike):
+ *
+ * - 0.2 (world `transformer`): `new Session(partition, schema, config)`, staged rows
+ *   with `values` by position in `schema` (names resolved once per session, in an
+ *   `InputSchema`), every result with `more: false` (a row plugin's output comes in
+ *   one part), and `next()`, which has nothing to give (an `other` error, as in the
+ *   Rust SDK);
+ * - 0.1 (world `plugin`): `new Session(partition, config)`, staged rows with
+ *   `columns` by name, results `{ rows, rejections }`.
+ *
+ * `Session.contracts` lists both (`['0.1', '0.2']`), for the case runner.
  */
 export function exportPlugin(plugin) {
   const { description, open, transform } = plugin instanceof RowPlugin ? plugin : definePlugin(plugin);
@@ -107,13 +126,69 @@ export function exportPlugin(plugin) {
     return description.toWit('row');
   }
 
+  // Transforms a chunk of staged rows into `out` and `rejections`, skipping deletes.
+  // `input(staged)` makes each row's Input.
+  function transformRows(rows, state, input, out, rejections) {
+    for (let i = 0; i < rows.length; i++) {
+      const staged = rows[i];
+      if (staged.op === 'delete') {
+        continue;
+      }
+      let row;
+      try {
+        row = transform(input(staged), state);
+      } catch (e) {
+        if (e instanceof Reject) {
+          rejections.push({ key: staged.key, reason: e.reason });
+          continue;
+        }
+        throw asPluginError(e, 'transform');
+      }
+      if (row === null) {
+        continue;
+      }
+      if (!(row instanceof Row)) {
+        throw new PluginError('other', `transform returned ${row === undefined ? 'undefined' : 'something else'}: return a Row, or null to drop the row`);
+      }
+      out.push(rowValues(row, schema));
+    }
+  }
+
+  const named = (staged) => new Input(staged);
+
   class Session {
+    static contracts = CONTRACTS;
+
     #state;
     #error = null;
+    // Contract 0.2: the input schema, and a function making a row's Input; 0.1: null.
+    #schema = null;
+    #input = named;
 
-    constructor(partition, config) {
+    /**
+     * `new Session(partition, schema, config)` on contract 0.2, `new
+     * Session(partition, config)` on 0.1.
+     */
+    constructor(partition, schemaOrConfig, config) {
+      let entries = config;
+      if (config === undefined) {
+        entries = schemaOrConfig;
+      } else {
+        let inputSchema;
+        try {
+          inputSchema = new InputSchema(schemaOrConfig);
+        } catch (e) {
+          inputSchema = new InputSchema({ columns: [], key: [] });
+          this.#error = new PluginError('invalid-input', `the input schema is not valid: ${e.message}`);
+        }
+        this.#schema = inputSchema;
+        this.#input = (staged) => new Input(staged, inputSchema);
+      }
+      if (this.#error !== null) {
+        return;
+      }
       try {
-        this.#state = open({ table: partition.table, name: partition.name }, new Config(config));
+        this.#state = open({ table: partition.table, name: partition.name }, new Config(entries));
       } catch (e) {
         this.#error = asPluginError(e, 'open');
       }
@@ -125,39 +200,27 @@ export function exportPlugin(plugin) {
       }
     }
 
+    // A call's result, in the shape of the session's contract.
+    #result(rows, rejections) {
+      return this.#schema === null ? { rows, rejections } : { rows, rejections, more: false };
+    }
+
     push(rows) {
       this.#check();
-      const state = this.#state;
       const out = [];
       const rejections = [];
-      for (const staged of rows) {
-        if (staged.op === 'delete') {
-          continue;
-        }
-        let row;
-        try {
-          row = transform(new Input(staged), state);
-        } catch (e) {
-          if (e instanceof Reject) {
-            rejections.push({ key: staged.key, reason: e.reason });
-            continue;
-          }
-          throw asPluginError(e, 'transform');
-        }
-        if (row === null) {
-          continue;
-        }
-        if (!(row instanceof Row)) {
-          throw new PluginError('other', `transform returned ${row === undefined ? 'undefined' : 'something else'}: return a Row, or null to drop the row`);
-        }
-        out.push(rowValues(row, schema));
-      }
-      return { rows: out, rejections };
+      transformRows(rows, this.#state, this.#input, out, rejections);
+      return this.#result(out, rejections);
+    }
+
+    /** Contract 0.2: a row plugin's output is never in parts, so there is nothing to give. */
+    next() {
+      throw new PluginError('other', '`next` called with no output pending');
     }
 
     finish() {
       this.#check();
-      return { rows: [], rejections: [] };
+      return this.#result([], []);
     }
   }
 

@@ -47,10 +47,10 @@ export class Row {
         this.set(column, value);
       }
     } else if (values !== undefined) {
-      for (const column in values) {
-        if (Object.hasOwn(values, column)) {
-          this.#cells.set(column, values[column]);
-        }
+      // The own enumerable columns, in the order `for … in` gives them.
+      const columns = Object.keys(values);
+      for (let i = 0; i < columns.length; i++) {
+        this.#cells.set(columns[i], values[columns[i]]);
       }
     }
   }
@@ -303,9 +303,15 @@ export function outputSchema(columns) {
  */
 export function rowValues(row, schema) {
   const cells = rowCells(row);
-  let complete = cells.size === schema.length;
-  for (let i = 0; complete && i < schema.length; i++) {
-    complete = cells.has(schema[i].name);
+  const n = schema.length;
+  // Every declared column set, and no other: then the values, converted in order.
+  let complete = cells.size === n;
+  const values = new Array(n);
+  for (let i = 0; complete && i < n; i++) {
+    const name = schema[i].name;
+    const value = cells.get(name);
+    complete = value !== undefined || cells.has(name);
+    values[i] = value;
   }
   if (!complete) {
     const declared = new Set(schema.map(({ name }) => name));
@@ -317,9 +323,8 @@ export function rowValues(row, schema) {
     const missing = schema.find(({ name }) => !cells.has(name));
     throw new PluginError('other', `output row does not set declared column \`${missing.name}\``);
   }
-  const values = new Array(schema.length);
-  for (let i = 0; i < schema.length; i++) {
-    values[i] = schema[i].convert(cells.get(schema[i].name));
+  for (let i = 0; i < n; i++) {
+    values[i] = schema[i].convert(values[i]);
   }
   return values;
 }

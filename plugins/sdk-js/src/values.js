@@ -1,8 +1,9 @@
 /**
  * The JavaScript types of the WIT values that JavaScript has no exact type for:
  * `PlainDate` (a `date`), `Timestamp` (a `timestamp` to the microsecond) and `Json`
- * (a `json` document as text); and ASCII-only case mapping, which gives the same
- * bytes in every language whatever its Unicode tables.
+ * (a `json` document as text); ASCII-only case mapping, which gives the same bytes
+ * in every language whatever its Unicode tables; and `sha256Hex`, the SHA-256 every
+ * SDK has (for masking).
  *
  * Why not `Date`: a JavaScript `Date` holds milliseconds within ±100,000,000 days of
  * 1970, while a `date` is any `s32` count of days (PostgreSQL's go to the year
@@ -342,12 +343,101 @@ export function json(text) {
   return new Json(text);
 }
 
+// A character beyond ASCII: where `toUpperCase` and `toLowerCase` may change more
+// than the ASCII letters.
+const NON_ASCII = /[^\u0000-\u007f]/;
+
 /** ASCII upper case: `a`–`z` become `A`–`Z`, every other character is kept (`straße` → `STRAßE`). */
 export function asciiUpperCase(text) {
-  return text.replace(/[a-z]+/g, (run) => run.toUpperCase());
+  // On ASCII text the built-in changes exactly `a`–`z` (and costs one call).
+  return NON_ASCII.test(text) ? text.replace(/[a-z]+/g, (run) => run.toUpperCase()) : text.toUpperCase();
 }
 
 /** ASCII lower case: `A`–`Z` become `a`–`z`, every other character is kept. */
 export function asciiLowerCase(text) {
-  return text.replace(/[A-Z]+/g, (run) => run.toLowerCase());
+  return NON_ASCII.test(text) ? text.replace(/[A-Z]+/g, (run) => run.toLowerCase()) : text.toLowerCase();
+}
+
+// SHA-256 (FIPS 180-4): the first 32 bits of the fractional parts of the cube roots
+// of the first 64 primes, and of the square roots of the first 8.
+const SHA256_K = Int32Array.from([
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+].map((k) => k | 0));
+const SHA256_H = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
+
+// The UTF-8 encoder, made on first use (the module also loads where there is none).
+let utf8Encoder;
+
+/**
+ * The SHA-256 of `data` as 64 lower-case hex digits: a string is hashed as its UTF-8
+ * bytes (a leading U+FEFF included; a lone surrogate as U+FFFD, as `TextEncoder`
+ * writes it), a Uint8Array as it is. The Rust SDK's `sha256_hex`, with the same
+ * output (`sha256Hex(salt + email)` is its `sha256_hex(format!("{salt}{email}"))`).
+ */
+export function sha256Hex(data) {
+  let bytes;
+  if (typeof data === 'string') {
+    utf8Encoder ??= new TextEncoder();
+    bytes = utf8Encoder.encode(data);
+  } else if (ArrayBuffer.isView(data) && Object.prototype.toString.call(data) === '[object Uint8Array]') {
+    bytes = data;
+  } else {
+    throw new TypeError('sha256Hex takes a string (hashed as UTF-8) or a Uint8Array');
+  }
+  const n = bytes.length;
+  // The message, a 1 bit, zeros, and its length in bits (64 bits, big-endian), in
+  // blocks of 64 bytes.
+  const padded = new Uint8Array((Math.floor((n + 8) / 64) + 1) * 64);
+  padded.set(bytes);
+  padded[n] = 0x80;
+  const view = new DataView(padded.buffer);
+  view.setUint32(padded.length - 8, Math.floor(n / 0x20000000));
+  view.setUint32(padded.length - 4, (n % 0x20000000) * 8);
+  const h = SHA256_H.map((x) => x | 0);
+  const w = new Int32Array(64);
+  for (let block = 0; block < padded.length; block += 64) {
+    for (let i = 0; i < 16; i++) {
+      w[i] = view.getInt32(block + i * 4);
+    }
+    for (let i = 16; i < 64; i++) {
+      const a = w[i - 15];
+      const b = w[i - 2];
+      const s0 = ((a >>> 7) | (a << 25)) ^ ((a >>> 18) | (a << 14)) ^ (a >>> 3);
+      const s1 = ((b >>> 17) | (b << 15)) ^ ((b >>> 19) | (b << 13)) ^ (b >>> 10);
+      w[i] = (w[i - 16] + s0 + w[i - 7] + s1) | 0;
+    }
+    let [a, b, c, d, e, f, g, hh] = h;
+    for (let i = 0; i < 64; i++) {
+      const s1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
+      const ch = (e & f) ^ (~e & g);
+      const t1 = (hh + s1 + ch + SHA256_K[i] + w[i]) | 0;
+      const s0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
+      const maj = (a & b) ^ (a & c) ^ (b & c);
+      const t2 = (s0 + maj) | 0;
+      hh = g;
+      g = f;
+      f = e;
+      e = (d + t1) | 0;
+      d = c;
+      c = b;
+      b = a;
+      a = (t1 + t2) | 0;
+    }
+    h[0] = (h[0] + a) | 0;
+    h[1] = (h[1] + b) | 0;
+    h[2] = (h[2] + c) | 0;
+    h[3] = (h[3] + d) | 0;
+    h[4] = (h[4] + e) | 0;
+    h[5] = (h[5] + f) | 0;
+    h[6] = (h[6] + g) | 0;
+    h[7] = (h[7] + hh) | 0;
+  }
+  return h.map((x) => (x >>> 0).toString(16).padStart(8, '0')).join('');
 }

@@ -1,12 +1,13 @@
 /**
  * `sdk-all-types`: a test plugin that reads and writes every kind of value through
  * the SDK, so that the same cases (`all-types-cases.jsonl`) check the SDK natively
- * (`plugin.test.js`, `bundle.test.js`) and, built as a component, the bindings of
- * ComponentizeJS:
+ * (`plugin.test.js`, `bundle.test.js`; on both contracts) and, built as a component,
+ * the bindings of ComponentizeJS (on 0.2 here; `--wit ../../../wit/transform-0.1.0
+ * --world-name plugin` for 0.1):
  *
  *     node ../node/bundle.js all-types.js -o /tmp/all-types.bundle.js
- *     componentize-js /tmp/all-types.bundle.js --wit ../../../wit/transform-0.1.0 \
- *         --world-name plugin --disable http fetch-event -o /tmp/sdk-all-types.wasm
+ *     componentize-js /tmp/all-types.bundle.js --wit ../../../wit/transform-0.2.0 \
+ *         --world-name transformer --disable http fetch-event -o /tmp/sdk-all-types.wasm
  *     node ../../tools/run-component-cases.mjs /tmp/sdk-all-types.wasm all-types-cases.jsonl
  *
  * Config: `places` (optional, default 4), the scale `d` may have. Every column but

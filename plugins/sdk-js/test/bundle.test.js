@@ -56,11 +56,40 @@ test('the prelude comes first and keeps a leading byte order mark in decoded str
   const file = join(dir, 'bom.mjs');
   writeFileSync(file, `${text.replace(LOG_IMPORT, 'const __weirHostLog = undefined;')}
 const bytes = new Uint8Array([0xef, 0xbb, 0xbf, 0x61]);
-process.stdout.write(JSON.stringify([new TextDecoder().decode(bytes), new TextDecoder('utf-8', { ignoreBOM: true }).decode(bytes), new TextDecoder().decode(bytes.subarray(3))]));
+const shared = new TextDecoder();
+const streamed = new TextDecoder();
+const split = streamed.decode(bytes.subarray(0, 2), { stream: true }) + streamed.decode(bytes.subarray(2));
+const middle = new TextDecoder();
+const inside = middle.decode(bytes.subarray(3), { stream: true }) + middle.decode(bytes);
+let fatal;
+try {
+  new TextDecoder('utf-8', { fatal: true }).decode(new Uint8Array([0xff]));
+} catch (e) {
+  fatal = e.name;
+}
+process.stdout.write(JSON.stringify([
+  new TextDecoder().decode(bytes),
+  new TextDecoder('utf-8', { ignoreBOM: true }).decode(bytes),
+  new TextDecoder().decode(bytes.subarray(3)),
+  shared.decode(bytes), shared.decode(bytes), shared.decode(bytes.buffer), shared.decode(new DataView(bytes.buffer)),
+  split, inside,
+  new TextDecoder('utf-8', { fatal: true }).decode(bytes), fatal,
+  new TextDecoder().decode(new Uint8Array([0x61, 0xff])),
+  new TextDecoder('utf-16le').decode(new Uint8Array([0xff, 0xfe, 0x61, 0x00])),
+  new TextDecoder().decode(), new TextDecoder().encoding, new TextDecoder().ignoreBOM,
+]));
 `);
   const run = spawnSync(process.execPath, [file], { encoding: 'utf8' });
   assert.equal(run.status, 0, run.stderr);
-  assert.deepEqual(JSON.parse(run.stdout), ['\ufeffa', '\ufeffa', 'a']);
+  assert.deepEqual(JSON.parse(run.stdout), [
+    '\ufeffa', '\ufeffa', 'a',
+    // One decoder, again and again, from any kind of buffer.
+    '\ufeffa', '\ufeffa', '\ufeffa', '\ufeffa',
+    // Streamed: a mark split across calls is kept, one inside the stream not doubled.
+    '\ufeffa', 'a\ufeffa',
+    // `fatal` is kept; other encodings are left alone; the decoder's own state is unchanged.
+    '\ufeffa', 'TypeError', 'a\ufffd', 'a', '', 'utf-8', false,
+  ]);
 });
 
 test('the bundle of the all-types plugin passes its cases, and logs through the import', async () => {

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Config, Decimal, Input, Json, PlainDate, PluginError, Reject, Timestamp } from '../src/index.js';
+import { Config, Decimal, Input, InputSchema, Json, PlainDate, PluginError, Reject, Timestamp } from '../src/index.js';
 
 const NULL = { tag: 'null' };
 
@@ -155,4 +155,86 @@ test('config entries are sorted by key in code point order, as Rust sorts them',
   assert.deepEqual(new Config(new Map([['x', '1']])).entries(), [['x', '1']]);
   assert.deepEqual(new Config().entries(), []);
   assert.throws(() => new Config([['x', 1]]), TypeError);
+});
+
+// The same row on contract 0.2: values by position in an input schema.
+function positionalInput(columns, { schemaColumns = Object.keys(columns), extra = {} } = {}) {
+  const schema = new InputSchema({
+    columns: schemaColumns.map((name) => ({ name, typeName: name === 'd' ? 'numeric(12,2)' : '' })),
+    key: Uint32Array.of(0),
+  });
+  return new Input({
+    key: [{ tag: 'integer', val: 1n }],
+    values: schemaColumns.map((name) => columns[name]),
+    op: 'insert',
+    commitPosition: 7n,
+    commitTime: 1000n,
+    ...extra,
+  }, schema);
+}
+
+test('InputSchema: names, type names and key positions, looked up by name', () => {
+  const schema = new InputSchema({ columns: [{ name: 'id', typeName: 'bigint' }, { name: 'a', typeName: '' }, { name: 'id', typeName: 'text' }], key: Uint32Array.of(0) });
+  assert.deepEqual(schema.names, ['id', 'a', 'id']);
+  assert.deepEqual(schema.typeNames, ['bigint', '', 'text']);
+  assert.deepEqual(schema.keyPositions, [0]);
+  assert.equal(schema.position('a'), 1);
+  assert.equal(schema.position('id'), 0, 'the first of two columns of one name');
+  assert.equal(schema.position('nope'), undefined);
+  assert.ok(Object.isFrozen(schema.names));
+  assert.deepEqual(new InputSchema({ columns: [{ name: 'x' }] }).typeNames, ['']);
+  assert.throws(() => new InputSchema({}), TypeError);
+  assert.throws(() => new InputSchema({ columns: [{ name: 5 }] }), TypeError);
+});
+
+test('a row by position (contract 0.2) reads exactly as the same row by name (0.1)', () => {
+  const columns = {
+    i: { tag: 'integer', val: 5n },
+    t: { tag: 'text', val: '\ufeffa' },
+    d: { tag: 'decimal', val: '1.50' },
+    nan: { tag: 'decimal', val: 'NaN' },
+    day: { tag: 'date', val: 20513 },
+    none: NULL,
+    u: { tag: 'unsupported', val: { typeName: 'interval', text: '1 day' } },
+  };
+  const named = input(columns);
+  // `gone` is in the schema but not in the row (`none`), `nope` in neither.
+  const byPosition = positionalInput({ ...columns, gone: undefined }, { schemaColumns: [...Object.keys(columns), 'gone'] });
+  const getters = ['boolean', 'int', 'float', 'text', 'bytes', 'decimalText', 'decimal', 'date', 'timestamp', 'json'];
+  const outcome = (call) => {
+    try {
+      const v = call();
+      return ['value', v instanceof Decimal || v instanceof PlainDate ? v.toString() : v];
+    } catch (e) {
+      if (e instanceof Reject) return ['reject', e.reason];
+      throw e;
+    }
+  };
+  for (const column of [...Object.keys(columns), 'gone', 'nope']) {
+    for (const getter of getters) {
+      for (const name of [getter, `${getter}OrNull`]) {
+        assert.deepEqual(outcome(() => byPosition[name](column)), outcome(() => named[name](column)), `${name}('${column}')`);
+      }
+    }
+    assert.deepEqual(byPosition.get(column), named.get(column), column);
+    assert.deepEqual(outcome(() => byPosition.value(column)), outcome(() => named.value(column)), column);
+  }
+  assert.equal(byPosition.get('gone'), undefined);
+  assert.equal(reason(() => byPosition.int('gone')), 'column `gone` is missing');
+  assert.equal(reason(() => byPosition.textOrNull('nope')), 'column `nope` is missing');
+  assert.equal(byPosition.text('t'), '\ufeffa');
+  assert.deepEqual(byPosition.columns(), named.columns());
+  assert.deepEqual(byPosition.columns().map(([name]) => name), Object.keys(columns));
+  assert.deepEqual(byPosition.key(), [{ tag: 'integer', val: 1n }]);
+  assert.equal(byPosition.op(), 'insert');
+  assert.equal(byPosition.commitPosition(), 7n);
+  assert.equal(byPosition.commitTime().micros, 1000n);
+  assert.equal(byPosition.staged.values.length, 8);
+  // A plain WIT input-schema is taken too, and `null` reads as `none`.
+  const plain = new Input({ key: [], values: [null, { tag: 'integer', val: 2n }], op: 'read', commitPosition: 1n, commitTime: undefined },
+    { columns: [{ name: 'a', typeName: '' }, { name: 'b', typeName: '' }], key: [] });
+  assert.equal(plain.get('a'), undefined);
+  assert.equal(reason(() => plain.intOrNull('a')), 'column `a` is missing');
+  assert.equal(plain.int('b'), 2n);
+  assert.deepEqual(plain.columns(), [['b', { tag: 'integer', val: 2n }]]);
 });

@@ -164,3 +164,86 @@ test('a plugin bug fails the call with `other`, never a trap', () => {
 test('the all-types plugin passes its cases (every getter and column type, natively)', () => {
   assert.deepEqual(runCases(allTypes, new URL('./all-types-cases.jsonl', import.meta.url)), []);
 });
+
+// Contract 0.2: the schema once, rows by position.
+const SCHEMA = { columns: [{ name: 'name', typeName: 'text' }, { name: 'id', typeName: 'bigint' }], key: Uint32Array.of(1) };
+const staged02 = (id, op = 'insert', name = { tag: 'text', val: 'x' }) => ({
+  key: [{ tag: 'integer', val: BigInt(id) }],
+  values: [name, { tag: 'integer', val: BigInt(id) }],
+  op,
+  commitPosition: 1n,
+  commitTime: undefined,
+});
+
+test('one Session serves both contracts; on 0.2 rows come by position and every result says more: false', () => {
+  const opened = [];
+  const { Session } = exportPlugin({
+    describe: description,
+    open(partition, config) {
+      opened.push([partition, config.entries()]);
+      return { prefix: config.require('prefix') };
+    },
+    transform(row, { prefix }) {
+      const id = row.int('id');
+      if (id === 2n) return null;
+      if (id === 3n) throw new Reject('three');
+      return new Row({ id, name: `${prefix}${row.textOrNull('name')}` });
+    },
+  });
+  assert.deepEqual(Session.contracts, ['0.1', '0.2']);
+  assert.equal(typeof Session.prototype.next, 'function');
+  const session = new Session({ table: 'public.t', name: 'p1' }, SCHEMA, [['prefix', '>']]);
+  assert.deepEqual(opened, [[{ table: 'public.t', name: 'p1' }, [['prefix', '>']]]]);
+  const rows = [staged02(1), staged02(2), staged02(3), staged02(4, 'delete'), staged02(5, 'read', { tag: 'null' }), staged02(6, 'update')];
+  const out = session.push(rows);
+  assert.deepEqual(out, {
+    rows: [
+      [{ tag: 'integer', val: 1n }, { tag: 'text', val: '>x' }],
+      [{ tag: 'integer', val: 5n }, { tag: 'text', val: '>null' }],
+      [{ tag: 'integer', val: 6n }, { tag: 'text', val: '>x' }],
+    ],
+    rejections: [{ key: rows[2].key, reason: 'three' }],
+    more: false,
+  });
+  assert.equal(out.rejections[0].key, rows[2].key, 'the very key array that was pushed');
+  assert.deepEqual(witError(() => session.next()), { tag: 'other', val: '`next` called with no output pending' });
+  assert.deepEqual(session.push([]), { rows: [], rejections: [], more: false });
+  assert.deepEqual(session.finish(), { rows: [], rejections: [], more: false });
+  assert.deepEqual(witError(() => session.next()), { tag: 'other', val: '`next` called with no output pending' });
+  // The same plugin on 0.1: results without `more`.
+  const old = new Session({ table: 'public.t', name: 'p1' }, [['prefix', '>']]);
+  assert.deepEqual(old.push([staged(1)]), { rows: [[{ tag: 'integer', val: 1n }, { tag: 'text', val: '>x' }]], rejections: [] });
+  assert.deepEqual(old.finish(), { rows: [], rejections: [] });
+});
+
+test('on 0.2 a column the row does not have (none) or the schema does not name is missing', () => {
+  const { Session } = exportPlugin({
+    describe: description,
+    transform: (row) => new Row({ id: row.int('id'), name: row.textOrNull('name') }),
+  });
+  const gone = staged02(1);
+  gone.values[0] = undefined;
+  const out = new Session({ table: 't', name: 'p' }, SCHEMA, []).push([gone, staged02(2)]);
+  assert.deepEqual(out.rejections, [{ key: gone.key, reason: 'column `name` is missing' }]);
+  assert.equal(out.rows.length, 1);
+  const narrow = { columns: [{ name: 'id', typeName: '' }], key: [0] };
+  const row = { key: [{ tag: 'integer', val: 3n }], values: [{ tag: 'integer', val: 3n }], op: 'insert', commitPosition: 1n, commitTime: 5n };
+  assert.deepEqual(new Session({ table: 't', name: 'p' }, narrow, []).push([row]).rejections, [{ key: row.key, reason: 'column `name` is missing' }]);
+});
+
+test('on 0.2 a config error is returned by every push and by finish; an unusable schema is invalid-input', () => {
+  const { Session } = exportPlugin({
+    describe: description,
+    open: (_partition, config) => config.decimal('rate'),
+    transform: () => null,
+  });
+  const session = new Session({ table: 't', name: 'p' }, SCHEMA, [['rate', 'x']]);
+  const expected = { tag: 'invalid-config', val: 'config `rate` is not valid decimal text' };
+  assert.deepEqual(witError(() => session.push([staged02(1)])), expected);
+  assert.deepEqual(witError(() => session.finish()), expected);
+  const broken = new Session({ table: 't', name: 'p' }, { columns: [{ name: 1 }], key: [] }, [['rate', '1']]);
+  assert.deepEqual(witError(() => broken.push([])), {
+    tag: 'invalid-input', val: 'the input schema is not valid: an input column is { name, typeName } of strings',
+  });
+  assert.deepEqual(witError(() => broken.finish()).tag, 'invalid-input');
+});

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Json, PlainDate, Timestamp, asciiLowerCase, asciiUpperCase, json } from '../src/index.js';
+import { Json, PlainDate, Timestamp, asciiLowerCase, asciiUpperCase, json, sha256Hex } from '../src/index.js';
 
 test('PlainDate agrees with Date on the calendar, day by day across 800 years and more', () => {
   for (let days = -150000; days <= 150000; days += 7) {
@@ -99,4 +99,32 @@ test('Json keeps its text', () => {
 test('ASCII case mapping leaves every other character as it is', () => {
   assert.equal(asciiUpperCase('straße é ǆ ﬁ a-z'), 'STRAßE é ǆ ﬁ A-Z');
   assert.equal(asciiLowerCase('STRASSE É ǅ A-Z'), 'strasse É ǅ a-z');
+  // ASCII text (the built-in's path) and text with one character beyond it.
+  const ascii = Array.from({ length: 128 }, (_, i) => String.fromCharCode(i)).join('');
+  const upper = ascii.replace(/[a-z]/g, (c) => String.fromCharCode(c.charCodeAt(0) - 32));
+  const lower = ascii.replace(/[A-Z]/g, (c) => String.fromCharCode(c.charCodeAt(0) + 32));
+  assert.equal(asciiUpperCase(ascii), upper);
+  assert.equal(asciiLowerCase(ascii), lower);
+  assert.equal(asciiUpperCase(`${ascii}\u0080`), `${upper}\u0080`);
+  assert.equal(asciiLowerCase(`\u{1F600}${ascii}`), `\u{1F600}${lower}`);
+  assert.equal(asciiUpperCase(''), '');
+});
+
+test('sha256Hex: the FIPS 180-4 vectors, every padding boundary, strings as UTF-8', async () => {
+  const { createHash } = await import('node:crypto');
+  assert.equal(sha256Hex(''), 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855');
+  assert.equal(sha256Hex('abc'), 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+  assert.equal(sha256Hex('abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq'),
+    '248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1');
+  assert.equal(sha256Hex('a'.repeat(1000000)), 'cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0');
+  const node = (bytes) => createHash('sha256').update(bytes).digest('hex');
+  for (let n = 0; n <= 200; n++) {
+    const bytes = Uint8Array.from({ length: n }, (_, i) => (i * 37 + n) & 0xff);
+    assert.equal(sha256Hex(bytes), node(bytes), `${n} bytes`);
+  }
+  for (const text of ['\ufeffs1ann@example.com', 'sält \u00a0ann@example.com', '\u{1F600}', 'a\ud800b']) {
+    assert.equal(sha256Hex(text), node(Buffer.from(new TextEncoder().encode(text))), JSON.stringify(text));
+  }
+  assert.throws(() => sha256Hex(5), TypeError);
+  assert.throws(() => sha256Hex([1, 2]), TypeError);
 });

@@ -1,5 +1,6 @@
 /**
- * Runs `cases.jsonl` against the plugin natively, with plain Node (no component):
+ * Runs `cases.jsonl` against the plugin natively, with plain Node (no component), on
+ * both contracts the SDK speaks (0.2, which build.sh builds, and 0.1):
  * `node --test plugin.test.js`.
  */
 
