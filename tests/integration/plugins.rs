@@ -1414,7 +1414,7 @@ async fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
             ),
         );
         let rows = std::fs::read_to_string(project.join("rows.jsonl")).expect("rows");
-        db.write_feed(&rows.lines().map(str::to_owned).collect::<Vec<_>>());
+        db.write_feed(&rows.lines().map(|l| format!("{l}\n")).collect::<Vec<_>>());
         db.weir_ok(&["init"]);
         let run = db.weir_ok(&["run", "--once"]);
         assert!(run.contains("1 rows rejected by plugins"), "{lang}: {run}");
