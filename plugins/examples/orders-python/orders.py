@@ -2,7 +2,9 @@
 (`plugins/sdk-python/`). Its output is byte-identical to the Rust version's
 (`../orders-rust/src/lib.rs`) for the same input; `../orders-cases.jsonl` holds the
 cases every language's version is tested with (`test_cases.py`). This module is also
-the component's app module (`Transform = export(Orders)` at the end).
+the component's app module (`Transform = export(Orders)` at the end), unchanged for
+either contract: `scripts/build-plugins` builds it on `weir:transform@0.2.0` as
+`orders-python.wasm` and on `0.1.0` as `orders-python-0-1.wasm`.
 
 Input: rows of an `orders` table with columns `id` (integer), `customer` (text),
 `order_date` (date), `amount` (decimal), `status` (text). Config: `rate`, a decimal

@@ -2,7 +2,7 @@
 
 Every case of `../orders-cases.jsonl` (the cases the Rust and JavaScript versions pass
 too) is one test, run by the SDK's case runner (`weir_plugin.cases`) as the host runs
-a session; plus what the case file does not cover. The SDK is taken from
+a session, on both contracts (0.2 and 0.1); plus what the case file does not cover. The SDK is taken from
 `../../sdk-python/src` (this repository's copy, ahead of any installed one).
 
     python3 -B test_cases.py       # prints `orders-python: N passed, M failed` last
@@ -18,7 +18,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "sdk-python" / "src"))
 
-from weir_plugin import Config, Input, InvalidConfig, PartitionInfo, RowSession, StagedRow, Value, describe, run_session  # noqa: E402
+from weir_plugin import (  # noqa: E402
+    Config,
+    Input,
+    InputSchema,
+    InvalidConfig,
+    PartitionInfo,
+    RowSession,
+    StagedRow,
+    Value,
+    describe,
+    run_session,
+)
 from weir_plugin.cases import case_tests, unittest_main  # noqa: E402
 from weir_plugin.decimal import MAX_DIGITS  # noqa: E402
 
@@ -66,12 +77,13 @@ class Plugin(unittest.TestCase):
         self.assertEqual(ascii_upper("straße é ǆ ﬁ a-z"), "STRAßE é ǆ ﬁ A-Z")
 
     def test_a_config_error_fails_every_call(self):
-        session = RowSession(Orders, PARTITION, [("rate", "x")])
         expected = InvalidConfig("config `rate` is not valid decimal text")
-        for call in (lambda: session.push([]), session.finish, session.finish):
-            with self.assertRaises(InvalidConfig) as raised:
-                call()
-            self.assertEqual(raised.exception, expected)
+        for schema in (None, InputSchema.of(["id"])):  # contract 0.1, then 0.2
+            session = RowSession(Orders, PARTITION, [("rate", "x")], schema=schema)
+            for call in (lambda: session.push([]), session.finish, session.finish):
+                with self.assertRaises(InvalidConfig) as raised:
+                    call()
+                self.assertEqual(raised.exception, expected)
 
     def test_a_too_long_rate_names_the_key(self):
         with self.assertRaises(InvalidConfig) as raised:
@@ -80,10 +92,14 @@ class Plugin(unittest.TestCase):
 
     def test_rejection_reasons_for_mistyped_and_odd_columns(self):
         def reason(**columns):
-            out = run_session(Orders, PARTITION, {"rate": "1"}, [[row(**columns)]])
-            self.assertEqual(out.rows, [])
-            ((key, why),) = out.rejections
-            self.assertEqual(key, [Value.text("k")])
+            reasons = set()
+            for contract in ("0.2", "0.1"):
+                out = run_session(Orders, PARTITION, {"rate": "1"}, [[row(**columns)]], contract=contract)
+                self.assertEqual(out.rows, [])
+                ((key, why),) = out.rejections
+                self.assertEqual(key, [Value.text("k")])
+                reasons.add(why)
+            (why,) = reasons
             return why
 
         too_long = "1" * (MAX_DIGITS + 1)

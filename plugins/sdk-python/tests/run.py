@@ -4,7 +4,9 @@
     python3 -B tests/run.py            # from plugins/sdk-python (or anywhere)
     python3 -B -m unittest discover -s tests -v   # the same, unittest's own output
 
-`test_component.py` runs only with `WEIR_PY_BINDINGS` set (see that file).
+`test_component.py` tests the glue on both contracts when the pinned componentize-py
+is installed (or `WEIR_PY_BINDINGS` names a folder of bindings; see that file), and is
+skipped otherwise.
 """
 
 import sys

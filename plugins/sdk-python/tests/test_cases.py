@@ -93,11 +93,32 @@ class Running(unittest.TestCase):
         self.assertEqual(run_cases(Echo, jsonl), [])
         wrong = case("wrong", [[ROW1]], {"rows": [{"id": {"integer": 1.0}, "v": {"text": "\ufeffa"}}], "rejections": []})
         (failure,) = run_cases(Echo, wrong)
-        self.assertTrue(failure.startswith("line 1: case `wrong`:\n  expected "), failure)
+        # Each case runs on both contracts; the first that fails is named.
+        self.assertTrue(failure.startswith("line 1: case `wrong` on contract 0.2:\n  expected "), failure)
         self.assertEqual(run_cases(Echo, ""), ["no cases"])
         self.assertEqual(run_cases(Echo, "{"), ["line 1: not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"])
         bad_config = case("bad config", [], {"rows": [], "rejections": []}, config={"a": 1})
         self.assertEqual(run_cases(Echo, bad_config), ["line 1: case `bad config`: config `a` is not a string"])
+
+    def test_a_column_some_rows_lack_is_missing_on_both_contracts(self):
+        # On 0.2 the schema has every column of the case's rows; a row without one has
+        # `None` there, which the getters read as a missing column, as on 0.1.
+        row3 = {**ROW1, "key": [{"integer": 3}], "columns": {"id": {"integer": 3}}}
+        row4 = {**ROW1, "key": [{"integer": 4}], "columns": {"v": {"text": "b"}, "id": {"integer": 4}}}
+        expect = {"rows": [OUT1, {"id": {"integer": 4}, "v": {"text": "b"}}],
+                  "rejections": [{"key": [{"integer": 3}], "reason": "column `v` is missing"}]}
+        self.assertEqual(run_cases(Echo, case("missing", [[ROW1, row3], [row4]], expect)), [])
+
+        class Contract(Echo):
+            """Tells the contracts apart (no plugin should): rejects every row on 0.1."""
+
+            def transform(self, row):
+                if hasattr(row._row, "columns"):
+                    raise Reject("0.1")
+                return super().transform(row)
+
+        (failure,) = run_cases(Contract, case("both", [[ROW1]], {"rows": [OUT1], "rejections": []}))
+        self.assertTrue(failure.startswith("line 1: case `both` on contract 0.1:"), failure)
 
     def test_case_tests_make_one_test_per_case(self):
         with tempfile.TemporaryDirectory() as tmp:

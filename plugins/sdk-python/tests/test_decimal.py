@@ -57,6 +57,27 @@ class Parse(unittest.TestCase):
             with self.assertRaises(wd.InvalidDecimal):
                 wd.parse(not_text)
 
+    def test_the_common_form_parses_as_the_general_steps_do(self):
+        # `parse` reads unsigned digits with at most one `.` in one test; a `str`
+        # subclass takes the general steps: both must give the same value and scale.
+        class Text(str):
+            pass
+
+        rng = random.Random(5)
+        texts = ["0", "00", "0.", ".0", "007.50", "7.", ".5", "1.2.3", ".", "..", "1..", "", "9" * wd.MAX_DIGITS,
+                 "9" * (wd.MAX_DIGITS - 1) + ".9", "1" * (wd.MAX_DIGITS + 1), "1.5", "-1.5", "+1", "1e5", "١",
+                 "1\n", "0.000"]
+        texts += ["".join(rng.choice("0123456789.") for _ in range(rng.randint(0, 12))) for _ in range(500)]
+        for text in texts:
+            def outcome(t):
+                try:
+                    value = wd.parse(t)
+                    return repr(value), value.as_tuple()
+                except wd.DecimalError as error:
+                    return type(error).__name__
+
+            self.assertEqual(outcome(text), outcome(Text(text)), repr(text[:40]))
+
     def test_every_error_is_a_decimal_error_and_nothing_else_escapes(self):
         rng = random.Random(7)
         alphabet = "0123456789.+-eE _\ufeff١xNaInfty"

@@ -124,6 +124,68 @@ class ByDeclaredType(unittest.TestCase):
         self.assertEqual(convert(T.BIGINT, Value.text("x")), Value.text("x"))
 
 
+class FastPaths(unittest.TestCase):
+    """Each column type's inline common case (`output._fast_path`) gives exactly what the
+    general conversion gives, value or failure, on many values."""
+
+    TYPES = [T.BIGINT, T.SMALLINT, T.INTEGER, T.DATE, T.TIMESTAMP, T.TIMESTAMPTZ, T.TEXT, T.UUID, T.varchar(),
+             T.varchar(3), T.REAL, T.DOUBLE_PRECISION, T.BOOLEAN, T.numeric(), T.numeric(12, 2),
+             T.numeric(2, 2), T.numeric(3, 0), T.numeric(1, 0), T.numeric(1000, 500), T.numeric(5, 1),
+             T.numeric(10, 5), T.numeric(9, 4)]
+
+    @staticmethod
+    def values():
+        import random
+
+        rng = random.Random(20)
+        texts = ["0", "-0", "0.0", "-0.00", "7", "7.", ".5", "1.50", "1.500", "1.005", "99.99", "999.99", "-12.34",
+                 "100", "1E+3", "1E-3", "0.001", "9999999999.99", "10000000000.00", "12345.678", "NaN", "sNaN",
+                 "Infinity", "-Infinity", "0E+2", "0E-5", "5E-2", "123", "1E-7", "1.23E-7", "1.2E-7", "-1E-7",
+                 "12E-9", "1.2345E-7"]
+        for _ in range(400):
+            digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 14)))
+            cut = rng.randint(0, len(digits))
+            texts.append(rng.choice(["", "-"]) + digits[:cut] + "." + digits[cut:])
+            texts.append(f"{rng.randint(-10**6, 10**6)}E{rng.randint(-8, 8)}")
+        yield from (Decimal(t) for t in texts)
+        yield from [0, 1, -1, 2**15, 2**31 - 1, 2**31, -(2**31) - 1, 2**63, -(2**63), True, False, 1.5, 2**53 + 1,
+                    float("nan"), "", "abc", "abcd", "x" * 4, None, Value.text("v"), dt.date(2026, 3, 1), b"x"]
+
+    def test_the_fast_path_gives_what_the_general_conversion_gives(self):
+        for column_type in self.TYPES:
+            for nullable in (True, False):
+                columns = [Column("c", column_type, nullable)]
+                fast, slow = _Plan(columns, NATIVE), _Plan(columns, NATIVE, fast=False)
+                for value in self.values():
+                    def outcome(plan):
+                        try:
+                            return ("ok", plan.values(Row(c=value)))
+                        except Other as error:
+                            return ("error", error.message)
+
+                    self.assertEqual(outcome(fast), outcome(slow), f"{value!r} into {column_type}")
+
+    def test_rows_of_another_shape_fail_as_the_general_conversion_fails(self):
+        columns = [Column("a", T.BIGINT, False), Column("b", T.numeric(5, 2)), Column("c", T.JSON)]
+        fast, slow = _Plan(columns, NATIVE), _Plan(columns, NATIVE, fast=False)
+
+        class Sub(Row):
+            __slots__ = ()
+
+        rows = [Row(a=1, b=Decimal("1.5"), c=Json("1")), Row(a=1, b=None), Row(a=1, b=None, c=None, d=1),
+                Row(a=1, b=None, d=1), Row(b=None, a=None, c=None), Row(a=1, b=Decimal("1234.5"), c=None),
+                Sub(a=1, b=Decimal("-0.50"), c=None), {"a": 1, "b": None, "c": None}, None, Row()]
+        for row in rows:
+            def outcome(plan):
+                try:
+                    return ("ok", plan.values(row))
+                except Other as error:
+                    return ("error", error.message)
+
+            self.assertEqual(outcome(fast), outcome(slow), repr(row))
+        self.assertEqual(fast.values(rows[0]), [Value.integer(1), Value.decimal("1.50"), Value.json("1")])
+
+
 class AgainstTheDescription(unittest.TestCase):
     PLAN = _Plan([Column("a", T.BIGINT), Column("b", T.TEXT), Column("c", T.BOOLEAN)], NATIVE)
 

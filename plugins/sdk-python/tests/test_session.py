@@ -9,15 +9,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from weir_plugin import (  # noqa: E402
+    PART_ROWS,
     Column,
     ColumnType,
     Description,
+    InputColumn,
+    InputSchema,
     InvalidConfig,
     InvalidInput,
     Other,
     PartitionInfo,
     PartitionPlugin,
     PartitionSession,
+    PositionalRow,
+    PushOutput,
     Reject,
     Rejection,
     Row,
@@ -27,7 +32,9 @@ from weir_plugin import (  # noqa: E402
     Value,
     describe,
     export,
+    positional,
     run_session,
+    run_session_0_2,
 )
 
 PARTITION = PartitionInfo("public.t", "2026-03-01")
@@ -213,6 +220,116 @@ class PartitionSessions(unittest.TestCase):
         with self.assertRaises(Other) as raised:
             session.push([])
         self.assertEqual(raised.exception.message, "session called after finish")
+
+
+class Many(PartitionPlugin):
+    """Emits `n` rows in `finish` (config `n`); config `bad` makes row `bad` unconvertible."""
+
+    describe = Totals.describe
+
+    def __init__(self, n, bad):
+        self.n, self.bad = n, bad
+
+    @classmethod
+    def open(cls, partition, config):
+        bad = config.get("bad")
+        return cls(int(config.require("n")), None if bad is None else int(bad))
+
+    def push(self, rows, out):
+        for row in rows:
+            out.reject(row, "seen")
+
+    def finish(self, out):
+        for i in range(self.n):
+            out.row(Row(op=f"r{i}", n="oops" if i == self.bad else i))
+
+
+class Contract02(unittest.TestCase):
+    """Contract 0.2: sessions constructed with the input schema, rows by position,
+    output in parts."""
+
+    CHUNKS = [
+        [staged(1, x=Value.decimal("1.5")), staged(0), staged(-1)],
+        [staged(2, op="delete"), staged(3, op="read", x=Value.NULL), staged(4, op="update", x=Value.decimal("0.0005"))],
+        [StagedRow.of({"x": Value.decimal("2"), "id": Value.integer(5)}, key=[Value.integer(5)]),
+         StagedRow.of({"y": Value.text("no id")}, key=[Value.text("k")])],
+    ]
+
+    def test_positional_rows_are_the_named_ones_by_position(self):
+        schema, chunks = positional(self.CHUNKS)
+        self.assertEqual(schema, InputSchema([InputColumn("id"), InputColumn("x"), InputColumn("y")], [0]))
+        self.assertEqual(chunks[0][1], PositionalRow([Value.integer(0)], [Value.integer(0), None, None]))
+        self.assertEqual(chunks[2][0].values, [Value.integer(5), Value.decimal("2"), None])
+        self.assertEqual(chunks[2][1].values, [None, None, Value.text("no id")])
+        self.assertEqual((chunks[1][0].op, chunks[1][2].op), ("delete", "update"))
+        self.assertEqual(positional([]), (InputSchema([], []), []))
+
+    def test_row_and_partition_plugins_give_what_they_give_on_0_1(self):
+        for plugin, config in ((Doubler, {"factor": "2"}), (Totals, {})):
+            chunks = self.CHUNKS if plugin is Totals else self.CHUNKS[:2]
+            self.assertEqual(run_session(plugin, PARTITION, config, chunks, contract="0.2"),
+                             run_session(plugin, PARTITION, config, chunks))
+        out = run_session(Doubler, PARTITION, {"factor": "2"}, self.CHUNKS[:2], contract="0.2")
+        self.assertEqual(out.rows[0], [Value.integer(1), Value.decimal("3.000")])
+        with self.assertRaises(ValueError):
+            run_session(Doubler, PARTITION, {}, [], contract="0.3")
+
+    def test_a_row_session_answers_in_one_part_and_has_no_next(self):
+        schema = InputSchema.of(["id", "x"], key=[0])
+        session = RowSession(Doubler, PARTITION, [("factor", "3")], schema=schema)
+        out = session.push([PositionalRow([Value.integer(2)], [Value.integer(2), Value.decimal("1")]),
+                            PositionalRow([Value.integer(6)], [Value.integer(6)]),  # values shorter than the schema
+                            PositionalRow([Value.integer(7)], [Value.integer(7), None])])
+        # A row without a value for `x` (a `None`, or values shorter than the schema)
+        # has no such column: `decimal_or_null` refuses it, as on 0.1.
+        missing = "column `x` is missing"
+        self.assertEqual(out, PushOutput([[Value.integer(2), Value.decimal("3.000")]],
+                                         [Rejection([Value.integer(6)], missing), Rejection([Value.integer(7)], missing)],
+                                         False))
+        self.assertEqual(session.finish(), PushOutput([], [], False))
+        with self.assertRaises(Other) as raised:
+            session.next()
+        self.assertEqual(raised.exception.message, "`next` called with no output pending")
+        failing = RowSession(Doubler, PARTITION, [], schema=schema)
+        for call in (lambda: failing.push([]), failing.finish):
+            with self.assertRaises(InvalidConfig):
+                call()
+
+    def test_a_partition_session_hands_big_output_in_parts(self):
+        n = 2 * PART_ROWS + 5
+        schema, (chunk,) = positional([[staged(1), staged(2)]])
+        session = PartitionSession(Many, PARTITION, [("n", str(n))], schema=schema)
+        out = session.push(chunk)
+        self.assertEqual((out.rows, len(out.rejections), out.more), ([], 2, False))
+        with self.assertRaises(Other):
+            session.next()
+        parts = [session.finish()]
+        while parts[-1].more:
+            parts.append(session.next())
+        self.assertEqual([(len(p.rows), len(p.rejections), p.more) for p in parts],
+                         [(PART_ROWS, 0, True), (PART_ROWS, 0, True), (5, 0, False)])
+        rows = [r for p in parts for r in p.rows]
+        self.assertEqual(rows[PART_ROWS], [Value.text(f"r{PART_ROWS}"), Value.integer(PART_ROWS)])
+        self.assertEqual(len(rows), n)
+        with self.assertRaises(Other) as raised:
+            session.next()
+        self.assertEqual(raised.exception.message, "`next` called with no output pending")
+        total = run_session_0_2(Many, PARTITION, schema, {"n": str(n)}, [chunk])
+        self.assertEqual((total.rows, len(total.rejections), total.more), (rows, 2, False))
+        self.assertEqual(total.rows, run_session(Many, PARTITION, {"n": str(n)}, [[staged(1), staged(2)]]).rows)
+        exactly = PartitionSession(Many, PARTITION, [("n", str(PART_ROWS))], schema=schema)
+        self.assertFalse(exactly.finish().more)
+
+    def test_a_part_that_cannot_be_converted_fails_next_and_every_later_call(self):
+        schema = InputSchema.of(["id"])
+        session = PartitionSession(Many, PARTITION, [("n", str(PART_ROWS + 3)), ("bad", str(PART_ROWS + 1))],
+                                   schema=schema)
+        self.assertTrue(session.finish().more)
+        expected = "output column `n` (bigint) cannot take a value of type str"
+        for call in (session.next, session.finish):
+            with self.assertRaises(Other) as raised:
+                call()
+            self.assertEqual(raised.exception.message, expected)
 
 
 class Descriptions(unittest.TestCase):

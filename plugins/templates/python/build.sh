@@ -1,8 +1,11 @@
 #!/usr/bin/env sh
-# Builds {{name}}.wasm, a WebAssembly component, from app.py and Weir's Python SDK
-# (sdk/weir_plugin) with componentize-py 0.25.1, installed on first use into
-# $WEIR_TOOLS_DIR (default ~/.cache/weir-tools) with pip (needs python3 with pip).
-# `weir plugin build` runs this; its last line is the component's path.
+# Builds {{name}}.wasm, a WebAssembly component of the plugin contract
+# weir:transform@0.2.0 (wit/transform-0.2.0, world `transformer`), from app.py and
+# Weir's Python SDK (sdk/weir_plugin) with componentize-py 0.25.1, installed on first
+# use into $WEIR_TOOLS_DIR (default ~/.cache/weir-tools) with pip (needs python3 with
+# pip). `weir plugin build` runs this; its last line is the component's path. The same
+# app.py builds on the first contract, 0.1, with `-d wit/transform-0.1.0 -w plugin`
+# (the SDK serves whichever contract componentize-py generated the bindings of).
 set -eu
 cd "$(dirname "$0")"
 tools="${WEIR_TOOLS_DIR:-$HOME/.cache/weir-tools}"
@@ -27,7 +30,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cp app.py "$stage/"
 cp -r sdk/weir_plugin "$stage/"
-PYTHONPATH="$py" python3 "$py/bin/componentize-py" --quiet -d wit/transform-0.1.0 -w plugin \
+PYTHONPATH="$py" python3 "$py/bin/componentize-py" --quiet -d wit/transform-0.2.0 -w transformer \
     componentize -p "$stage" app -o {{name}}.wasm.tmp >&2
 mv -f {{name}}.wasm.tmp {{name}}.wasm
 echo "$PWD/{{name}}.wasm"

@@ -1,9 +1,14 @@
 """`weir_plugin`: the Python guest SDK for Weir transform plugins (standard library
 only).
 
-A plugin is a WebAssembly component of the `weir:transform@0.1.0` contract
-(`wit/transform-0.1.0/`), built from Python by componentize-py. With this SDK a plugin
-is one class, and one line exports it:
+A plugin is a WebAssembly component of the `weir:transform@0.2.0` contract
+(`wit/transform-0.2.0/`, world `transformer`: rows by position in an input schema
+given once per session), or of the first contract, `weir:transform@0.1.0`
+(`wit/transform-0.1.0/`, world `plugin`: each value with its column's name), built
+from Python by componentize-py. The plugin code is the same for both: the build
+picks the contract (componentize-py's `-d`/`-w`), and `export` serves whichever
+world's bindings it finds. With this SDK a plugin is one class, and one line exports
+it:
 
     from weir_plugin import Column, ColumnType, Description, Reject, Row, RowPlugin, export
 
@@ -35,13 +40,17 @@ depends on: `Input`'s rejection reasons, `Config`'s errors, and the decimal rule
   types; `Json(text)` for `json` columns.
 * `Config.get` / `require` / `decimal`; `InvalidConfig`, `InvalidInput`, `Other`.
 * `Reject(reason)`; `weir_plugin.log`; `weir_plugin.decimal`; the case runner
-  `weir_plugin.cases`; `run_session` runs a plugin natively.
+  `weir_plugin.cases` (each case on both contracts); `run_session` runs a plugin
+  natively (`contract="0.2"` too; `run_session_0_2` takes an `InputSchema` and
+  `PositionalRow`s).
 """
 
 from . import decimal, log
-from .input import Config, Input, Reject
+from .input import Config, Input, Reject, Schema
 from .output import Output, Row
 from .session import (
+    CONTRACTS,
+    PART_ROWS,
     PartitionPlugin,
     PartitionSession,
     RowPlugin,
@@ -50,6 +59,7 @@ from .session import (
     export,
     in_component,
     run_session,
+    run_session_0_2,
 )
 from .types import (
     DATE_INFINITY,
@@ -61,21 +71,26 @@ from .types import (
     ColumnValue,
     Description,
     Error,
+    InputColumn,
+    InputSchema,
     InvalidConfig,
     InvalidInput,
     Json,
     Other,
     PartitionInfo,
+    PositionalRow,
     PushOutput,
     Rejection,
     StagedRow,
     Unsupported,
     Value,
+    positional,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CONTRACTS",
     "Column",
     "ColumnType",
     "ColumnValue",
@@ -85,20 +100,25 @@ __all__ = [
     "Description",
     "Error",
     "Input",
+    "InputColumn",
+    "InputSchema",
     "InvalidConfig",
     "InvalidInput",
     "Json",
     "Other",
     "Output",
+    "PART_ROWS",
     "PartitionInfo",
     "PartitionPlugin",
     "PartitionSession",
+    "PositionalRow",
     "PushOutput",
     "Reject",
     "Rejection",
     "Row",
     "RowPlugin",
     "RowSession",
+    "Schema",
     "StagedRow",
     "TIMESTAMP_INFINITY",
     "TIMESTAMP_NEG_INFINITY",
@@ -109,5 +129,7 @@ __all__ = [
     "export",
     "in_component",
     "log",
+    "positional",
     "run_session",
+    "run_session_0_2",
 ]

@@ -11,10 +11,14 @@ A case file is JSON lines; each line is one case:
                 "rejections": [{"key": [VALUE, ...], "reason": "..."}]}}
 
 or `"expect": {"error": {"invalid-config": "..."}}` (also `invalid-input`, `other`)
-when the session must fail. The session is run as the host runs it: constructed with
-the partition and config, one `push` per chunk, then `finish`; the rows and
-rejections of every call are concatenated, in order. Expected rows are objects by
-declared column name. The comparison is exact, value cases and JSON types included
+when the session must fail. The session is run as the host runs it, once on each
+contract (as the Rust SDK's runner does): constructed with the partition and config
+(on 0.2 also the input schema: every column name of the case's rows in order of first
+appearance, `weir_plugin.positional`), one `push` per chunk (on 0.2 each row's values
+by position, absent columns `None`, and each call's parts drained with `next`), then
+`finish`; the rows and rejections of every call are concatenated, in order, and both
+runs must give the expected output. Expected rows are objects by declared column
+name. The comparison is exact, value cases and JSON types included
 (`{"integer": 1}` is not `{"integer": 1.0}`).
 
 A `STAGED_ROW` is `{"key": [VALUE, ...], "op": "insert" | "update" | "delete" |
@@ -43,7 +47,7 @@ import unittest
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from .session import describe, run_session
+from .session import CONTRACTS, describe, run_session
 from .types import (
     ColumnValue,
     Description,
@@ -204,9 +208,9 @@ def canonical(j: Any) -> str:
     return json.dumps(j, sort_keys=True, ensure_ascii=False)
 
 
-def run_case(plugin: type, case: Dict[str, Any]) -> Dict[str, Any]:
-    """Runs one case's session as the host would; its output in the `expect` form.
-    `ValueError` if the case itself is malformed."""
+def run_case(plugin: type, case: Dict[str, Any], contract: str = "0.2") -> Dict[str, Any]:
+    """Runs one case's session as the host would, on `contract` (`0.2` or `0.1`); its
+    output in the `expect` form. `ValueError` if the case itself is malformed."""
     partition = case.get("partition")
     if not isinstance(partition, dict):
         raise ValueError("partition is not an object")
@@ -230,23 +234,28 @@ def run_case(plugin: type, case: Dict[str, Any]) -> Dict[str, Any]:
             raise ValueError("a chunk is not an array")
         staged.append([staged_row_from_json(r) for r in chunk])
     try:
-        out = run_session(plugin, PartitionInfo(partition["table"], partition["name"]), config, staged)
+        out = run_session(plugin, PartitionInfo(partition["table"], partition["name"]), config, staged, contract)
     except Error as error:
         return {"error": error_to_json(error)}
     return output_to_json(out, describe(plugin))
 
 
 def check_case(plugin: type, case: Dict[str, Any]) -> Optional[str]:
-    """`None` if the case passes, else why (expected and actual output)."""
+    """`None` if the case passes on both contracts, else why (the contract, expected
+    and actual output)."""
     name = case.get("case") if isinstance(case.get("case"), str) else "(unnamed)"
-    try:
-        actual = run_case(plugin, case)
-    except ValueError as error:
-        return f"case `{name}`: {error}"
     expected = case.get("expect")
-    if canonical(actual) == canonical(expected):
-        return None
-    return f"case `{name}`:\n  expected {canonical(expected)}\n  actual   {canonical(actual)}"
+    for contract in CONTRACTS:
+        try:
+            actual = run_case(plugin, case, contract)
+        except ValueError as error:
+            return f"case `{name}`: {error}"
+        if canonical(actual) != canonical(expected):
+            return (
+                f"case `{name}` on contract {contract}:\n  expected {canonical(expected)}\n"
+                f"  actual   {canonical(actual)}"
+            )
+    return None
 
 
 def load_cases(source: Union[str, Path]) -> List[Tuple[int, Any]]:

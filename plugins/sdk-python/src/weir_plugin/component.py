@@ -1,6 +1,12 @@
 """The componentize-py glue: only imported inside a component (by `weir_plugin.export`),
-where componentize-py provides the bindings of `weir:transform@0.1.0` (`wit_world`,
-`componentize_py_types`).
+where componentize-py provides the bindings (`wit_world`, `componentize_py_types`) of
+the world it builds: `transformer` of `weir:transform@0.2.0` or `plugin` of
+`weir:transform@0.1.0`.
+
+Which one is read off the bindings at import: both put the exported interface in
+`wit_world.exports.transform`, and only 0.2's has `InputSchema` (its session is
+constructed with the schema, and has `next`). `CONTRACT` says which; the values,
+columns and errors are 0.1's `types` interface in both.
 
 componentize-py builds the component from an app module that has a class named after
 the exported interface (`Transform`, with `describe`) and finds the implementation of
@@ -21,7 +27,8 @@ from componentize_py_types import Err
 from wit_world.exports import transform as wit
 from wit_world.imports import types as wt
 
-from .session import PluginClass, describe, session_class
+from .input import Schema, typed_positional_input
+from .session import PluginClass, _plan, describe, session_class
 from .types import Description, Error, PartitionInfo, Unsupported, Value
 
 __all__ = ["export"]
@@ -39,6 +46,11 @@ _CASE_OF_TYPE: Dict[type, str] = {
     wt.Value_Json: "json",
     wt.Value_Unsupported: "unsupported",
 }
+
+CONTRACT = "0.2" if hasattr(wit, "InputSchema") else "0.1"
+"""The contract of the bindings this component is built with."""
+
+_TYPE_OF_CASE: Dict[str, type] = {case: t for t, case in _CASE_OF_TYPE.items()}
 
 _NULL = wt.Value_Null()
 
@@ -91,6 +103,8 @@ class _ComponentCodec:
     (writing)."""
 
     DELETE = wit.Op.DELETE
+    # Contract 0.2's rows, read with getters that test the bindings' value classes.
+    positional_input = typed_positional_input(_TYPE_OF_CASE)
 
     @staticmethod
     def decode(raw: Any) -> Tuple[str, Any]:
@@ -117,9 +131,17 @@ class _ComponentCodec:
     def rejection(key: Any, reason: str) -> Any:
         return wit.Rejection(key=key, reason=reason)
 
-    @staticmethod
-    def push_output(rows: List[Any], rejections: List[Any]) -> Any:
-        return wit.PushOutput(rows=rows, rejections=rejections)
+    if CONTRACT == "0.2":
+
+        @staticmethod
+        def push_output(rows: List[Any], rejections: List[Any], more: bool = False) -> Any:
+            return wit.PushOutput(rows=rows, rejections=rejections, more=more)
+
+    else:
+
+        @staticmethod
+        def push_output(rows: List[Any], rejections: List[Any], more: bool = False) -> Any:
+            return wit.PushOutput(rows=rows, rejections=rejections)
 
     @staticmethod
     def error(error: Error) -> Exception:
@@ -128,6 +150,10 @@ class _ComponentCodec:
     @staticmethod
     def partition(raw: Any) -> PartitionInfo:
         return PartitionInfo(raw.table, raw.name)
+
+    @staticmethod
+    def schema(raw: Any) -> Schema:
+        return Schema([c.name for c in raw.columns], raw.key, CODEC)
 
 
 CODEC = _ComponentCodec()
@@ -153,6 +179,9 @@ def export(plugin: PluginClass) -> type:
     with class `Session` (see the module documentation)."""
     description = description_to_wit(describe(plugin))
     session = session_class(plugin)
+    # The output conversion is generated code: made here, at build time, it is part of
+    # the snapshot componentize-py takes, not compiled again by each instance.
+    _plan(plugin, CODEC)
 
     class Transform(wit_world.exports.Transform):
         """The exported `transform` interface's functions."""
@@ -160,17 +189,36 @@ def export(plugin: PluginClass) -> type:
         def describe(self) -> Any:
             return description
 
-    class Session(wit.Session):
-        """One partition job."""
+    if CONTRACT == "0.2":
 
-        def __init__(self, partition: Any, config: List[Tuple[str, str]]) -> None:
-            self._session = session(plugin, partition, config, CODEC)
+        class Session(wit.Session):
+            """One partition job (contract 0.2)."""
 
-        def push(self, rows: List[Any]) -> Any:
-            return self._session.push(rows)
+            def __init__(self, partition: Any, schema: Any, config: List[Tuple[str, str]]) -> None:
+                self._session = session(plugin, partition, config, CODEC, schema)
 
-        def finish(self) -> Any:
-            return self._session.finish()
+            def push(self, rows: List[Any]) -> Any:
+                return self._session.push(rows)
+
+            def next(self) -> Any:
+                return self._session.next()
+
+            def finish(self) -> Any:
+                return self._session.finish()
+
+    else:
+
+        class Session(wit.Session):  # type: ignore[no-redef]
+            """One partition job (contract 0.1)."""
+
+            def __init__(self, partition: Any, config: List[Tuple[str, str]]) -> None:
+                self._session = session(plugin, partition, config, CODEC)
+
+            def push(self, rows: List[Any]) -> Any:
+                return self._session.push(rows)
+
+            def finish(self) -> Any:
+                return self._session.finish()
 
     Transform.__qualname__ = Transform.__name__ = "Transform"
     Session.__qualname__ = Session.__name__ = "Session"

@@ -1,12 +1,13 @@
 """Reading input: staged rows with typed column getters, the plugin config, and
 per-row rejections (the Rust SDK's `Input`, `Config` and `Reject`, with the same
-fixed texts)."""
+fixed texts). A row comes with its columns' names (contract 0.1) or by position in
+the session's input schema (0.2); the getters read both alike."""
 
 from __future__ import annotations
 
 import datetime as _dt
 from decimal import Decimal
-from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import decimal as _decimal
 from .types import (
@@ -20,7 +21,7 @@ from .types import (
     Value,
 )
 
-__all__ = ["Reject", "Input", "Config"]
+__all__ = ["Reject", "Input", "Config", "Schema"]
 
 _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _EPOCH = _dt.datetime(1970, 1, 1)
@@ -71,6 +72,11 @@ class _NativeReader:
 
 class Input:
     """One staged row as pushed by the host: key, metadata and columns by name.
+
+    On contract 0.2 a row carries its values by position in the session's input
+    schema (`Schema`), and the getters find a name's position in a dictionary made
+    once per session; on 0.1 each value carries its column's name. Both read alike:
+    a column the row has no value for (0.2: `none`) is a missing column.
 
     Typed getters come in two forms: `int("id")` refuses null, `int_or_null("id")`
     returns `None` for it. Both refuse a missing column and a value of another case
@@ -301,6 +307,192 @@ class Input:
     def __repr__(self) -> str:
         cols = ", ".join(f"{c.name}={tuple(c.value)!r}" for c in self.columns())
         return f"Input(op={self.op()!r}, key={[tuple(v) for v in self.key()]!r}, {cols})"
+
+
+class Schema:
+    """The input schema of a contract-0.2 session as `Input` reads it: the column
+    names in row order, the key positions, and each name's position (the first column
+    of that name), made once per session. It also carries the reader of the row
+    representation (`decode`, `op`), so that a row holds one reference for both."""
+
+    __slots__ = ("names", "key", "index", "decode", "op")
+
+    def __init__(self, names: Sequence[str], key: Sequence[int] = (), _reader: Any = _NativeReader) -> None:
+        self.names: Tuple[str, ...] = tuple(names)
+        self.key: Tuple[int, ...] = tuple(key)
+        index: Dict[str, int] = {}
+        for i, name in enumerate(self.names):
+            index.setdefault(name, i)
+        self.index = index
+        self.decode = _reader.decode
+        self.op = _reader.op
+
+    def position(self, column: str) -> Optional[int]:
+        """The position of a column (the first of that name), `None` if there is none."""
+        return self.index.get(column)
+
+    def __repr__(self) -> str:
+        return f"Schema(names={list(self.names)!r}, key={list(self.key)!r})"
+
+
+class _PositionalInput(Input):
+    """An `Input` of a contract-0.2 session: `_row` has `values` by position in the
+    schema, and `_reader` is the session's `Schema` (which decodes like a reader)."""
+
+    __slots__ = ()
+
+    def columns(self) -> List[ColumnValue]:
+        schema = self._reader
+        decode = schema.decode
+        return [
+            ColumnValue(name, Value(*decode(raw)))
+            for name, raw in zip(schema.names, self._row.values)
+            if raw is not None
+        ]
+
+    def get(self, column: str) -> Optional[Value]:
+        schema = self._reader
+        i = schema.index.get(column)
+        if i is not None:
+            try:
+                raw = self._row.values[i]
+            except IndexError:
+                return None
+            if raw is not None:
+                return Value(*schema.decode(raw))
+        return None
+
+    def _payload(self, column: str, case: str, kind: str) -> Any:
+        schema = self._reader
+        i = schema.index.get(column)
+        if i is not None:
+            try:
+                raw = self._row.values[i]
+            except IndexError:
+                raw = None
+            if raw is not None:
+                got, payload = schema.decode(raw)
+                if got == case:
+                    return payload
+                if got == "null":
+                    return None
+                raise Reject(f"column `{column}` is not {kind}")
+        raise Reject(f"column `{column}` is missing")
+
+
+_SIMPLE_GETTERS = (
+    # (getter, value case, KIND of ``column `NAME` is not KIND``)
+    ("boolean", "boolean", "a boolean"),
+    ("int", "integer", "an integer"),
+    ("float", "float", "a float"),
+    ("text", "text", "text"),
+    ("bytes", "bytes", "bytes"),
+    ("json", "json", "json"),
+    ("decimal_text", "decimal", "a decimal"),
+    ("date_days", "date", "a date"),
+    ("timestamp_micros", "timestamp", "a timestamp"),
+)
+
+
+def typed_positional_input(type_of_case: Mapping[str, type]) -> type:
+    """An `Input` class for contract-0.2 rows whose values are of a representation in
+    which each value case is a class of its own, its payload in `.value` (the
+    bindings componentize-py generates: `Value_Integer(5)`, `Value_Null()`, ...).
+
+    Its getters are `Input`'s, with the same texts, each written out in one function
+    (position, value, case, payload): a row plugin calls a few per row, and in a
+    component every Python call counts."""
+    null_type = type_of_case["null"]
+
+    def simple(case: str, kind: str) -> Tuple[Any, Any]:
+        value_type = type_of_case[case]
+
+        def required(self: Input, column: str) -> Any:
+            i = self._reader.index.get(column)
+            if i is not None:
+                try:
+                    raw = self._row.values[i]
+                except IndexError:
+                    raw = None
+                if raw is not None:
+                    t = type(raw)
+                    if t is value_type:
+                        return raw.value
+                    if t is null_type:
+                        raise Reject(f"column `{column}` is null")
+                    raise Reject(f"column `{column}` is not {kind}")
+            raise Reject(f"column `{column}` is missing")
+
+        def or_null(self: Input, column: str) -> Any:
+            i = self._reader.index.get(column)
+            if i is not None:
+                try:
+                    raw = self._row.values[i]
+                except IndexError:
+                    raw = None
+                if raw is not None:
+                    t = type(raw)
+                    if t is value_type:
+                        return raw.value
+                    if t is null_type:
+                        return None
+                    raise Reject(f"column `{column}` is not {kind}")
+            raise Reject(f"column `{column}` is missing")
+
+        return required, or_null
+
+    methods: Dict[str, Any] = {"__slots__": ()}
+    for name, case, kind in _SIMPLE_GETTERS:
+        required, or_null = simple(case, kind)
+        required.__name__, or_null.__name__ = name, f"{name}_or_null"
+        required.__doc__ = getattr(Input, name).__doc__
+        or_null.__doc__ = getattr(Input, f"{name}_or_null").__doc__
+        methods[name], methods[f"{name}_or_null"] = required, or_null
+
+    decimal_text_or_null = methods["decimal_text_or_null"]
+    parse = _decimal.parse
+    decimal_error = _decimal.DecimalError
+
+    def decimal_or_null(self: Input, column: str) -> Optional[Decimal]:
+        text = decimal_text_or_null(self, column)
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except decimal_error as error:
+            raise Reject(_decimal_reason(f"column `{column}`", error)) from None
+
+    def decimal(self: Input, column: str) -> Decimal:
+        text = decimal_text_or_null(self, column)
+        if text is None:
+            raise Reject(f"column `{column}` is null")
+        try:
+            return parse(text)
+        except decimal_error as error:
+            raise Reject(_decimal_reason(f"column `{column}`", error)) from None
+
+    decimal_or_null.__doc__ = Input.decimal_or_null.__doc__
+    decimal.__doc__ = Input.decimal.__doc__
+    methods["decimal_or_null"], methods["decimal"] = decimal_or_null, decimal
+
+    def _payload(self: Input, column: str, case: str, kind: str) -> Any:
+        i = self._reader.index.get(column)
+        if i is not None:
+            try:
+                raw = self._row.values[i]
+            except IndexError:
+                raw = None
+            if raw is not None:
+                t = type(raw)
+                if t is type_of_case[case]:
+                    return raw.value
+                if t is null_type:
+                    return None
+                raise Reject(f"column `{column}` is not {kind}")
+        raise Reject(f"column `{column}` is missing")
+
+    methods["_payload"] = _payload
+    return type("Input", (_PositionalInput,), methods)
 
 
 class Config:

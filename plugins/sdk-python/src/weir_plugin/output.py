@@ -261,16 +261,109 @@ def _payload_converter(t: ColumnType) -> Tuple[str, Callable[[Any], Any]]:
     raise ValueError(f"unknown column type {t!r}")
 
 
+_DIGITS = frozenset("0123456789")
+
+
+def _fast_test(t: ColumnType, i: int, ns: Dict[str, Any]) -> Optional[List[str]]:
+    """Source lines that set `x{i}` from `v` (a column's value, not `None`) when it is
+    the common case of column type `t` (the value of the exact type the column takes,
+    as `convert` would convert it: `int` in range for an integer column, `str` for
+    text, a non-negative `Decimal` already at the column's scale for `numeric(p,s)`,
+    ...), and leave `x{i}` unset (`None`) otherwise; `None` if the type has none."""
+    case = t.case
+    if case in _INT_RANGES or case in ("date", "timestamp", "timestamptz"):
+        ns[f"lo{i}"], ns[f"hi{i}"] = _INT_RANGES.get(case, _I32 if case == "date" else _I64)
+        return [f"if type(v) is int and lo{i} <= v <= hi{i}:", f"    x{i} = make{i}(v)"]
+    if case in ("text", "uuid") or (case == "varchar" and t.arg is None):
+        return ["if type(v) is str:", f"    x{i} = make{i}(v)"]
+    if case == "varchar":
+        ns[f"length{i}"] = t.arg
+        return [f"if type(v) is str and len(v) <= length{i}:", f"    x{i} = make{i}(v)"]
+    if case in ("real", "double-precision"):
+        return ["if type(v) is float:", f"    x{i} = make{i}(v)"]
+    if case == "boolean":
+        return ["if type(v) is bool:", f"    x{i} = make{i}(v)"]
+    if case == "numeric":
+        # `str` of a `Decimal` without an exponent is PostgreSQL's text of it
+        # (`_decimal.to_text`) unless it has a sign (a negative zero loses it there).
+        lines = ["if type(v) is Decimal:", "    text = str(v)"]
+        if t.arg is None:
+            return lines + ['    if text[0] in DIGITS and "E" not in text:', f"        x{i} = make{i}(text)"]
+        precision, scale = t.arg
+        ns[f"integers{i}"] = precision - scale
+        if scale == 0:
+            # At scale 0 already (no `.`), at most p digits.
+            test = f'"." not in text and len(text) <= integers{i}'
+        else:
+            # At the scale already (exactly `scale` digits after the `.`), at most
+            # p - s integer digits (a lone leading `0` is none): rescaling would
+            # change nothing.
+            test = (
+                f'len(text) > {scale + 1} and text[{-scale - 1}] == "." and '
+                f'(len(text) <= {scale + 1} + integers{i} or (len(text) == {scale + 2} and text[0] == "0"))'
+            )
+        return lines + [f'    if text[0] in DIGITS and "E" not in text and {test}:', f"        x{i} = make{i}(text)"]
+    return None
+
+
+def _compile_values(columns: Sequence[Column], writer: Any, converters: Sequence[Any], checked: Any) -> Any:
+    """`_Plan.values` for these columns as one generated function: the row's shape
+    checked by its size and one lookup per column, each column's common case
+    (`_fast_test`) converted inline, anything else by its converter, and a row of any
+    other shape by `checked` (which raises the error). The same results and errors
+    as converting column by column, in a fraction of the Python calls: every output
+    row goes through it."""
+    ns: Dict[str, Any] = {"Row": Row, "Decimal": Decimal, "DIGITS": _DIGITS, "checked": checked,
+                          "NULL": writer.constructor("null")(None)}
+    n = len(columns)
+    lines = [
+        "def values(row):",
+        "    if type(row) is not Row:",
+        "        return checked(row)",
+        "    cells = row._cells",
+        f"    if len(cells) != {n}:",
+        "        return checked(row)",
+        "    try:",
+    ]
+    for i, c in enumerate(columns):
+        ns[f"name{i}"] = c.name
+        lines.append(f"        v{i} = cells[name{i}]")
+    lines += ["    except KeyError:", "        return checked(row)"]
+    for i, c in enumerate(columns):
+        case, _ = _payload_converter(c.type)
+        ns[f"make{i}"] = writer.constructor(case)
+        ns[f"convert{i}"] = converters[i]
+        fast = _fast_test(c.type, i, ns)
+        body = [f"v = v{i}", f"x{i} = None"]
+        if c.nullable:
+            body += ["if v is None:", f"    x{i} = NULL"]
+            if fast:
+                body += ["else:"] + ["    " + line for line in fast]
+        elif fast:
+            body += fast
+        body += [f"if x{i} is None:", f"    x{i} = convert{i}(v)"]
+        lines += ["    " + line for line in body]
+    lines.append("    return [" + ", ".join(f"x{i}" for i in range(n)) + "]")
+    exec(compile("\n".join(lines) + "\n", "<weir_plugin row conversion>", "exec"), ns)
+    return ns["values"]
+
+
 class _Plan:
     """The declared columns compiled once per plugin class and representation: one
     converter per column, from a Python value to the representation's value."""
 
-    def __init__(self, columns: Sequence[Column], writer: Any) -> None:
+    def __init__(self, columns: Sequence[Column], writer: Any, fast: bool = True) -> None:
         self.names = [c.name for c in columns]
         self.name_set = frozenset(self.names)
         self.converters: List[Tuple[str, Callable[[Any], Any]]] = [
             (c.name, self._converter(c, writer)) for c in columns
         ]
+        # `fast=False`: column by column only (the tests compare the two).
+        self.values: Callable[[Any], List[Any]] = (
+            _compile_values(columns, writer, [f for _, f in self.converters], self.checked_values)
+            if fast
+            else self.checked_values
+        )
 
     @staticmethod
     def _converter(column: Column, writer: Any) -> Callable[[Any], Any]:
@@ -295,9 +388,10 @@ class _Plan:
 
         return convert
 
-    def values(self, row: Any) -> List[Any]:
+    def checked_values(self, row: Any) -> List[Any]:
         """The row's values in declared order, converted; `Other` if the row does not
-        match the description (the Rust SDK's `Row::into_values` texts)."""
+        match the description (the Rust SDK's `Row::into_values` texts). (`values` is
+        this, made fast.)"""
         if not isinstance(row, Row):
             raise Other(f"transform returned a {type(row).__name__}, not a Row or None")
         cells = row._cells

@@ -1,5 +1,11 @@
-"""The plugin base classes, and the sessions that run them as the contract's `session`
-resource does (natively here, in a component through `weir_plugin.component`)."""
+"""The plugin base classes, and the sessions that run them as the contracts' `session`
+resource does (natively here, in a component through `weir_plugin.component`).
+
+A session serves either contract: constructed without a schema it is a 0.1 session
+(rows with their columns' names; `push`/`finish` return one output each); with one
+(`schema=`) it is a 0.2 session (rows by position; each result says `more`, and
+`next` hands the rest of a partition plugin's output, at most `PART_ROWS` rows per
+part)."""
 
 from __future__ import annotations
 
@@ -9,17 +15,20 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from .decimal import EXACT
-from .input import Config, Input, Reject, _NativeReader
+from .input import Config, Input, Reject, Schema, _NativeReader, _PositionalInput
 from .output import Output, Row, _Plan
 from .types import (
     Description,
     Error,
+    InputSchema,
     Other,
     PartitionInfo,
+    PositionalRow,
     PushOutput,
     Rejection,
     StagedRow,
     Value,
+    positional,
 )
 
 __all__ = [
@@ -28,9 +37,21 @@ __all__ = [
     "RowSession",
     "PartitionSession",
     "run_session",
+    "run_session_0_2",
     "describe",
     "export",
+    "PART_ROWS",
+    "CONTRACTS",
 ]
+
+PART_ROWS = 4096
+"""Output rows per part of a contract-0.2 result (`more`): a partition plugin's
+output is handed in parts of at most this many rows (as the Rust SDK does)."""
+
+CONTRACTS = ("0.2", "0.1")
+"""The contracts the SDK serves; the first is the default."""
+
+_NO_PENDING = "`next` called with no output pending"
 
 
 class RowPlugin:
@@ -98,6 +119,7 @@ class _NativeCodec(_NativeReader):
     `PushOutput`; errors are raised as the SDK's `Error`."""
 
     DELETE = "delete"
+    positional_input = _PositionalInput
 
     @staticmethod
     def constructor(case: str) -> Callable[[Any], Value]:
@@ -114,8 +136,8 @@ class _NativeCodec(_NativeReader):
         return Rejection(key, reason)
 
     @staticmethod
-    def push_output(rows: List[Any], rejections: List[Any]) -> PushOutput:
-        return PushOutput(rows, rejections)
+    def push_output(rows: List[Any], rejections: List[Any], more: bool = False) -> PushOutput:
+        return PushOutput(rows, rejections, more)
 
     @staticmethod
     def error(error: Error) -> Exception:
@@ -125,11 +147,18 @@ class _NativeCodec(_NativeReader):
     def partition(raw: Any) -> PartitionInfo:
         return raw if isinstance(raw, PartitionInfo) else PartitionInfo(*raw)
 
+    @staticmethod
+    def schema(raw: Any) -> Schema:
+        if isinstance(raw, Schema):
+            return raw
+        return Schema([c.name for c in raw.columns], list(raw.key), NATIVE)
+
 
 NATIVE = _NativeCodec()
 
 _DESCRIPTIONS: Dict[type, Description] = {}
-_PLANS: Dict[Tuple[type, int], _Plan] = {}
+# By plugin class and codec (the codec is kept, so that its id is never reused).
+_PLANS: Dict[Tuple[type, int], Tuple[Any, _Plan]] = {}
 
 
 def describe(plugin: PluginClass) -> Description:
@@ -161,8 +190,8 @@ def _plan(plugin: PluginClass, codec: Any) -> _Plan:
     key = (plugin, id(codec))
     found = _PLANS.get(key)
     if found is None:
-        found = _PLANS[key] = _Plan(describe(plugin).columns, codec)
-    return found
+        found = _PLANS[key] = (codec, _Plan(describe(plugin).columns, codec))
+    return found[1]
 
 
 def _unexpected(where: str, error: BaseException) -> Other:
@@ -194,11 +223,24 @@ def _open(plugin: PluginClass, codec: Any, partition: Any, config: Any) -> Tuple
 class RowSession:
     """The `session` resource of a `RowPlugin`: `open` at construction (an error is
     returned by every `push` and by `finish`, as the contract's constructor cannot
-    fail), then `transform` per pushed row that is not a `delete`."""
+    fail), then `transform` per pushed row that is not a `delete`.
 
-    def __init__(self, plugin: Type[RowPlugin], partition: Any, config: Any, codec: Any = NATIVE) -> None:
+    `schema` (an `InputSchema`, or the bindings' `input-schema` in a component) makes
+    it a contract-0.2 session: rows come by position (`PositionalRow` natively),
+    each result is whole (`more` false) and `next` is an error."""
+
+    def __init__(
+        self, plugin: Type[RowPlugin], partition: Any, config: Any, codec: Any = NATIVE, schema: Any = None
+    ) -> None:
         self._codec = codec
         self._plan = _plan(plugin, codec)
+        if schema is None:
+            self._input: Callable[[Any, Any], Input] = Input
+            self._reader: Any = codec
+        else:
+            # Names to positions once per session: a getter is one dictionary lookup.
+            self._input = codec.positional_input
+            self._reader = codec.schema(schema)
         self._plugin, self._error = _open(plugin, codec, partition, config)
 
     def push(self, rows: Iterable[Any]) -> Any:
@@ -209,6 +251,7 @@ class RowSession:
         transform = self._plugin.transform
         values = self._plan.values
         delete = codec.DELETE
+        make, reader = self._input, self._reader
         out: List[Any] = []
         rejections: List[Any] = []
         with _stdlib_decimal.localcontext(EXACT):
@@ -216,7 +259,7 @@ class RowSession:
                 if staged.op == delete:
                     continue
                 try:
-                    row = transform(Input(staged, codec))
+                    row = transform(make(staged, reader))
                     if row is not None:
                         out.append(values(row))
                 except Reject as reject:
@@ -226,28 +269,64 @@ class RowSession:
                     raise codec.error(error) from None
                 except Exception as error:
                     raise codec.error(_unexpected("transform", error)) from error
-        return codec.push_output(out, rejections)
+        return codec.push_output(out, rejections, False)
+
+    def next(self) -> Any:
+        """Contract 0.2: a row session's results are never in parts, so there is never
+        a next part (an `other` error)."""
+        raise self._codec.error(Other(_NO_PENDING))
 
     def finish(self) -> Any:
         """Ends the job: a row plugin holds nothing back."""
         if self._error is not None:
             raise self._codec.error(self._error)
-        return self._codec.push_output([], [])
+        return self._codec.push_output([], [], False)
 
 
 class PartitionSession:
     """The `session` resource of a `PartitionPlugin`: the first error (from `open`,
     `push` or `finish`) is returned by every later call; a call after `finish` is an
-    error."""
+    error.
 
-    def __init__(self, plugin: Type[PartitionPlugin], partition: Any, config: Any, codec: Any = NATIVE) -> None:
+    With `schema` it is a contract-0.2 session (see `RowSession`): a call's output of
+    more than `PART_ROWS` rows is handed in parts, the first by the call (`more`
+    true), the rest by `next`; each part's rows are converted when it is handed, so
+    the work is spread over the calls (each of which the host budgets)."""
+
+    def __init__(
+        self, plugin: Type[PartitionPlugin], partition: Any, config: Any, codec: Any = NATIVE, schema: Any = None
+    ) -> None:
         self._codec = codec
         self._plan = _plan(plugin, codec)
+        if schema is None:
+            self._input: Callable[[Any, Any], Input] = Input
+            self._reader: Any = codec
+            self._parts = False
+        else:
+            self._input = codec.positional_input
+            self._reader = codec.schema(schema)
+            self._parts = True
         self._plugin, self._error = _open(plugin, codec, partition, config)
         self._finished = False
+        # Contract 0.2: the output rows (`Row`s) not yet handed, and where the next
+        # part starts.
+        self._pending: List[Row] = []
+        self._next_row = 0
+
+    def _convert(self, rows: Sequence[Row], where: str) -> List[Any]:
+        try:
+            return [self._plan.values(row) for row in rows]
+        except Error as error:
+            self._error = error
+            raise self._codec.error(error) from None
+        except Exception as error:
+            self._error = _unexpected(where, error)
+            raise self._codec.error(self._error) from error
 
     def _call(self, call: Callable[[Any, Output], None], where: str, finishing: bool) -> Any:
         codec = self._codec
+        self._pending = []
+        self._next_row = 0
         if self._error is not None:
             raise codec.error(self._error)
         if self._finished:
@@ -256,7 +335,6 @@ class PartitionSession:
         try:
             with _stdlib_decimal.localcontext(EXACT):
                 call(self._plugin, out)
-            rows = [self._plan.values(row) for row in out.rows]
             rejections = [codec.rejection(key, str(reason)) for key, reason in out.rejections]
         except Error as error:
             self._error = error
@@ -266,13 +344,37 @@ class PartitionSession:
             raise codec.error(self._error) from error
         if finishing:
             self._finished = True
-        return codec.push_output(rows, rejections)
+        if not self._parts:
+            return codec.push_output(self._convert(out.rows, where), rejections, False)
+        rows = out.rows
+        if len(rows) <= PART_ROWS:
+            return codec.push_output(self._convert(rows, where), rejections, False)
+        self._pending = rows
+        self._next_row = PART_ROWS
+        return codec.push_output(self._convert(rows[:PART_ROWS], where), rejections, True)
 
     def push(self, rows: Iterable[Any]) -> Any:
         """Takes a chunk of the partition's rows."""
-        codec = self._codec
-        inputs = [Input(staged, codec) for staged in rows]
+        make, reader = self._input, self._reader
+        inputs = [make(staged, reader) for staged in rows]
         return self._call(lambda plugin, out: plugin.push(inputs, out), "push", False)
+
+    def next(self) -> Any:
+        """Contract 0.2: the next part of the last call's output (an `other` error if
+        there is none)."""
+        codec = self._codec
+        start = self._next_row
+        if start >= len(self._pending):
+            raise codec.error(Other(_NO_PENDING))
+        end = start + PART_ROWS
+        part = self._convert(self._pending[start:end], "next")
+        more = end < len(self._pending)
+        if more:
+            self._next_row = end
+        else:
+            self._pending = []
+            self._next_row = 0
+        return codec.push_output(part, [], more)
 
     def finish(self) -> Any:
         """Ends the job."""
@@ -289,11 +391,21 @@ def run_session(
     partition: Union[PartitionInfo, Tuple[str, str]],
     config: Union[Mapping[str, str], Sequence[Tuple[str, str]]],
     chunks: Iterable[Iterable[StagedRow]],
+    contract: str = "0.1",
 ) -> PushOutput:
     """Runs a whole session natively, as the host would: construct, push each chunk,
     finish, and concatenate the outputs (rows as lists of `Value` in the declared
     order). The first error is raised (an `Error`: `InvalidConfig`, `InvalidInput` or
-    `Other`). For tests of a plugin's logic."""
+    `Other`). For tests of a plugin's logic.
+
+    The chunks are named rows (`StagedRow`). `contract="0.2"` runs them on contract
+    0.2 instead, as `positional` converts them (the schema: every column name in
+    order of first appearance), through `run_session_0_2`."""
+    if contract == "0.2":
+        schema, positional_chunks = positional(chunks)
+        return run_session_0_2(plugin, partition, schema, config, positional_chunks)
+    if contract != "0.1":
+        raise ValueError(f"contract is one of {', '.join(CONTRACTS)}, not {contract!r}")
     items = config.items() if isinstance(config, Mapping) else config
     session = session_class(plugin)(plugin, partition, sorted(items))
     total = PushOutput()
@@ -304,6 +416,34 @@ def run_session(
     out = session.finish()
     total.rows.extend(out.rows)
     total.rejections.extend(out.rejections)
+    return total
+
+
+def run_session_0_2(
+    plugin: PluginClass,
+    partition: Union[PartitionInfo, Tuple[str, str]],
+    schema: InputSchema,
+    config: Union[Mapping[str, str], Sequence[Tuple[str, str]]],
+    chunks: Iterable[Iterable[PositionalRow]],
+) -> PushOutput:
+    """Runs a whole contract-0.2 session natively, as the host would: construct with
+    the schema, push each chunk and finish, draining every call's parts with `next`,
+    and concatenate the outputs (`more` false). The first error is raised."""
+    items = config.items() if isinstance(config, Mapping) else config
+    session = session_class(plugin)(plugin, partition, sorted(items), schema=schema)
+    total = PushOutput()
+
+    def take(out: PushOutput) -> None:
+        while True:
+            total.rows.extend(out.rows)
+            total.rejections.extend(out.rejections)
+            if not out.more:
+                return
+            out = session.next()
+
+    for chunk in chunks:
+        take(session.push(chunk))
+    take(session.finish())
     return total
 
 

@@ -1,5 +1,7 @@
-"""The SDK's plain forms of the contract's types (`wit/transform-0.1.0/`): values,
-column types, the description, staged rows, and the `error` variant.
+"""The SDK's plain forms of the contracts' types (`wit/transform-0.2.0/`, and
+`wit/transform-0.1.0/` whose values, columns and errors 0.2 shares): values, column
+types, the description, staged rows (by name on 0.1; by position in an input schema
+on 0.2), and the `error` variant.
 
 These are the forms a plugin sees and the native case runner uses; inside a
 component the SDK's glue (`weir_plugin.component`) converts between them and
@@ -22,6 +24,9 @@ __all__ = [
     "PartitionInfo",
     "ColumnValue",
     "StagedRow",
+    "InputColumn",
+    "InputSchema",
+    "PositionalRow",
     "Rejection",
     "PushOutput",
     "Error",
@@ -318,6 +323,88 @@ class StagedRow:
         )
 
 
+class InputColumn(NamedTuple):
+    """One column of a contract-0.2 session's input: its source name and its declared
+    PostgreSQL type (`bigint`, `numeric(12,2)`, ...; empty when the host does not
+    know it)."""
+
+    name: str
+    type_name: str = ""
+
+
+@dataclass
+class InputSchema:
+    """The input of a contract-0.2 session (the WIT `input-schema`), given once: its
+    columns, in the order of every row's `values`, and the positions of the table's
+    key columns among them."""
+
+    columns: List[InputColumn] = field(default_factory=list)
+    key: List[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, names: Iterable[str], key: Iterable[int] = ()) -> "InputSchema":
+        """A schema of these column names (types unknown): `InputSchema.of(["id",
+        "amount"], key=[0])`."""
+        return cls([InputColumn(n) for n in names], list(key))
+
+
+@dataclass
+class PositionalRow:
+    """One staged row of a contract-0.2 session as the native runner pushes it (the
+    WIT 0.2 `staged-row`): `key`, `values` (one per column of the session's
+    `InputSchema`, in its order; `None`: the row has no such column, which is not a
+    SQL null, `Value.NULL`), `op`, `commit_position`, `commit_time`. Plugins read it
+    through `Input`, as they read a `StagedRow`."""
+
+    key: List[Value] = field(default_factory=list)
+    values: List[Optional[Value]] = field(default_factory=list)
+    op: str = "insert"
+    commit_position: int = 0
+    commit_time: Optional[int] = None
+
+
+def positional(chunks: Iterable[Iterable[StagedRow]]) -> Tuple[InputSchema, List[List[PositionalRow]]]:
+    """Named staged rows (contract 0.1's form) as a contract-0.2 session gets them:
+    the schema (every column name in order of first appearance; the key positions
+    where the first row's key values sit among its columns) and each row's values by
+    position (`None` where a row has no such column). The Rust SDK's case runner
+    converts the same way."""
+    chunks = [list(chunk) for chunk in chunks]
+    names: List[str] = []
+    seen = set()
+    for chunk in chunks:
+        for row in chunk:
+            for c in row.columns:
+                if c.name not in seen:
+                    seen.add(c.name)
+                    names.append(c.name)
+    key: List[int] = []
+    first = next((row for chunk in chunks for row in chunk), None)
+    if first is not None:
+        for k in first.key:
+            name = next((c.name for c in first.columns if c.value == k), None)
+            if name is not None:
+                key.append(names.index(name))
+    rows = []
+    for chunk in chunks:
+        part = []
+        for row in chunk:
+            by_name: dict = {}
+            for c in row.columns:
+                by_name.setdefault(c.name, c.value)
+            part.append(
+                PositionalRow(
+                    key=list(row.key),
+                    values=[by_name.get(n) for n in names],
+                    op=row.op,
+                    commit_position=row.commit_position,
+                    commit_time=row.commit_time,
+                )
+            )
+        rows.append(part)
+    return InputSchema.of(names, key), rows
+
+
 class Rejection(NamedTuple):
     """A refused input row: its key exactly as pushed, and the reason."""
 
@@ -327,11 +414,14 @@ class Rejection(NamedTuple):
 
 @dataclass
 class PushOutput:
-    """The result of a native `push` or `finish`: output rows (lists of `Value` in the
-    declared column order) and rejections."""
+    """The result of a native `push` or `finish` (and on contract 0.2 `next`): output
+    rows (lists of `Value` in the declared column order), rejections, and `more`
+    (contract 0.2 only: this is a part, call `next` for the rest; always `False` on
+    0.1)."""
 
     rows: List[List[Value]] = field(default_factory=list)
     rejections: List[Rejection] = field(default_factory=list)
+    more: bool = False
 
 
 class Error(Exception):
