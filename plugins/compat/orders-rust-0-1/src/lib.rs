@@ -7,4 +7,6 @@
 #[path = "../../../examples/orders-rust/src/orders.rs"]
 mod orders;
 
-weir_plugin::export_row_plugin!(orders::Orders, contract = "0.1");
+pub use orders::Orders;
+
+weir_plugin::export_row_plugin!(Orders, contract = "0.1");
