@@ -18,6 +18,7 @@ app module, at build time, and the pre-initialised interpreter keeps it).
 
 from __future__ import annotations
 
+import gc
 import sys
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Tuple
@@ -49,6 +50,16 @@ _CASE_OF_TYPE: Dict[type, str] = {
 
 CONTRACT = "0.2" if hasattr(wit, "InputSchema") else "0.1"
 """The contract of the bindings this component is built with."""
+
+YOUNG_GC_THRESHOLD = 50_000
+"""The component's cyclic garbage collector looks at the young objects after this many
+more container objects were made than freed (CPython's default is 2,000).
+componentize-py makes a few per input value and the SDK a few per row, nearly all freed
+by reference counting or kept for the call, so a collection every 2,000 finds nothing
+and rescans the chunk's rows: about 5% of the fuel per row. Set here, at build time,
+so the snapshot keeps it."""
+
+gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 _TYPE_OF_CASE: Dict[str, type] = {case: t for t, case in _CASE_OF_TYPE.items()}
 
