@@ -165,23 +165,7 @@ fn sdk_value(v: &Value) -> weir_plugin::Value {
 }
 
 fn host_value(v: &weir_plugin::Value) -> Value {
-    use weir_plugin::Value as S;
-    match v {
-        S::Null => Value::Null,
-        S::Boolean(b) => Value::Bool(*b),
-        S::Integer(i) => Value::Int(*i),
-        S::Float(f) => Value::Float(*f),
-        S::Text(s) => Value::Text(s.clone()),
-        S::Bytes(b) => Value::Bytes(b.clone()),
-        S::Decimal(s) => Value::Decimal(s.clone()),
-        S::Date(d) => Value::Date(*d),
-        S::Timestamp(t) => Value::Timestamp(*t),
-        S::Json(s) => Value::Json(s.clone()),
-        S::Unsupported(u) => Value::Unsupported {
-            type_name: u.type_name.clone(),
-            text: u.text.clone(),
-        },
-    }
+    engine_value(v.clone())
 }
 
 /// A row as contract 0.2 gives it (the workload's rows hold every column, in the

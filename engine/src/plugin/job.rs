@@ -190,27 +190,14 @@ impl Plugin {
             Ok(())
         };
         let mut offset = 0;
+        // The output is held whole here anyway: each call's parts are gathered.
         for chunk in input.chunks(CHUNK_ROWS) {
-            let mut out = session.push(chunk)?;
+            let out = session.push_whole(chunk)?;
             offset += chunk.len();
-            loop {
-                let more = out.more;
-                take(out, &input[..offset], &mut output)?;
-                if !more {
-                    break;
-                }
-                out = session.next_part()?;
-            }
+            take(out, &input[..offset], &mut output)?;
         }
-        let mut out = session.finish()?;
-        loop {
-            let more = out.more;
-            take(out, input, &mut output)?;
-            if !more {
-                break;
-            }
-            out = session.next_part()?;
-        }
+        let out = session.finish_whole()?;
+        take(out, input, &mut output)?;
         let stats = session.end();
         check.finish(|visit| visit(&output.rows))?;
         output.fuel = stats.fuel;
