@@ -89,6 +89,11 @@ use crate::report::{
 };
 use crate::staging::staging;
 
+/// The `weir` binary's allocator (engine/src/main.rs): the sections that run the
+/// engine in this process, or in a child of it, measure what a user runs.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     about = "Benchmarks Weir against its limits on a throwaway PostgreSQL; writes BENCHMARKS.md"

@@ -8,8 +8,6 @@ use super::{MICROS_PER_DAY, PG_EPOCH_DAYS, PG_EPOCH_MICROS, Value};
 
 /// Encodes decimal text in PostgreSQL's binary `numeric` format.
 pub fn encode_numeric(text: &str, out: &mut Vec<u8>) -> Option<()> {
-    const NUMERIC_POS: u16 = 0x0000;
-    const NUMERIC_NEG: u16 = 0x4000;
     const NUMERIC_NAN: u16 = 0xC000;
     const NUMERIC_PINF: u16 = 0xD000;
     const NUMERIC_NINF: u16 = 0xF000;
@@ -25,45 +23,89 @@ pub fn encode_numeric(text: &str, out: &mut Vec<u8>) -> Option<()> {
         }
         return Some(());
     }
-    let p = ParsedDecimal::parse(text)?;
-    let dscale = u16::try_from(p.frac_digits.len()).ok()?;
-    // Base-10000 digit groups aligned on the decimal point.
-    let int_pad = (4 - p.int_digits.len() % 4) % 4;
-    let frac_pad = (4 - p.frac_digits.len() % 4) % 4;
-    let int_str = format!("{}{}", "0".repeat(int_pad), p.int_digits);
-    let frac_str = format!("{}{}", p.frac_digits, "0".repeat(frac_pad));
-    let to_groups = |s: &str| -> Vec<u16> {
-        s.as_bytes()
-            .chunks(4)
-            .map(|c| c.iter().fold(0u16, |acc, d| acc * 10 + u16::from(d - b'0')))
-            .collect()
-    };
-    let int_groups = to_groups(&int_str);
-    let frac_groups = to_groups(&frac_str);
-    // Computed wide, narrowed once: the weight of the largest numerics is near i16's end.
-    let mut weight = i64::try_from(int_groups.len()).ok()? - 1;
-    let mut groups: Vec<u16> = int_groups.into_iter().chain(frac_groups).collect();
-    // Strip leading zero groups (adjusting the weight) and trailing zero groups.
-    let leading = groups.iter().take_while(|g| **g == 0).count();
-    groups.drain(..leading);
-    weight -= i64::try_from(leading).ok()?;
-    while groups.last() == Some(&0) {
-        groups.pop();
+    match plain_decimal(text) {
+        Some((negative, int, frac)) => write_numeric(negative, int, frac, out),
+        None => {
+            let p = ParsedDecimal::parse(text)?;
+            write_numeric(p.negative, &p.int_digits, &p.frac_digits, out)
+        }
     }
-    let sign = if groups.is_empty() {
-        weight = 0;
-        NUMERIC_POS
-    } else if p.negative {
+}
+
+/// The sign, integer digits (leading zeros trimmed) and fraction digits of a decimal
+/// written without an exponent (`-12.340`, `.5`, `7.`): the form every staged decimal
+/// has, read without allocating. `None`: another form, for [`ParsedDecimal`].
+fn plain_decimal(text: &str) -> Option<(bool, &str, &str)> {
+    let (negative, rest) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (int, frac) = rest.split_once('.').unwrap_or((rest, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
+        return None;
+    }
+    Some((negative, int.trim_start_matches('0'), frac))
+}
+
+/// Writes PostgreSQL's binary numeric of `int`.`frac` (ASCII digits): base-10000 digit
+/// groups aligned on the decimal point, leading and trailing zero groups left out.
+pub(super) fn write_numeric(
+    negative: bool,
+    int: &str,
+    frac: &str,
+    out: &mut Vec<u8>,
+) -> Option<()> {
+    const NUMERIC_POS: u16 = 0x0000;
+    const NUMERIC_NEG: u16 = 0x4000;
+    let dscale = u16::try_from(frac.len()).ok()?;
+    let (int, frac) = (int.as_bytes(), frac.as_bytes());
+    // The digits as if the integer part were padded to a multiple of 4 on the left and
+    // the fraction on the right.
+    let int_pad = (4 - int.len() % 4) % 4;
+    let int_end = int_pad + int.len();
+    let frac_end = int_end + frac.len();
+    let digit = |i: usize| -> u16 {
+        let d = if i < int_pad {
+            b'0'
+        } else if i < int_end {
+            int[i - int_pad]
+        } else if i < frac_end {
+            frac[i - int_end]
+        } else {
+            b'0'
+        };
+        u16::from(d - b'0')
+    };
+    let group = |g: usize| (0..4).fold(0u16, |acc, k| acc * 10 + digit(g * 4 + k));
+    let groups = frac_end.div_ceil(4);
+    let int_groups = int_end / 4;
+    let nonzero = |g: &usize| group(*g) != 0;
+    let (first, ndigits) = match (0..groups).find(nonzero) {
+        Some(first) => {
+            let last = (first..groups).rev().find(nonzero).unwrap_or(first);
+            (first, last - first + 1)
+        }
+        None => (0, 0),
+    };
+    // Computed wide, narrowed once: the weight of the largest numerics is near i16's end.
+    let weight = if ndigits == 0 {
+        0
+    } else {
+        i64::try_from(int_groups).ok()? - 1 - i64::try_from(first).ok()?
+    };
+    let sign = if ndigits > 0 && negative {
         NUMERIC_NEG
     } else {
         NUMERIC_POS
     };
-    out.extend_from_slice(&u16::try_from(groups.len()).ok()?.to_be_bytes());
+    out.extend_from_slice(&u16::try_from(ndigits).ok()?.to_be_bytes());
     out.extend_from_slice(&i16::try_from(weight).ok()?.to_be_bytes());
     out.extend_from_slice(&sign.to_be_bytes());
     out.extend_from_slice(&dscale.to_be_bytes());
-    for g in groups {
-        out.extend_from_slice(&g.to_be_bytes());
+    for g in first..first + ndigits {
+        out.extend_from_slice(&group(g).to_be_bytes());
     }
     Some(())
 }

@@ -489,3 +489,34 @@ fn values_render_as_postgres_text() {
     );
     assert_eq!(Value::Float(f64::NAN).to_string(), "NaN");
 }
+
+proptest::proptest! {
+    /// A decimal written plainly (the form staged decimals have) is encoded without
+    /// `ParsedDecimal`: both readings must give the same bytes, and the same as its
+    /// exponent form, which only `ParsedDecimal` reads.
+    #[test]
+    fn plain_decimals_encode_as_parsed_ones(
+        negative in proptest::bool::ANY,
+        int in "0{0,3}[0-9]{0,40}",
+        frac in proptest::option::of("[0-9]{0,40}"),
+    ) {
+        let sign = if negative { "-" } else { "" };
+        let text = match &frac {
+            Some(frac) => format!("{sign}{int}.{frac}"),
+            None => format!("{sign}{int}"),
+        };
+        let parsed = super::text::ParsedDecimal::parse(&text);
+        proptest::prop_assume!(parsed.is_some());
+        let parsed = parsed.expect("assumed");
+        let mut by_parse = Vec::new();
+        super::binary::write_numeric(
+            parsed.negative, &parsed.int_digits, &parsed.frac_digits, &mut by_parse,
+        )
+        .expect("encodable");
+        proptest::prop_assert_eq!(numeric_bytes(&text), by_parse.clone());
+        let exponent = format!("{text}e0");
+        let mut by_exponent = Vec::new();
+        encode_numeric(&exponent, &mut by_exponent).expect("encodable");
+        proptest::prop_assert_eq!(by_exponent, by_parse);
+    }
+}

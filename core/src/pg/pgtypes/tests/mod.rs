@@ -509,6 +509,23 @@ proptest! {
         }
     }
 
+    /// What the writer's COPY sends for a decimal is what PostgreSQL's binary numeric
+    /// decodes back to: the decimal's canonical text, sign, digits and scale.
+    #[test]
+    fn decimals_round_trip_through_binary_numeric(
+        text in "-?0{0,2}[0-9]{0,30}(\\.[0-9]{0,30})?",
+    ) {
+        let Some(canonical) = canonical_decimal(&text) else {
+            return Ok(());
+        };
+        let mut bytes = Vec::new();
+        crate::value::encode_numeric(&text, &mut bytes).expect("a valid decimal");
+        prop_assert_eq!(
+            super::binary::decode_binary(NUMERIC, &bytes),
+            Ok(Value::Decimal(canonical))
+        );
+    }
+
     #[test]
     fn integers_round_trip(i in any::<i64>(), j in any::<i32>(), k in any::<i16>()) {
         let dec = |oid, text: String| decode_text("c", oid, -1, text.as_bytes());
