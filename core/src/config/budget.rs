@@ -65,7 +65,8 @@ impl Config {
         let parallelism = self.engine.parallelism as u64;
         let stage = STAGE_MEMORY_BYTES as u64;
         let jobs = job * parallelism;
-        let intake = (INTAKE_BATCH_BYTES + 2 * TRANSACTION_CHUNK_BYTES) as u64;
+        // Two batches: one being synced while the next is read (`pipeline::intake`).
+        let intake = (2 * INTAKE_BATCH_BYTES + 2 * TRANSACTION_CHUNK_BYTES) as u64;
         let process = PROCESS_BASE_BYTES + PLUGIN_CODE_BYTES * plugins.len() as u64;
         MemoryBudget {
             stage,

@@ -296,7 +296,7 @@ fn the_memory_budget_adds_up_and_a_limit_below_it_is_refused() {
     assert_eq!(budget.job, mib(24) + mib(96) + mib(5) / 4 + mib(64));
     assert_eq!(budget.jobs, 3 * budget.job);
     assert_eq!(budget.stage, mib(192));
-    assert_eq!(budget.intake, mib(64));
+    assert_eq!(budget.intake, mib(96));
     assert_eq!(budget.process, mib(96) + mib(64));
     assert_eq!(
         budget.total,

@@ -69,6 +69,8 @@ impl Pipeline {
         let mut batch_bytes = 0usize;
         // Whether the stage's pending area holds chunks of the transaction being read.
         let mut chunked = false;
+        // The group commit being written while the next one is read (see `stage_behind`).
+        let mut in_flight: Option<Staging> = None;
         tokio::pin!(shutdown);
         loop {
             let staged_before = report.transactions;
@@ -82,11 +84,16 @@ impl Pipeline {
                 }
                 continue;
             };
+            // A group commit written while this was read is settled first (`staged`):
+            // never by racing the source's read, which is not safe to cancel mid-way.
+            if in_flight.as_ref().is_some_and(Staging::is_finished) {
+                self.settle(source, &mut in_flight, &mut report).await?;
+            }
             let event = tokio::select! {
                 event = source.next() => event,
                 () = &mut shutdown => {
                     tracing::info!("shutting down: staging what was read");
-                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.stage_batch(source, &mut in_flight, &mut batch, &mut report).await?;
                     self.flush_stage().await?;
                     return Ok(report);
                 }
@@ -95,7 +102,8 @@ impl Pipeline {
                 Ok(SourceEvent::Chunk(changes)) => {
                     // The pending area belongs to the next transaction to commit: stage
                     // the whole ones read before it first.
-                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.stage_batch(source, &mut in_flight, &mut batch, &mut report)
+                        .await?;
                     if metrics::enabled() {
                         // A large transaction's changes count as its chunks arrive.
                         let counts = changes_by_table(&changes);
@@ -106,23 +114,27 @@ impl Pipeline {
                     chunked = true;
                 }
                 Ok(SourceEvent::Abort) => {
+                    self.settle(source, &mut in_flight, &mut report).await?;
                     let stage = Arc::clone(&self.stage);
                     blocking(move || stage.discard_pending()).await?;
                     chunked = false;
                 }
                 Ok(SourceEvent::StreamChunk { xid, changes }) => {
                     // Visible to nothing until its commit; other transactions go on.
+                    self.settle(source, &mut in_flight, &mut report).await?;
                     let stage = Arc::clone(&self.stage);
                     blocking(move || stage.append_stream(xid, &changes)).await?;
                 }
                 Ok(SourceEvent::StreamDiscard { xid }) => {
+                    self.settle(source, &mut in_flight, &mut report).await?;
                     let stage = Arc::clone(&self.stage);
                     blocking(move || stage.discard_stream(xid)).await?;
                 }
                 Ok(SourceEvent::StreamCommit(commit)) => {
                     // The whole transactions read before its commit are staged first;
                     // then its area becomes the pending area, committed with its end.
-                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.stage_batch(source, &mut in_flight, &mut batch, &mut report)
+                        .await?;
                     let stage = Arc::clone(&self.stage);
                     let (xid, aborted) = (commit.xid, commit.aborted.clone());
                     let (position, time) = (commit.commit_position, commit.commit_time_us);
@@ -135,7 +147,8 @@ impl Pipeline {
                         "streamed transaction committed"
                     );
                     batch.push(commit.transaction());
-                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.stage_batch(source, &mut in_flight, &mut batch, &mut report)
+                        .await?;
                 }
                 Ok(SourceEvent::Transaction(txn)) => {
                     if batch.is_empty() {
@@ -151,12 +164,17 @@ impl Pipeline {
                         || batch.len() >= self.config.engine.batch_transactions_max
                         || batch_bytes >= INTAKE_BATCH_BYTES
                     {
-                        self.stage_batch(source, &mut batch, &mut report).await?;
+                        self.stage_behind(source, &mut in_flight, &mut batch, &mut report)
+                            .await?;
                     }
                 }
-                Ok(SourceEvent::Idle) => self.stage_batch(source, &mut batch, &mut report).await?,
+                Ok(SourceEvent::Idle) => {
+                    self.stage_batch(source, &mut in_flight, &mut batch, &mut report)
+                        .await?
+                }
                 Ok(SourceEvent::End) => {
-                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.stage_batch(source, &mut in_flight, &mut batch, &mut report)
+                        .await?;
                     // The feed is whole: write everything before the run ends. Live, the
                     // writer is stopped first (one round at a time), see `run`.
                     report.fed_to_end = true;
@@ -168,7 +186,8 @@ impl Pipeline {
                 }
                 Err(e) => {
                     // What came before the error is whole and good: keep it.
-                    self.stage_batch(source, &mut batch, &mut report).await?;
+                    self.stage_batch(source, &mut in_flight, &mut batch, &mut report)
+                        .await?;
                     if e.needs_reopen() {
                         // A resync was asked for: its signal is staged above, and the
                         // source opened again reads the table.
@@ -198,15 +217,22 @@ impl Pipeline {
                 }
             }
             // After each staged batch: at `[stage] max_unwritten_mb`, wait for the writer
-            // before reading on (the overshoot is one batch at most).
+            // before reading on (the overshoot is two batches at most: the one written
+            // while the next was read).
             if !once
                 && report.transactions != staged_before
-                && !self
+                && self.config.stage_max_unwritten_bytes.is_some()
+            {
+                if let Some(source) = slot.as_mut() {
+                    self.settle(source, &mut in_flight, &mut report).await?;
+                }
+                if !self
                     .pause_intake(&mut slot, &mut report, &mut shutdown)
                     .await?
-            {
-                self.flush_stage().await?;
-                return Ok(report);
+                {
+                    self.flush_stage().await?;
+                    return Ok(report);
+                }
             }
         }
     }
@@ -446,15 +472,44 @@ impl Pipeline {
         blocking(move || stage.flush()).await
     }
 
-    /// Stages the batch in one synced write, then acknowledges the source.
+    /// Stages the batch in one synced write, then acknowledges the source: after the
+    /// group commit in flight, and with nothing read meanwhile.
     async fn stage_batch(
         &self,
         source: &mut AnySource,
+        in_flight: &mut Option<Staging>,
         batch: &mut Vec<Transaction>,
         report: &mut RunReport,
     ) -> Result<(), PipelineError> {
+        self.settle(source, in_flight, report).await?;
+        *in_flight = self.start_staging(source, batch).await?;
+        self.settle(source, in_flight, report).await
+    }
+
+    /// Starts staging the batch and returns without waiting: the source is read on
+    /// while the synced write runs, and is acknowledged when it is settled. The
+    /// group commit before it is settled first, so writes stay in order and intake
+    /// holds two batches at most.
+    async fn stage_behind(
+        &self,
+        source: &mut AnySource,
+        in_flight: &mut Option<Staging>,
+        batch: &mut Vec<Transaction>,
+        report: &mut RunReport,
+    ) -> Result<(), PipelineError> {
+        self.settle(source, in_flight, report).await?;
+        *in_flight = self.start_staging(source, batch).await?;
+        Ok(())
+    }
+
+    /// Spawns the synced write of the batch (`None`: nothing to stage).
+    async fn start_staging(
+        &self,
+        source: &mut AnySource,
+        batch: &mut Vec<Transaction>,
+    ) -> Result<Option<Staging>, PipelineError> {
         if batch.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let txns = std::mem::take(batch);
         let stage = Arc::clone(&self.stage);
@@ -483,11 +538,35 @@ impl Pipeline {
         } else {
             Vec::new()
         };
-        let outcome: ApplyOutcome = blocking(move || stage.apply(&txns)).await?;
-        if outcome.transactions > 0 {
-            // Something may be dirty: the writer starts a round if it is idle.
-            self.write_wake.notify_one();
-        }
+        let wake = Arc::clone(&self.write_wake);
+        let apply = tokio::task::spawn_blocking(move || {
+            let outcome = stage.apply(&txns)?;
+            if outcome.transactions > 0 {
+                // Something may be dirty: the writer starts a round if it is idle, as
+                // soon as the write is synced (intake settles it when it next looks).
+                wake.notify_one();
+            }
+            Ok(outcome)
+        });
+        Ok(Some(Staging {
+            apply,
+            started,
+            changes_by_table,
+        }))
+    }
+
+    /// Waits for the group commit in flight, if any, then acknowledges the source up
+    /// to the stage's position: never before the write is synced.
+    async fn settle(
+        &self,
+        source: &mut AnySource,
+        in_flight: &mut Option<Staging>,
+        report: &mut RunReport,
+    ) -> Result<(), PipelineError> {
+        let Some(staging) = in_flight.take() else {
+            return Ok(());
+        };
+        let outcome = staging.apply.await.map_err(PipelineError::Task)??;
         crate::failpoint!("stage-before-ack");
         report.transactions += outcome.transactions;
         report.changes += outcome.changes;
@@ -509,7 +588,10 @@ impl Pipeline {
         crate::failpoint!("stage-after-ack");
         metrics::staged(
             outcome.transactions,
-            changes_by_table.iter().map(|(t, n)| (t.as_str(), *n)),
+            staging
+                .changes_by_table
+                .iter()
+                .map(|(t, n)| (t.as_str(), *n)),
             checkpoint.map(|c| c.position),
         );
         tracing::info!(
@@ -517,10 +599,25 @@ impl Pipeline {
             changes = outcome.changes,
             skipped = outcome.skipped,
             position = checkpoint.map(|c| c.position),
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms = staging.started.elapsed().as_millis() as u64,
             "staged"
         );
         Ok(())
+    }
+}
+
+/// A group commit being written to the stage while intake reads on.
+struct Staging {
+    /// `Stage::apply` of the batch, on a blocking thread.
+    apply: tokio::task::JoinHandle<Result<ApplyOutcome, StageError>>,
+    started: Instant,
+    /// For the metrics, counted before the batch moved into the write.
+    changes_by_table: Vec<(String, u64)>,
+}
+
+impl Staging {
+    fn is_finished(&self) -> bool {
+        self.apply.is_finished()
     }
 }
 
