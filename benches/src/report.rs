@@ -273,7 +273,7 @@ pub(crate) fn header(out: &mut String, command: &str) -> anyhow::Result<()> {
     );
     writeln!(
         out,
-        "Machine: {cores} cores ({cpu}), {:.1} GiB memory. Release build.{rocksdb}",
+        "Machine: {cores} cores ({cpu}), {:.1} GiB memory. Release build; Rust allocations through jemalloc, the `weir` binary's allocator, in `weir-bench` too (the sections that run the engine in its process or a child of it).{rocksdb}",
         mem_kib as f64 / 1_048_576.0
     )?;
     Ok(())
