@@ -9,7 +9,8 @@ use super::error::{StageError, corrupt, db_err};
 use super::layout::{
     CF_BACKLOG, CF_CHANGED, CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META,
     CF_POSITION, CF_ROWS, META_GENERATION, META_SOURCE_STATE, POSITION_KEY, decode_generation,
-    partition_key, prefix_end, push_table, row_key, split_partition, split_table, table_key,
+    partition_key, prefix_end, push_partition, push_row_key, push_table, row_key, split_partition,
+    split_table, table_key,
 };
 use super::{ApplyOutcome, Stage, StageChange, StagedRow};
 use crate::feed::{BadRecord, Position, Transaction};
@@ -102,7 +103,7 @@ impl Stage {
     fn current_partition(&self, table_key: &[u8]) -> Result<Option<Partition>, StageError> {
         let bytes = self
             .db
-            .get_cf(self.cf(CF_KEYS), table_key)
+            .get_pinned_cf(self.cf(CF_KEYS), table_key)
             .map_err(db_err("read keys index"))?;
         bytes
             .map(|b| Partition::from_bytes(&b).ok_or_else(|| corrupt("keys index entry")))
@@ -137,6 +138,19 @@ pub(super) struct StageBatch {
     /// whose key the source enforces unique): no lookup of an old partition, and each
     /// partition is marked changed whole rather than key by key.
     new_keys: bool,
+    /// Reused for each change's stage keys, its encoded row and its keys-index entry:
+    /// allocating them for every change was a visible share of staging's CPU.
+    scratch: Scratch,
+}
+
+/// Buffers a batch reuses from one change to the next (their bytes are copied into
+/// the write batch).
+#[derive(Default)]
+struct Scratch {
+    key: Vec<u8>,
+    table_key: Vec<u8>,
+    row: Vec<u8>,
+    partition: Vec<u8>,
 }
 
 /// What a batch did to one partition.
@@ -190,6 +204,7 @@ impl StageBatch {
             images: BatchMap::default(),
             images_wanted: None,
             new_keys: false,
+            scratch: Scratch::default(),
         }
     }
 
@@ -314,31 +329,54 @@ impl StageBatch {
         partition: &Partition,
         row: &StagedRow,
     ) -> Result<(), StageError> {
-        let tk = table_key(table, key);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.upsert_with(stage, table, key, partition, row, &mut scratch);
+        self.scratch = scratch;
+        result
+    }
+
+    fn upsert_with(
+        &mut self,
+        stage: &Stage,
+        table: &str,
+        key: &[u8],
+        partition: &Partition,
+        row: &StagedRow,
+        scratch: &mut Scratch,
+    ) -> Result<(), StageError> {
+        let tk = &mut scratch.table_key;
+        tk.clear();
+        push_table(tk, table);
+        tk.extend_from_slice(key);
         // A key new to the stage (`new_keys`) has no old partition to leave, and its
         // partition is marked changed whole at `finish`.
         if !self.new_keys {
-            let old = self.current_of(stage, table, &tk)?;
+            let old = self.current_of(stage, table, tk)?;
             if let Some(old) = old.filter(|old| old != partition) {
                 self.batch
                     .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
-                self.changed(stage, table, &old, key);
+                self.changed_with(stage, table, &old, key, &mut scratch.key);
                 self.mark_dirty(table, &old);
             }
-            self.changed(stage, table, partition, key);
+            self.changed_with(stage, table, partition, key, &mut scratch.key);
         }
-        let value =
-            postcard::to_allocvec(row).map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
+        scratch.row.clear();
+        let value = postcard::to_extend(row, std::mem::take(&mut scratch.row))
+            .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
         self.partition(table, partition).bytes += value.len() as u64;
+        push_row_key(&mut scratch.key, table, partition, key);
+        self.batch.put_cf(stage.cf(CF_ROWS), &scratch.key, &value);
+        scratch.partition.clear();
+        push_partition(&mut scratch.partition, partition);
         self.batch
-            .put_cf(stage.cf(CF_ROWS), row_key(table, partition, key), &value);
-        self.batch
-            .put_cf(stage.cf(CF_KEYS), &tk, partition.to_bytes());
+            .put_cf(stage.cf(CF_KEYS), &scratch.table_key, &scratch.partition);
         self.mark_dirty(table, partition);
         if !self.new_keys {
-            self.keep_image(&tk, Some(&value));
-            self.keys.insert(tk, Some(partition.clone()));
+            self.keep_image(&scratch.table_key, Some(&value));
+            self.keys
+                .insert(scratch.table_key.clone(), Some(partition.clone()));
         }
+        scratch.row = value;
         Ok(())
     }
 
@@ -432,12 +470,24 @@ impl StageBatch {
 
     /// Records that `key` (empty: every key) of a partition changed.
     fn changed(&mut self, stage: &Stage, table: &str, partition: &Partition, key: &[u8]) {
+        let mut buf = std::mem::take(&mut self.scratch.key);
+        self.changed_with(stage, table, partition, key, &mut buf);
+        self.scratch.key = buf;
+    }
+
+    /// [`Self::changed`], building the stage key in `buf`.
+    fn changed_with(
+        &mut self,
+        stage: &Stage,
+        table: &str,
+        partition: &Partition,
+        key: &[u8],
+        buf: &mut Vec<u8>,
+    ) {
         self.partition(table, partition).bytes += key.len() as u64;
-        self.batch.put_cf(
-            stage.cf(CF_CHANGED),
-            row_key(table, partition, key),
-            self.generation.to_be_bytes(),
-        );
+        push_row_key(buf, table, partition, key);
+        self.batch
+            .put_cf(stage.cf(CF_CHANGED), &buf, self.generation.to_be_bytes());
     }
 
     fn bad_records(&mut self, stage: &Stage, records: &[BadRecord]) -> Result<(), StageError> {

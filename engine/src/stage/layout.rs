@@ -107,18 +107,39 @@ pub(super) fn table_key(table: &str, key: &[u8]) -> Vec<u8> {
 
 /// `table | len(partition) | partition`: the dirty key, and the prefix of its rows.
 pub(super) fn partition_key(table: &str, partition: &Partition) -> Vec<u8> {
-    let p = partition.to_bytes();
-    let mut out = Vec::with_capacity(6 + table.len() + p.len());
-    push_table(&mut out, table);
-    out.extend_from_slice(&u32::try_from(p.len()).unwrap_or(u32::MAX).to_be_bytes());
-    out.extend_from_slice(&p);
+    let mut out = Vec::new();
+    push_row_key(&mut out, table, partition, &[]);
     out
 }
 
 pub(super) fn row_key(table: &str, partition: &Partition, key: &[u8]) -> Vec<u8> {
-    let mut out = partition_key(table, partition);
-    out.extend_from_slice(key);
+    let mut out = Vec::new();
+    push_row_key(&mut out, table, partition, key);
     out
+}
+
+/// Writes `row_key(table, partition, key)` into `out`, cleared first: staging builds
+/// every key of a change in one reused buffer rather than allocating each.
+pub(super) fn push_row_key(out: &mut Vec<u8>, table: &str, partition: &Partition, key: &[u8]) {
+    out.clear();
+    push_table(out, table);
+    let len = 1 + partition_name_bytes(partition).len();
+    out.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+    push_partition(out, partition);
+    out.extend_from_slice(key);
+}
+
+/// Appends `partition.to_bytes()` (its tag, then its name) without allocating.
+pub(super) fn push_partition(out: &mut Vec<u8>, partition: &Partition) {
+    out.push(u8::from(matches!(partition, Partition::Key(_))));
+    out.extend_from_slice(partition_name_bytes(partition));
+}
+
+fn partition_name_bytes(partition: &Partition) -> &[u8] {
+    match partition {
+        Partition::Null => &[],
+        Partition::Key(k) => k.as_bytes(),
+    }
 }
 
 /// A big-endian `u64` record (a generation, or a backlog's bytes).
@@ -149,4 +170,37 @@ pub(super) fn split_row_key(key: &[u8]) -> Option<(String, Partition, &[u8])> {
     let (table, rest) = split_table(key)?;
     let (partition, key) = split_partition(rest)?;
     Some((table, partition, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stage keys are stored: building them in place must give the bytes the stage has
+    /// always written (`partition.to_bytes()`, its length, then the key).
+    #[test]
+    fn keys_built_in_place_are_the_stored_layout() {
+        for partition in [
+            Partition::Null,
+            Partition::Key(String::new()),
+            Partition::Key("2026-03-01".into()),
+            Partition::Key("__null__".into()),
+        ] {
+            let mut bytes = Vec::new();
+            push_partition(&mut bytes, &partition);
+            assert_eq!(bytes, partition.to_bytes(), "{partition:?}");
+
+            let p = partition.to_bytes();
+            let mut want = Vec::new();
+            push_table(&mut want, "public.orders");
+            want.extend_from_slice(&(p.len() as u32).to_be_bytes());
+            want.extend_from_slice(&p);
+            assert_eq!(partition_key("public.orders", &partition), want);
+            want.extend_from_slice(b"\x01key");
+            assert_eq!(row_key("public.orders", &partition, b"\x01key"), want);
+            let mut reused = b"stale bytes".to_vec();
+            push_row_key(&mut reused, "public.orders", &partition, b"\x01key");
+            assert_eq!(reused, want);
+        }
+    }
 }
