@@ -335,6 +335,8 @@ impl StageBatch {
         result
     }
 
+    /// [`Self::upsert`] with the batch's buffers lent out: they are a field of `self`,
+    /// which the write batch and the maps borrow too.
     fn upsert_with(
         &mut self,
         stage: &Stage,
