@@ -7,7 +7,12 @@
 //! [`BadLine`] saying why, with the transaction and table when they could be read.
 //! Decoding never panics, whatever the bytes.
 
-use serde_json::{Map, Value as Json};
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::Value as Json;
+use serde_json::value::RawValue;
 
 use crate::config::{TableConfig, TableName};
 use crate::feed::{Op, Row, StageChange, keyed_changes};
@@ -25,31 +30,33 @@ pub fn decode_line(tables: &[TableConfig], body: &[u8], end: u64) -> Result<Deco
             e.valid_up_to() + 1
         ))
     })?;
-    let json: Json = serde_json::from_str(text)
-        .map_err(|e| BadLine::unknown(format!("malformed JSON ({e})")))?;
-    let Json::Object(mut envelope) = json else {
-        return Err(BadLine::unknown(
-            "a line must be a JSON object (a Debezium envelope)".into(),
-        ));
-    };
-    let mut schema = None;
-    if envelope.contains_key("schema")
-        && let Some(Json::Object(payload)) = envelope.remove("payload")
-    {
-        schema = envelope.remove("schema");
-        envelope = payload;
+    let malformed = |e: serde_json::Error| BadLine::unknown(format!("malformed JSON ({e})"));
+    if !is_object(text) {
+        return Err(match serde_json::from_str::<IgnoredAny>(text) {
+            Err(e) => malformed(e),
+            Ok(_) => BadLine::unknown("a line must be a JSON object (a Debezium envelope)".into()),
+        });
     }
-    let source = match envelope.get("source") {
-        Some(Json::Object(s)) => s,
+    let line: Envelope = serde_json::from_str(text).map_err(malformed)?;
+    // With Debezium's schemas on, the envelope is the `payload` beside its `schema`.
+    let (envelope, schema) = match (line.schema, line.payload) {
+        (Some(schema), Some(payload)) if is_object(payload.get()) => (
+            serde_json::from_str::<Envelope>(payload.get()).map_err(malformed)?,
+            Some(parsed(schema)),
+        ),
+        _ => (line, None),
+    };
+    let source: Source = match envelope.source {
+        Some(raw) if is_object(raw.get()) => serde_json::from_str(raw.get()).map_err(malformed)?,
         _ => {
             return Err(BadLine::unknown(
                 "missing `source` object (with `schema` and `table`)".into(),
             ));
         }
     };
-    let tx_id = match source.get("txId") {
+    let tx_id = match source.tx_id.map(parsed) {
         None | Some(Json::Null) => None,
-        Some(Json::String(s)) => Some(s.clone()),
+        Some(Json::String(s)) => Some(s),
         Some(Json::Number(n)) => Some(n.to_string()),
         Some(_) => {
             return Err(BadLine::unknown(
@@ -57,8 +64,8 @@ pub fn decode_line(tables: &[TableConfig], body: &[u8], end: u64) -> Result<Deco
             ));
         }
     };
-    let field = |name: &str| match source.get(name) {
-        Some(Json::String(s)) if !s.is_empty() => Ok(s.clone()),
+    let field = |raw: Option<&RawValue>, name: &str| match raw.map(parsed) {
+        Some(Json::String(s)) if !s.is_empty() => Ok(s),
         _ => Err(BadLine::bad(
             tx_id.clone(),
             None,
@@ -66,12 +73,12 @@ pub fn decode_line(tables: &[TableConfig], body: &[u8], end: u64) -> Result<Deco
         )),
     };
     let table_name = TableName {
-        schema: field("schema")?,
-        name: field("table")?,
+        schema: field(source.schema, "schema")?,
+        name: field(source.table, "table")?,
     };
     let qualified = table_name.to_string();
     let bad = |reason: String| BadLine::bad(tx_id.clone(), Some(qualified.clone()), reason);
-    let op = match envelope.get("op") {
+    let op = match envelope.op.map(parsed) {
         Some(Json::String(op)) => match op.as_str() {
             "c" => Op::Insert,
             "u" => Op::Update,
@@ -85,14 +92,13 @@ pub fn decode_line(tables: &[TableConfig], body: &[u8], end: u64) -> Result<Deco
     let table = tables.iter().find(|t| t.source == table_name).ok_or_else(|| {
         bad(format!("table `{qualified}` is not configured: add a [[table]] with source = \"{qualified}\""))
     })?;
-    let ts_ms = [source.get("ts_ms"), envelope.get("ts_ms")]
+    let ts_ms = [source.ts_ms, envelope.ts_ms]
         .into_iter()
         .flatten()
-        .find_map(Json::as_i64);
+        .find_map(|raw| parsed(raw).as_i64());
     let logical = |which: &str| image_schema(schema.as_ref(), which).map_err(&bad);
-    let before =
-        image(table, envelope.get("before"), "before", &logical("before")?).map_err(&bad)?;
-    let after = image(table, envelope.get("after"), "after", &logical("after")?).map_err(&bad)?;
+    let before = image(table, envelope.before, "before", &logical("before")?).map_err(&bad)?;
+    let after = image(table, envelope.after, "after", &logical("after")?).map_err(&bad)?;
     let changes = keyed_changes(
         table,
         op,
@@ -103,6 +109,108 @@ pub fn decode_line(tables: &[TableConfig], body: &[u8], end: u64) -> Result<Deco
     )
     .map_err(&bad)?;
     Ok(DecodedLine { tx_id, changes })
+}
+
+/// The fields of an envelope Weir reads, each kept as the line's raw JSON until it is
+/// used: parsing a line whole into maps (a Debezium `source` holds a dozen fields, a
+/// `schema` hundreds) was most of decoding's CPU. `Some` for a field present, `null`
+/// included; any other field is skipped unread (but checked to be JSON). A field given
+/// twice makes the line malformed.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    schema: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    payload: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    source: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    op: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    before: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    after: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    ts_ms: Option<&'a RawValue>,
+}
+
+/// The fields of `source` Weir reads, as [`Envelope`]'s.
+#[derive(Deserialize)]
+struct Source<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    schema: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    table: Option<&'a RawValue>,
+    #[serde(rename = "txId", borrow, default, deserialize_with = "present")]
+    tx_id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    ts_ms: Option<&'a RawValue>,
+}
+
+/// A field that is present, `null` too (absent ones are `None` by `default`).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// A raw value as JSON: it was read as JSON already, so this cannot fail (`null` if it
+/// somehow did).
+fn parsed(raw: &RawValue) -> Json {
+    serde_json::from_str(raw.get()).unwrap_or(Json::Null)
+}
+
+/// Whether JSON text is an object (its first character past JSON's whitespace).
+fn is_object(text: &str) -> bool {
+    text.trim_start_matches([' ', '\t', '\r', '\n'])
+        .starts_with('{')
+}
+
+/// An image's fields in the order given, keys borrowed from the line where they hold
+/// no escape. A key given twice is kept twice; the last one counts, as in a JSON map.
+struct Fields<'a>(Vec<(Cow<'a, str>, Json)>);
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> Visitor<'de> for Entries {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(Key(key)) = map.next_key()? {
+                    out.push((key, map.next_value()?));
+                }
+                Ok(Fields(out))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
+}
+
+/// An object's key, borrowed when the line holds it as is.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(Text)
+    }
 }
 
 /// The changes of one good line, and the transaction they belong to.
@@ -187,26 +295,35 @@ pub fn image_schema(schema: Option<&Json>, which: &str) -> Result<Vec<(String, L
 /// type (and epoch unit).
 fn image(
     table: &TableConfig,
-    json: Option<&Json>,
+    raw: Option<&RawValue>,
     which: &str,
     logical: &[(String, Logical)],
 ) -> Result<Option<Row>, String> {
-    let object: &Map<String, Json> = match json {
-        None | Some(Json::Null) => return Ok(None),
-        Some(Json::Object(o)) => o,
-        Some(_) => return Err(format!("`{which}` must be an object or null")),
-    };
-    if let Some(unknown) = object.keys().find(|k| table.column(k).is_none()) {
-        return Err(format!(
-            "column `{unknown}` in `{which}` is not declared in the columns of {}",
-            table.source
-        ));
+    let Some(raw) = raw else { return Ok(None) };
+    if raw.get() == "null" {
+        return Ok(None);
+    }
+    if !is_object(raw.get()) {
+        return Err(format!("`{which}` must be an object or null"));
+    }
+    let Fields(fields) =
+        serde_json::from_str(raw.get()).map_err(|e| format!("`{which}` is not readable ({e})"))?;
+    // Each field's column, found once; a column given twice counts as given last.
+    let mut given: Vec<Option<&Json>> = vec![None; table.columns.len()];
+    for (name, json) in &fields {
+        let Some(i) = table.columns.iter().position(|c| c.name == *name) else {
+            return Err(format!(
+                "column `{name}` in `{which}` is not declared in the columns of {}",
+                table.source
+            ));
+        };
+        given[i] = Some(json);
     }
     let mut row = Vec::with_capacity(table.columns.len());
-    for column in &table.columns {
+    for (column, json) in table.columns.iter().zip(given) {
         // An absent column stays absent (the key and partition checks name it); the
         // transform reads it as NULL.
-        let Some(json) = object.get(&column.name) else {
+        let Some(json) = json else {
             continue;
         };
         let converted = match logical.iter().find(|(c, _)| *c == column.name) {
@@ -350,6 +467,73 @@ columns = { id = "bigint", at = "timestamp", day = "date", amount = "numeric(12,
         ))
         .expect("good");
         assert_eq!(value(&row, "amount"), Value::Decimal("12.50".into()));
+    }
+
+    /// The line as text, decoded: the reason it is bad, or its one upsert's values.
+    fn decoded(line: &str) -> Result<Row, String> {
+        let decoded = decode_line(&tables(), line.as_bytes(), 1).map_err(|bad| bad.reason)?;
+        match decoded.changes.as_slice() {
+            [StageChange::Upsert { row, .. }] => Ok(row.values.clone()),
+            other => panic!("one upsert, got {other:?}"),
+        }
+    }
+
+    /// Fields are read from the line's raw JSON only where Weir uses them: the envelope
+    /// reads as the whole-line parse it replaced did, whatever else a line holds.
+    #[test]
+    fn an_envelope_reads_as_a_json_map_would() {
+        let source = r#""source": {"version": "2.7", "connector": "postgresql", "lsn": 12, "xmin": null, "sequence": "[\"1\",\"2\"]", "schema": "public", "table": "orders", "txId": 7}"#;
+        // Unknown fields of any shape are skipped; an escaped key is the key it spells;
+        // a column given twice counts as given last, as in a JSON map.
+        let row = decoded(&format!(
+            r#"{{"transaction": {{"id": "7:1", "total_order": 1}}, "extra": [1, {{"a": [null]}}], "op": "c", {source}, "after": {{"id": 1, "at": "2026-03-01 00:00:00", "n\u006fte": "escaped", "amount": "1.00", "amount": "2.50"}}}}"#
+        ))
+        .expect("good");
+        assert_eq!(value(&row, "note"), Value::Text("escaped".into()));
+        assert_eq!(value(&row, "amount"), Value::Decimal("2.50".into()));
+        // `schema` beside an object `payload`: the payload is the envelope, whatever the
+        // schema holds (here nothing).
+        let row = decoded(&format!(
+            r#"{{"schema": null, "payload": {{"op": "r", {source}, "after": {{"id": 2, "at": "2026-03-01 00:00:00"}}}}}}"#
+        ))
+        .expect("good");
+        assert_eq!(value(&row, "id"), Value::Int(2));
+        // What is not an object where one is needed is named.
+        for (line, reason) in [
+            ("[1, 2]", "a line must be a JSON object"),
+            ("  {\"op\": ", "malformed JSON"),
+            (
+                r#"{"op": "c", "op": "d", "source": {}}"#,
+                "malformed JSON (duplicate field `op`",
+            ),
+            (
+                r#"{"op": "c", "source": ["public", "orders"]}"#,
+                "missing `source` object",
+            ),
+            (
+                r#"{"op": "c", "source": {"schema": "public", "table": ""}}"#,
+                "missing `source.table`",
+            ),
+            (
+                r#"{"op": "c", "source": {"schema": "public", "table": "orders", "txId": true}}"#,
+                "`source.txId` must be a number or a string",
+            ),
+            (
+                r#"{"op": null, "source": {"schema": "public", "table": "orders"}}"#,
+                "`op` must be a string",
+            ),
+            (
+                r#"{"op": "c", "after": [1], "source": {"schema": "public", "table": "orders"}}"#,
+                "`after` must be an object or null",
+            ),
+            (
+                r#"{"op": "c", "after": {"id": 1, "nope": 2}, "source": {"schema": "public", "table": "orders"}}"#,
+                "column `nope` in `after` is not declared",
+            ),
+        ] {
+            let got = decoded(line).expect_err(line);
+            assert!(got.contains(reason), "{line}: {got}");
+        }
     }
 
     #[test]
