@@ -122,25 +122,34 @@ impl<'s> PartitionSnapshot<'s> {
     }
 
     /// Whether fewer than half the partition's rows changed since its last write: then
-    /// merging the changed keys is cheaper than replacing the partition. Counts the
-    /// changed keys, then the rows only up to twice that, so the cost of deciding is
-    /// bounded by what changed, not by the partition's size.
+    /// merging the changed keys is cheaper than replacing the partition. Reads the
+    /// changed keys and the rows side by side and stops as soon as the answer is known,
+    /// so deciding costs at most what changed, and a partition whose keys all changed
+    /// (a first write) is read once, not once and a half.
     pub fn changed_minority(&self) -> Result<bool, StageError> {
-        let mut changed = 0usize;
-        let mut it = self.iter(CF_CHANGED);
-        while let Some(k) = it.key() {
-            changed += usize::from(k.len() > self.prefix.len());
-            it.next();
-        }
-        it.status().map_err(db_err("read changed keys"))?;
-        let mut rows = 0usize;
-        let mut it = self.iter(CF_ROWS);
-        while it.valid() && rows <= changed.saturating_mul(2) {
-            rows += 1;
-            it.next();
-        }
-        it.status().map_err(db_err("read rows"))?;
-        Ok(rows > changed.saturating_mul(2))
+        let mut changed = self.iter(CF_CHANGED);
+        let mut rows = self.iter(CF_ROWS);
+        let prefix = self.prefix.len();
+        let minority = more_than_twice(
+            std::iter::from_fn(|| {
+                loop {
+                    let real = changed.key()?.len() > prefix;
+                    changed.next();
+                    // The every-key record (an empty key) is not a changed key.
+                    if real {
+                        return Some(());
+                    }
+                }
+            }),
+            std::iter::from_fn(|| {
+                let valid = rows.valid();
+                rows.next();
+                valid.then_some(())
+            }),
+        );
+        changed.status().map_err(db_err("read changed keys"))?;
+        rows.status().map_err(db_err("read rows"))?;
+        Ok(minority)
     }
 
     /// Whether every key changed (the partition must be replaced, not merged): a
@@ -276,5 +285,51 @@ where
             return None;
         }
         Some(Ok(chunk))
+    }
+}
+
+/// Whether `rows` yields more than twice as many items as `changed`, reading each only
+/// as far as that takes: after the `c`-th changed key, the `2c + 1`-th row.
+fn more_than_twice(mut changed: impl Iterator, mut rows: impl Iterator) -> bool {
+    let mut need = 1usize;
+    let mut read = 0usize;
+    loop {
+        while read < need {
+            if rows.next().is_none() {
+                return false;
+            }
+            read += 1;
+        }
+        if changed.next().is_none() {
+            return true;
+        }
+        need = need.saturating_add(2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::more_than_twice;
+
+    #[test]
+    fn more_than_twice_reads_only_what_it_needs() {
+        for c in 0..12usize {
+            for r in 0..30usize {
+                let (mut read_c, mut read_r) = (0, 0);
+                let got = more_than_twice(
+                    (0..c).inspect(|_| read_c += 1),
+                    (0..r).inspect(|_| read_r += 1),
+                );
+                assert_eq!(got, r > 2 * c, "{c} changed, {r} rows");
+                assert!(
+                    read_r <= r.min(2 * c + 1),
+                    "{c} changed, {r} rows: read {read_r} rows"
+                );
+                assert!(
+                    read_c <= c.min(r.div_ceil(2)),
+                    "{c} changed, {r} rows: read {read_c} changed"
+                );
+            }
+        }
     }
 }
