@@ -64,14 +64,27 @@ impl Partition {
     /// Bytes that identify the partition in stage keys; distinguishes the NULL partition
     /// from a text value that happens to read `__null__`.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.bytes_len());
+        self.push_bytes(&mut out);
+        out
+    }
+
+    /// Appends [`Self::to_bytes`] to `out`, without allocating for it.
+    pub fn push_bytes(&self, out: &mut Vec<u8>) {
         match self {
-            Partition::Null => vec![0],
+            Partition::Null => out.push(0),
             Partition::Key(k) => {
-                let mut out = Vec::with_capacity(k.len() + 1);
                 out.push(1);
                 out.extend_from_slice(k.as_bytes());
-                out
             }
+        }
+    }
+
+    /// The length of [`Self::to_bytes`].
+    pub fn bytes_len(&self) -> usize {
+        match self {
+            Partition::Null => 1,
+            Partition::Key(k) => 1 + k.len(),
         }
     }
 

@@ -84,9 +84,9 @@ impl Pipeline {
                 }
                 continue;
             };
-            // A group commit written while this was read is settled first (`staged`):
+            // A group commit written while this was read is settled first (`settle`):
             // never by racing the source's read, which is not safe to cancel mid-way.
-            if in_flight.as_ref().is_some_and(Staging::is_finished) {
+            if in_flight.as_ref().is_some_and(|s| s.apply.is_finished()) {
                 self.settle(source, &mut in_flight, &mut report).await?;
             }
             let event = tokio::select! {
@@ -481,8 +481,7 @@ impl Pipeline {
         batch: &mut Vec<Transaction>,
         report: &mut RunReport,
     ) -> Result<(), PipelineError> {
-        self.settle(source, in_flight, report).await?;
-        *in_flight = self.start_staging(source, batch).await?;
+        self.stage_behind(source, in_flight, batch, report).await?;
         self.settle(source, in_flight, report).await
     }
 
@@ -613,12 +612,6 @@ struct Staging {
     started: Instant,
     /// For the metrics, counted before the batch moved into the write.
     changes_by_table: Vec<(String, u64)>,
-}
-
-impl Staging {
-    fn is_finished(&self) -> bool {
-        self.apply.is_finished()
-    }
 }
 
 /// How often paused intake looks at the backlog again while the writer drains it.

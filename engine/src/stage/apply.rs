@@ -9,8 +9,8 @@ use super::error::{StageError, corrupt, db_err};
 use super::layout::{
     CF_BACKLOG, CF_CHANGED, CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META,
     CF_POSITION, CF_ROWS, META_GENERATION, META_SOURCE_STATE, POSITION_KEY, decode_generation,
-    partition_key, prefix_end, push_partition, push_row_key, push_table, row_key, split_partition,
-    split_table, table_key,
+    partition_key, prefix_end, push_row_key, push_table, row_key, split_partition, split_table,
+    table_key,
 };
 use super::{ApplyOutcome, Stage, StageChange, StagedRow};
 use crate::feed::{BadRecord, Position, Transaction};
@@ -366,10 +366,14 @@ impl StageBatch {
         let value = postcard::to_extend(row, std::mem::take(&mut scratch.row))
             .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
         self.partition(table, partition).bytes += value.len() as u64;
-        push_row_key(&mut scratch.key, table, partition, key);
+        // The row's stage key: the last `changed_with` above left it in `scratch.key`,
+        // unless none ran (`new_keys`).
+        if self.new_keys {
+            push_row_key(&mut scratch.key, table, partition, key);
+        }
         self.batch.put_cf(stage.cf(CF_ROWS), &scratch.key, &value);
         scratch.partition.clear();
-        push_partition(&mut scratch.partition, partition);
+        partition.push_bytes(&mut scratch.partition);
         self.batch
             .put_cf(stage.cf(CF_KEYS), &scratch.table_key, &scratch.partition);
         self.mark_dirty(table, partition);

@@ -123,23 +123,10 @@ pub(super) fn row_key(table: &str, partition: &Partition, key: &[u8]) -> Vec<u8>
 pub(super) fn push_row_key(out: &mut Vec<u8>, table: &str, partition: &Partition, key: &[u8]) {
     out.clear();
     push_table(out, table);
-    let len = 1 + partition_name_bytes(partition).len();
-    out.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
-    push_partition(out, partition);
+    let len = u32::try_from(partition.bytes_len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    partition.push_bytes(out);
     out.extend_from_slice(key);
-}
-
-/// Appends `partition.to_bytes()` (its tag, then its name) without allocating.
-pub(super) fn push_partition(out: &mut Vec<u8>, partition: &Partition) {
-    out.push(u8::from(matches!(partition, Partition::Key(_))));
-    out.extend_from_slice(partition_name_bytes(partition));
-}
-
-fn partition_name_bytes(partition: &Partition) -> &[u8] {
-    match partition {
-        Partition::Null => &[],
-        Partition::Key(k) => k.as_bytes(),
-    }
 }
 
 /// A big-endian `u64` record (a generation, or a backlog's bytes).
@@ -177,7 +164,7 @@ mod tests {
     use super::*;
 
     /// Stage keys are stored: building them in place must give the bytes the stage has
-    /// always written (`partition.to_bytes()`, its length, then the key).
+    /// always written (the partition's tagged bytes, their length first, then the key).
     #[test]
     fn keys_built_in_place_are_the_stored_layout() {
         for partition in [
@@ -186,11 +173,12 @@ mod tests {
             Partition::Key("2026-03-01".into()),
             Partition::Key("__null__".into()),
         ] {
-            let mut bytes = Vec::new();
-            push_partition(&mut bytes, &partition);
-            assert_eq!(bytes, partition.to_bytes(), "{partition:?}");
-
-            let p = partition.to_bytes();
+            // The stored partition bytes, written out: a tag (0 NULL, 1 a name), the name.
+            let p = match &partition {
+                Partition::Null => vec![0],
+                Partition::Key(k) => [&[1u8][..], k.as_bytes()].concat(),
+            };
+            assert_eq!(partition.to_bytes(), p, "{partition:?}");
             let mut want = Vec::new();
             push_table(&mut want, "public.orders");
             want.extend_from_slice(&(p.len() as u32).to_be_bytes());

@@ -125,7 +125,7 @@ impl<'s> PartitionSnapshot<'s> {
     /// merging the changed keys is cheaper than replacing the partition. Reads the
     /// changed keys and the rows side by side and stops as soon as the answer is known,
     /// so deciding costs at most what changed, and a partition whose keys all changed
-    /// (a first write) is read once, not once and a half.
+    /// (a first write) costs its rows and half its changed keys, not all of both.
     pub fn changed_minority(&self) -> Result<bool, StageError> {
         let mut changed = self.iter(CF_CHANGED);
         let mut rows = self.iter(CF_ROWS);
