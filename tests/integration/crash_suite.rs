@@ -205,15 +205,56 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Random delay before a kill: now and then within 100 ms of the start (the kill lands
-/// in startup: the stage opening, the slot check, the snapshot's resume, the
-/// replication connection), otherwise between 100 ms and 2 s.
-fn kill_delay(rng: &mut Rng) -> Duration {
-    Duration::from_millis(if rng.below(5) == 0 {
-        rng.below(100)
+/// When a kill lands, counted from the run's start: now and then within 100 ms (the
+/// kill lands in startup: the stage opening, the slot check, the snapshot's resume, the
+/// replication connection), otherwise up to 1.9 s after the run opened its source
+/// ([`wait_open`]), so kills land while the feed is staged however slow start-up is on
+/// a loaded machine.
+enum KillAt {
+    Startup(Duration),
+    Open(Duration),
+}
+
+fn kill_delay(rng: &mut Rng) -> KillAt {
+    if rng.below(5) == 0 {
+        KillAt::Startup(Duration::from_millis(rng.below(100)))
     } else {
-        100 + rng.below(1900)
-    })
+        KillAt::Open(Duration::from_millis(rng.below(1900)))
+    }
+}
+
+/// The lines a run logs once its source is open: a first load, a watermark snapshot,
+/// or the stream.
+const SOURCE_OPEN: [&str; 3] = [
+    "first load starts from an exported snapshot",
+    "initial snapshot starts",
+    "streaming from the replication slot",
+];
+
+/// Waits until the run in `child` logs (to `log`) that its source is open, or exits;
+/// fails the test if it does neither within a minute.
+async fn wait_open(campaign: &Campaign, db: &TestDb, child: &mut Child, log: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let body = std::fs::read_to_string(db.path(log)).unwrap_or_default();
+        if SOURCE_OPEN.iter().any(|line| body.contains(line))
+            || child.try_wait().expect("poll weir run").is_some()
+        {
+            return;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            campaign.fail(
+                db,
+                &format!(
+                    "weir run did not open its source within 60 s:\n{}",
+                    tail(&body, 30)
+                ),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 // ---- the oracle: rows, writers -------------------------------------------------------------
@@ -1052,7 +1093,13 @@ async fn crash_suite_kill_loop_under_concurrent_writers_ends_exact() {
         let _ = std::fs::remove_file(db.path(&format!("run-{}.log", runs.saturating_sub(5))));
         let log = format!("run-{runs}.log");
         let mut child = spawn_weir(&db, &source_dsn, &["run"], &log);
-        tokio::time::sleep(kill_delay(&mut rng)).await;
+        match kill_delay(&mut rng) {
+            KillAt::Startup(delay) => tokio::time::sleep(delay).await,
+            KillAt::Open(delay) => {
+                wait_open(&campaign, &db, &mut child, &log).await;
+                tokio::time::sleep(delay).await;
+            }
+        }
         if let Some(status) = child.try_wait().expect("poll weir run") {
             let body = std::fs::read_to_string(db.path(&log)).unwrap_or_default();
             if slot_busy(&body) && refused < kills_wanted {
