@@ -519,4 +519,23 @@ proptest::proptest! {
         encode_numeric(&exponent, &mut by_exponent).expect("encodable");
         proptest::prop_assert_eq!(by_exponent, by_parse);
     }
+
+    /// A date is read as chrono's `%Y-%m-%d` reads it, whatever the text: the fast
+    /// reading of `YYYY-MM-DD` gives the same days, and refuses what chrono refuses.
+    #[test]
+    fn dates_read_as_chrono_reads_them(
+        text in "[ ]?[0-9+-]{0,2}[0-9]{1,4}-[0-9]{1,2}-[0-9]{1,3}[ ]?",
+    ) {
+        let chrono = chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d")
+            .ok()
+            .and_then(days_from_date);
+        proptest::prop_assert_eq!(parse_date(&text), chrono, "{:?}", text);
+    }
+
+    #[test]
+    fn every_calendar_day_reads_as_chrono_reads_it(days in -800_000i32..2_200_000) {
+        let date = date_from_days(days).expect("a date");
+        let text = date.format("%Y-%m-%d").to_string();
+        proptest::prop_assert_eq!(parse_date(&text), Some(days), "{}", text);
+    }
 }

@@ -135,10 +135,21 @@ fn produce(
     let snap = job
         .stage
         .snapshot_partition(&job.table.source.to_string(), &job.partition)?;
+    // A plugin's clock is the partition's latest commit time: the pass over its rows
+    // that reads it counts them too, for the merge-or-replace test, so a plugin's job
+    // reads its rows' headers once before it reads the rows.
+    let plugin = matches!(job.transform, Transform::Plugin { .. });
+    let mut survey = None;
     let merge = job.merge
         && snap.dirty.is_some()
         && !snap.whole_changed()?
-        && (!job.merge_if_cheaper || snap.changed_minority()?);
+        && (!job.merge_if_cheaper
+            || if plugin {
+                let rows = survey.insert(snap.survey()?).rows;
+                snap.changed_minority_of(rows)?
+            } else {
+                snap.changed_minority()?
+            });
     let table = job.table.source.to_string();
     let held = job.resyncs
         && job.input.is_none()
@@ -153,7 +164,12 @@ fn produce(
     if send(tx, Piece::Head(head)).is_err() || held || (job.only_if_dirty && snap.dirty.is_none()) {
         return Ok(());
     }
-    let mut run = Run::start(job, &snap, merge)?;
+    let clock = match survey {
+        Some(survey) => survey.max_commit_time,
+        None if plugin => snap.survey()?.max_commit_time,
+        None => None,
+    };
+    let mut run = Run::start(job, &snap, merge, clock)?;
     match run.all(tx) {
         Err(RunError::Stopped) => return Ok(()),
         Err(RunError::Failed(e)) => return Err(e),
@@ -164,7 +180,7 @@ fn produce(
         // Two output rows' grain-key hashes are equal: the job runs again (it is
         // deterministic) and those keys are compared exactly.
         check.finish(|visit| {
-            let mut again = Run::start(job, &snap, merge)?;
+            let mut again = Run::start(job, &snap, merge, clock)?;
             again.check = None;
             again.visit = Some(visit);
             match again.all(tx) {
@@ -217,10 +233,13 @@ struct Run<'j, 's, 'v> {
 }
 
 impl<'j, 's, 'v> Run<'j, 's, 'v> {
+    /// `clock`: what the plugin reads as the time, the partition's latest commit time
+    /// ([`PartitionSnapshot::survey`]).
     fn start(
         job: &'j StreamJob,
         snap: &'j PartitionSnapshot<'s>,
         merge: bool,
+        clock: Option<i64>,
     ) -> Result<Run<'j, 's, 'v>, PipelineError> {
         let (session, check) = match &job.transform {
             Transform::Identity => (None, None),
@@ -235,8 +254,7 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
                     config: &settings.config,
                     input: &input,
                 };
-                let clock = snap.max_commit_time()?.unwrap_or(0);
-                let session = plugin.start_job(&settings.limits, &spec, clock)?;
+                let session = plugin.start_job(&settings.limits, &spec, clock.unwrap_or(0))?;
                 let check = job
                     .input
                     .is_none()

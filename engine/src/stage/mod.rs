@@ -72,7 +72,7 @@ use crate::partition::Partition;
 pub use error::StageError;
 pub use layout::FORMAT_VERSION;
 pub use open::MEMORY_BUDGET_BYTES;
-pub use snapshot::{CHUNK_BYTES, CHUNK_ROWS, ChangedChunk, PartitionSnapshot};
+pub use snapshot::{CHUNK_BYTES, CHUNK_ROWS, ChangedChunk, PartitionSnapshot, Survey};
 pub use weir_core::feed::{StageChange, StagedRow, UnkeyableValue, decode_key, encode_key};
 
 /// A partition whose last write failed in a way a retry would repeat (a plugin's

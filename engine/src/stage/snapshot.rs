@@ -100,11 +100,12 @@ impl<'s> PartitionSnapshot<'s> {
         })
     }
 
-    /// The latest commit time of the partition's rows, read without decoding their
-    /// values: a plugin's clock reads it (see the plugin sandbox).
-    pub fn max_commit_time(&self) -> Result<Option<i64>, StageError> {
+    /// The partition's rows counted, and their latest commit time, in one pass that
+    /// reads each row's header only, not its values: a plugin's clock is that time
+    /// (see the plugin sandbox), and the count answers [`Self::changed_minority_of`].
+    pub fn survey(&self) -> Result<Survey, StageError> {
         let mut it = self.iter(CF_ROWS);
-        let mut max = None;
+        let mut survey = Survey::default();
         while let Some(v) = it.value() {
             // A staged row's image begins with its position and commit time.
             let ((_, time), _): ((u64, Option<i64>), _) =
@@ -114,11 +115,12 @@ impl<'s> PartitionSnapshot<'s> {
                         self.table, self.partition
                     ))
                 })?;
-            max = max.max(time);
+            survey.rows += 1;
+            survey.max_commit_time = survey.max_commit_time.max(time);
             it.next();
         }
         it.status().map_err(db_err("read rows"))?;
-        Ok(max)
+        Ok(survey)
     }
 
     /// Whether fewer than half the partition's rows changed since its last write: then
@@ -149,6 +151,29 @@ impl<'s> PartitionSnapshot<'s> {
         );
         changed.status().map_err(db_err("read changed keys"))?;
         rows.status().map_err(db_err("read rows"))?;
+        Ok(minority)
+    }
+
+    /// [`Self::changed_minority`] for a partition of `rows` rows (from [`Self::survey`]):
+    /// reads at most half as many changed keys.
+    pub fn changed_minority_of(&self, rows: u64) -> Result<bool, StageError> {
+        let mut changed = self.iter(CF_CHANGED);
+        let prefix = self.prefix.len();
+        let mut count = 0u64;
+        let minority = loop {
+            if count.saturating_mul(2) >= rows {
+                break false;
+            }
+            let Some(key) = changed.key() else {
+                break true;
+            };
+            // The every-key record (an empty key) is not a changed key.
+            if key.len() > prefix {
+                count += 1;
+            }
+            changed.next();
+        };
+        changed.status().map_err(db_err("read changed keys"))?;
         Ok(minority)
     }
 
@@ -286,6 +311,14 @@ where
         }
         Some(Ok(chunk))
     }
+}
+
+/// A partition's rows counted in one pass ([`PartitionSnapshot::survey`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Survey {
+    pub rows: u64,
+    /// The latest commit time of its rows (`None`: no row has one).
+    pub max_commit_time: Option<i64>,
 }
 
 /// Whether `rows` yields more than twice as many items as `changed`, reading each only

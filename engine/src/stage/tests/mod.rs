@@ -856,3 +856,51 @@ fn a_first_load_stages_at_one_position_and_marks_partitions_changed_whole() {
         3
     );
 }
+
+/// The writer's merge-or-replace test reads either way (side by side for the identity,
+/// from a survey's row count for a plugin) and gives the same answer, fewer than half
+/// the rows changed; the survey counts the rows and finds their latest commit time.
+#[test]
+fn a_survey_counts_rows_and_both_minority_tests_agree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    // Row `id` committed at time 1000 + id.
+    let timed = |id: i64, day: &str, pos: u64| {
+        let mut change = upsert(id, day, pos);
+        if let StageChange::Upsert { row, .. } = &mut change {
+            row.commit_time_us = Some(1_000 + id);
+        }
+        change
+    };
+    let mut position = 10;
+    for rows in 0..9i64 {
+        let day = format!("d{rows}");
+        if rows > 0 {
+            let changes = (1..=rows).map(|id| timed(id, &day, position)).collect();
+            stage.apply(&[txn(position, changes)]).expect("apply");
+            position += 10;
+        }
+        let dirty = stage.read_changes("public.t", &p(&day)).expect("read").dirty;
+        if let Some(dirty) = dirty {
+            stage.clear_dirty("public.t", &p(&day), dirty).expect("clear");
+        }
+        for changed in 0..=rows {
+            if changed > 0 {
+                let again = (1..=changed).map(|id| timed(id, &day, position)).collect();
+                stage.apply(&[txn(position, again)]).expect("apply");
+                position += 10;
+            }
+            let snap = stage.snapshot_partition("public.t", &p(&day)).expect("snap");
+            let survey = snap.survey().expect("survey");
+            assert_eq!(survey.rows, u64::try_from(rows).expect("rows"));
+            assert_eq!(survey.max_commit_time, (rows > 0).then_some(1_000 + rows));
+            let want = rows > 2 * changed;
+            assert_eq!(snap.changed_minority().expect("side by side"), want, "{changed} of {rows}");
+            assert_eq!(
+                snap.changed_minority_of(survey.rows).expect("from the count"),
+                want,
+                "{changed} of {rows}"
+            );
+        }
+    }
+}
