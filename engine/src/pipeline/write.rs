@@ -175,6 +175,14 @@ impl Pipeline {
             std::sync::atomic::Ordering::Relaxed,
         );
         self.after_write(table, partition, &summary, head.dirty)?;
+        if self.stage.compaction_due() {
+            let stage = self.stage_arc();
+            super::blocking(move || {
+                stage.compact_cleared();
+                Ok(())
+            })
+            .await?;
+        }
         Ok(Written::Done(summary))
     }
 

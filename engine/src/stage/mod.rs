@@ -163,6 +163,17 @@ pub struct Stage {
     /// The next sequence number of a streamed transaction's chunk (never reset while
     /// open: a transaction's chunks sort by it).
     stream_seq: std::sync::atomic::AtomicU64,
+    /// Changed-key records deleted since `changed` was last compacted, and the range
+    /// of keys they span (see `clear_dirty`).
+    cleared_changed: Mutex<Cleared>,
+}
+
+/// Tombstones left in the `changed` family by clearing dirty marks.
+#[derive(Debug, Default)]
+struct Cleared {
+    records: u64,
+    /// The smallest and the end of the largest cleared partition's key range.
+    range: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for Stage {

@@ -212,6 +212,7 @@ impl Stage {
             write_lock: Mutex::new(()),
             pending_seq: std::sync::atomic::AtomicU64::new(0),
             stream_seq: std::sync::atomic::AtomicU64::new(0),
+            cleared_changed: Mutex::default(),
         }
     }
 

@@ -17,6 +17,9 @@ use super::{DirtyPartition, PartitionChanges, PartitionRows, Stage, StagedRow};
 /// Past this many changed keys, clearing a partition's dirty mark deletes them with one
 /// range tombstone instead of one delete each.
 pub(super) const CLEAR_POINT_DELETES_MAX: usize = 4096;
+/// Changed-key records cleared before `changed` is compacted (see
+/// `Stage::compact_cleared`).
+pub(super) const COMPACT_CHANGED_AFTER: u64 = 4_096;
 use crate::feed::{BadRecord, Position};
 use crate::partition::Partition;
 
@@ -272,21 +275,80 @@ impl Stage {
             }
             changed.push(k);
         }
-        if many {
+        let deleted = if many {
             // Many changed keys: one range tombstone over the partition's,
             // whatever their number. Deleting 5,000,000 keys one by one held them all in
             // one batch and then in the memtable, past the stage's memory budget.
             let end = prefix_end(&key);
             batch.delete_range_cf(self.cf(CF_CHANGED), &key, &end);
+            CLEAR_POINT_DELETES_MAX
         } else {
             // A few: point deletes, so that a live stream's frequent small writes do not
             // pile range tombstones into the memtable every read must consult.
+            let n = changed.len();
             for k in changed {
                 batch.delete_cf(self.cf(CF_CHANGED), k);
             }
-        }
+            n
+        };
         self.db.write(batch).map_err(db_err("clear dirty mark"))?;
+        drop(_guard);
+        self.note_cleared(key, deleted);
         Ok(true)
+    }
+
+    /// Notes `deleted` changed-key records cleared from a partition (`partition_key`)
+    /// for [`Self::compact_cleared`].
+    fn note_cleared(&self, partition_key: Vec<u8>, deleted: usize) {
+        let mut cleared = self.cleared();
+        cleared.records = cleared.records.saturating_add(deleted as u64);
+        let end = prefix_end(&partition_key);
+        cleared.range = Some(match cleared.range.take() {
+            None => (partition_key, end),
+            Some((lo, hi)) => (lo.min(partition_key), hi.max(end)),
+        });
+    }
+
+    fn cleared(&self) -> std::sync::MutexGuard<'_, super::Cleared> {
+        self.cleared_changed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether [`Self::compact_cleared`] has work: [`COMPACT_CHANGED_AFTER`] changed-key
+    /// records were cleared since the last compaction.
+    pub fn compaction_due(&self) -> bool {
+        self.cleared().records >= COMPACT_CHANGED_AFTER
+    }
+
+    /// When due, compacts the range of `changed` that the cleared partitions span. A
+    /// cleared record stays as a tombstone (in the memtable, then in table files) until
+    /// a compaction reaches the last level, and a scan of a partition's changed keys
+    /// steps over every tombstone of its keys: a live stream whose changes land in one
+    /// partition (today's) made each write round slower than the last, by about 0.2 ms
+    /// per thousand keys written since (60,000 changes one by one: 1.3 ms a round at
+    /// first, 12 ms at the end). Compacting the range (the memtable flushed, then the
+    /// files over it merged down, dropping the tombstones and what they delete) keeps a
+    /// scan at the cost of the keys changed now; only that range, so not the changed
+    /// keys of partitions that wait to be written. The writer runs it on a blocking
+    /// thread after the write that made it due.
+    pub fn compact_cleared(&self) {
+        let range = {
+            let mut cleared = self.cleared();
+            if cleared.records < COMPACT_CHANGED_AFTER {
+                return;
+            }
+            cleared.records = 0;
+            cleared.range.take()
+        };
+        let Some((lo, hi)) = range else { return };
+        let started = std::time::Instant::now();
+        self.db
+            .compact_range_cf(self.cf(CF_CHANGED), Some(&lo), Some(&hi));
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "changed-key tombstones compacted away"
+        );
     }
 
     /// Bad records staged for the dead-letter table, oldest first, at most `limit`.

@@ -880,9 +880,14 @@ fn a_survey_counts_rows_and_both_minority_tests_agree() {
             stage.apply(&[txn(position, changes)]).expect("apply");
             position += 10;
         }
-        let dirty = stage.read_changes("public.t", &p(&day)).expect("read").dirty;
+        let dirty = stage
+            .read_changes("public.t", &p(&day))
+            .expect("read")
+            .dirty;
         if let Some(dirty) = dirty {
-            stage.clear_dirty("public.t", &p(&day), dirty).expect("clear");
+            stage
+                .clear_dirty("public.t", &p(&day), dirty)
+                .expect("clear");
         }
         for changed in 0..=rows {
             if changed > 0 {
@@ -890,17 +895,82 @@ fn a_survey_counts_rows_and_both_minority_tests_agree() {
                 stage.apply(&[txn(position, again)]).expect("apply");
                 position += 10;
             }
-            let snap = stage.snapshot_partition("public.t", &p(&day)).expect("snap");
+            let snap = stage
+                .snapshot_partition("public.t", &p(&day))
+                .expect("snap");
             let survey = snap.survey().expect("survey");
             assert_eq!(survey.rows, u64::try_from(rows).expect("rows"));
             assert_eq!(survey.max_commit_time, (rows > 0).then_some(1_000 + rows));
             let want = rows > 2 * changed;
-            assert_eq!(snap.changed_minority().expect("side by side"), want, "{changed} of {rows}");
             assert_eq!(
-                snap.changed_minority_of(survey.rows).expect("from the count"),
+                snap.changed_minority().expect("side by side"),
+                want,
+                "{changed} of {rows}"
+            );
+            assert_eq!(
+                snap.changed_minority_of(survey.rows)
+                    .expect("from the count"),
                 want,
                 "{changed} of {rows}"
             );
         }
     }
+}
+
+/// Rounds of a live stream whose changes all land in one partition: each changes 100
+/// new keys, then the partition is written and its changed keys cleared. Returns how
+/// many deleted records a scan of its changed keys then steps over.
+fn tombstones_under_a_scan(compact: bool) -> u64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    let keys = i64::try_from(3 * super::read::COMPACT_CHANGED_AFTER).expect("fits");
+    for round in 0..keys / 100 {
+        let pos = u64::try_from(round + 1).expect("fits") * 10;
+        let changes = (1..=100)
+            .map(|i| upsert(round * 100 + i, "d1", pos))
+            .collect();
+        stage.apply(&[txn(pos, changes)]).expect("apply");
+        let dirty = stage
+            .read_changes("public.t", &p("d1"))
+            .expect("read")
+            .dirty;
+        assert!(
+            stage
+                .clear_dirty("public.t", &p("d1"), dirty.expect("dirty"))
+                .expect("clear")
+        );
+        if compact && stage.compaction_due() {
+            stage.compact_cleared();
+        }
+    }
+    stage
+        .apply(&[txn(1 << 40, vec![upsert(0, "d1", 1 << 40)])])
+        .expect("apply");
+    rocksdb::perf::set_perf_stats(rocksdb::perf::PerfStatsLevel::EnableCount);
+    let mut perf = rocksdb::perf::PerfContext::default();
+    perf.reset();
+    let snap = stage
+        .snapshot_partition("public.t", &p("d1"))
+        .expect("snap");
+    let changed: usize = snap.changed_keys().map(|c| c.expect("keys").len()).sum();
+    assert_eq!(changed, 1);
+    perf.metric(rocksdb::perf::PerfMetric::InternalDeleteSkippedCount)
+}
+
+/// The tombstones clearing leaves are compacted away: a scan of a partition's changed
+/// keys steps over fewer than one compaction's worth, however long the stream ran
+/// (without compacting, it steps over every key ever cleared).
+#[test]
+fn cleared_changed_keys_do_not_pile_up_under_a_scan() {
+    let cleared = 3 * super::read::COMPACT_CHANGED_AFTER;
+    let without = tombstones_under_a_scan(false);
+    assert!(
+        without >= cleared - 100,
+        "the control steps over them all: {without}"
+    );
+    let with = tombstones_under_a_scan(true);
+    assert!(
+        with < super::read::COMPACT_CHANGED_AFTER,
+        "{with} tombstones stepped over after {cleared} keys cleared"
+    );
 }
