@@ -163,16 +163,19 @@ pub struct Stage {
     /// The next sequence number of a streamed transaction's chunk (never reset while
     /// open: a transaction's chunks sort by it).
     stream_seq: std::sync::atomic::AtomicU64,
-    /// Changed-key records deleted since `changed` was last compacted, and the range
-    /// of keys they span (see `clear_dirty`).
+    /// Changed-key records cleared since `changed` was last compacted (see
+    /// `clear_dirty`).
     cleared_changed: Mutex<Cleared>,
 }
 
-/// Tombstones left in the `changed` family by clearing dirty marks.
+/// Tombstones left in the `changed` family by clearing dirty marks one key at a time.
 #[derive(Debug, Default)]
 struct Cleared {
+    /// The partitions cleared since the stage opened (at most `CLEARED_PARTITIONS_MAX`).
+    seen: std::collections::HashSet<Vec<u8>>,
+    /// Records cleared from partitions cleared before, since the last compaction.
     records: u64,
-    /// The smallest and the end of the largest cleared partition's key range.
+    /// The range of `changed` they span: the smallest partition key, the largest end.
     range: Option<(Vec<u8>, Vec<u8>)>,
 }
 

@@ -17,9 +17,11 @@ use super::{DirtyPartition, PartitionChanges, PartitionRows, Stage, StagedRow};
 /// Past this many changed keys, clearing a partition's dirty mark deletes them with one
 /// range tombstone instead of one delete each.
 pub(super) const CLEAR_POINT_DELETES_MAX: usize = 4096;
-/// Changed-key records cleared before `changed` is compacted (see
-/// `Stage::compact_cleared`).
+/// Changed-key records cleared one by one (from partitions written again) before
+/// `changed` is compacted over their range (see `Stage::compact_cleared`).
 pub(super) const COMPACT_CHANGED_AFTER: u64 = 4_096;
+/// Partitions remembered as cleared before (see `Stage::note_cleared`).
+const CLEARED_PARTITIONS_MAX: usize = 4_096;
 use crate::feed::{BadRecord, Position};
 use crate::partition::Partition;
 
@@ -279,9 +281,11 @@ impl Stage {
             // Many changed keys: one range tombstone over the partition's,
             // whatever their number. Deleting 5,000,000 keys one by one held them all in
             // one batch and then in the memtable, past the stage's memory budget.
+            // A scan meeting it seeks past its end rather than stepping over what it
+            // covers, so it does not count towards `compact_cleared`.
             let end = prefix_end(&key);
             batch.delete_range_cf(self.cf(CF_CHANGED), &key, &end);
-            CLEAR_POINT_DELETES_MAX
+            0
         } else {
             // A few: point deletes, so that a live stream's frequent small writes do not
             // pile range tombstones into the memtable every read must consult.
@@ -293,14 +297,26 @@ impl Stage {
         };
         self.db.write(batch).map_err(db_err("clear dirty mark"))?;
         drop(_guard);
-        self.note_cleared(key, deleted);
+        if deleted > 0 {
+            self.note_cleared(key, deleted);
+        }
         Ok(true)
     }
 
-    /// Notes `deleted` changed-key records cleared from a partition (`partition_key`)
-    /// for [`Self::compact_cleared`].
+    /// Notes `deleted` changed-key records cleared one by one from a partition
+    /// (`partition_key`), for [`Self::compact_cleared`]. A partition's first clear is
+    /// not counted: tombstones cost the scans of a partition written again, and a run
+    /// that writes each partition once (`--once`) would pay compactions for nothing.
     fn note_cleared(&self, partition_key: Vec<u8>, deleted: usize) {
         let mut cleared = self.cleared();
+        if !cleared.seen.contains(&partition_key) {
+            if cleared.seen.len() >= CLEARED_PARTITIONS_MAX {
+                // Forgetting which partitions were cleared only puts a compaction off.
+                cleared.seen.clear();
+            }
+            cleared.seen.insert(partition_key);
+            return;
+        }
         cleared.records = cleared.records.saturating_add(deleted as u64);
         let end = prefix_end(&partition_key);
         cleared.range = Some(match cleared.range.take() {
@@ -315,27 +331,27 @@ impl Stage {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether [`Self::compact_cleared`] has work: [`COMPACT_CHANGED_AFTER`] changed-key
-    /// records were cleared since the last compaction.
+    /// Whether [`Self::compact_cleared`] has work: more than [`COMPACT_CHANGED_AFTER`]
+    /// changed-key records were cleared one by one, from partitions written again,
+    /// since the last compaction.
     pub fn compaction_due(&self) -> bool {
-        self.cleared().records >= COMPACT_CHANGED_AFTER
+        self.cleared().records > COMPACT_CHANGED_AFTER
     }
 
     /// When due, compacts the range of `changed` that the cleared partitions span. A
-    /// cleared record stays as a tombstone (in the memtable, then in table files) until
-    /// a compaction reaches the last level, and a scan of a partition's changed keys
-    /// steps over every tombstone of its keys: a live stream whose changes land in one
-    /// partition (today's) made each write round slower than the last, by about 0.2 ms
-    /// per thousand keys written since (60,000 changes one by one: 1.3 ms a round at
-    /// first, 12 ms at the end). Compacting the range (the memtable flushed, then the
-    /// files over it merged down, dropping the tombstones and what they delete) keeps a
-    /// scan at the cost of the keys changed now; only that range, so not the changed
-    /// keys of partitions that wait to be written. The writer runs it on a blocking
-    /// thread after the write that made it due.
+    /// record cleared one by one stays as a tombstone (in the memtable, then in table
+    /// files) until a compaction reaches the last level, and a scan of a partition's
+    /// changed keys steps over every tombstone of its keys: a live stream whose changes
+    /// land in one partition (today's) made each write round slower than the last, by
+    /// about 0.2 ms per thousand keys written since (60,000 changes one by one: 1.3 ms
+    /// a round at first, 12 ms at the end). Compacting the range (the memtable flushed,
+    /// then the files over it merged down, dropping the tombstones and what they delete)
+    /// keeps a scan at the cost of the keys changed now. The writer runs it on a
+    /// blocking thread after the write that made it due.
     pub fn compact_cleared(&self) {
         let range = {
             let mut cleared = self.cleared();
-            if cleared.records < COMPACT_CHANGED_AFTER {
+            if cleared.records <= COMPACT_CHANGED_AFTER {
                 return;
             }
             cleared.records = 0;
