@@ -163,8 +163,8 @@ pub struct Stage {
     /// The next sequence number of a streamed transaction's chunk (never reset while
     /// open: a transaction's chunks sort by it).
     stream_seq: std::sync::atomic::AtomicU64,
-    /// Changed-key records cleared since `changed` was last compacted (see
-    /// `clear_dirty`).
+    /// Changed-key records cleared one by one, counted for compacting `changed` (see
+    /// `Stage::compact_cleared`).
     cleared_changed: Mutex<Cleared>,
 }
 

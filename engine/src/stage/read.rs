@@ -246,7 +246,7 @@ impl Stage {
         partition: &Partition,
         generation: u64,
     ) -> Result<bool, StageError> {
-        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         let key = partition_key(table, partition);
         let current = self
             .db
@@ -296,7 +296,7 @@ impl Stage {
             n
         };
         self.db.write(batch).map_err(db_err("clear dirty mark"))?;
-        drop(_guard);
+        drop(guard);
         if deleted > 0 {
             self.note_cleared(key, deleted);
         }
