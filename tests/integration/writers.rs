@@ -178,3 +178,56 @@ async fn parallel_jobs_and_a_second_process_never_overlap_on_a_partition() {
     );
     assert_target_matches(&client, "analytics.fact_orders", &workload.model).await;
 }
+
+/// A `weir` command started beside a partition write in progress does not queue behind
+/// it for Weir's own tables: with the `weir` schema already this build's, `init` and
+/// `run` take no lock on `weir.partitions` or `weir.dead_letter` (their DDL took
+/// `ACCESS EXCLUSIVE` locks on every start, and a second process starting beside a live
+/// run's writes could deadlock with them). An open transaction holds the locks a
+/// partition write holds; `init` and `run --once` must end while it stays open.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_started_beside_a_write_in_progress_does_not_wait_on_weirs_tables() {
+    let db = TestDb::new("writers_schema_locks").await;
+    let mut workload = Workload::new(48, 3);
+    db.write_feed(&workload.lines(200, 4));
+    db.write_config("", "", "");
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let writing = db.client().await;
+    writing
+        .batch_execute("BEGIN; LOCK TABLE weir.partitions, weir.dead_letter IN ROW EXCLUSIVE MODE")
+        .await
+        .expect("hold a partition write's locks");
+    db.append_feed(&workload.lines(50, 4));
+    for args in [&["init"][..], &["run", "--once"][..]] {
+        let mut child = db
+            .weir_command(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn weir");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().expect("poll weir").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("reap weir");
+                panic!(
+                    "weir {args:?} waited on a lock of Weir's tables held by a write in progress: {}",
+                    text(&out.stderr)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let out = child.wait_with_output().expect("reap weir");
+        assert!(
+            out.status.success(),
+            "weir {args:?} failed beside a write in progress: {}",
+            text(&out.stderr)
+        );
+    }
+    writing
+        .batch_execute("COMMIT")
+        .await
+        .expect("end the write");
+    assert_target_matches(&writing, "analytics.fact_orders", &workload.model).await;
+}

@@ -162,12 +162,6 @@ impl Pipeline {
                 (table.clone(), prepared, transform),
             );
         }
-        if writable && let Some(client) = clients.first() {
-            // The weir schema as this build writes it (idempotent), once the tables
-            // passed their checks: a target `init` prepared with an older build gains
-            // the lineage columns added since.
-            target::ensure_weir_schema(client).await?;
-        }
         let path = config.stage_path.clone();
         if !path.join("CURRENT").exists() {
             return Err(StageError::Missing { path }.into());
@@ -184,6 +178,13 @@ impl Pipeline {
             .await?,
         );
         reconcile_contracts(&config, &stage, &contracts, writable)?;
+        if writable && let Some(client) = clients.first() {
+            // The weir schema as this build writes it, once the tables passed their
+            // checks and the stage is this process's (a second `weir run` is refused
+            // before it touches the target): a target `init` prepared with an older
+            // build gains the lineage columns added since.
+            target::ensure_weir_schema(client).await?;
+        }
         let write_wake = Arc::new(tokio::sync::Notify::new());
         let live: Arc<live::LiveCounters> = Arc::default();
         let load_watch = {

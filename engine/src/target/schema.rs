@@ -73,10 +73,40 @@ COMMENT ON COLUMN weir.dead_letter.kind IS 'bad-record: the source could not rea
 COMMENT ON TABLE weir.dead_letter IS 'Records weir could not process, with the reason and the raw record.';
 "#;
 
-/// Creates the `weir` schema and its tables if missing.
+/// What the `weir` schema's comment says once this build's DDL ran: a digest of the DDL.
+fn weir_schema_mark() -> String {
+    let digest = Sha256::digest(WEIR_SCHEMA_SQL.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("weir schema {hex}: lineage, dead letters and backfills of Weir")
+}
+
+/// Creates the `weir` schema and its tables if missing, and brings them to this build's
+/// shape. Where they are already (the schema's comment names this build's DDL and its
+/// tables exist), nothing runs: the DDL takes `ACCESS EXCLUSIVE` locks on Weir's tables,
+/// which a second process starting beside a live `weir run` would otherwise contend for
+/// with its partition writes (each side waiting on a table the other had locked: a
+/// deadlock PostgreSQL ends by failing one of them).
 pub async fn ensure_weir_schema(client: &Client) -> Result<(), TargetError> {
+    let mark = weir_schema_mark();
+    let current: bool = client
+        .query_one(
+            "SELECT coalesce((SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = 'weir') = $1, false) \
+             AND to_regclass('weir.partitions') IS NOT NULL \
+             AND to_regclass('weir.dead_letter') IS NOT NULL \
+             AND to_regclass('weir.backfills') IS NOT NULL",
+            &[&mark],
+        )
+        .await
+        .map_err(query_err("read the weir schema's version"))?
+        .get(0);
+    if current {
+        return Ok(());
+    }
+    // The mark is hex and plain words: a literal as it is.
     client
-        .batch_execute(WEIR_SCHEMA_SQL)
+        .batch_execute(&format!(
+            "{WEIR_SCHEMA_SQL}COMMENT ON SCHEMA weir IS '{mark}';\n"
+        ))
         .await
         .map_err(query_err("create the weir schema"))
 }
