@@ -205,21 +205,72 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// When a kill lands, counted from the run's start: now and then within 100 ms (the
-/// kill lands in startup: the stage opening, the slot check, the snapshot's resume, the
-/// replication connection), otherwise up to 1.9 s after the run opened its source
-/// ([`wait_open`]), so kills land while the feed is staged however slow start-up is on
-/// a loaded machine.
+/// When a kill lands: now and then within 100 ms of the run's start (the kill lands in
+/// start-up: the stage opening, the slot check, the snapshot's resume, the replication
+/// connection); otherwise up to 1.9 s after the run opened its source ([`wait_open`]:
+/// the kill may land while the server decodes the WAL the last runs left unconfirmed,
+/// or during a snapshot), or up to 1.9 s after the run staged its first batch
+/// ([`wait_staged`]: the kill lands while the feed is staged, however long the server
+/// takes to decode its way back to the stage's position on a slow machine).
+#[derive(Clone, Copy)]
 enum KillAt {
     Startup(Duration),
     Open(Duration),
+    Staged(Duration),
 }
 
 fn kill_delay(rng: &mut Rng) -> KillAt {
-    if rng.below(5) == 0 {
-        KillAt::Startup(Duration::from_millis(rng.below(100)))
-    } else {
-        KillAt::Open(Duration::from_millis(rng.below(1900)))
+    let delay = Duration::from_millis(rng.below(1900));
+    match rng.below(5) {
+        0 => KillAt::Startup(Duration::from_millis(rng.below(100))),
+        1 | 2 => KillAt::Open(delay),
+        _ => KillAt::Staged(delay),
+    }
+}
+
+/// Whether a weir log shows a batch staged with a source position.
+fn staged_a_batch(log: &str) -> bool {
+    log.lines()
+        .any(|line| line.contains(" staged ") && line.contains(" position="))
+}
+
+/// What the kill loop's kills hit, for its report: per kind of kill, how many, how many
+/// advanced the stage position, and (for kills after staging) how long runs took from
+/// opening their source to staging a batch.
+#[derive(Default)]
+struct KillTally {
+    startup: (usize, usize),
+    open: (usize, usize),
+    staged: (usize, usize),
+    open_to_staged_ms: Vec<u128>,
+}
+
+impl KillTally {
+    fn count(&mut self, at: KillAt, advanced: bool) {
+        let slot = match at {
+            KillAt::Startup(_) => &mut self.startup,
+            KillAt::Open(_) => &mut self.open,
+            KillAt::Staged(_) => &mut self.staged,
+        };
+        slot.0 += 1;
+        slot.1 += usize::from(advanced);
+    }
+
+    fn render(&self) -> String {
+        let mut waits = self.open_to_staged_ms.clone();
+        waits.sort_unstable();
+        let at = |q: usize| waits.get((waits.len() * q / 100).min(waits.len().saturating_sub(1)));
+        format!(
+            "kills (advanced/all): in start-up {}/{}, after open {}/{}, after a staged batch {}/{}; open to first staged batch: median {:?} ms, max {:?} ms",
+            self.startup.1,
+            self.startup.0,
+            self.open.1,
+            self.open.0,
+            self.staged.1,
+            self.staged.0,
+            at(50),
+            waits.last()
+        )
     }
 }
 
@@ -249,6 +300,31 @@ async fn wait_open(campaign: &Campaign, db: &TestDb, child: &mut Child, log: &st
                 db,
                 &format!(
                     "weir run did not open its source within 60 s:\n{}",
+                    tail(&body, 30)
+                ),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the run in `child` logs a batch staged with a position, or exits; fails
+/// the test if it does neither within a minute of opening its source (the writers
+/// commit all the time: a run that stages nothing in a minute is stuck).
+async fn wait_staged(campaign: &Campaign, db: &TestDb, child: &mut Child, log: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let body = std::fs::read_to_string(db.path(log)).unwrap_or_default();
+        if staged_a_batch(&body) || child.try_wait().expect("poll weir run").is_some() {
+            return;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            campaign.fail(
+                db,
+                &format!(
+                    "weir run staged nothing within 60 s of opening its source:\n{}",
                     tail(&body, 30)
                 ),
             );
@@ -1089,16 +1165,25 @@ async fn crash_suite_kill_loop_under_concurrent_writers_ends_exact() {
     let started = Instant::now();
     let (mut kills, mut runs, mut refused) = (0usize, 0usize, 0usize);
     let mut watch = PositionWatch::default();
+    let mut tally = KillTally::default();
     while kills < kills_wanted {
         runs += 1;
         // Keep the last few logs only: a long campaign would fill the disk.
         let _ = std::fs::remove_file(db.path(&format!("run-{}.log", runs.saturating_sub(5))));
         let log = format!("run-{runs}.log");
         let mut child = spawn_weir(&db, &source_dsn, &["run"], &log);
-        match kill_delay(&mut rng) {
+        let at = kill_delay(&mut rng);
+        match at {
             KillAt::Startup(delay) => tokio::time::sleep(delay).await,
             KillAt::Open(delay) => {
                 wait_open(&campaign, &db, &mut child, &log).await;
+                tokio::time::sleep(delay).await;
+            }
+            KillAt::Staged(delay) => {
+                wait_open(&campaign, &db, &mut child, &log).await;
+                let open = Instant::now();
+                wait_staged(&campaign, &db, &mut child, &log).await;
+                tally.open_to_staged_ms.push(open.elapsed().as_millis());
                 tokio::time::sleep(delay).await;
             }
         }
@@ -1116,7 +1201,9 @@ async fn crash_suite_kill_loop_under_concurrent_writers_ends_exact() {
         child.kill().expect("SIGKILL weir run");
         child.wait().expect("reap weir run");
         kills += 1;
+        let before = watch.advanced;
         watch.check(&campaign, &db).await;
+        tally.count(at, watch.advanced > before);
         if writers.failed() {
             writers.finish(&campaign, &db).await;
             campaign.fail(&db, "a writer stopped by itself");
@@ -1124,17 +1211,19 @@ async fn crash_suite_kill_loop_under_concurrent_writers_ends_exact() {
     }
     let (expected, stats) = writers.finish(&campaign, &db).await;
     eprintln!(
-        "crash suite kill_loop: {kills} kills in {runs} runs ({refused} refused: slot still held) over {:.0?}; the position advanced across {} kills; writers: {stats:?}",
+        "crash suite kill_loop: {kills} kills in {runs} runs ({refused} refused: slot still held) over {:.0?}; the position advanced across {} kills; {}; writers: {stats:?}",
         started.elapsed(),
-        watch.advanced
+        watch.advanced,
+        tally.render()
     );
     let out = drain(&campaign, &db, &source_dsn, &source, slot).await;
     eprintln!("crash suite kill_loop: drain: {}", text(&out.stdout).trim());
     let report = final_check(&campaign, &db, &target, &expected, kills).await;
     assert!(
         watch.advanced > kills / 4,
-        "kills should land while the feed is being staged ({} of {kills}); {}",
+        "kills should land while the feed is being staged ({} of {kills}; {}); {}",
         watch.advanced,
+        tally.render(),
         campaign.repro()
     );
     assert!(
