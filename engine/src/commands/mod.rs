@@ -1,6 +1,6 @@
 //! The `weir` verbs, one file each: a verb loads the config, calls the library and
-//! prints what the user reads. `main.rs` holds the argument types, the logging setup
-//! and the dispatch to these files.
+//! prints what the user reads. `main.rs` holds the argument types and the dispatch to
+//! these files; `logging` the logging setup.
 //!
 //! A module tree of the binary, not of the library: its errors are `anyhow` (the house
 //! rule keeps `anyhow` in `main` and typed `thiserror` errors in the library), and the
@@ -11,6 +11,7 @@ pub(crate) mod backfill;
 pub(crate) mod checkpoint;
 pub(crate) mod demo;
 pub(crate) mod init;
+pub(crate) mod logging;
 pub(crate) mod plugin;
 pub(crate) mod plugin_new;
 pub(crate) mod progress;
