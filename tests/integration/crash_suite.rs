@@ -285,37 +285,32 @@ const SOURCE_OPEN: [&str; 3] = [
 /// Waits until the run in `child` logs (to `log`) that its source is open, or exits;
 /// fails the test if it does neither within a minute.
 async fn wait_open(campaign: &Campaign, db: &TestDb, child: &mut Child, log: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let body = std::fs::read_to_string(db.path(log)).unwrap_or_default();
-        if SOURCE_OPEN.iter().any(|line| body.contains(line))
-            || child.try_wait().expect("poll weir run").is_some()
-        {
-            return;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            campaign.fail(
-                db,
-                &format!(
-                    "weir run did not open its source within 60 s:\n{}",
-                    tail(&body, 30)
-                ),
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let open = |body: &str| SOURCE_OPEN.iter().any(|line| body.contains(line));
+    wait_for_log(campaign, db, child, log, open, "open its source").await;
 }
 
 /// Waits until the run in `child` logs a batch staged with a position, or exits; fails
 /// the test if it does neither within a minute of opening its source (the writers
 /// commit all the time: a run that stages nothing in a minute is stuck).
 async fn wait_staged(campaign: &Campaign, db: &TestDb, child: &mut Child, log: &str) {
+    let what = "stage a batch after opening its source";
+    wait_for_log(campaign, db, child, log, staged_a_batch, what).await;
+}
+
+/// Waits until `seen` holds of the run's log, or the run exits; after a minute, kills
+/// it and fails the test with the log's tail, saying the run did not do `what`.
+async fn wait_for_log(
+    campaign: &Campaign,
+    db: &TestDb,
+    child: &mut Child,
+    log: &str,
+    seen: impl Fn(&str) -> bool,
+    what: &str,
+) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let body = std::fs::read_to_string(db.path(log)).unwrap_or_default();
-        if staged_a_batch(&body) || child.try_wait().expect("poll weir run").is_some() {
+        if seen(&body) || child.try_wait().expect("poll weir run").is_some() {
             return;
         }
         if Instant::now() > deadline {
@@ -323,10 +318,7 @@ async fn wait_staged(campaign: &Campaign, db: &TestDb, child: &mut Child, log: &
             let _ = child.wait();
             campaign.fail(
                 db,
-                &format!(
-                    "weir run staged nothing within 60 s of opening its source:\n{}",
-                    tail(&body, 30)
-                ),
+                &format!("weir run did not {what} within 60 s:\n{}", tail(&body, 30)),
             );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
