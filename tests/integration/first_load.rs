@@ -222,91 +222,289 @@ async fn the_first_load_reads_every_kind_of_table_while_writers_change_them() {
     assert_all_same(&source, &target).await;
 }
 
-/// A first load SIGKILLed at a random point after its first table is done and before
-/// its last, while writers change the tables, and the runs after it killed too: the exported snapshot died with the first run, so the
-/// tables it had not finished are read again with watermarks, and only those (the
-/// finished ones are not read again). Then a drain, and the target is exact.
+/// What a run logs of the rows it reads, with `weir::source::postgres=debug`.
+const READ_LOG: &str = "info,weir::source::postgres=debug";
+
+/// The value of `field=` in a log line, if it is a number.
+fn log_number(line: &str, field: &str) -> Option<u64> {
+    let at = line.find(&format!(" {field}="))? + field.len() + 2;
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Rows of `table` read from the source in `log`: the first load's staged parts and the
+/// watermark snapshot's chunks (a killed run's last line may be cut: not counted).
+fn rows_read(log: &str, table: &str) -> (u64, u64) {
+    let of_table = |l: &&str| l.contains(&format!(" table={table} "));
+    let load = log
+        .lines()
+        .filter(|l| l.contains("first load part staged"))
+        .filter(of_table)
+        .filter_map(|l| log_number(l, "rows"))
+        .sum();
+    let chunks = log
+        .lines()
+        .filter(|l| l.contains("snapshot chunk read"))
+        .filter(of_table)
+        .filter_map(|l| log_number(l, "read"))
+        .sum();
+    (load, chunks)
+}
+
+/// A first load SIGKILLed at a random point inside its largest table, while writers
+/// change the tables, and four runs after it killed at random too: the exported
+/// snapshot died with the first run, so the ranges of pages it had not staged are read
+/// with watermarks, and only those: the rows of the ranges it staged are not read again
+/// (counted from each run's log). Then a drain, and the target is exact.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_first_load_killed_at_random_points_resumes_exact() {
     let rows = load_rows();
+    let chunk_rows = (rows / 100).max(100);
     let db = TestDb::new("first_load_kill_target").await;
     let (source_dsn, source) = crate::harness::source_db("first_load_kill", &ddl(rows)).await;
     std::fs::write(
         db.config_path(),
         postgres_config(
             "first_load_kill",
-            "snapshot_chunk_rows = 1000\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200",
+            &format!(
+                "snapshot_chunk_rows = {chunk_rows}\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200"
+            ),
             &tables(),
         ),
     )
     .expect("config");
     let out = weir_pg(&db, &source_dsn, &["init"]);
     assert!(out.status.success(), "init: {}", text(&out.stderr));
-    let writers = spawn_writers(source_dsn.clone(), rows, 1200);
+    let statements = 1200;
+    let writers = spawn_writers(source_dsn.clone(), rows, statements);
     let mut rng = Rng::new(77);
-    let mut loaded_by_first = None;
-    for attempt in 0..5 {
+    let mut logs = String::new();
+    let kills = 5;
+    for attempt in 0..kills {
         let log = db.path(&format!("run-{attempt}.log"));
         if attempt == 0 {
             // Each part the load stages waits 20 ms, so the load takes seconds on any
-            // machine: the kill lands after its first table is done (the largest,
-            // queued first) and before its last.
+            // machine. `orders` is the largest, in about 100 ranges: the kill lands
+            // after a fifth of its parts, and at most 20 parts later.
             let env = [
                 ("WEIR_SOURCE_DSN", source_dsn.as_str()),
                 ("FAILPOINTS", "load-range=sleep(20)"),
+                ("RUST_LOG", READ_LOG),
             ];
-            kill_after(&db, &env, &log, "done=true", 600, &mut rng).await;
+            let mut run = db.spawn_live(&env, &log);
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                let body = std::fs::read_to_string(&log).unwrap_or_default();
+                let parts = body
+                    .lines()
+                    .filter(|l| l.contains("first load part staged") && l.contains("public.orders"))
+                    .count();
+                if parts >= 20 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the load staged {parts} parts of orders:\n{body}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
+            let _ = run.0.kill();
+            let _ = run.wait();
+            let states = snapshot_states(&db, &source_dsn);
+            let body = std::fs::read_to_string(&log).unwrap_or_default();
+            // The other two are done or not begun, as the load's order put them.
+            assert!(
+                states
+                    .iter()
+                    .all(|(table, state)| if table == "public.orders" {
+                        state == "reading"
+                    } else {
+                        state == "done" || state == "waiting"
+                    }),
+                "killed inside orders: {states:?}\n{body}"
+            );
         } else {
-            let started = "streaming from the replication slot";
-            kill_at_random(&db, &source_dsn, &log, started, &mut rng).await;
+            let env = [
+                ("WEIR_SOURCE_DSN", source_dsn.as_str()),
+                ("RUST_LOG", READ_LOG),
+            ];
+            kill_after(
+                &db,
+                &env,
+                &log,
+                "streaming from the replication slot",
+                1500,
+                &mut rng,
+            )
+            .await;
         }
         let body = std::fs::read_to_string(&log).unwrap_or_default();
-        if attempt == 0 {
-            // The tables whose every range the killed load staged, as `weir status`
-            // reads the stage; each table the log reported done is among them (a kill
-            // may land between a table's last write and its log line).
-            let done_in_status = snapshot_states(&db, &source_dsn)
-                .iter()
-                .filter(|(_, s)| s == "done")
-                .count();
-            let done_in_log = ["public.orders", "public.ledger", "public.events"]
-                .iter()
-                .filter(|t| {
-                    body.lines().any(|l| {
-                        l.contains("first load progress")
-                            && l.contains(&format!("table={t}"))
-                            && l.contains("done=true")
-                    })
-                })
-                .count();
+        if attempt == 1 {
+            // The next run reads the pages the load left, with watermarks: the load's
+            // snapshot is gone.
             assert!(
-                done_in_log <= done_in_status,
-                "{done_in_log} tables logged done, {done_in_status} done in the stage:\n{body}"
-            );
-            assert!(
-                (1..3).contains(&done_in_status),
-                "the load was killed after its first table and before its last: {done_in_status} of 3 done:\n{body}"
-            );
-            loaded_by_first = Some(done_in_status);
-        } else if attempt == 1 {
-            // The next run reads only the tables not finished, with watermarks: the
-            // load's snapshot is gone.
-            let done = loaded_by_first.unwrap_or(0);
-            assert!(
-                body.lines().any(|l| l.contains("initial snapshot starts")
-                    && l.contains(&format!(" done={done} "))),
-                "the resumed snapshot starts with the {done} tables the first load finished:\n{body}"
+                body.lines().any(|l| l
+                    .contains("the snapshot reads the pages the first load left")
+                    && l.contains("table=public.orders")),
+                "the resumed snapshot reads the pages the first load left of orders:\n{body}"
             );
             assert!(
                 !body.contains("first load starts"),
                 "a load that staged rows is not started again:\n{body}"
             );
         }
+        logs.push_str(&body);
     }
     writers.await.expect("writers");
-    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    let out = db
+        .weir_command(&["run", "--once"])
+        .env("WEIR_SOURCE_DSN", &source_dsn)
+        .env("RUST_LOG", READ_LOG)
+        .output()
+        .expect("run weir");
     assert!(out.status.success(), "drain: {}", text(&out.stderr));
+    logs.push_str(&text(&out.stderr));
     assert_all_same(&source, &db.client().await).await;
+    // Each row of orders is read once, but for what a kill cut short (a chunk in flight
+    // per kill, a part of a range per worker of the load) and rows the writers inserted
+    // or moved to a page not read yet.
+    // Each range and chunk holds about `chunk_rows` rows (by the planner's rows per
+    // page); half as many again for its estimate.
+    let (by_load, by_chunks) = rows_read(&logs, "public.orders");
+    let slack = statements / 3 + (kills - 1) * chunk_rows * 3 / 2 + 3 * chunk_rows;
+    eprintln!(
+        "orders: {rows} rows, {by_load} read by the killed load, {by_chunks} by the snapshot after it (slack {slack})"
+    );
+    assert!(
+        by_load > slack,
+        "the killed load staged {by_load} rows of orders: too few to tell whether they are read again"
+    );
+    assert!(
+        by_load + by_chunks <= rows + slack,
+        "orders ({rows} rows) read {by_load} rows in the load and {by_chunks} in the snapshot after it: the rows staged were read again"
+    );
+}
+
+/// A first load of `orders` (`rows` rows, `customer` held out of line in TOAST),
+/// SIGKILLed after 20 of its parts are staged: the stage holds some of its ranges of
+/// pages.
+async fn a_load_killed_part_way(name: &str, rows: u64) -> (TestDb, String, tokio_postgres::Client) {
+    let db = TestDb::new(&format!("{name}_target")).await;
+    let ddl = format!(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         ALTER TABLE orders ALTER COLUMN customer SET STORAGE EXTERNAL;
+         INSERT INTO orders SELECT g, (SELECT string_agg(md5(g::text || i::text), '') FROM generate_series(1, 80) i),
+                DATE '2026-03-01' + (g % 30), g % 1000, 'new' FROM generate_series(1, {rows}) g;
+         ANALYZE orders;"
+    );
+    let (source_dsn, source) = crate::harness::source_db(name, &ddl).await;
+    let table = OrdersTable::postgres("analytics.fact_orders")
+        .source("public.orders")
+        .key(&["id"])
+        .to_string();
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            name,
+            &format!(
+                "snapshot_chunk_rows = {}\nsnapshot_parallelism = 2",
+                rows / 100
+            ),
+            &table,
+        ),
+    )
+    .expect("config");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let log = db.path("load.log");
+    let env = [
+        ("WEIR_SOURCE_DSN", source_dsn.as_str()),
+        ("FAILPOINTS", "load-range=sleep(20)"),
+        ("RUST_LOG", READ_LOG),
+    ];
+    let mut run = db.spawn_live(&env, &log);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let body = std::fs::read_to_string(&log).unwrap_or_default();
+        if body.matches("first load part staged").count() >= 20 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the load staged too little:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = run.0.kill();
+    let _ = run.wait();
+    assert_eq!(
+        snapshot_states(&db, &source_dsn),
+        [("public.orders".to_owned(), "reading".to_owned())]
+    );
+    (db, source_dsn, source)
+}
+
+/// The pages a killed load left are only its rows while no row moved but by a change
+/// the stream carries. Two ways a row can be elsewhere, and each makes the next run
+/// read the table again whole, in key order:
+/// * the table's files were rewritten: rows deleted from the first pages (loaded), then
+///   `VACUUM FULL` packs the rest towards them;
+/// * an update left a value out (unchanged TOAST) of a row not staged: rows deleted
+///   from the first pages and vacuumed, then rows of the last pages (not loaded)
+///   updated without their `customer`: their new versions go to the first pages' free
+///   space, which were read already.
+///
+/// Read by the pages left, both would lose rows; the target is exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_load_left_part_way_is_read_in_key_order_when_its_rows_may_have_moved() {
+    let rows = 20_000u64;
+    for (case, statements, reason) in [
+        (
+            "first_load_rewrite",
+            &["DELETE FROM orders WHERE id <= 4000", "VACUUM FULL orders"][..],
+            "its files were rewritten",
+        ),
+        (
+            "first_load_toast",
+            &[
+                "DELETE FROM orders WHERE id <= 4000",
+                "VACUUM orders",
+                "UPDATE orders SET status = 'moved', amount = amount + 1 WHERE id > 19000",
+            ][..],
+            "an update left out values",
+        ),
+    ] {
+        let (db, source_dsn, source) = a_load_killed_part_way(case, rows).await;
+        // The load's slot stays at the load's snapshot (nothing was acknowledged), so
+        // the stream carries these changes.
+        for sql in statements {
+            source.batch_execute(sql).await.expect("move rows");
+        }
+        let out = db
+            .weir_command(&["run", "--once"])
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .env("RUST_LOG", READ_LOG)
+            .output()
+            .expect("run weir");
+        let log = text(&out.stderr);
+        assert!(out.status.success(), "{case}: {log}");
+        assert!(
+            log.lines()
+                .any(|l| l.contains("read again whole, in key order") && l.contains(reason)),
+            "{case}: the table is read again in key order because {reason}:\n{log}"
+        );
+        assert_same_rows(
+            &source,
+            "orders",
+            &db.client().await,
+            "analytics.fact_orders",
+        )
+        .await;
+    }
 }
 
 /// Without a free replication slot, or a free walsender, for the temporary slot of the

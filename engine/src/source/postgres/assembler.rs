@@ -632,6 +632,18 @@ impl Assembler {
         Ok(events)
     }
 
+    /// Stages the source's resume state `state` with the transaction being assembled.
+    pub(super) fn push_state(&mut self, state: Vec<u8>) -> Result<(), PgSourceError> {
+        let txn = self
+            .current
+            .as_mut()
+            .ok_or(PgSourceError::OutsideTransaction {
+                what: "the snapshot's progress",
+            })?;
+        txn.changes.push(StageChange::SourceState(state));
+        Ok(())
+    }
+
     /// An update whose `unchanged` columns (not in `after`) the stage fills from the
     /// row's previous image when it applies it; see [`StageChange::UpsertUnchanged`].
     fn push_update(

@@ -20,9 +20,13 @@
 //! What is not loaded here is left to the watermark snapshot ([`super::snapshot`]),
 //! which runs beside the stream from the consistent point:
 //! * a table with a column Weir does not read in binary (an enum, an array, a domain);
-//! * after a crash, or a lost connection, a table whose ranges were not all staged (the
-//!   exported snapshot died with its connection): it is read again whole, in key order,
-//!   between watermarks; rows staged already are overwritten by their current version.
+//! * after a crash, or a lost connection, the ranges of pages of a table that were not
+//!   all staged (the exported snapshot died with its connection): the progress staged
+//!   with each part names them ([`PagesLeft`]), and they are read in chunks of pages
+//!   between watermarks; the rows of the ranges staged are not read again. A table
+//!   whose files were rewritten since (`VACUUM FULL`, `CLUSTER`, ...), or on a server
+//!   older than 14 (one range per table), is read again whole, in key order; rows
+//!   staged already are overwritten by their current version.
 //!
 //! The load runs only when nothing was staged yet and the source is a primary (a
 //! standby decodes with the watermark snapshot).
@@ -36,11 +40,12 @@ use tokio_postgres::binary_copy::BinaryCopyOutStream;
 use tokio_postgres::types::{FromSql, Type};
 
 use super::error::PgSourceError;
+use super::progress::{PagesLeft, SnapshotProgress};
 use super::replication::ReplicationClient;
 use super::setup::connect;
-use super::snapshot::{SnapshotProgress, column_types};
+use super::snapshot::column_types;
 use super::stage_port::StagePort;
-use crate::config::{Dsn, TableConfig, quote_ident};
+use crate::config::{Dsn, TableConfig, TableName, quote_ident};
 use crate::feed::{Op, StageChange, keyed_changes};
 use crate::pg::pgtypes;
 use crate::value::Value;
@@ -176,6 +181,10 @@ struct Planned {
     /// A valid unique index of the source has only key columns: in one snapshot no key
     /// repeats, so its rows are staged without looking their keys up.
     unique_key: bool,
+    /// Which files held the table before the load read it ([`relation_files`]): the
+    /// load holds a lock that keeps them from its first range to its end, so pages
+    /// left by a load that stopped are the same pages while these are the same files.
+    files: String,
 }
 
 /// Whether table `index` is loaded with a key the source enforces unique.
@@ -196,6 +205,8 @@ type Reader = (String, Vec<(u32, i32)>);
 #[derive(Debug)]
 struct RangeRead {
     table: usize,
+    /// The range's pages, `from` and `to`.
+    range: (u64, Option<u64>),
     changes: Vec<StageChange>,
     last: bool,
 }
@@ -298,10 +309,21 @@ pub(super) async fn first_load(
     }
     let tid_ranges = version >= TID_RANGE_SCAN_VERSION;
     let mut queue = VecDeque::new();
+    // Staged with each part: the tables done, and the pages of the others not staged
+    // yet (what a run after a crash reads of them, with watermarks).
+    let mut progress = SnapshotProgress::default();
     for (i, p) in planned.iter_mut().enumerate() {
         let Some(p) = p else { continue };
         let ranges = ranges_of(i, p, tables, &catalog, tid_ranges, options).await?;
         p.ranges_left = ranges.len();
+        if tid_ranges && let Some(table) = tables.get(i) {
+            progress.pages.push(PagesLeft {
+                table: table.source.to_string(),
+                files: std::mem::take(&mut p.files),
+                ranges: ranges.iter().map(|r| (r.from, r.to)).collect(),
+                begun: false,
+            });
+        }
         queue.extend(ranges);
     }
     let loading = Loading(options.watch.as_deref());
@@ -365,7 +387,6 @@ pub(super) async fn first_load(
     drop(sender);
     // Every worker imported the snapshot: it no longer needs the exporting connection,
     // but the slot goes with it, so it stays open to the end.
-    let mut progress = SnapshotProgress::default();
     let mut last_log = Instant::now();
     // Time in the stage's synced writes: the rest is waiting for the readers.
     let mut staging_time = Duration::ZERO;
@@ -379,13 +400,14 @@ pub(super) async fn first_load(
         };
         let rows = read.changes.len() as u64;
         p.rows += rows;
-        if read.last {
-            p.ranges_left = p.ranges_left.saturating_sub(1);
-        }
         let name = tables
             .get(read.table)
             .map(|t| t.source.to_string())
             .unwrap_or_default();
+        if read.last {
+            p.ranges_left = p.ranges_left.saturating_sub(1);
+            progress.pages_staged(&name, read.range.0, read.range.1);
+        }
         if read.last && p.ranges_left == 0 {
             progress.done.push(name.clone());
             progress.complete = tables
@@ -407,6 +429,7 @@ pub(super) async fn first_load(
         tokio::task::spawn_blocking(move || stage.stage_load(&changes, point, new_keys, sync))
             .await??;
         staging_time += staging.elapsed();
+        tracing::debug!(table = %name, rows, last = read.last, "first load part staged");
         loading.staged(&name, rows, point);
         // Reported once staged: a table logged done is done in the stage.
         let Some(Some(loaded)) = planned.get(read.table) else {
@@ -471,6 +494,7 @@ async fn plan(
         }
     }
     let names: Vec<String> = table.columns.iter().map(|c| quote_ident(&c.name)).collect();
+    let files = relation_files(catalog, &table.source).await?;
     // A unique index (not partial, no expression, valid) whose columns are all key
     // columns makes the key unique in any snapshot (a key column is never NULL).
     let unique_key: bool = catalog
@@ -495,6 +519,7 @@ async fn plan(
         rows_estimate: 0,
         bar: None,
         unique_key,
+        files,
     }))
 }
 
@@ -514,28 +539,9 @@ async fn ranges_of(
     let Some(table) = tables.get(index) else {
         return Ok(Vec::new());
     };
-    let row = catalog
-        .query_one(
-            // The leaves of a partitioned table; a plain table is its own (for it,
-            // `pg_partition_tree` has no row).
-            "WITH r AS (SELECT to_regclass($1) AS oid), \
-                  leaves AS (SELECT t.relid FROM r, pg_partition_tree(r.oid) t WHERE t.isleaf \
-                             UNION SELECT r.oid FROM r) \
-             SELECT coalesce(max(pg_relation_size(c.oid) / current_setting('block_size')::int8), 0)::int8, \
-                    coalesce(sum(greatest(c.reltuples, 0)), 0)::float8, \
-                    coalesce(sum(greatest(c.relpages, 0)), 0)::int8 \
-             FROM leaves JOIN pg_class c ON c.oid = leaves.relid WHERE c.relkind <> 'p'",
-            &[&table.source.quoted()],
-        )
-        .await
-        .map_err(|source| PgSourceError::Query {
-            what: "size a table for the first load",
-            source,
-        })?;
-    let pages = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
-    let tuples: f64 = row.get(1);
-    let stat_pages: i64 = row.get(2);
-    planned.rows_estimate = tuples as u64;
+    let size = table_size(catalog, &table.source).await?;
+    let pages = size.pages;
+    planned.rows_estimate = size.tuples as u64;
     if !tid_ranges || pages == 0 {
         return Ok(vec![PageRange {
             table: index,
@@ -543,12 +549,7 @@ async fn ranges_of(
             to: None,
         }]);
     }
-    let rows_per_page = if tuples > 0.0 && stat_pages > 0 {
-        tuples / stat_pages as f64
-    } else {
-        ROWS_PER_PAGE_UNKNOWN
-    };
-    let by_rows = ((options.range_rows as f64 / rows_per_page.max(1.0)).ceil() as u64).max(1);
+    let by_rows = size.pages_for_rows(options.range_rows);
     let by_workers = pages
         .div_ceil(options.parallelism.saturating_mul(2).max(1) as u64)
         .max(1);
@@ -569,6 +570,86 @@ async fn ranges_of(
         from = to;
     }
     Ok(ranges)
+}
+
+/// A table's size: its pages (of its largest leaf, if partitioned) and the planner's
+/// rows and pages.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TableSize {
+    pub(super) pages: u64,
+    pub(super) tuples: f64,
+    stat_pages: u64,
+}
+
+impl TableSize {
+    /// Pages holding about `rows` rows, by the planner's rows per page (at least one).
+    pub(super) fn pages_for_rows(&self, rows: usize) -> u64 {
+        let rows_per_page = if self.tuples > 0.0 && self.stat_pages > 0 {
+            self.tuples / self.stat_pages as f64
+        } else {
+            ROWS_PER_PAGE_UNKNOWN
+        };
+        ((rows as f64 / rows_per_page.max(1.0)).ceil() as u64).max(1)
+    }
+}
+
+/// The leaves of a table (a plain table is its own; for it `pg_partition_tree` may have
+/// no row), as a `WITH` clause naming them `leaves(relid)`, for the table `$1`.
+const LEAVES: &str = "WITH r AS (SELECT to_regclass($1) AS oid), \
+     leaves AS (SELECT t.relid FROM r, pg_partition_tree(r.oid) t WHERE t.isleaf \
+                UNION SELECT r.oid FROM r)";
+
+/// The size of `table` now.
+pub(super) async fn table_size(
+    catalog: &tokio_postgres::Client,
+    table: &TableName,
+) -> Result<TableSize, PgSourceError> {
+    let row = catalog
+        .query_one(
+            &format!(
+                "{LEAVES} \
+                 SELECT coalesce(max(pg_relation_size(c.oid) / current_setting('block_size')::int8), 0)::int8, \
+                        coalesce(sum(greatest(c.reltuples, 0)), 0)::float8, \
+                        coalesce(sum(greatest(c.relpages, 0)), 0)::int8 \
+                 FROM leaves JOIN pg_class c ON c.oid = leaves.relid WHERE c.relkind <> 'p'"
+            ),
+            &[&table.quoted()],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "size a source table",
+            source,
+        })?;
+    Ok(TableSize {
+        pages: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
+        tuples: row.get(1),
+        stat_pages: u64::try_from(row.get::<_, i64>(2)).unwrap_or(0),
+    })
+}
+
+/// Which files hold `table`'s rows now: each leaf relation's `oid:relfilenode`, in oid
+/// order. A rewrite that moves rows to other pages (`VACUUM FULL`, `CLUSTER`,
+/// `TRUNCATE`, a rewriting `ALTER TABLE`) gives a leaf a new file, and attaching or
+/// detaching a partition changes the leaves: either changes this text.
+pub(super) async fn relation_files(
+    catalog: &tokio_postgres::Client,
+    table: &TableName,
+) -> Result<String, PgSourceError> {
+    let row = catalog
+        .query_one(
+            &format!(
+                "{LEAVES} \
+                 SELECT coalesce(string_agg(c.oid::text || ':' || c.relfilenode::text, ',' ORDER BY c.oid), '') \
+                 FROM leaves JOIN pg_class c ON c.oid = leaves.relid WHERE c.relkind <> 'p'"
+            ),
+            &[&table.quoted()],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read which files hold a source table",
+            source,
+        })?;
+    Ok(row.get(0))
 }
 
 /// One worker: a connection in the imported snapshot, reading ranges until none is
@@ -663,17 +744,18 @@ impl Worker {
             if changes.len() >= self.part_rows || bytes >= self.part_bytes {
                 bytes = 0;
                 let part = std::mem::replace(&mut changes, Vec::with_capacity(self.part_rows));
-                if !self.send(range.table, part, false).await {
+                if !self.send(range, part, false).await {
                     return Ok(false);
                 }
             }
         }
-        Ok(self.send(range.table, changes, true).await)
+        Ok(self.send(range, changes, true).await)
     }
 
-    async fn send(&self, table: usize, changes: Vec<StageChange>, last: bool) -> bool {
+    async fn send(&self, range: PageRange, changes: Vec<StageChange>, last: bool) -> bool {
         let read = RangeRead {
-            table,
+            table: range.table,
+            range: (range.from, range.to),
             changes,
             last,
         };

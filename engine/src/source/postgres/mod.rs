@@ -88,6 +88,9 @@ mod error;
     clippy::cast_sign_loss
 )]
 mod load;
+// Ranges of pages are indexed where they were just found.
+#[allow(clippy::indexing_slicing)]
+mod progress;
 mod setup;
 #[allow(
     clippy::indexing_slicing,
@@ -103,12 +106,13 @@ pub use crate::pg::lsn::{format_lsn, parse_lsn};
 pub use assembler::{Assembler, Unstaged};
 pub use error::PgSourceError;
 pub use load::LoadWatch;
+pub use progress::{SnapshotTable, resync_holds, snapshot_tables};
 pub use read::{distinct_values, read_rows};
 pub use resync::request_resync;
 pub use setup::{
     Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
     slot_on_each_host, slot_status, source_columns, table_oid,
 };
-pub use snapshot::{RESYNC_PREFIX, ResyncSignal, SnapshotTable, resync_holds, snapshot_tables};
+pub use snapshot::{RESYNC_PREFIX, ResyncSignal};
 pub use stage_port::{PortError, StagePort};
 pub use streaming::{PostgresSource, PostgresSourceOptions, write_server};

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::assembler::{Unstaged, key_of};
 use super::error::PgSourceError;
+use super::progress::SnapshotProgress;
 use super::replication::ReplicationError;
 use super::setup::connect;
 use super::stage_port::StagePort;
@@ -32,143 +33,6 @@ pub struct ResyncSignal {
     pub filter: Option<String>,
 }
 
-/// How far the snapshot got; staged with each chunk (`StageChange::SourceState`).
-/// The first load ([`super::load`]) stages it too, with the tables it loaded done, and
-/// a `weir resync` signal with its table taken out of `done`.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub(super) struct SnapshotProgress {
-    /// Tables whose snapshot is complete.
-    pub(super) done: Vec<String>,
-    /// The table being read and the text of the last key read in it.
-    pub(super) current: Option<(String, Vec<Option<String>>)>,
-    /// Every table is done.
-    pub(super) complete: bool,
-    /// Tables being read again for `weir resync`, until done.
-    pub(super) resync: Vec<Resync>,
-}
-
-/// The progress as staged before `resync` was added: a stage written by an older build
-/// decodes as one.
-#[derive(serde::Deserialize)]
-struct ProgressBeforeResync {
-    done: Vec<String>,
-    current: Option<(String, Vec<Option<String>>)>,
-    complete: bool,
-}
-
-/// A table read again because `weir resync` asked for it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(super) struct Resync {
-    /// `schema.name`.
-    pub(super) table: String,
-    /// `--where`: only the rows it selects are read again (upserted). `None`: the whole
-    /// table, whose staged rows were dropped when the resync began; its partitions are
-    /// not written until it is read whole (see [`resync_holds`]).
-    pub(super) filter: Option<String>,
-}
-
-impl SnapshotProgress {
-    /// The progress staged as `bytes`, in this build's form or the older one.
-    pub(super) fn decode(bytes: &[u8]) -> Option<SnapshotProgress> {
-        postcard::from_bytes::<SnapshotProgress>(bytes)
-            .ok()
-            .or_else(|| {
-                postcard::from_bytes::<ProgressBeforeResync>(bytes)
-                    .ok()
-                    .map(|old| SnapshotProgress {
-                        done: old.done,
-                        current: old.current,
-                        complete: old.complete,
-                        resync: Vec::new(),
-                    })
-            })
-    }
-
-    pub(super) fn encode(&self, table: &str) -> Result<Vec<u8>, PgSourceError> {
-        postcard::to_allocvec(self).map_err(|_| PgSourceError::BadChange {
-            table: table.to_owned(),
-            reason: "cannot encode the snapshot progress".into(),
-        })
-    }
-
-    /// The progress once a resync of `table` (with `filter`) begins: the table is read
-    /// again from its first key. `None`: a resync with a filter of a table not read whole
-    /// yet (its snapshot, or a whole resync, is under way and reads every row anyway).
-    pub(super) fn with_resync(&self, table: &str, filter: Option<String>) -> Option<Self> {
-        let whole = filter.is_none();
-        if !whole && !self.complete && !self.done.iter().any(|t| t == table) {
-            return None;
-        }
-        let mut next = self.clone();
-        next.done.retain(|t| t != table);
-        next.complete = false;
-        if next.current.as_ref().is_some_and(|(t, _)| t == table) {
-            next.current = None;
-        }
-        next.resync.retain(|r| r.table != table);
-        next.resync.push(Resync {
-            table: table.to_owned(),
-            filter,
-        });
-        Some(next)
-    }
-}
-
-/// The tables a whole-table resync is reading again: their staged rows were dropped
-/// when it began, so their partitions are not written until it is done (the target
-/// keeps its rows meanwhile). From the progress the stage holds.
-pub fn resync_holds(state: Option<&[u8]>) -> Vec<String> {
-    state
-        .and_then(SnapshotProgress::decode)
-        .map(|p| {
-            p.resync
-                .into_iter()
-                .filter(|r| r.filter.is_none())
-                .map(|r| r.table)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// How far the initial snapshot got with one table, as `weir status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SnapshotTable {
-    /// `schema.name`.
-    pub table: String,
-    /// `done` (every row staged), `reading` (the watermark snapshot is part way through
-    /// it), `resyncing` (read again for `weir resync`), or `waiting` (not read yet, or
-    /// read again after a first load that did not finish it).
-    pub state: &'static str,
-    /// The `--where` of a resync under way, if it has one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub filter: Option<String>,
-}
-
-/// Each table's snapshot state from the progress the stage holds (`None`: nothing
-/// staged yet, so every table waits).
-pub fn snapshot_tables(state: Option<&[u8]>, tables: &[String]) -> Vec<SnapshotTable> {
-    let progress = state.and_then(SnapshotProgress::decode).unwrap_or_default();
-    tables
-        .iter()
-        .map(|table| {
-            let resync = progress.resync.iter().find(|r| &r.table == table);
-            SnapshotTable {
-                table: table.clone(),
-                state: if progress.complete || progress.done.contains(table) {
-                    "done"
-                } else if resync.is_some() {
-                    "resyncing"
-                } else if progress.current.as_ref().is_some_and(|(t, _)| t == table) {
-                    "reading"
-                } else {
-                    "waiting"
-                },
-                filter: resync.and_then(|r| r.filter.clone()),
-            }
-        })
-        .collect()
-}
-
 /// A chunk read between its low and high watermark.
 #[derive(Debug)]
 pub(super) struct ChunkInFlight {
@@ -183,6 +47,9 @@ pub(super) struct ChunkInFlight {
     /// the stream's version of those rows wins over the chunk's.
     changed: std::collections::HashSet<Vec<u8>>,
     last_key: Option<Vec<Option<String>>>,
+    /// A chunk of the pages the first load left: the pages it read, `from` inclusive,
+    /// `to` exclusive (`None`: to the end). `None`: a chunk in key order.
+    pages: Option<(u64, Option<u64>)>,
     /// The encoded key of each row: its index in `rows`.
     index: HashMap<Vec<u8>, usize>,
 }
@@ -225,10 +92,21 @@ pub(super) enum Watermark {
 /// from the chunk (the stream already carries newer versions), and the rest are staged
 /// in the high watermark's transaction, with the snapshot's progress. A crash loses at
 /// most the chunk in flight: the next run continues after the last staged key.
+///
+/// A table the first load began and did not finish is read by the ranges of pages the
+/// load left ([`super::progress::PagesLeft`]), in chunks of pages rather than of keys, unless its files
+/// were rewritten since, or an update of it left values out that only an unread row
+/// holds: then it is read again whole, in key order.
 pub(super) struct Snapshot {
     client: tokio_postgres::Client,
     progress: SnapshotProgress,
     chunk_rows: usize,
+    /// Each table read by pages: its pages per chunk (about `chunk_rows` rows) and its
+    /// pages when first asked.
+    page_chunks: HashMap<String, (u64, u64)>,
+    /// Tables read by pages that must be read again whole, in key order; see
+    /// [`Snapshot::unstaged`]. Locked only on an update that leaves values out.
+    to_key_order: std::sync::Mutex<Vec<String>>,
     pub(super) in_flight: Option<ChunkInFlight>,
     pub(super) rows_done: u64,
     /// The planner's estimate of the rows to read, for the rate and ETA.
@@ -321,9 +199,18 @@ impl Snapshot {
         tracing::info!(
             tables = tables.len(),
             done = progress.done.len(),
+            by_pages = progress.pages.len(),
             rows_estimate,
             "initial snapshot starts"
         );
+        for left in &progress.pages {
+            tracing::info!(
+                table = %left.table,
+                ranges = left.ranges.len(),
+                from_page = left.ranges.first().map_or(0, |r| r.0),
+                "the snapshot reads the pages the first load left of this table"
+            );
+        }
         let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
             let bar = indicatif::ProgressBar::new(rows_estimate.max(1));
             bar.set_style(
@@ -338,6 +225,8 @@ impl Snapshot {
             client,
             progress,
             chunk_rows: chunk_rows.max(1),
+            page_chunks: HashMap::new(),
+            to_key_order: std::sync::Mutex::new(Vec::new()),
             in_flight: None,
             rows_done: 0,
             rows_estimate,
@@ -371,6 +260,36 @@ impl Snapshot {
             Some((t, key)) if *t == name => Some(key.clone()),
             _ => None,
         };
+        // The next chunk of the pages the first load left, if it left this table part
+        // way: the pages of its first range left, about `chunk_rows` rows' worth.
+        let by_pages = match self.progress.pages_of(&name) {
+            Some(left) => {
+                let Some(&(from, to)) = left.ranges.first() else {
+                    return Err(PgSourceError::BadChange {
+                        table: name,
+                        reason: "the snapshot progress holds a table with no pages left".into(),
+                    });
+                };
+                let files = left.files.clone();
+                let (span, pages) = match self.page_chunks.get(&name) {
+                    Some(&sized) => sized,
+                    None => {
+                        let size = super::load::table_size(&self.client, &table.source).await?;
+                        let sized = (size.pages_for_rows(self.chunk_rows), size.pages);
+                        self.page_chunks.insert(name.clone(), sized);
+                        sized
+                    }
+                };
+                let end = from.saturating_add(span);
+                let to = match to {
+                    Some(to) => Some(to.min(end)),
+                    // The last range: to the end of the table, however it grew.
+                    None => (end < pages).then_some(end),
+                };
+                Some((from, to, files))
+            }
+            None => None,
+        };
         let emit = "SELECT pg_logical_emit_message(true, $1, $2)::text";
         let low: String = self
             .client
@@ -398,7 +317,14 @@ impl Snapshot {
             None => table.source.quoted(),
         };
         let mut sql = format!("SELECT {} FROM {from}", columns.join(", "));
-        if let Some(after) = &after {
+        if let Some((from, to, _)) = &by_pages {
+            // A TID range scan reads only these pages; every row in them is read, in
+            // no order (at most the pages' rows).
+            sql.push_str(&format!(" WHERE ctid >= '({from},0)'::tid"));
+            if let Some(to) = to {
+                sql.push_str(&format!(" AND ctid < '({to},0)'::tid"));
+            }
+        } else if let Some(after) = &after {
             let mut literals = Vec::with_capacity(after.len());
             for (k, value) in table.key.iter().zip(after) {
                 let declared = table.column(k).map_or("text", |c| c.declared.as_str());
@@ -422,11 +348,13 @@ impl Snapshot {
                 literals.join(", ")
             ));
         }
-        sql.push_str(&format!(
-            " ORDER BY {} LIMIT {}",
-            keys.join(", "),
-            self.chunk_rows
-        ));
+        if by_pages.is_none() {
+            sql.push_str(&format!(
+                " ORDER BY {} LIMIT {}",
+                keys.join(", "),
+                self.chunk_rows
+            ));
+        }
         let rows: Vec<tokio_postgres::SimpleQueryRow> = self
             .client
             .simple_query(&sql)
@@ -438,6 +366,15 @@ impl Snapshot {
                 _ => None,
             })
             .collect();
+        if let Some((_, _, files)) = &by_pages {
+            // Checked after the read: a rewrite committed before it shows here, and one
+            // after it leaves this chunk's rows right (they are current) but moves the
+            // rows of the pages left, so the table is then read again in key order.
+            let now = super::load::relation_files(&self.client, &table.source).await?;
+            if now != *files {
+                self.key_order(&name, "its files were rewritten since its first load (VACUUM FULL, CLUSTER, TRUNCATE, or a partition attached or detached)");
+            }
+        }
         let high: String = self
             .client
             .query_one(emit, &[&WATERMARK_PREFIX, &"high"])
@@ -468,7 +405,7 @@ impl Snapshot {
         for (i, row) in decoded.iter().enumerate() {
             keys.insert(key_of(table, row)?, i);
         }
-        tracing::debug!(table = %name, read = rows.len(), "snapshot chunk read");
+        tracing::debug!(table = %name, read = rows.len(), by_pages = by_pages.is_some(), "snapshot chunk read");
         let parse = |lsn: &str| {
             crate::pg::lsn::parse_lsn(lsn)
                 .ok_or(PgSourceError::Replication(ReplicationError::Closed))
@@ -487,13 +424,27 @@ impl Snapshot {
             } else {
                 last_key
             },
+            pages: by_pages.map(|(from, to, _)| (from, to)),
         });
         Ok(true)
     }
 
     /// Where the previous version of a row of table `table` (named `name`) is, for an
-    /// update's unchanged values; see [`Unstaged`].
-    pub(super) fn unstaged(&self, table: usize, name: &str, key: &[u8]) -> Unstaged {
+    /// update's unchanged values; see [`Unstaged`]. `staged` says whether the stage
+    /// holds a version of the row.
+    ///
+    /// Of a table read by pages, a row neither staged nor in the chunk may be in a page
+    /// read already (an update moves a row), where no later chunk reads it: the update
+    /// is left to the stage's version, if any, and the table is read again whole, in
+    /// key order, from a progress staged with the update's transaction
+    /// ([`Snapshot::take_key_order`]).
+    pub(super) fn unstaged(
+        &self,
+        table: usize,
+        name: &str,
+        key: &[u8],
+        staged: &dyn Fn() -> bool,
+    ) -> Unstaged {
         // A table read whole, or read again only where a resync's `--where` says: the
         // stage holds its rows.
         if self.progress.done.iter().any(|t| t == name)
@@ -505,14 +456,70 @@ impl Snapshot {
         {
             return Unstaged::Staged;
         }
-        match &self.in_flight {
+        let in_chunk = match &self.in_flight {
             Some(chunk) if chunk.table == table && !chunk.changed.contains(key) => chunk
                 .index
                 .get(key)
                 .and_then(|i| chunk.rows.get(*i))
-                .map_or(Unstaged::NotRead, |row| Unstaged::ChunkRow(row.clone())),
-            _ => Unstaged::NotRead,
+                .map(|row| Unstaged::ChunkRow(row.clone())),
+            _ => None,
+        };
+        if let Some(row) = in_chunk {
+            return row;
         }
+        if self.progress.pages_of(name).is_some() {
+            if staged() {
+                return Unstaged::Staged;
+            }
+            self.key_order(
+                name,
+                "an update left out values (unchanged TOAST values) of a row not read yet",
+            );
+        }
+        Unstaged::NotRead
+    }
+
+    /// Marks `table`, read by pages, to be read again whole, in key order, because of
+    /// `reason`.
+    fn key_order(&self, table: &str, reason: &str) {
+        let mut marked = self
+            .to_key_order
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !marked.iter().any(|t| t == table) {
+            tracing::warn!(
+                table,
+                reason,
+                "the table is read again whole, in key order, not by the pages its first load left"
+            );
+            marked.push(table.to_owned());
+        }
+    }
+
+    /// The progress to stage now if a table read by pages was marked to be read in key
+    /// order since the last call (its pages entry gone: it is read from its first key).
+    pub(super) fn take_key_order(&mut self, table: &str) -> Result<Option<Vec<u8>>, PgSourceError> {
+        let marked = std::mem::take(
+            self.to_key_order
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let before = self.progress.pages.len();
+        self.progress.pages.retain(|p| !marked.contains(&p.table));
+        if self.progress.pages.len() == before {
+            return Ok(None);
+        }
+        for name in &marked {
+            if self
+                .progress
+                .current
+                .as_ref()
+                .is_some_and(|(t, _)| t == name)
+            {
+                self.progress.current = None;
+            }
+        }
+        self.progress.encode(table).map(Some)
     }
 
     /// Whether the logical message at `lsn` is this chunk's low or high watermark.
@@ -567,15 +574,23 @@ impl Snapshot {
             }
         }
         self.rows_done += rows.len() as u64;
-        match chunk.last_key {
-            Some(key) => self.progress.current = Some((name.clone(), key)),
-            None => {
-                self.progress.current = None;
-                self.progress.done.push(name.clone());
-                if let Some(i) = self.progress.resync.iter().position(|r| r.table == name) {
-                    let resync = self.progress.resync.remove(i);
-                    tracing::info!(table = %name, filter = resync.filter.is_some(), rows = self.rows_done, "resync complete");
-                }
+        // A table marked for key order since (by this chunk's check of its files): its
+        // chunk's rows are current all the same, but its pages are not followed on.
+        self.take_key_order(&name)?;
+        let done = match (chunk.pages, chunk.last_key) {
+            (Some((from, to)), _) => self.progress.pages_staged(&name, from, to),
+            (None, Some(key)) => {
+                self.progress.current = Some((name.clone(), key));
+                false
+            }
+            (None, None) => true,
+        };
+        if done {
+            self.progress.current = None;
+            self.progress.done.push(name.clone());
+            if let Some(i) = self.progress.resync.iter().position(|r| r.table == name) {
+                let resync = self.progress.resync.remove(i);
+                tracing::info!(table = %name, filter = resync.filter.is_some(), rows = self.rows_done, "resync complete");
             }
         }
         if tables
@@ -673,6 +688,7 @@ mod tests {
             rows: Vec::new(),
             changed: std::collections::HashSet::new(),
             last_key: None,
+            pages: None,
             index: HashMap::new(),
         };
         let txn = |changes| {

@@ -7,13 +7,12 @@ use std::time::{Duration, Instant};
 use super::assembler::{Assembler, Unstaged};
 use super::error::PgSourceError;
 use super::load::{LoadOptions, LoadWatch, first_load};
+use super::progress::SnapshotProgress;
 use super::replication::{
     ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream,
 };
 use super::setup::{check_estate, connect};
-use super::snapshot::{
-    RESYNC_PREFIX, ResyncSignal, Snapshot, SnapshotProgress, WATERMARK_PREFIX, Watermark,
-};
+use super::snapshot::{RESYNC_PREFIX, ResyncSignal, Snapshot, WATERMARK_PREFIX, Watermark};
 use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
 use crate::feed::StageChange;
@@ -632,11 +631,21 @@ impl PostgresSource {
                     let snapshot = &self.snapshot;
                     let unstaged = |table: usize, name: &str, key: &[u8]| match snapshot {
                         None => Unstaged::Staged,
-                        Some(snapshot) => snapshot.unstaged(table, name, key),
+                        Some(snapshot) => {
+                            let staged = || lookup(name, key).is_some();
+                            snapshot.unstaged(table, name, key, &staged)
+                        }
                     };
                     let events = self.assembler.handle(message, &lookup, &unstaged)?;
                     if let Some(snapshot) = self.snapshot.as_mut() {
                         snapshot.observe(&events);
+                        // A table no longer read by pages: staged with the transaction
+                        // of the update that decided it, so a crash cannot forget it.
+                        if self.assembler.in_transaction()
+                            && let Some(state) = snapshot.take_key_order("the snapshot")?
+                        {
+                            self.assembler.push_state(state)?;
+                        }
                     }
                     self.ready.extend(events);
                     if let (Watermark::High, Some(snapshot)) = (watermark, self.snapshot.as_mut()) {
