@@ -28,6 +28,8 @@ const TABLE: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, 
 #[derive(Debug)]
 struct WeirRun {
     time: Duration,
+    /// `weir resync --table public.orders` (a whole table) then `run --once`: its time.
+    resync: Duration,
     staged: Option<Duration>,
     peak_kib: u64,
     stage_bytes: u64,
@@ -204,6 +206,26 @@ pub(crate) async fn initial_load(
             sum(connect(&target_dsn).await?, "analytics.orders").await? == want,
             "Weir's target ({method}) differs from the source"
         );
+        // The whole table read again beside the stream, between watermarks, and its
+        // partitions rewritten.
+        weir(
+            &weir_bin,
+            dir.path(),
+            &source_dsn,
+            &target_dsn,
+            &["resync", "--table", "public.orders"],
+        )?;
+        let (resync, _) = weir(
+            &weir_bin,
+            dir.path(),
+            &source_dsn,
+            &target_dsn,
+            &["run", "--once"],
+        )?;
+        anyhow::ensure!(
+            sum(connect(&target_dsn).await?, "analytics.orders").await? == want,
+            "Weir's target ({method}) differs from the source after a resync"
+        );
         source
             .batch_execute(&format!(
                 "SELECT pg_drop_replication_slot('bench_load_{method}')"
@@ -214,6 +236,7 @@ pub(crate) async fn initial_load(
             method,
             WeirRun {
                 time,
+                resync,
                 staged,
                 peak_kib,
                 stage_bytes,
@@ -230,34 +253,36 @@ pub(crate) async fn initial_load(
     )?;
     writeln!(
         out,
-        "A source table of {rows} orders (id bigint primary key, customer text, order_date date, amount numeric(12,2), status text; {:.0} MB, vacuumed and analyzed) over {days} days. Weir: the release binary, `weir init` (untimed) then `weir run --once`, identity transform, day partitions, 2 partition jobs: with `snapshot_method = \"export\"` (the default) a temporary slot exports a snapshot, `snapshot_parallelism = 2` connections read ranges of pages from it by binary COPY, each range staged in one synced write, then the {days} partitions are replaced; `\"watermarks\"` is the chunked read between watermarks (one connection, `snapshot_chunk_rows = 20000`), the only method before. Limit: `psql -c 'COPY orders TO STDOUT (FORMAT binary)' | psql -c 'COPY orders FROM STDIN (FORMAT binary)'` into an empty table (with its primary key) in another database of the same cluster. Peer: a native subscription into an empty table (with its primary key): its slot made with `pg_create_logical_replication_slot` (in one cluster, `CREATE SUBSCRIPTION` cannot make it), then `CREATE SUBSCRIPTION … WITH (copy_data = true, create_slot = false)`, timed from the slot's creation until the table is synchronised (polled every 50 ms). Each checked: row count, sum of ids and sum of amounts equal the source's. One run each. Load average at the start: {load}.\n",
+        "A source table of {rows} orders (id bigint primary key, customer text, order_date date, amount numeric(12,2), status text; {:.0} MB, vacuumed and analyzed) over {days} days. Weir: the release binary, `weir init` (untimed) then `weir run --once`, identity transform, day partitions, 2 partition jobs: with `snapshot_method = \"export\"` (the default) a temporary slot exports a snapshot, `snapshot_parallelism = 2` connections read ranges of pages from it by binary COPY, each range staged in one synced write, then the {days} partitions are replaced; `\"watermarks\"` is the chunked read between watermarks (one connection, `snapshot_chunk_rows = 20000`), the only method before. Limit: `psql -c 'COPY orders TO STDOUT (FORMAT binary)' | psql -c 'COPY orders FROM STDIN (FORMAT binary)'` into an empty table (with its primary key) in another database of the same cluster. Peer: a native subscription into an empty table (with its primary key): its slot made with `pg_create_logical_replication_slot` (in one cluster, `CREATE SUBSCRIPTION` cannot make it), then `CREATE SUBSCRIPTION … WITH (copy_data = true, create_slot = false)`, timed from the slot's creation until the table is synchronised (polled every 50 ms). Then, for each, `weir resync --table public.orders` (the whole table read again between watermarks beside the stream: by ranges of pages on `snapshot_parallelism` connections at once) and `weir run --once` timed, which reads it and rewrites the partitions. Each checked: row count, sum of ids and sum of amounts equal the source's. One run each. Load average at the start: {load}.\n",
         table_bytes as f64 / 1e6
     )?;
     writeln!(
         out,
-        "| path | time (s) | rows/s | of which the first load (s) | peak RSS (MiB) | stage (MB) |"
+        "| path | time (s) | rows/s | of which the first load (s) | peak RSS (MiB) | stage (MB) | resync of the table (s) | resync rows/s |"
     )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|")?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|")?;
     for (method, run) in &runs {
         writeln!(
             out,
-            "| Weir `run --once`, `snapshot_method = \"{method}\"` | {:.1} | {:.0} | {} | {} | {:.0} |",
+            "| Weir `run --once`, `snapshot_method = \"{method}\"` | {:.1} | {:.0} | {} | {} | {:.0} | {:.1} | {:.0} |",
             run.time.as_secs_f64(),
             rate(run.time),
             run.staged
                 .map_or("—".to_owned(), |s| format!("{:.1}", s.as_secs_f64())),
             run.peak_kib >> 10,
-            run.stage_bytes as f64 / 1e6
+            run.stage_bytes as f64 / 1e6,
+            run.resync.as_secs_f64(),
+            rate(run.resync)
         )?;
     }
     writeln!(
         out,
-        "| binary COPY pipe (limit) | {:.1} | {copy_rate:.0} | — | — | — |",
+        "| binary COPY pipe (limit) | {:.1} | {copy_rate:.0} | — | — | — | — | — |",
         copy_time.as_secs_f64()
     )?;
     writeln!(
         out,
-        "| subscription table sync (peer) | {:.1} | {sub_rate:.0} | — | — | — |",
+        "| subscription table sync (peer) | {:.1} | {sub_rate:.0} | — | — | — | — | — |",
         sub_time.as_secs_f64()
     )?;
     let (to_copy, to_sub) = (rate(export.time) / copy_rate, rate(export.time) / sub_rate);

@@ -348,7 +348,7 @@ async fn a_first_load_killed_at_random_points_resumes_exact() {
             // snapshot is gone.
             assert!(
                 body.lines().any(|l| l
-                    .contains("the snapshot reads the pages the first load left")
+                    .contains("the snapshot reads this table by the ranges of pages left")
                     && l.contains("table=public.orders")),
                 "the resumed snapshot reads the pages the first load left of orders:\n{body}"
             );

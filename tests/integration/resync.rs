@@ -227,6 +227,15 @@ async fn verify_against_source_names_the_damage_and_resync_repairs_it_under_a_wo
         body.matches("resync signal read").count() == 2,
         "each signal was read once:\n{body}"
     );
+    // The whole table is read by its pages (the workload's updates leave no value out,
+    // so nothing sends it back to key order).
+    assert!(
+        body.lines().any(|l| l
+            .contains("the snapshot reads this table by the ranges of pages left")
+            && l.contains("table=public.orders"))
+            && !body.contains("read again whole, in key order"),
+        "the whole-table resync reads by pages:\n{body}"
+    );
     let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
     assert!(out.status.success(), "drain: {}", text(&out.stderr));
     assert_same_rows(&source, "orders", &target, "analytics.fact_orders").await;

@@ -56,7 +56,7 @@ const LOG_INTERVAL: Duration = Duration::from_secs(5);
 const ROWS_PER_PAGE_UNKNOWN: f64 = 60.0;
 /// PostgreSQL 14: TID range scans (`ctid >= ... AND ctid < ...` reads only those
 /// pages). Before it, each table is one range.
-const TID_RANGE_SCAN_VERSION: i32 = 140_000;
+pub(super) const TID_RANGE_SCAN_VERSION: i32 = 140_000;
 /// The usual page size: what a range's pages hold at most, for its memory.
 const PAGE_BYTES: u64 = 8192;
 /// PostgreSQL 12: `pg_partition_tree`, used to size a partitioned table.

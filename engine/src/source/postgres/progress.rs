@@ -153,8 +153,17 @@ impl SnapshotProgress {
             next.current = None;
         }
         next.resync.retain(|r| r.table != table);
-        // Read again whole (or where `--where` says), in key order.
+        // Read again where `--where` says, in key order; or whole, by its pages (their
+        // files are taken at the first chunk).
         next.pages.retain(|p| p.table != table);
+        if whole {
+            next.pages.push(PagesLeft {
+                table: table.to_owned(),
+                files: String::new(),
+                ranges: vec![(0, None)],
+                begun: false,
+            });
+        }
         next.resync.push(Resync {
             table: table.to_owned(),
             filter,
@@ -282,7 +291,7 @@ mod tests {
     }
 
     /// A progress staged by the builds before pages (and before resync) still decodes,
-    /// with no pages; a resync takes a table out of the pages (it is read in key order).
+    /// with no pages; a whole resync reads every page, one with `--where` in key order.
     #[test]
     fn older_progress_decodes_and_a_resync_reads_in_key_order() {
         #[derive(serde::Serialize)]
@@ -313,6 +322,17 @@ mod tests {
         let resync = p
             .with_resync("public.orders", None)
             .expect("a whole resync");
-        assert!(resync.pages.is_empty());
+        assert_eq!(
+            resync.pages_of("public.orders").map(|l| l.ranges.clone()),
+            Some(vec![(0, None)]),
+            "a whole resync reads every page"
+        );
+        let mut done = p.clone();
+        done.pages.clear();
+        done.done.push("public.orders".into());
+        let filtered = done
+            .with_resync("public.orders", Some("id > 3".into()))
+            .expect("a resync with --where");
+        assert!(filtered.pages.is_empty(), "--where reads in key order");
     }
 }

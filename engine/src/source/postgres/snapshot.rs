@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::assembler::{Unstaged, key_of};
 use super::error::PgSourceError;
+use super::load::TID_RANGE_SCAN_VERSION;
 use super::progress::SnapshotProgress;
 use super::replication::ReplicationError;
 use super::setup::connect;
@@ -99,6 +100,13 @@ pub(super) enum Watermark {
 /// holds: then it is read again whole, in key order.
 pub(super) struct Snapshot {
     client: tokio_postgres::Client,
+    /// Where `readers` connect.
+    dsn: Dsn,
+    /// Connections besides `client` that read a chunk of pages in parallel with it,
+    /// opened at the first such chunk.
+    readers: Vec<tokio_postgres::Client>,
+    /// Connections a chunk of pages is read with (`[source] snapshot_parallelism`).
+    parallelism: usize,
     progress: SnapshotProgress,
     chunk_rows: usize,
     /// Each table read by pages: its pages per chunk (about `chunk_rows` rows) and its
@@ -161,8 +169,9 @@ impl Snapshot {
         tables: &[TableConfig],
         stage: &dyn StagePort,
         chunk_rows: usize,
+        parallelism: usize,
     ) -> Result<Option<Snapshot>, PgSourceError> {
-        let progress = stage
+        let mut progress = stage
             .source_state()
             .ok()
             .flatten()
@@ -171,12 +180,23 @@ impl Snapshot {
         if progress.complete || tables.is_empty() {
             return Ok(None);
         }
-        let client = connect(dsn).await?;
-        // The text forms the stream uses, so both decode alike.
-        client
-            .batch_execute("SET DateStyle = ISO; SET IntervalStyle = postgres; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET synchronous_commit = on")
+        let client = reader(dsn).await?;
+        let version: i32 = client
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
             .await
-            .map_err(|source| PgSourceError::Query { what: "prepare the snapshot connection", source })?;
+            .map_err(|source| PgSourceError::Query {
+                what: "read the server's version",
+                source,
+            })?
+            .get(0);
+        if version < TID_RANGE_SCAN_VERSION && !progress.pages.is_empty() {
+            // Without TID range scans each chunk of pages would scan the whole table.
+            tracing::info!(
+                version,
+                "tables are read in key order: reading by pages needs PostgreSQL 14 or later"
+            );
+            progress.pages.clear();
+        }
         // The planner's row estimates of the tables left: enough for a rate and an ETA.
         let mut rows_estimate = 0u64;
         for table in tables
@@ -208,7 +228,7 @@ impl Snapshot {
                 table = %left.table,
                 ranges = left.ranges.len(),
                 from_page = left.ranges.first().map_or(0, |r| r.0),
-                "the snapshot reads the pages the first load left of this table"
+                "the snapshot reads this table by the ranges of pages left"
             );
         }
         let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
@@ -223,6 +243,9 @@ impl Snapshot {
         });
         Ok(Some(Snapshot {
             client,
+            dsn: dsn.clone(),
+            readers: Vec::new(),
+            parallelism: parallelism.max(1),
             progress,
             chunk_rows: chunk_rows.max(1),
             page_chunks: HashMap::new(),
@@ -280,13 +303,7 @@ impl Snapshot {
                         sized
                     }
                 };
-                let end = from.saturating_add(span);
-                let to = match to {
-                    Some(to) => Some(to.min(end)),
-                    // The last range: to the end of the table, however it grew.
-                    None => (end < pages).then_some(end),
-                };
-                Some((from, to, files))
+                Some((page_spans(from, to, span, pages, self.parallelism), files))
             }
             None => None,
         };
@@ -317,14 +334,10 @@ impl Snapshot {
             None => table.source.quoted(),
         };
         let mut sql = format!("SELECT {} FROM {from}", columns.join(", "));
-        if let Some((from, to, _)) = &by_pages {
-            // A TID range scan reads only these pages; every row in them is read, in
-            // no order (at most the pages' rows).
-            sql.push_str(&format!(" WHERE ctid >= '({from},0)'::tid"));
-            if let Some(to) = to {
-                sql.push_str(&format!(" AND ctid < '({to},0)'::tid"));
-            }
-        } else if let Some(after) = &after {
+        // A chunk of pages: each span's condition is added where it is read.
+        if by_pages.is_none()
+            && let Some(after) = &after
+        {
             let mut literals = Vec::with_capacity(after.len());
             for (k, value) in table.key.iter().zip(after) {
                 let declared = table.column(k).map_or("text", |c| c.declared.as_str());
@@ -355,26 +368,35 @@ impl Snapshot {
                 self.chunk_rows
             ));
         }
-        let rows: Vec<tokio_postgres::SimpleQueryRow> = self
-            .client
-            .simple_query(&sql)
-            .await
-            .map_err(query("read a snapshot chunk"))?
-            .into_iter()
-            .filter_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
-                _ => None,
-            })
-            .collect();
-        if let Some((_, _, files)) = &by_pages {
-            // Checked after the read: a rewrite committed before it shows here, and one
-            // after it leaves this chunk's rows right (they are current) but moves the
-            // rows of the pages left, so the table is then read again in key order.
-            let now = super::load::relation_files(&self.client, &table.source).await?;
-            if now != *files {
-                self.key_order(&name, "its files were rewritten since its first load (VACUUM FULL, CLUSTER, TRUNCATE, or a partition attached or detached)");
+        let rows = match &by_pages {
+            None => self
+                .client
+                .simple_query(&sql)
+                .await
+                .map_err(query("read a snapshot chunk"))?
+                .into_iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+                    _ => None,
+                })
+                .collect(),
+            Some((spans, files)) => {
+                let rows = self.read_spans(&sql, spans).await?;
+                // Checked after the read: a rewrite committed before it shows here,
+                // and one after it leaves this chunk's rows right (they are current)
+                // but moves the rows of the pages left, so the table is then read
+                // again in key order. A resync's pages take the files of its first.
+                let now = super::load::relation_files(&self.client, &table.source).await?;
+                if files.is_empty() {
+                    if let Some(left) = self.progress.pages.iter_mut().find(|p| p.table == name) {
+                        left.files = now;
+                    }
+                } else if now != *files {
+                    self.key_order(&name, "its files were rewritten since its pages were counted (VACUUM FULL, CLUSTER, TRUNCATE, or a partition attached or detached)");
+                }
+                rows
             }
-        }
+        };
         let high: String = self
             .client
             .query_one(emit, &[&WATERMARK_PREFIX, &"high"])
@@ -424,9 +446,50 @@ impl Snapshot {
             } else {
                 last_key
             },
-            pages: by_pages.map(|(from, to, _)| (from, to)),
+            pages: by_pages.and_then(|(spans, _)| {
+                let from = spans.first()?.0;
+                Some((from, spans.last()?.1))
+            }),
         });
         Ok(true)
+    }
+
+    /// The rows of `spans` of pages (`from` inclusive, `to` exclusive; `None`: to the
+    /// end), each read by `select` with its TID range, on as many connections at once.
+    /// All are read between the same two watermarks: a row read at any moment between
+    /// them is right unless the stream changes it there, as for one read.
+    async fn read_spans(
+        &mut self,
+        select: &str,
+        spans: &[(u64, Option<u64>)],
+    ) -> Result<Vec<tokio_postgres::SimpleQueryRow>, PgSourceError> {
+        while self.readers.len() + 1 < spans.len() {
+            self.readers.push(reader(&self.dsn).await?);
+        }
+        let clients = std::iter::once(&self.client).chain(self.readers.iter());
+        let reads = spans.iter().zip(clients).map(|(&(from, to), client)| {
+            // A TID range scan reads only these pages; every row in them is read, in
+            // no order.
+            let mut sql = format!("{select} WHERE ctid >= '({from},0)'::tid");
+            if let Some(to) = to {
+                sql.push_str(&format!(" AND ctid < '({to},0)'::tid"));
+            }
+            async move { client.simple_query(&sql).await }
+        });
+        let results = futures_util::future::try_join_all(reads)
+            .await
+            .map_err(|source| PgSourceError::Query {
+                what: "read a snapshot chunk of pages",
+                source,
+            })?;
+        Ok(results
+            .into_iter()
+            .flatten()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+                _ => None,
+            })
+            .collect())
     }
 
     /// Where the previous version of a row of table `table` (named `name`) is, for an
@@ -605,6 +668,51 @@ impl Snapshot {
     }
 }
 
+/// A connection for the snapshot's reads and watermarks, with the text forms the
+/// stream uses, so both decode alike.
+async fn reader(dsn: &Dsn) -> Result<tokio_postgres::Client, PgSourceError> {
+    let client = connect(dsn).await?;
+    client
+        .batch_execute("SET DateStyle = ISO; SET IntervalStyle = postgres; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET synchronous_commit = on")
+        .await
+        .map_err(|source| PgSourceError::Query { what: "prepare the snapshot connection", source })?;
+    Ok(client)
+}
+
+/// The next chunk of pages of a range `from`..`to` (`None`: to the end of a table of
+/// `pages` pages now, however it grows): up to `parallelism` spans of `span` pages,
+/// one per connection, in order; the last is open-ended when it reaches the table's
+/// end.
+fn page_spans(
+    from: u64,
+    to: Option<u64>,
+    span: u64,
+    pages: u64,
+    parallelism: usize,
+) -> Vec<(u64, Option<u64>)> {
+    let span = span.max(1);
+    let mut spans = Vec::with_capacity(parallelism);
+    let mut start = from;
+    while spans.len() < parallelism.max(1) {
+        let end = start.saturating_add(span);
+        match to {
+            Some(to) => {
+                spans.push((start, Some(to.min(end))));
+                if end >= to {
+                    break;
+                }
+            }
+            None if end >= pages => {
+                spans.push((start, None));
+                break;
+            }
+            None => spans.push((start, Some(end))),
+        }
+        start = end;
+    }
+    spans
+}
+
 /// A row of `table` read in text by the simple query protocol (each value in its
 /// output function's text, as pgoutput sends it), decoded as the stream decodes it;
 /// `types` from [`column_types`].
@@ -712,5 +820,43 @@ mod tests {
         let key = crate::feed::encode_key(&[&Value::Int(6106)]).expect("key");
         assert_eq!(chunk.changed.len(), 1);
         assert!(chunk.changed.contains(&key));
+    }
+
+    /// A chunk of pages: spans of `span` pages, one per connection, never past its
+    /// range's end; a range to the table's end ends open at the pages it has now.
+    #[test]
+    fn page_spans_cover_the_range_in_order_and_never_past_it() {
+        assert_eq!(
+            page_spans(0, Some(10), 3, 100, 2),
+            [(0, Some(3)), (3, Some(6))]
+        );
+        assert_eq!(
+            page_spans(0, Some(6), 3, 100, 4),
+            [(0, Some(3)), (3, Some(6))]
+        );
+        assert_eq!(page_spans(9, Some(10), 3, 100, 2), [(9, Some(10))]);
+        assert_eq!(page_spans(0, None, 3, 5, 4), [(0, Some(3)), (3, None)]);
+        assert_eq!(page_spans(6, None, 3, 5, 4), [(6, None)]);
+        assert_eq!(page_spans(0, None, 0, 0, 0), [(0, None)], "an empty table");
+        for parallelism in 1..5 {
+            for pages in 0..20 {
+                let mut from = 0;
+                let mut chunks = 0;
+                loop {
+                    let spans = page_spans(from, None, 2, pages, parallelism);
+                    assert!(!spans.is_empty() && spans.len() <= parallelism);
+                    assert_eq!(spans[0].0, from);
+                    for pair in spans.windows(2) {
+                        assert_eq!(pair[0].1, Some(pair[1].0), "contiguous");
+                    }
+                    chunks += 1;
+                    match spans.last().and_then(|s| s.1) {
+                        Some(to) => from = to,
+                        None => break,
+                    }
+                }
+                assert!(chunks <= (pages as usize / 2 / parallelism) + 2);
+            }
+        }
     }
 }

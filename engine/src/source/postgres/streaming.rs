@@ -203,6 +203,7 @@ impl PostgresSource {
             &tables,
             stage.as_ref(),
             options.snapshot_chunk_rows,
+            options.snapshot_parallelism,
         )
         .await?;
         let progress = if snapshot.is_none() {
