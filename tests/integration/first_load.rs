@@ -389,6 +389,79 @@ async fn a_first_load_killed_at_random_points_resumes_exact() {
     );
 }
 
+/// A worker connection of a first load ended by the server (`pg_terminate_backend`)
+/// while writers change the tables: the worker opens a new connection in the same
+/// exported snapshot (its exporting connection lives on) and reads its range again, so
+/// the load ends in the same run, with no watermark snapshot after it; exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_load_connection_reads_its_range_again_in_the_same_snapshot() {
+    let rows = load_rows();
+    let db = TestDb::new("first_load_lost_target").await;
+    let (source_dsn, source) = crate::harness::source_db("first_load_lost", &ddl(rows)).await;
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            "first_load_lost",
+            &format!(
+                "snapshot_chunk_rows = {}\nsnapshot_parallelism = 2",
+                (rows / 100).max(100)
+            ),
+            &tables(),
+        ),
+    )
+    .expect("config");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let writers = spawn_writers(source_dsn.clone(), rows, 600);
+    let log = db.path("run.log");
+    let env = [
+        ("WEIR_SOURCE_DSN", source_dsn.as_str()),
+        ("FAILPOINTS", "load-range=sleep(20)"),
+        ("RUST_LOG", READ_LOG),
+    ];
+    let mut run = db.spawn_live(&env, &log);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let body = std::fs::read_to_string(&log).unwrap_or_default();
+        if body.matches("first load part staged").count() >= 10 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the load staged too little:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // One of the workers: in the load's snapshot, its last statement a range's COPY.
+    let ended: i64 = source
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+               AND query LIKE 'COPY (SELECT%' LIMIT 1) w",
+            &[],
+        )
+        .await
+        .expect("end a worker's connection")
+        .get(0);
+    assert_eq!(ended, 1, "a worker's connection to end");
+    wait_log(&log, "first load staged", 120).await;
+    let _ = run.0.kill();
+    let _ = run.wait();
+    let body = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        body.contains("a first load connection was lost"),
+        "the worker says it read its range again:\n{body}"
+    );
+    assert!(
+        !body.contains("initial snapshot starts"),
+        "the load ended in its own snapshot, with nothing left for watermarks:\n{body}"
+    );
+    writers.await.expect("writers");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "drain: {}", text(&out.stderr));
+    assert_all_same(&source, &db.client().await).await;
+}
+
 /// A first load of `orders` (`rows` rows, `customer` held out of line in TOAST),
 /// SIGKILLed after 20 of its parts are staged: the stage holds some of its ranges of
 /// pages.

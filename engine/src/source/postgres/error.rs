@@ -143,19 +143,14 @@ impl PgSourceError {
         )
     }
 
-    /// Whether a reconnect may cure it: the connection failed or was closed, or the
-    /// server refused or ended it for a reason of its own (SQLSTATE classes 08
-    /// connection exception and 57 operator intervention: a shutdown, a restart,
-    /// `pg_terminate_backend`), or the slot is still held by the previous connection's
-    /// walsender (55006).
-    /// Whether the stream, opened in binary format, met a column it cannot read in it
-    /// (one added since it opened): opened again in text, it goes on.
     /// Whether the stream ends only to be opened again at once: a resync was asked
     /// for, and its snapshot reads without in-progress streaming.
     pub fn needs_reopen(&self) -> bool {
         matches!(self, PgSourceError::ReopenForResync { .. })
     }
 
+    /// Whether the stream, opened in binary format, met a column it cannot read in it
+    /// (one added since it opened): opened again in text, it goes on.
     pub fn needs_text(&self) -> bool {
         match self {
             PgSourceError::BinaryUnreadable { .. } => true,
@@ -166,6 +161,11 @@ impl PgSourceError {
         }
     }
 
+    /// Whether a reconnect may cure it: the connection failed or was closed, or the
+    /// server refused or ended it for a reason of its own (SQLSTATE classes 08
+    /// connection exception and 57 operator intervention: a shutdown, a restart,
+    /// `pg_terminate_backend`), or the slot is still held by the previous connection's
+    /// walsender (55006).
     pub fn is_transient(&self) -> bool {
         let transient_code =
             |code: &str| code.starts_with("08") || code.starts_with("57") || code == "55006";

@@ -165,6 +165,8 @@ struct PageRange {
     table: usize,
     from: u64,
     to: Option<u64>,
+    /// Read again after a lost connection: some of its rows may be staged already.
+    again: bool,
 }
 
 /// A table to load: how to read it and how far it got.
@@ -205,6 +207,8 @@ type Reader = (String, Vec<(u32, i32)>);
 #[derive(Debug)]
 struct RangeRead {
     table: usize,
+    /// The range is read again (see [`PageRange::again`]).
+    again: bool,
     /// The range's pages, `from` and `to`.
     range: (u64, Option<u64>),
     changes: Vec<StageChange>,
@@ -357,21 +361,16 @@ pub(super) async fn first_load(
         })
         .collect();
     let readers = Arc::new(readers);
+    let literal =
+        crate::config::quote_literal(&snapshot).ok_or_else(|| PgSourceError::BadChange {
+            table: name.clone(),
+            reason: "the exported snapshot's name holds a NUL".into(),
+        })?;
     for _ in 0..options.parallelism.min(ranges).max(1) {
-        let client = connect(dsn).await?;
-        let literal =
-            crate::config::quote_literal(&snapshot).ok_or_else(|| PgSourceError::BadChange {
-                table: name.clone(),
-                reason: "the exported snapshot's name holds a NUL".into(),
-            })?;
-        client
-            .batch_execute(&format!(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {literal}"
-            ))
-            .await
-            .map_err(query("import the exported snapshot"))?;
         let worker = Worker {
-            client,
+            client: import_snapshot(dsn, &literal).await?,
+            dsn: dsn.clone(),
+            snapshot: literal.clone(),
             queue: Arc::clone(&queue),
             readers: Arc::clone(&readers),
             tables: tables.to_vec(),
@@ -419,7 +418,8 @@ pub(super) async fn first_load(
         crate::failpoint!("load-range");
         let stage = Arc::clone(stage);
         let staging = Instant::now();
-        let new_keys = loaded_unique(&planned, read.table);
+        // A range read again may hold keys staged by its first read.
+        let new_keys = loaded_unique(&planned, read.table) && !read.again;
         // Synced when it finishes a table (whose partitions may then be written) and at
         // the end; a part between is made durable by the next sync (see `apply_load`).
         let sync = read.last
@@ -547,6 +547,7 @@ async fn ranges_of(
             table: index,
             from: 0,
             to: None,
+            again: false,
         }]);
     }
     let by_rows = size.pages_for_rows(options.range_rows);
@@ -566,6 +567,7 @@ async fn ranges_of(
             table: index,
             from,
             to: (to < pages).then_some(to),
+            again: false,
         });
         from = to;
     }
@@ -652,10 +654,45 @@ pub(super) async fn relation_files(
     Ok(row.get(0))
 }
 
+/// A connection in the exported snapshot (`literal`, quoted).
+async fn import_snapshot(
+    dsn: &Dsn,
+    literal: &str,
+) -> Result<tokio_postgres::Client, PgSourceError> {
+    let client = connect(dsn).await?;
+    client
+        .batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {literal}"
+        ))
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "import the exported snapshot",
+            source,
+        })?;
+    Ok(client)
+}
+
+/// Connections a worker opens again after losing one, before the load fails (and the
+/// next run reads the pages left with watermarks).
+const WORKER_RECONNECTS: usize = 3;
+
+/// Whether a worker's lost connection may be opened again in the same snapshot: the
+/// connection closed, or the server ended it (classes 08 and 57, and 25P03, an idle
+/// transaction timed out while the worker waited for the stage).
+fn reconnectable(error: &PgSourceError) -> bool {
+    let timed_out = matches!(error, PgSourceError::Query { source, .. }
+        if source.code().is_some_and(|c| c.code() == "25P03"));
+    error.is_transient() || timed_out
+}
+
 /// One worker: a connection in the imported snapshot, reading ranges until none is
 /// left.
 struct Worker {
     client: tokio_postgres::Client,
+    /// Where to connect again, and the snapshot to import (quoted), after a lost
+    /// connection: the exporting connection keeps the snapshot to the load's end.
+    dsn: Dsn,
+    snapshot: String,
     queue: Arc<Mutex<VecDeque<PageRange>>>,
     /// Each table's query and column types (empty: not loaded).
     readers: Arc<Vec<Reader>>,
@@ -671,7 +708,8 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(self) -> Result<(), PgSourceError> {
+    async fn run(mut self) -> Result<(), PgSourceError> {
+        let mut reconnects = 0;
         loop {
             let next = self
                 .queue
@@ -679,9 +717,31 @@ impl Worker {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .pop_front();
             let Some(range) = next else { break };
-            if !self.read(range).await? {
+            match self.read(range).await {
+                Ok(true) => {}
                 // The load stopped (an error staging): nothing more to read.
-                break;
+                Ok(false) => break,
+                Err(error) if reconnects < WORKER_RECONNECTS && reconnectable(&error) => {
+                    reconnects += 1;
+                    let table = self.tables.get(range.table).map(|t| t.source.to_string());
+                    tracing::warn!(
+                        table,
+                        from_page = range.from,
+                        %error,
+                        "a first load connection was lost: its range is read again in the same snapshot, on a new connection"
+                    );
+                    // Fails if the snapshot is gone too; the load then stops, and the
+                    // next run reads the pages left with watermarks.
+                    self.client = import_snapshot(&self.dsn, &self.snapshot).await?;
+                    self.queue
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push_front(PageRange {
+                            again: true,
+                            ..range
+                        });
+                }
+                Err(error) => return Err(error),
             }
         }
         // The transaction only read: ending it is all there is to do.
@@ -755,6 +815,7 @@ impl Worker {
     async fn send(&self, range: PageRange, changes: Vec<StageChange>, last: bool) -> bool {
         let read = RangeRead {
             table: range.table,
+            again: range.again,
             range: (range.from, range.to),
             changes,
             last,
