@@ -254,6 +254,42 @@ fn rows_read(log: &str, table: &str) -> (u64, u64) {
     (load, chunks)
 }
 
+/// Starts a live `weir run` whose first load waits 20 ms before staging each part, so a
+/// load takes seconds on any machine, logging what it reads to `log`; returns once it
+/// has staged `parts` parts of `table`.
+async fn spawn_slow_load(
+    db: &TestDb,
+    source_dsn: &str,
+    log: &Path,
+    table: &str,
+    parts: usize,
+) -> crate::harness::Reaped {
+    let env = [
+        ("WEIR_SOURCE_DSN", source_dsn),
+        ("FAILPOINTS", "load-range=sleep(20)"),
+        ("RUST_LOG", READ_LOG),
+    ];
+    let run = db.spawn_live(&env, log);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let body = std::fs::read_to_string(log).unwrap_or_default();
+        let staged = body
+            .lines()
+            .filter(|l| {
+                l.contains("first load part staged") && l.contains(&format!(" table={table} "))
+            })
+            .count();
+        if staged >= parts {
+            return run;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the load staged {staged} parts of {table}:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A first load SIGKILLed at a random point inside its largest table, while writers
 /// change the tables, and four runs after it killed at random too: the exported
 /// snapshot died with the first run, so the ranges of pages it had not staged are read
@@ -286,31 +322,9 @@ async fn a_first_load_killed_at_random_points_resumes_exact() {
     for attempt in 0..kills {
         let log = db.path(&format!("run-{attempt}.log"));
         if attempt == 0 {
-            // Each part the load stages waits 20 ms, so the load takes seconds on any
-            // machine. `orders` is the largest, in about 100 ranges: the kill lands
-            // after a fifth of its parts, and at most 20 parts later.
-            let env = [
-                ("WEIR_SOURCE_DSN", source_dsn.as_str()),
-                ("FAILPOINTS", "load-range=sleep(20)"),
-                ("RUST_LOG", READ_LOG),
-            ];
-            let mut run = db.spawn_live(&env, &log);
-            let deadline = Instant::now() + Duration::from_secs(120);
-            loop {
-                let body = std::fs::read_to_string(&log).unwrap_or_default();
-                let parts = body
-                    .lines()
-                    .filter(|l| l.contains("first load part staged") && l.contains("public.orders"))
-                    .count();
-                if parts >= 20 {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "the load staged {parts} parts of orders:\n{body}"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            // `orders` is the largest, in about 100 ranges: the kill lands after a fifth
+            // of its parts, and at most 20 parts later.
+            let mut run = spawn_slow_load(&db, &source_dsn, &log, "public.orders", 20).await;
             tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
             let _ = run.0.kill();
             let _ = run.wait();
@@ -414,24 +428,7 @@ async fn a_lost_load_connection_reads_its_range_again_in_the_same_snapshot() {
     assert!(out.status.success(), "init: {}", text(&out.stderr));
     let writers = spawn_writers(source_dsn.clone(), rows, 600);
     let log = db.path("run.log");
-    let env = [
-        ("WEIR_SOURCE_DSN", source_dsn.as_str()),
-        ("FAILPOINTS", "load-range=sleep(20)"),
-        ("RUST_LOG", READ_LOG),
-    ];
-    let mut run = db.spawn_live(&env, &log);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let body = std::fs::read_to_string(&log).unwrap_or_default();
-        if body.matches("first load part staged").count() >= 10 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the load staged too little:\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let mut run = spawn_slow_load(&db, &source_dsn, &log, "public.orders", 10).await;
     // One of the workers: in the load's snapshot, its last statement a range's COPY.
     let ended: i64 = source
         .query_one(
@@ -494,24 +491,7 @@ async fn a_load_killed_part_way(name: &str, rows: u64) -> (TestDb, String, tokio
     let out = weir_pg(&db, &source_dsn, &["init"]);
     assert!(out.status.success(), "init: {}", text(&out.stderr));
     let log = db.path("load.log");
-    let env = [
-        ("WEIR_SOURCE_DSN", source_dsn.as_str()),
-        ("FAILPOINTS", "load-range=sleep(20)"),
-        ("RUST_LOG", READ_LOG),
-    ];
-    let mut run = db.spawn_live(&env, &log);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let body = std::fs::read_to_string(&log).unwrap_or_default();
-        if body.matches("first load part staged").count() >= 20 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the load staged too little:\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let mut run = spawn_slow_load(&db, &source_dsn, &log, "public.orders", 20).await;
     let _ = run.0.kill();
     let _ = run.wait();
     assert_eq!(

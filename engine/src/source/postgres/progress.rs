@@ -80,22 +80,21 @@ impl SnapshotProgress {
             .or_else(|| {
                 postcard::from_bytes::<ProgressBeforePages>(bytes)
                     .ok()
+                    .or_else(|| {
+                        postcard::from_bytes::<ProgressBeforeResync>(bytes)
+                            .ok()
+                            .map(|old| ProgressBeforePages {
+                                done: old.done,
+                                current: old.current,
+                                complete: old.complete,
+                                resync: Vec::new(),
+                            })
+                    })
                     .map(|old| SnapshotProgress {
                         done: old.done,
                         current: old.current,
                         complete: old.complete,
                         resync: old.resync,
-                        pages: Vec::new(),
-                    })
-            })
-            .or_else(|| {
-                postcard::from_bytes::<ProgressBeforeResync>(bytes)
-                    .ok()
-                    .map(|old| SnapshotProgress {
-                        done: old.done,
-                        current: old.current,
-                        complete: old.complete,
-                        resync: Vec::new(),
                         pages: Vec::new(),
                     })
             })
