@@ -57,6 +57,22 @@ fn tables() -> String {
     .collect()
 }
 
+/// A source `<name>_source` with [`ddl`] of `rows` rows, a target database, and a
+/// config of the three tables with the lines `extra` after the `[source]` section's,
+/// initialised.
+async fn loaded_estate(
+    name: &str,
+    rows: u64,
+    extra: &str,
+) -> (TestDb, String, tokio_postgres::Client) {
+    let db = TestDb::new(&format!("{name}_target")).await;
+    let (source_dsn, source) = crate::harness::source_db(name, &ddl(rows)).await;
+    std::fs::write(db.config_path(), postgres_config(name, extra, &tables())).expect("config");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    (db, source_dsn, source)
+}
+
 /// Changes every table while the load runs: updates (some moving a row to another
 /// day, and so another page, partition and target partition), deletes and inserts.
 fn spawn_writers(dsn: String, rows: u64, statements: u64) -> tokio::task::JoinHandle<()> {
@@ -175,19 +191,12 @@ async fn assert_all_same(source: &tokio_postgres::Client, target: &tokio_postgre
 #[tokio::test(flavor = "multi_thread")]
 async fn the_first_load_reads_every_kind_of_table_while_writers_change_them() {
     let rows = load_rows();
-    let db = TestDb::new("first_load_target").await;
-    let (source_dsn, source) = crate::harness::source_db("first_load", &ddl(rows)).await;
-    std::fs::write(
-        db.config_path(),
-        postgres_config(
-            "first_load",
-            "snapshot_chunk_rows = 2000\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200",
-            &tables(),
-        ),
+    let (db, source_dsn, source) = loaded_estate(
+        "first_load",
+        rows,
+        "snapshot_chunk_rows = 2000\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200",
     )
-    .expect("config");
-    let out = weir_pg(&db, &source_dsn, &["init"]);
-    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    .await;
     let log = db.path("run.log");
     let mut run = db.spawn_live(&[("WEIR_SOURCE_DSN", &source_dsn)], &log);
     let writers = spawn_writers(source_dsn.clone(), rows, 800);
@@ -299,21 +308,10 @@ async fn spawn_slow_load(
 async fn a_first_load_killed_at_random_points_resumes_exact() {
     let rows = load_rows();
     let chunk_rows = (rows / 100).max(100);
-    let db = TestDb::new("first_load_kill_target").await;
-    let (source_dsn, source) = crate::harness::source_db("first_load_kill", &ddl(rows)).await;
-    std::fs::write(
-        db.config_path(),
-        postgres_config(
-            "first_load_kill",
-            &format!(
-                "snapshot_chunk_rows = {chunk_rows}\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200"
-            ),
-            &tables(),
-        ),
-    )
-    .expect("config");
-    let out = weir_pg(&db, &source_dsn, &["init"]);
-    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let extra = format!(
+        "snapshot_chunk_rows = {chunk_rows}\nsnapshot_parallelism = 2\n[engine]\nflush_interval_ms = 200"
+    );
+    let (db, source_dsn, source) = loaded_estate("first_load_kill", rows, &extra).await;
     let statements = 1200;
     let writers = spawn_writers(source_dsn.clone(), rows, statements);
     let mut rng = Rng::new(77);
@@ -410,22 +408,15 @@ async fn a_first_load_killed_at_random_points_resumes_exact() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_load_connection_reads_its_range_again_in_the_same_snapshot() {
     let rows = load_rows();
-    let db = TestDb::new("first_load_lost_target").await;
-    let (source_dsn, source) = crate::harness::source_db("first_load_lost", &ddl(rows)).await;
-    std::fs::write(
-        db.config_path(),
-        postgres_config(
-            "first_load_lost",
-            &format!(
-                "snapshot_chunk_rows = {}\nsnapshot_parallelism = 2",
-                (rows / 100).max(100)
-            ),
-            &tables(),
+    let (db, source_dsn, source) = loaded_estate(
+        "first_load_lost",
+        rows,
+        &format!(
+            "snapshot_chunk_rows = {}\nsnapshot_parallelism = 2",
+            (rows / 100).max(100)
         ),
     )
-    .expect("config");
-    let out = weir_pg(&db, &source_dsn, &["init"]);
-    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    .await;
     let writers = spawn_writers(source_dsn.clone(), rows, 600);
     let log = db.path("run.log");
     let mut run = spawn_slow_load(&db, &source_dsn, &log, "public.orders", 10).await;
