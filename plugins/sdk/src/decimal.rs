@@ -98,8 +98,15 @@ impl Decimal {
     /// Whether the value fits `numeric(precision, scale)` without rounding.
     pub fn fits(&self, precision: u32, scale: u32) -> bool {
         let max_integer_digits = precision.saturating_sub(scale) as usize;
-        self.rescale_exact(scale)
-            .is_ok_and(|d| d.integer_digits() <= max_integer_digits)
+        // Rescaling changes no integer digit: the value fits when no non-zero digit
+        // would be dropped and its integer digits do (computed without a copy).
+        self.drops_no_digit(scale) && self.integer_digits() <= max_integer_digits
+    }
+
+    /// Whether rescaling to `scale` keeps every non-zero digit.
+    fn drops_no_digit(&self, scale: u32) -> bool {
+        let drop = self.scale.saturating_sub(scale) as usize;
+        self.digits.iter().take(drop).all(|&d| d == 0)
     }
 
     /// The value negated.
@@ -119,7 +126,29 @@ impl Decimal {
                 scale,
             };
         }
-        let mut acc = vec![0u64; self.digits.len() + other.digits.len()];
+        // Coefficients of 19 digits together at most: their product is below 10^19, so
+        // one u64 multiplication is exact.
+        if self.digits.len() + other.digits.len() <= 19 {
+            let mut product = self.small() * other.small();
+            let mut digits = Vec::with_capacity(20);
+            while product > 0 {
+                digits.push((product % 10) as u8);
+                product /= 10;
+            }
+            return Decimal::normalized(self.negative != other.negative, digits, scale);
+        }
+        // Column sums of the digit products, on the stack for the products of the
+        // values a row holds (a heap buffer beyond).
+        const ON_STACK: usize = 64;
+        let len = self.digits.len() + other.digits.len();
+        let mut stack = [0u64; ON_STACK];
+        let mut heap = Vec::new();
+        let acc: &mut [u64] = if len <= ON_STACK {
+            &mut stack[..len]
+        } else {
+            heap.resize(len, 0);
+            &mut heap
+        };
         for (i, &a) in self.digits.iter().enumerate() {
             if a == 0 {
                 continue;
@@ -130,7 +159,7 @@ impl Decimal {
         }
         let mut digits = Vec::with_capacity(acc.len() + 1);
         let mut carry = 0u64;
-        for v in acc {
+        for &mut v in acc {
             let v = v + carry;
             digits.push((v % 10) as u8);
             carry = v / 10;
@@ -140,6 +169,15 @@ impl Decimal {
             carry /= 10;
         }
         Decimal::normalized(self.negative != other.negative, digits, scale)
+    }
+
+    /// The coefficient as a number; only for at most 19 digits (below 10^19).
+    fn small(&self) -> u64 {
+        debug_assert!(self.digits.len() <= 19);
+        self.digits
+            .iter()
+            .rev()
+            .fold(0u64, |n, &d| n * 10 + u64::from(d))
     }
 
     /// The exact sum; its scale is the larger of the scales.
@@ -170,14 +208,26 @@ impl Decimal {
         let digit = |i: usize| self.digits.get(i).copied().unwrap_or(0);
         let first_dropped = digit(drop - 1);
         let rest_nonzero = self.digits.iter().take(drop - 1).any(|&d| d != 0);
-        let mut kept: Vec<u8> = self.digits.iter().skip(drop).copied().collect();
+        let mut kept = Vec::with_capacity(self.digits.len().saturating_sub(drop) + 1);
+        kept.extend(self.digits.iter().skip(drop).copied());
         let round_up = match first_dropped.cmp(&5) {
             Ordering::Greater => true,
             Ordering::Less => false,
             Ordering::Equal => rest_nonzero || kept.first().is_some_and(|d| d % 2 == 1),
         };
         if round_up {
-            kept = add_magnitudes(&kept, &[1]);
+            // Adds one to the kept digits in place: nines carry, a last carry adds a
+            // digit.
+            match kept.iter().position(|&d| d != 9) {
+                Some(i) => {
+                    kept[..i].fill(0);
+                    kept[i] += 1;
+                }
+                None => {
+                    kept.fill(0);
+                    kept.push(1);
+                }
+            }
         }
         Decimal::normalized(self.negative, kept, scale)
     }
@@ -188,10 +238,10 @@ impl Decimal {
         if self.scale <= scale {
             return Ok(self.padded(scale));
         }
-        let drop = (self.scale - scale) as usize;
-        if self.digits.iter().take(drop).any(|&d| d != 0) {
+        if !self.drops_no_digit(scale) {
             return Err(DecimalError::Inexact);
         }
+        let drop = (self.scale - scale) as usize;
         let kept = self.digits.iter().skip(drop).copied().collect();
         Ok(Decimal::normalized(self.negative, kept, scale))
     }
@@ -315,8 +365,19 @@ impl FromStr for Decimal {
 /// sign.
 impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_text())
+    }
+}
+
+impl Decimal {
+    /// The value in PostgreSQL's output form (as [`Display`](fmt::Display) writes it),
+    /// built in one allocation of its exact length.
+    pub fn to_text(&self) -> String {
         let scale = self.scale as usize;
-        let mut out = String::with_capacity(self.digits.len().max(scale) + 3);
+        let len = usize::from(self.negative)
+            + self.digits.len().saturating_sub(scale).max(1)
+            + if scale > 0 { 1 + scale } else { 0 };
+        let mut out = String::with_capacity(len);
         if self.negative {
             out.push('-');
         }
@@ -336,7 +397,7 @@ impl fmt::Display for Decimal {
                 out.push(char::from(b'0' + self.digits.get(i).copied().unwrap_or(0)));
             }
         }
-        f.write_str(&out)
+        out
     }
 }
 
@@ -469,6 +530,10 @@ mod tests {
             ("0.5", 0, "0"),
             ("-0.5", 0, "0"),
             ("9.995", 2, "10.00"),
+            ("0.995", 2, "1.00"),
+            ("-99.999", 2, "-100.00"),
+            ("1.096", 2, "1.10"),
+            ("19.5", 0, "20"),
             ("0.004", 2, "0.00"),
             ("0.005", 2, "0.00"),
             ("0.015", 2, "0.02"),
@@ -495,6 +560,66 @@ mod tests {
             Ok("7.00".into())
         );
         assert_eq!(d("1.005").rescale_exact(2), Err(DecimalError::Inexact));
+    }
+
+    #[test]
+    fn products_longer_than_the_stack_buffer_are_exact() {
+        let big = format!("1{}", "0".repeat(40));
+        let nines = "9".repeat(40);
+        assert_eq!(
+            d(&big).mul(&d(&big)).to_string(),
+            format!("1{}", "0".repeat(80))
+        );
+        // (10^40 - 1)^2 = 10^80 - 2·10^40 + 1.
+        assert_eq!(
+            d(&nines).mul(&d(&nines)).to_string(),
+            format!("{}8{}1", "9".repeat(39), "0".repeat(39))
+        );
+        assert_eq!(d("-1.5").mul(&d("0.25")).to_string(), "-0.375");
+        // Either side of the one-multiplication bound (19 digits together).
+        let ten = "9".repeat(10);
+        let nine = "9".repeat(9);
+        assert_eq!(d(&ten).mul(&d(&nine)).to_string(), "9999999989000000001");
+        assert_eq!(d(&ten).mul(&d(&ten)).to_string(), "99999999980000000001");
+        assert_eq!(d("0.0").mul(&d("-3")).to_string(), "0.0");
+        assert_eq!(d("-2").mul(&d("-3.00")).to_string(), "6.00");
+    }
+
+    #[test]
+    fn products_agree_with_integer_arithmetic_on_both_paths() {
+        // Coefficients of 1 to 19 digits each (so the products reach 38 digits: both
+        // the one-multiplication path and the digit-by-digit one), against u128.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |digits: u32| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 1) % 10u64.pow(digits)
+        };
+        for i in 0..2000u32 {
+            let (a, b) = (next(1 + i % 19), next(1 + (i / 19) % 19));
+            let want = u128::from(a) * u128::from(b);
+            let sign = if i % 3 == 0 && want != 0 { "-" } else { "" };
+            let a_text = if i % 3 == 0 {
+                format!("-{a}")
+            } else {
+                a.to_string()
+            };
+            assert_eq!(
+                d(&a_text).mul(&d(&b.to_string())).to_string(),
+                format!("{sign}{want}"),
+                "{a_text} × {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn text_is_built_at_its_exact_length() {
+        for text in ["0", "-0.05", "7", "12345.67", "-120", "0.000", "100.5"] {
+            let t = d(text).to_text();
+            assert_eq!(t, text);
+            assert_eq!(t.capacity(), t.len(), "{text}");
+        }
     }
 
     #[test]

@@ -189,7 +189,7 @@ impl ColumnType {
 impl Value {
     /// A `decimal` value holding `d`'s exact text.
     pub fn decimal(d: &Decimal) -> Value {
-        Value::Decimal(d.to_string())
+        Value::Decimal(d.to_text())
     }
 
     /// The name of the value's case, for messages (`integer`, `text`, …).

@@ -1,5 +1,7 @@
 //! Building output: rows by column name, and the rows and rejections of one call.
 
+use std::cell::RefCell;
+
 use crate::{Error, Input, PushOutput, Rejection, Value};
 
 /// An output row built by column name. The SDK puts its values in the order
@@ -14,7 +16,10 @@ pub struct Row {
 impl Row {
     /// An empty row.
     pub fn new() -> Row {
-        Row::default()
+        // Room for the columns of most outputs, so that setting them does not grow it.
+        Row {
+            cells: Vec::with_capacity(8),
+        }
     }
 
     /// Sets a column (anything convertible into a [`Value`]: `i64`, `&str`, `String`,
@@ -79,6 +84,51 @@ impl Row {
     }
 }
 
+/// A plugin's declared output columns, and the column names of the last row found in
+/// their order: most plugins set every row's columns with the same string literals in
+/// the same order, and a row whose names are those very literals (compared by address)
+/// needs no comparison of names.
+#[derive(Debug, Default)]
+pub(crate) struct Declared {
+    names: Vec<String>,
+    in_order: RefCell<Vec<&'static str>>,
+}
+
+impl Declared {
+    pub(crate) fn new(names: Vec<String>) -> Declared {
+        Declared {
+            names,
+            in_order: RefCell::default(),
+        }
+    }
+
+    /// [`Row::into_values`] for these columns.
+    pub(crate) fn values(&self, row: Row) -> Result<Vec<Value>, Error> {
+        if let Ok(mut known) = self.in_order.try_borrow_mut() {
+            if row.cells.len() == known.len()
+                && row
+                    .cells
+                    .iter()
+                    .zip(known.iter())
+                    .all(|((c, _), k)| std::ptr::eq(*c, *k))
+            {
+                return Ok(row.cells.into_iter().map(|(_, v)| v).collect());
+            }
+            if row.cells.len() == self.names.len()
+                && row
+                    .cells
+                    .iter()
+                    .zip(&self.names)
+                    .all(|((c, _), d)| *c == d.as_str())
+            {
+                known.clear();
+                known.extend(row.cells.iter().map(|(c, _)| *c));
+            }
+        }
+        row.into_values(&self.names)
+    }
+}
+
 /// The rows and rejections of one `push` or `finish` of a [`PartitionPlugin`](crate::PartitionPlugin).
 #[derive(Debug, Default)]
 pub struct Output {
@@ -101,12 +151,12 @@ impl Output {
     }
 
     /// The WIT `push-output`, rows in the order of `columns`.
-    pub(crate) fn into_push_output(self, columns: &[String]) -> Result<PushOutput, Error> {
+    pub(crate) fn into_push_output(self, columns: &Declared) -> Result<PushOutput, Error> {
         Ok(PushOutput {
             rows: self
                 .rows
                 .into_iter()
-                .map(|r| r.into_values(columns))
+                .map(|r| columns.values(r))
                 .collect::<Result<_, _>>()?,
             rejections: self.rejections,
         })
@@ -119,6 +169,26 @@ mod tests {
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn rows_named_by_the_same_literals_as_the_last_in_order_skip_the_check_and_others_do_not() {
+        let declared = Declared::new(names(&["a", "b"]));
+        let in_order = || Row::new().set("a", 1).set("b", 2);
+        let want = Ok(vec![Value::Integer(1), Value::Integer(2)]);
+        assert_eq!(declared.values(in_order()), want);
+        assert_eq!(declared.values(in_order()), want);
+        // The same names from other strings, in another order, or one missing: checked
+        // and put in order as before.
+        let a: &'static str = String::from("a").leak();
+        assert_eq!(declared.values(Row::new().set("b", 2).set(a, 1)), want);
+        assert_eq!(
+            declared.values(Row::new().set("a", 1)),
+            Err(Error::Other(
+                "output row does not set declared column `b`".into()
+            ))
+        );
+        assert_eq!(declared.values(in_order()), want);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 
 use crate::bindings_0_2::exports::weir::transform0_2_0::transform as v2;
+use crate::output::Declared;
 use crate::{
     Config, Description, Error, GuestSession, Input, Kind, Op, Output, PartitionInfo, PushOutput,
     Reject, Row, Schema, StagedRow,
@@ -57,7 +58,7 @@ pub trait PartitionPlugin: Sized + 'static {
 #[derive(Debug)]
 pub struct RowSession<P: RowPlugin> {
     plugin: Result<P, Error>,
-    columns: Vec<String>,
+    columns: Declared,
     /// The input schema (contract 0.2; empty on 0.1).
     schema: Rc<Schema>,
 }
@@ -72,8 +73,8 @@ impl<P: RowPlugin> RowSession<P> {
     }
 }
 
-fn column_names(description: &Description) -> Vec<String> {
-    description.columns.iter().map(|c| c.name.clone()).collect()
+fn column_names(description: &Description) -> Declared {
+    Declared::new(description.columns.iter().map(|c| c.name.clone()).collect())
 }
 
 impl<P: RowPlugin> RowSession<P> {
@@ -89,7 +90,7 @@ impl<P: RowPlugin> RowSession<P> {
                 continue;
             }
             match plugin.transform(&input) {
-                Ok(Some(row)) => out.rows.push(row.into_values(&self.columns)?),
+                Ok(Some(row)) => out.rows.push(self.columns.values(row)?),
                 Ok(None) => {}
                 Err(Reject(reason)) => out.rejections.push(crate::Rejection {
                     key: input.key().to_vec(),
@@ -156,7 +157,7 @@ impl<P: RowPlugin> GuestSession for RowSession<P> {
 #[derive(Debug)]
 pub struct PartitionSession<P: PartitionPlugin> {
     state: RefCell<State<P>>,
-    columns: Vec<String>,
+    columns: Declared,
     /// The input schema (contract 0.2; empty on 0.1).
     schema: Rc<Schema>,
     /// Output not yet handed over (contract 0.2 hands it in parts).
