@@ -67,6 +67,9 @@ use bindings::weir::transform::types as wty;
 pub const CHUNK_ROWS: usize = 4096;
 /// How often the epoch ticks: the granularity of the wall-clock backstop.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Set (to anything), plugins' compiled functions are named for `perf`: profiling a
+/// plugin job shows which of its functions the time goes to.
+pub const PERFMAP_ENV: &str = "WEIR_WASM_PERFMAP";
 
 /// Why a plugin could not be loaded, or a job failed.
 #[derive(Debug, thiserror::Error)]
@@ -247,6 +250,11 @@ impl PluginHost {
             .async_stack_size(max_stack_bytes.max(DEFAULT_MAX_STACK_BYTES) + (1 << 20))
             .cranelift_nan_canonicalization(true)
             .parallel_compilation(true);
+        if std::env::var_os(PERFMAP_ENV).is_some() {
+            // Plugin functions by name in `perf report` (wasmtime writes
+            // /tmp/perf-<pid>.map as it compiles or loads them).
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config).map_err(|e| format!("{e:#}"))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| format!("{e:#}"))?;
