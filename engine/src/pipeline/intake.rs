@@ -179,7 +179,14 @@ impl Pipeline {
                     // writer is stopped first (one round at a time), see `run`.
                     report.fed_to_end = true;
                     if once {
-                        self.write_round(&mut report).await?;
+                        // What was staged goes to the table files while the partitions
+                        // are written (RocksDB flushes on its own thread); the flush
+                        // below then holds only the round's own marks.
+                        let flushing = self.flush_stage();
+                        let (flushed, written) =
+                            tokio::join!(flushing, self.write_round(&mut report));
+                        written?;
+                        flushed?;
                     }
                     self.flush_stage().await?;
                     return Ok(report);
