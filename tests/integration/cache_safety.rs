@@ -1,5 +1,6 @@
-//! The compiled-plugin cache cannot be swapped, files with data are private, and
-//! `plugin test` limit flags are range-checked (through the `weir` binary).
+//! The compiled-plugin cache cannot be swapped, files with data are private,
+//! `plugin test` limit flags are range-checked, and `WEIR_WASM_PERFMAP` names plugin
+//! functions for `perf` (through the `weir` binary).
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
@@ -146,4 +147,41 @@ fn plugin_test_limit_flags_out_of_range_are_refused() {
         assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
         assert!(stderr.contains("`-C KEY=VALUE`"), "{flag}: {stderr}");
     }
+}
+
+/// `WEIR_WASM_PERFMAP` set: wasmtime writes `/tmp/perf-<pid>.map`, naming the plugin's
+/// own functions (a compile and a load from the cache alike); unset, it writes none.
+#[test]
+fn weir_wasm_perfmap_names_a_plugins_functions_for_perf() {
+    let wasm = plugin("orders-rust");
+    let cache = tempfile::tempdir().expect("tempdir");
+    let run = |perfmap: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.args(["plugin", "inspect", "--json"])
+            .arg(&wasm)
+            .env("WEIR_PLUGIN_CACHE", cache.path())
+            .env_remove("WEIR_WASM_PERFMAP")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if perfmap {
+            cmd.env("WEIR_WASM_PERFMAP", "1");
+        }
+        let child = cmd.spawn().expect("run weir plugin inspect");
+        let map = std::path::PathBuf::from(format!("/tmp/perf-{}.map", child.id()));
+        let out = child.wait_with_output().expect("wait for weir");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let text = std::fs::read_to_string(&map).ok();
+        let _ = std::fs::remove_file(&map);
+        text
+    };
+    // Compiled, then loaded from the cache.
+    for _ in 0..2 {
+        let map = run(true).expect("a perf map with WEIR_WASM_PERFMAP set");
+        assert!(
+            map.lines().any(|l| l.contains("weir_plugin")),
+            "the SDK's functions are named: {}",
+            map.lines().take(5).collect::<Vec<_>>().join("\n")
+        );
+    }
+    assert_eq!(run(false), None, "no perf map without WEIR_WASM_PERFMAP");
 }
