@@ -214,7 +214,14 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let result = runtime.block_on(dispatch(cli));
+    // The runtime's tasks go first, and with them the channels of partition jobs left
+    // behind (a write superseded); those jobs then stop, and may still hold the stage.
+    drop(runtime);
+    if !weir::pipeline::wait_for_partition_jobs(std::time::Duration::from_secs(60)) {
+        tracing::warn!("partition jobs still running at exit");
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");

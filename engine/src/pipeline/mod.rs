@@ -49,7 +49,7 @@ pub use error::PipelineError;
 pub use init::{InitReport, init, init_with};
 pub use live::LiveState;
 pub use status::{DirtyStatus, FailedStatus, StaleStatus, Status, status};
-pub use stream::CHANNEL_CHUNKS;
+pub use stream::{CHANNEL_CHUNKS, wait_for_partition_jobs};
 pub use transform::{IDENTITY_TRANSFORM, Transform};
 
 /// Counts of one `run`.

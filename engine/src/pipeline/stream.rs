@@ -100,6 +100,65 @@ pub(super) struct StreamJob {
 /// Chunks of rows a job transforms in place of the stage's ([`StreamJob::input`]).
 pub(super) type Input = mpsc::Receiver<Result<Vec<StagedRow>, PipelineError>>;
 
+/// Partition-job threads not finished yet. A job whose writer went away (a write left
+/// to a newer one, a failure on the writer's side) runs on until its next piece, with
+/// the stage open (a snapshot, and perhaps the last handle): a process must not exit
+/// under it, or RocksDB's static destructors run while the thread still uses the
+/// database (seen as `pthread lock: Invalid argument` and an abort after a backfill
+/// had ended). `weir` waits for them before it exits ([`wait_for_partition_jobs`]).
+pub(super) static JOB_THREADS: Running = Running::new();
+
+/// A count of running things, and a wait until there are none.
+#[derive(Debug)]
+pub(super) struct Running {
+    count: std::sync::Mutex<usize>,
+    none: std::sync::Condvar,
+}
+
+/// One running thing of a [`Running`]: counted until dropped.
+#[derive(Debug)]
+pub(super) struct RunningGuard(&'static Running);
+
+impl Running {
+    pub(super) const fn new() -> Running {
+        Running {
+            count: std::sync::Mutex::new(0),
+            none: std::sync::Condvar::new(),
+        }
+    }
+
+    pub(super) fn start(&'static self) -> RunningGuard {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        RunningGuard(self)
+    }
+
+    /// Waits until none runs, at most `timeout`; whether none runs.
+    pub(super) fn wait_none(&self, timeout: std::time::Duration) -> bool {
+        let count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        let (count, _) = self
+            .none
+            .wait_timeout_while(count, timeout, |n| *n > 0)
+            .unwrap_or_else(|p| p.into_inner());
+        *count == 0
+    }
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock().unwrap_or_else(|p| p.into_inner());
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.0.none.notify_all();
+        }
+    }
+}
+
+/// Waits, at most `timeout`, until every partition job's thread has ended (and so
+/// released the stage); whether they all did. For a process about to exit.
+pub fn wait_for_partition_jobs(timeout: std::time::Duration) -> bool {
+    JOB_THREADS.wait_none(timeout)
+}
+
 /// Starts a job on a thread of its own (sized for the plugin's wasm stack); its
 /// pieces arrive on the returned channel. Dropping the channel stops the job.
 pub(super) fn spawn(job: StreamJob) -> Result<Pieces, PipelineError> {
@@ -108,6 +167,9 @@ pub(super) fn spawn(job: StreamJob) -> Result<Pieces, PipelineError> {
         Transform::Plugin { settings, .. } => plugin::job_thread_stack(&settings.limits),
         Transform::Identity => 8 << 20,
     };
+    // Counted from before the spawn (a failed spawn drops it with the closure) until
+    // the job, its stage handle and its channel are dropped.
+    let running = JOB_THREADS.start();
     std::thread::Builder::new()
         .name("weir-partition-job".into())
         .stack_size(stack)
@@ -115,6 +177,9 @@ pub(super) fn spawn(job: StreamJob) -> Result<Pieces, PipelineError> {
             if let Err(e) = produce(&job, &tx) {
                 let _ = tx.blocking_send(Err(e));
             }
+            drop(job);
+            drop(tx);
+            drop(running);
         })
         .map_err(|e| PipelineError::Plugin(plugin::PluginError::Thread(e)))?;
     Ok(rx)
@@ -544,4 +609,28 @@ fn identity(table: &TableConfig, rows: Vec<StagedRow>) -> Vec<Vec<Value>> {
                 .collect()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    static COUNTED: Running = Running::new();
+
+    #[test]
+    fn running_things_are_waited_for_until_the_last_ends() {
+        assert!(COUNTED.wait_none(Duration::ZERO));
+        let (a, b) = (COUNTED.start(), COUNTED.start());
+        assert!(!COUNTED.wait_none(Duration::from_millis(10)));
+        drop(a);
+        assert!(!COUNTED.wait_none(Duration::from_millis(10)));
+        let ends = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(b);
+        });
+        assert!(COUNTED.wait_none(Duration::from_secs(10)));
+        ends.join().expect("the thread ends");
+    }
 }
