@@ -431,7 +431,7 @@ async fn write_pieces(
     // A merge deletes the rows of the changed keys by the key's target columns.
     let merge = !key_columns.is_empty();
     let opened = if merge {
-        target::open_merge(client, table, meta).await?
+        target::open_merge(client, table, meta, key_columns).await?
     } else {
         target::open_replace(client, table, meta).await?
     };
@@ -459,7 +459,7 @@ async fn write_pieces(
                 rejection_keys,
             }) => {
                 if merge {
-                    writer.add_keys(key_columns, keys, &rejection_keys).await?;
+                    writer.add_keys(keys, rejection_keys).await?;
                 }
                 writer.copy(&rows).await?;
                 writer.reject(&rejections).await?;

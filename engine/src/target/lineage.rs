@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use postgres_types::{ToSql, Type};
 use sha2::{Digest, Sha256};
 use tokio_postgres::{Client, Row, Transaction};
 
@@ -99,7 +100,12 @@ pub(super) async fn record(
     summary: &WriteSummary,
     mode: WriteMode,
 ) -> Result<(), TargetError> {
-    tx.execute(
+    let text = Type::TEXT;
+    let target_table = table.name.to_string();
+    let generation = i64::try_from(write.generation).unwrap_or(i64::MAX);
+    let position = i64::try_from(write.source_position).unwrap_or(i64::MAX);
+    let rows = i64::try_from(summary.rows).unwrap_or(i64::MAX);
+    tx.execute_typed(
         "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, written_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now()) \
          ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, \
@@ -108,17 +114,17 @@ pub(super) async fn record(
            plugin_sha256 = EXCLUDED.plugin_sha256, config_hash = EXCLUDED.config_hash, \
            write_mode = EXCLUDED.write_mode, written_at = EXCLUDED.written_at",
         &[
-            &table.name.to_string(),
-            &write.partition.name(),
-            &write.source_table,
-            &i64::try_from(write.generation).unwrap_or(i64::MAX),
-            &i64::try_from(write.source_position).unwrap_or(i64::MAX),
-            &write.transform,
-            &i64::try_from(summary.rows).unwrap_or(i64::MAX),
-            &summary.checksum,
-            &write.plugin_sha256,
-            &write.config_hash,
-            &mode.as_str(),
+            (&target_table as &(dyn ToSql + Sync), text.clone()),
+            (&write.partition.name(), text.clone()),
+            (&write.source_table, text.clone()),
+            (&generation, Type::INT8),
+            (&position, Type::INT8),
+            (&write.transform, text.clone()),
+            (&rows, Type::INT8),
+            (&summary.checksum, text.clone()),
+            (&write.plugin_sha256, text.clone()),
+            (&write.config_hash, text.clone()),
+            (&mode.as_str(), text),
         ],
     )
     .await

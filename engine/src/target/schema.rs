@@ -134,7 +134,13 @@ pub async fn prepare_table(
     let create = prepare != Prepare::Check;
     let name = &table.target;
     let exists: Option<String> = client
-        .query_one("SELECT to_regclass($1)::text", &[&name.quoted()])
+        .query_typed_one(
+            "SELECT to_regclass($1)::text",
+            &[(
+                &name.quoted() as &(dyn postgres_types::ToSql + Sync),
+                postgres_types::Type::TEXT,
+            )],
+        )
         .await
         .map_err(query_err(format!("look up {name}")))?
         .get(0);
@@ -465,7 +471,13 @@ pub(super) async fn ensure_child(
         return Ok(());
     };
     let exists: Option<String> = client
-        .query_one("SELECT to_regclass($1)::text", &[&name.quoted()])
+        .query_typed_one(
+            "SELECT to_regclass($1)::text",
+            &[(
+                &name.quoted() as &(dyn postgres_types::ToSql + Sync),
+                postgres_types::Type::TEXT,
+            )],
+        )
         .await
         .map_err(query_err(format!("look up {name}")))?
         .get(0);

@@ -127,9 +127,8 @@ fn lock_key(table: &TableName, partition: &Partition) -> i64 {
 }
 
 /// Creates a native partition's child if missing (in a transaction of its own), then
-/// begins the partition's write transaction, takes its advisory lock (waited for
-/// without a limit: it serializes Weir's own writers) and sets the `lock_timeout` that
-/// bounds the waits for table locks after it.
+/// begins the partition's write transaction. Its lock comes next
+/// ([`lock_statements`]), sent with the write's first statements.
 pub(super) async fn begin_partition_write<'c>(
     client: &'c mut Client,
     table: &TargetTable,
@@ -141,19 +140,18 @@ pub(super) async fn begin_partition_write<'c>(
         ensure_child(client, table, partition, &child).await?;
     }
     let tx = client.transaction().await.map_err(query_err("begin"))?;
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($1)",
-        &[&lock_key(&table.name, partition)],
-    )
-    .await
-    .map_err(query_err("take the partition lock"))?;
-    tx.batch_execute(&format!(
-        "SET LOCAL lock_timeout = '{}ms'",
-        table.lock_timeout_ms
-    ))
-    .await
-    .map_err(query_err("set lock_timeout"))?;
     Ok((tx, pred))
+}
+
+/// What takes a partition's lock in its write transaction: its advisory lock (waited
+/// for without a limit: it serializes Weir's own writers), then the `lock_timeout`
+/// that bounds the waits for table locks after it. Both are numbers, written in.
+pub(super) fn lock_statements(table: &TargetTable, partition: &Partition) -> String {
+    format!(
+        "SELECT pg_advisory_xact_lock({}); SET LOCAL lock_timeout = '{}ms'",
+        lock_key(&table.name, partition),
+        table.lock_timeout_ms
+    )
 }
 
 /// A write that ran out of `lock_timeout` becomes [`TargetError::LockTimeout`], named
@@ -282,11 +280,11 @@ pub async fn merge_partition(
     merge: &MergeKeys,
 ) -> Result<Option<WriteSummary>, TargetError> {
     let result = async {
-        match open_merge(client, table, write.meta).await? {
+        match open_merge(client, table, write.meta, &merge.columns).await? {
             Opened::Superseded(_) | Opened::Refused => Ok(None),
             Opened::Writer(mut writer) => {
                 writer
-                    .add_keys(&merge.columns, merge.keys.clone(), &merge.rejection_keys)
+                    .add_keys(merge.keys.clone(), merge.rejection_keys.clone())
                     .await?;
                 writer.delete_keys().await?;
                 writer.copy(write.rows).await?;

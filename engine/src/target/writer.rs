@@ -6,11 +6,14 @@
 use std::pin::Pin;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::SinkExt;
-use postgres_types::ToSql;
+use futures_util::future::{try_join, try_join3, try_join4};
+use futures_util::{SinkExt, TryFutureExt};
+use postgres_types::{ToSql, Type};
 use tokio_postgres::{Client, CopyInSink, Statement, Transaction};
 
-use super::write::{PartitionMeta, RejectedRow, WriteSummary, begin_partition_write};
+use super::write::{
+    PartitionMeta, RejectedRow, WriteSummary, begin_partition_write, lock_statements,
+};
 use super::{TargetError, TargetTable, lineage, query_err};
 use crate::config::{WriteMode, quote_ident};
 use crate::partition::PartitionPredicate;
@@ -32,11 +35,16 @@ pub struct PartitionWriter<'c, 'a> {
     partition_name: String,
     /// The COPY in progress, and what it copies into.
     sink: Option<(CopyInto, Pin<Box<CopyInSink<Bytes>>>)>,
-    /// Merge: the key columns (indexes into the target's), the first chunk of keys
-    /// (held until a second one, or the delete), and whether the temporary table of
-    /// keys holds them instead.
+    /// The statements prepared with the opening (see [`open_replace`]): the COPY into
+    /// the target, and the DELETE of the partition (a replace) or of a chunk of keys
+    /// given as arrays (a merge).
+    copy_statement: Statement,
+    delete_statement: Statement,
+    /// Merge: the key columns (indexes into the target's), the first chunk of keys and
+    /// its rejection keys (held until a second one, or the delete), and whether the
+    /// temporary table of keys holds them instead.
     key_columns: Vec<usize>,
-    keys: Option<Vec<Vec<Value>>>,
+    keys: Option<(Vec<Vec<Value>>, Vec<String>)>,
     keys_table: bool,
     buf: BytesMut,
     value_bytes: Vec<u8>,
@@ -79,13 +87,16 @@ pub enum Opened<'c, 'a> {
 }
 
 impl<'c, 'a> PartitionWriter<'c, 'a> {
-    fn new(
-        tx: Transaction<'c>,
-        table: &'a TargetTable,
-        meta: PartitionMeta<'a>,
-        mode: WriteMode,
-        pred: PartitionPredicate,
-    ) -> PartitionWriter<'c, 'a> {
+    fn new(opening: Opening<'c, 'a>, mode: WriteMode) -> PartitionWriter<'c, 'a> {
+        let Opening {
+            tx,
+            table,
+            meta,
+            pred,
+            key_columns,
+            copy_statement,
+            delete_statement,
+        } = opening;
         PartitionWriter {
             tx,
             table,
@@ -94,7 +105,9 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
             mode,
             pred,
             sink: None,
-            key_columns: Vec::new(),
+            copy_statement,
+            delete_statement,
+            key_columns,
             keys: None,
             keys_table: false,
             buf: BytesMut::new(),
@@ -107,25 +120,9 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         }
     }
 
-    /// The partition as a SQL condition on the partition column, its parameters first.
+    /// The partition's condition ([`condition`]) and its parameters.
     fn condition(&self, params: &mut Vec<Box<dyn ToSql + Sync + Send>>) -> String {
-        let column = quote_ident(&self.table.partition_column);
-        match &self.pred {
-            PartitionPredicate::IsNull => format!("{column} IS NULL"),
-            PartitionPredicate::Equals(v) => {
-                params.push(Box::new(v.clone()));
-                format!("{column} = ${}", params.len())
-            }
-            PartitionPredicate::Range { lower, upper } => {
-                params.push(Box::new(lower.clone()));
-                params.push(Box::new(upper.clone()));
-                format!(
-                    "{column} >= ${} AND {column} < ${}",
-                    params.len() - 1,
-                    params.len()
-                )
-            }
-        }
+        condition(self.table, &self.pred, params)
     }
 
     /// Runs a DELETE of the target with its parameters; the rows it deleted.
@@ -135,62 +132,67 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         params: &[Box<dyn ToSql + Sync + Send>],
         what: &str,
     ) -> Result<u64, TargetError> {
-        let refs: Vec<&(dyn ToSql + Sync)> = params
-            .iter()
-            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-            .collect();
-        self.tx.execute(sql, &refs).await.map_err(query_err(format!(
-            "delete {what} of partition {} of {}",
-            self.partition_name, self.table.name
-        )))
+        self.tx
+            .execute(sql, &param_refs(params))
+            .await
+            .map_err(self.delete_err(what))
     }
 
-    /// Replace: deletes the partition's rows and its rejections.
+    fn delete_err(&self, what: &str) -> impl FnOnce(tokio_postgres::Error) -> TargetError {
+        query_err(format!(
+            "delete {what} of partition {} of {}",
+            self.partition_name, self.table.name
+        ))
+    }
+
+    /// Replace: deletes the partition's rows and its rejections, and starts the COPY of
+    /// its new rows, in one round trip.
     async fn delete_partition(&mut self) -> Result<(), TargetError> {
         let mut params = Vec::new();
-        let condition = self.condition(&mut params);
-        let sql = format!("DELETE FROM {} WHERE {condition}", self.table.name.quoted());
-        self.deleted = self.delete(&sql, &params, "the rows").await?;
-        crate::failpoint!("target-after-delete");
+        self.condition(&mut params);
+        let refs = param_refs(&params);
+        let target_name = self.table.name.to_string();
         // The partition's rejections are part of its output: replaced with it.
-        self.tx
-            .execute(
-                "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2",
-                &[&self.table.name.to_string(), &self.partition_name],
-            )
-            .await
-            .map_err(query_err("clear the partition's rejections"))?;
+        let (deleted, _, sink) = try_join3(
+            self.tx
+                .execute(&self.delete_statement, &refs)
+                .map_err(self.delete_err("the rows")),
+            self.tx
+                .execute_typed(
+                    "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2",
+                    &[
+                        (&target_name as &(dyn ToSql + Sync), Type::TEXT),
+                        (&self.partition_name, Type::TEXT),
+                    ],
+                )
+                .map_err(query_err("clear the partition's rejections")),
+            self.start_copy(),
+        )
+        .await?;
+        self.deleted = deleted;
+        crate::failpoint!("target-after-delete");
+        self.opened_copy(CopyInto::Target, sink);
         Ok(())
     }
 
-    /// Merge: takes a chunk of changed keys (values in the order of `columns`,
-    /// indexes into the target's columns) and removes their rejections (`[42]`). Their
-    /// target rows are deleted by [`Self::delete_keys`], once every key is in: one
-    /// chunk by a `DELETE` with the keys as arrays, more through a temporary table of
-    /// keys, COPYed in as they come, in one `DELETE … USING` (a hash join, however many
-    /// keys and whatever the target's indexes).
+    /// Merge: takes a chunk of changed keys (values in the order of the key columns
+    /// given to [`open_merge`]) and the same as rejection keys (`[42]`). Their target
+    /// rows and rejections are deleted by [`Self::delete_keys`], once every key is in:
+    /// one chunk by a `DELETE` with the keys as arrays, more through a temporary table
+    /// of keys, COPYed in as they come, in one `DELETE … USING` (a hash join, however
+    /// many keys and whatever the target's indexes).
     pub async fn add_keys(
         &mut self,
-        columns: &[usize],
         keys: Vec<Vec<Value>>,
-        rejection_keys: &[String],
+        rejection_keys: Vec<String>,
     ) -> Result<(), TargetError> {
         if keys.is_empty() {
             return Ok(());
         }
-        self.end_copy().await?;
-        self.tx
-            .execute(
-                "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2 \
-                 AND row_key = ANY($3::text[]::jsonb[])",
-                &[&self.table.name.to_string(), &self.partition_name, &rejection_keys],
-            )
-            .await
-            .map_err(query_err("clear the changed keys' rejections"))?;
-        self.key_columns = columns.to_vec();
         match self.keys.take() {
-            None if !self.keys_table => self.keys = Some(keys),
+            None if !self.keys_table => self.keys = Some((keys, rejection_keys)),
             held => {
+                self.end_copy().await?;
                 if !self.keys_table {
                     let defs = self
                         .key_types()
@@ -207,7 +209,8 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                         .map_err(query_err("create the merge's table of keys"))?;
                     self.keys_table = true;
                 }
-                for chunk in held.into_iter().chain([keys]) {
+                for (chunk, rejection_keys) in held.into_iter().chain([(keys, rejection_keys)]) {
+                    self.delete_rejections(&rejection_keys).await?;
                     self.copy_into(CopyInto::Keys, &chunk).await?;
                 }
             }
@@ -215,63 +218,102 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         Ok(())
     }
 
-    /// The (name, type) of the merge's key columns.
-    fn key_types(&self) -> Vec<(String, postgres_types::Type)> {
-        self.key_columns
-            .iter()
-            .map(|&c| self.table.columns[c].clone())
-            .collect()
+    /// Merge: deletes the rejections of a chunk of changed keys.
+    async fn delete_rejections(&self, rejection_keys: &[String]) -> Result<(), TargetError> {
+        let target_name = self.table.name.to_string();
+        self.tx
+            .execute_typed(
+                "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1 AND partition = $2 \
+                 AND row_key = ANY($3::text[]::jsonb[])",
+                &[
+                    (&target_name as &(dyn ToSql + Sync), Type::TEXT),
+                    (&self.partition_name, Type::TEXT),
+                    (&rejection_keys, Type::TEXT_ARRAY),
+                ],
+            )
+            .await
+            .map_err(query_err("clear the changed keys' rejections"))?;
+        Ok(())
     }
 
-    /// Merge: deletes the target rows of every key added (see [`Self::add_keys`]),
-    /// before any output row is copied.
+    /// The (name, type) of the merge's key columns.
+    fn key_types(&self) -> Vec<(String, postgres_types::Type)> {
+        key_types(self.table, &self.key_columns)
+    }
+
+    /// Merge: deletes the target rows and rejections of every key added (see
+    /// [`Self::add_keys`]) and starts the COPY of their new rows: one round trip when
+    /// the keys came in one chunk.
     pub async fn delete_keys(&mut self) -> Result<(), TargetError> {
         self.end_copy().await?;
-        let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
-        let condition = self.condition(&mut params);
-        let names: Vec<String> = self
-            .key_types()
-            .iter()
-            .map(|(name, _)| quote_ident(name))
-            .collect();
-        let delete = if self.keys_table {
+        let (deleted, sink) = if self.keys_table {
+            let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+            let condition = self.condition(&mut params);
+            let join = self
+                .key_types()
+                .iter()
+                .enumerate()
+                .map(|(i, (n, _))| format!("t.{} = k.k{i}", quote_ident(n)))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            let delete = format!(
+                "DELETE FROM {} AS t USING weir_merge_keys AS k WHERE {condition} AND {join}",
+                self.table.name.quoted()
+            );
             self.tx
                 .batch_execute("ANALYZE weir_merge_keys")
                 .await
                 .map_err(query_err("analyze the merge's table of keys"))?;
-            let join = names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| format!("t.{n} = k.k{i}"))
-                .collect::<Vec<_>>()
-                .join(" AND ");
-            format!(
-                "DELETE FROM {} AS t USING weir_merge_keys AS k WHERE {condition} AND {join}",
-                self.table.name.quoted()
+            try_join(
+                self.delete(&delete, &params, "the changed keys"),
+                self.start_copy(),
             )
-        } else if let Some(keys) = self.keys.take() {
-            // DELETE … WHERE <partition> AND (k1, k2) IN (SELECT * FROM unnest($3::t1[], $4::t2[]))
-            let mut arrays = Vec::with_capacity(names.len());
-            for (i, (_, ty)) in self.key_types().iter().enumerate() {
+            .await?
+        } else if let Some((keys, rejection_keys)) = self.keys.take() {
+            let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+            self.condition(&mut params);
+            for i in 0..self.key_columns.len() {
                 params.push(Box::new(
                     keys.iter()
                         .map(|k| k.get(i).cloned().unwrap_or(Value::Null))
                         .collect::<Vec<Value>>(),
                 ));
-                arrays.push(format!("${}::{}[]", params.len(), quote_ident(ty.name())));
             }
-            format!(
-                "DELETE FROM {} WHERE {condition} AND ({}) IN (SELECT * FROM unnest({}))",
-                self.table.name.quoted(),
-                names.join(", "),
-                arrays.join(", ")
+            let refs = param_refs(&params);
+            let (deleted, _, sink) = try_join3(
+                self.tx
+                    .execute(&self.delete_statement, &refs)
+                    .map_err(self.delete_err("the changed keys")),
+                self.delete_rejections(&rejection_keys),
+                self.start_copy(),
             )
+            .await?;
+            (deleted, sink)
         } else {
             return Ok(());
         };
-        self.deleted += self.delete(&delete, &params, "the changed keys").await?;
+        self.deleted += deleted;
         crate::failpoint!("target-after-delete");
+        self.opened_copy(CopyInto::Target, sink);
         Ok(())
+    }
+
+    /// Starts the COPY into the target (its statement prepared with the opening).
+    fn start_copy(
+        &self,
+    ) -> impl std::future::Future<Output = Result<CopyInSink<Bytes>, TargetError>> + '_ {
+        self.tx
+            .copy_in(&self.copy_statement)
+            .map_err(query_err(format!("start COPY into {}", self.table.name)))
+    }
+
+    /// Takes a started COPY: its header goes first in the buffer.
+    fn opened_copy(&mut self, into: CopyInto, sink: CopyInSink<Bytes>) {
+        self.sink = Some((into, Box::pin(sink)));
+        self.buf.reserve(COPY_CHUNK_BYTES + COPY_CHUNK_BYTES / 4);
+        self.buf.extend_from_slice(COPY_SIGNATURE);
+        self.buf.put_i32(0); // flags
+        self.buf.put_i32(0); // header extension length
     }
 
     /// Copies output rows (in target column order) into the partition.
@@ -297,28 +339,15 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         };
         let copy_err = || query_err(format!("COPY into {}", self.table.name));
         if self.sink.is_none() {
-            let sql = match into {
-                CopyInto::Target => format!(
-                    "COPY {} ({}) FROM STDIN (FORMAT binary)",
-                    self.table.name.quoted(),
-                    columns
-                        .iter()
-                        .map(|(name, _)| quote_ident(name))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                CopyInto::Keys => "COPY weir_merge_keys FROM STDIN (FORMAT binary)".to_owned(),
+            let sink = match into {
+                CopyInto::Target => self.start_copy().await?,
+                CopyInto::Keys => self
+                    .tx
+                    .copy_in("COPY weir_merge_keys FROM STDIN (FORMAT binary)")
+                    .await
+                    .map_err(query_err("start COPY into the merge's table of keys"))?,
             };
-            let sink = self
-                .tx
-                .copy_in(&sql)
-                .await
-                .map_err(query_err(format!("start COPY into {}", self.table.name)))?;
-            self.sink = Some((into, Box::pin(sink)));
-            self.buf.reserve(COPY_CHUNK_BYTES + COPY_CHUNK_BYTES / 4);
-            self.buf.extend_from_slice(COPY_SIGNATURE);
-            self.buf.put_i32(0); // flags
-            self.buf.put_i32(0); // header extension length
+            self.opened_copy(into, sink);
         }
         let fields = i16::try_from(columns.len()).unwrap_or(i16::MAX);
         for row in rows {
@@ -355,24 +384,39 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
 
     /// Ends the COPY in progress, if any.
     async fn end_copy(&mut self) -> Result<(), TargetError> {
+        if let Some(end) = self.copy_trailer().await? {
+            end.await?;
+        }
+        Ok(())
+    }
+
+    /// Sends the rest of the COPY in progress, if any, with its trailer; the returned
+    /// future ends it (the server's answer), so that a next statement can go with it.
+    async fn copy_trailer(
+        &mut self,
+    ) -> Result<
+        Option<impl std::future::Future<Output = Result<(), TargetError>> + use<>>,
+        TargetError,
+    > {
         let Some((into, mut sink)) = self.sink.take() else {
-            return Ok(());
+            return Ok(None);
         };
         self.buf.put_i16(-1); // trailer
         let what = format!("COPY into {}", self.table.name);
         sink.as_mut()
-            .send(self.buf.split().freeze())
+            .send(std::mem::take(&mut self.buf).freeze())
             .await
             .map_err(query_err(what.clone()))?;
-        sink.as_mut()
-            .finish()
-            .await
-            .map_err(query_err(format!("finish {what}")))?;
-        self.buf = BytesMut::new();
-        if into == CopyInto::Target {
-            crate::failpoint!("target-after-copy");
-        }
-        Ok(())
+        Ok(Some(async move {
+            sink.as_mut()
+                .finish()
+                .await
+                .map_err(query_err(format!("finish {what}")))?;
+            if into == CopyInto::Target {
+                crate::failpoint!("target-after-copy");
+            }
+            Ok(())
+        }))
     }
 
     /// Records input rows the plugin rejected in `weir.dead_letter`.
@@ -423,7 +467,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
     /// Ends the COPY, records lineage and commits. `checksum`: of every row the
     /// partition holds after a replace (empty for a merge, which has none).
     pub async fn commit(mut self, checksum: String) -> Result<WriteSummary, TargetError> {
-        self.end_copy().await?;
+        let copy_end = self.copy_trailer().await?;
         let rows = match self.mode {
             WriteMode::Merge => self
                 .previous_rows
@@ -438,7 +482,12 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
             rejected: self.rejected,
             superseded_by: None,
         };
-        lineage::record(&self.tx, self.table, &self.meta, &summary, self.mode).await?;
+        // The COPY's end and lineage in one round trip: the server runs them in order.
+        let record = lineage::record(&self.tx, self.table, &self.meta, &summary, self.mode);
+        match copy_end {
+            Some(copy_end) => try_join(copy_end, record).await.map(drop)?,
+            None => record.await?,
+        }
         self.tx.commit().await.map_err(query_err(format!(
             "commit partition {} of {}",
             self.partition_name, self.table.name
@@ -446,6 +495,82 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         tracing::debug!(table = %self.table.name, partition = %self.partition_name, mode = self.mode.as_str(), deleted = self.deleted, copied = summary.copied, rows = summary.rows, "partition written");
         Ok(summary)
     }
+}
+
+/// A partition write's transaction once opened, before its writer is made.
+struct Opening<'c, 'a> {
+    tx: Transaction<'c>,
+    table: &'a TargetTable,
+    meta: PartitionMeta<'a>,
+    pred: PartitionPredicate,
+    key_columns: Vec<usize>,
+    copy_statement: Statement,
+    delete_statement: Statement,
+}
+
+/// Begins a partition's write (see [`begin_partition_write`]) and sends, in one round
+/// trip after `BEGIN`, its lock, the lineage read `lineage` (run under the lock) and
+/// the preparation of the write's COPY and of `delete` (its parameters: the
+/// partition's condition's, then the merge's arrays of keys).
+async fn open<'c, 'a>(
+    client: &'c mut Client,
+    table: &'a TargetTable,
+    meta: PartitionMeta<'a>,
+    key_columns: &[usize],
+    lineage: &str,
+    delete: impl FnOnce(&str, usize) -> String,
+) -> Result<(Opening<'c, 'a>, Option<tokio_postgres::Row>), TargetError> {
+    let (tx, pred) = begin_partition_write(client, table, meta.partition).await?;
+    let mut condition_params = Vec::new();
+    let condition = condition(table, &pred, &mut condition_params);
+    let delete = delete(&condition, condition_params.len());
+    let copy = format!(
+        "COPY {} ({}) FROM STDIN (FORMAT binary)",
+        table.name.quoted(),
+        table
+            .columns
+            .iter()
+            .map(|(name, _)| quote_ident(name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let target_name = table.name.to_string();
+    let partition_name = meta.partition.name();
+    let (_, row, delete_statement, copy_statement) = try_join4(
+        tx.batch_execute(&lock_statements(table, meta.partition))
+            .map_err(query_err("take the partition lock")),
+        tx.query_typed_opt(
+            lineage,
+            &[
+                (&target_name as &(dyn ToSql + Sync), Type::TEXT),
+                (&partition_name, Type::TEXT),
+            ],
+        )
+        .map_err(|source| match source.code() {
+            Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => {
+                TargetError::MissingWeirSchema
+            }
+            _ => TargetError::Query {
+                what: "read the partition's lineage".into(),
+                source: PgError(source),
+            },
+        }),
+        tx.prepare(&delete)
+            .map_err(query_err(format!("prepare the delete of {}", table.name))),
+        tx.prepare(&copy)
+            .map_err(query_err(format!("prepare the COPY into {}", table.name))),
+    )
+    .await?;
+    let opening = Opening {
+        tx,
+        table,
+        meta,
+        pred,
+        key_columns: key_columns.to_vec(),
+        copy_statement,
+        delete_statement,
+    };
+    Ok((opening, row))
 }
 
 /// Opens the replace of one partition: its lock, then (with `skip_if_newer`) the
@@ -461,55 +586,71 @@ pub async fn open_replace<'c, 'a>(
     table: &'a TargetTable,
     meta: PartitionMeta<'a>,
 ) -> Result<Opened<'c, 'a>, TargetError> {
-    let (tx, pred) = begin_partition_write(client, table, meta.partition).await?;
-    if meta.skip_if_newer {
-        let newer: Option<i64> = tx
-            .query_opt(
-                "SELECT stage_generation FROM weir.partitions WHERE target_table = $1 AND partition = $2",
-                &[&table.name.to_string(), &meta.partition.name()],
-            )
-            .await
-            .map_err(query_err("read the partition's lineage"))?
-            .map(|r| r.get(0));
-        if let Some(newer) = newer.and_then(|g| u64::try_from(g).ok())
-            && newer > meta.generation
-        {
-            tx.rollback().await.map_err(query_err("rollback"))?;
-            return Ok(Opened::Superseded(newer));
-        }
+    let (opening, lineage) = open(
+        client,
+        table,
+        meta,
+        &[],
+        "SELECT stage_generation FROM weir.partitions WHERE target_table = $1 AND partition = $2",
+        |condition, _| format!("DELETE FROM {} WHERE {condition}", table.name.quoted()),
+    )
+    .await?;
+    let newer = lineage
+        .map(|r| r.get::<_, i64>(0))
+        .and_then(|g| u64::try_from(g).ok());
+    if meta.skip_if_newer
+        && let Some(newer) = newer
+        && newer > meta.generation
+    {
+        opening.tx.rollback().await.map_err(query_err("rollback"))?;
+        return Ok(Opened::Superseded(newer));
     }
-    let mut writer = PartitionWriter::new(tx, table, meta, WriteMode::Replace, pred);
+    let mut writer = PartitionWriter::new(opening, WriteMode::Replace);
     writer.delete_partition().await?;
     Ok(Opened::Writer(Box::new(writer)))
 }
 
-/// Opens the merge of one partition: its lock, then lineage, which must name the same
-/// transform, plugin and config (else [`Opened::Refused`], nothing changed: the caller
-/// replaces the partition). The changed keys are then added chunk by chunk
+/// Opens the merge of one partition whose key is `key_columns` (indexes into the
+/// target's columns): its lock, then lineage, which must name the same transform,
+/// plugin and config (else [`Opened::Refused`], nothing changed: the caller replaces
+/// the partition). The changed keys are then added chunk by chunk
 /// ([`PartitionWriter::add_keys`]) and their rows deleted at once
 /// ([`PartitionWriter::delete_keys`]), before the output is copied.
 pub async fn open_merge<'c, 'a>(
     client: &'c mut Client,
     table: &'a TargetTable,
     meta: PartitionMeta<'a>,
+    key_columns: &[usize],
 ) -> Result<Opened<'c, 'a>, TargetError> {
-    let (tx, pred) = begin_partition_write(client, table, meta.partition).await?;
-    let lineage = tx
-        .query_opt(
-            "SELECT row_count, transform, plugin_sha256, config_hash FROM weir.partitions \
-             WHERE target_table = $1 AND partition = $2",
-            &[&table.name.to_string(), &meta.partition.name()],
-        )
-        .await
-        .map_err(|source| match source.code() {
-            Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => {
-                TargetError::MissingWeirSchema
+    let keys = key_types(table, key_columns);
+    let (opening, lineage) = open(
+        client,
+        table,
+        meta,
+        key_columns,
+        "SELECT row_count, transform, plugin_sha256, config_hash FROM weir.partitions \
+         WHERE target_table = $1 AND partition = $2",
+        |condition, first| {
+            if keys.is_empty() {
+                // No key, no key to delete (a caller merges by a key).
+                return format!("DELETE FROM {} WHERE false", table.name.quoted());
             }
-            _ => TargetError::Query {
-                what: "read the partition's lineage".into(),
-                source: PgError(source),
-            },
-        })?;
+            // … WHERE <partition> AND (k1, k2) IN (SELECT * FROM unnest($3::t1[], $4::t2[]))
+            let arrays: Vec<String> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, (_, ty))| format!("${}::{}[]", first + i + 1, quote_ident(ty.name())))
+                .collect();
+            let names: Vec<String> = keys.iter().map(|(name, _)| quote_ident(name)).collect();
+            format!(
+                "DELETE FROM {} WHERE {condition} AND ({}) IN (SELECT * FROM unnest({}))",
+                table.name.quoted(),
+                names.join(", "),
+                arrays.join(", ")
+            )
+        },
+    )
+    .await?;
     let previous_rows = match lineage {
         Some(row)
             if row.get::<_, String>(1) == meta.transform
@@ -519,11 +660,52 @@ pub async fn open_merge<'c, 'a>(
             row.get::<_, i64>(0)
         }
         _ => {
-            tx.rollback().await.map_err(query_err("rollback"))?;
+            opening.tx.rollback().await.map_err(query_err("rollback"))?;
             return Ok(Opened::Refused);
         }
     };
-    let mut writer = PartitionWriter::new(tx, table, meta, WriteMode::Merge, pred);
+    let mut writer = PartitionWriter::new(opening, WriteMode::Merge);
     writer.previous_rows = u64::try_from(previous_rows).unwrap_or(0);
     Ok(Opened::Writer(Box::new(writer)))
+}
+
+/// The partition as a SQL condition on the partition column; its parameters are pushed
+/// onto `params`, numbered from 1.
+fn condition(
+    table: &TargetTable,
+    pred: &PartitionPredicate,
+    params: &mut Vec<Box<dyn ToSql + Sync + Send>>,
+) -> String {
+    let column = quote_ident(&table.partition_column);
+    match pred {
+        PartitionPredicate::IsNull => format!("{column} IS NULL"),
+        PartitionPredicate::Equals(v) => {
+            params.push(Box::new(v.clone()));
+            format!("{column} = ${}", params.len())
+        }
+        PartitionPredicate::Range { lower, upper } => {
+            params.push(Box::new(lower.clone()));
+            params.push(Box::new(upper.clone()));
+            format!(
+                "{column} >= ${} AND {column} < ${}",
+                params.len() - 1,
+                params.len()
+            )
+        }
+    }
+}
+
+fn param_refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}
+
+/// The (name, type) of a merge's key columns (indexes into the target's).
+fn key_types(table: &TargetTable, key_columns: &[usize]) -> Vec<(String, Type)> {
+    key_columns
+        .iter()
+        .filter_map(|&c| table.columns.get(c).cloned())
+        .collect()
 }
