@@ -234,6 +234,13 @@ fn produce(
         None if plugin => snap.survey()?.max_commit_time,
         None => None,
     };
+    if merge {
+        match send_changed_keys(&snap, tx) {
+            Err(RunError::Stopped) => return Ok(()),
+            Err(RunError::Failed(e)) => return Err(e),
+            Ok(()) => {}
+        }
+    }
     let mut run = Run::start(job, &snap, merge, clock)?;
     match run.all(tx) {
         Err(RunError::Stopped) => return Ok(()),
@@ -262,6 +269,26 @@ fn produce(
             checksum,
         }),
     );
+    Ok(())
+}
+
+/// A merge's changed keys, all before any output, so that their target rows are
+/// deleted before any output is copied; sent before the plugin's session starts, so
+/// that the writer deletes them while it does.
+fn send_changed_keys(
+    snap: &PartitionSnapshot<'_>,
+    tx: &mpsc::Sender<Result<Piece, PipelineError>>,
+) -> Result<(), RunError> {
+    for chunk in snap.changed_keys() {
+        let mut out = OutChunk::default();
+        for key in chunk? {
+            let values = decode_key(&key).map_err(crate::stage::StageError::from)?;
+            out.rejection_keys.push(plugin::json::key_text(&values));
+            out.keys.push(values);
+        }
+        send(tx, Piece::Chunk(out))?;
+    }
+    send(tx, Piece::KeysDone)?;
     Ok(())
 }
 
@@ -342,20 +369,8 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
     fn all(&mut self, tx: &mpsc::Sender<Result<Piece, PipelineError>>) -> Result<(), RunError> {
         let snap = self.snap;
         if self.merge {
-            // Every changed key first, so that their target rows are deleted before any
-            // output is copied; then the rows of those still in the partition.
-            if self.visit.is_none() {
-                for chunk in snap.changed_keys() {
-                    let mut out = OutChunk::default();
-                    for key in chunk? {
-                        let values = decode_key(&key).map_err(crate::stage::StageError::from)?;
-                        out.rejection_keys.push(plugin::json::key_text(&values));
-                        out.keys.push(values);
-                    }
-                    send(tx, Piece::Chunk(out))?;
-                }
-                send(tx, Piece::KeysDone)?;
-            }
+            // The changed keys went first ([`send_changed_keys`]); now the rows of those
+            // still in the partition.
             for chunk in snap.changed() {
                 let rows = chunk?.into_iter().filter_map(|(_, row)| row).collect();
                 self.chunk(rows, OutChunk::default(), tx)?;

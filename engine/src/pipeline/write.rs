@@ -4,7 +4,7 @@
 
 use tokio_postgres::Client;
 
-use super::stream::{self, End, Head, OutChunk, Piece, Pieces, StreamJob};
+use super::stream::{self, End, OutChunk, Piece, Pieces, StreamJob};
 use super::{Pipeline, PipelineError, Transform};
 use crate::config::{Dsn, WriteMode};
 use crate::metrics;
@@ -18,6 +18,8 @@ enum Written {
     Done(WriteSummary),
     /// Lineage refused a merge: replace instead.
     Refused,
+    /// Nothing to write: the partition is not dirty any more, or a resync holds it.
+    Skipped,
 }
 
 impl Pipeline {
@@ -51,26 +53,13 @@ impl Pipeline {
             } else {
                 Vec::new()
             };
-            let mut pieces = self.stream(table, partition, columns, only_if_dirty)?;
-            let head = match pieces.recv().await {
-                Some(Ok(Piece::Head(head))) => head,
-                Some(Err(e)) => return Err(e),
-                _ => return Err(crate::plugin::PluginError::Lost.into()),
-            };
-            if head.held && !only_if_dirty {
-                return Err(PipelineError::Resyncing {
-                    table: table.to_owned(),
-                });
-            }
-            if head.held || (only_if_dirty && head.dirty.is_none()) {
-                return Ok(None);
-            }
-            let columns = if head.merge { &key_columns[..] } else { &[] };
+            let pieces = self.stream(table, partition, columns, only_if_dirty)?;
             match self
-                .write_stream(table, partition, head, columns, pieces)
+                .write_stream(table, partition, &key_columns, only_if_dirty, pieces)
                 .await?
             {
                 Written::Done(summary) => return Ok(Some(summary)),
+                Written::Skipped => return Ok(None),
                 Written::Refused => merge = false,
             }
         }
@@ -118,16 +107,99 @@ impl Pipeline {
             })
     }
 
-    /// Writes a job's stream in one transaction; then the bookkeeping of a write.
+    /// Writes a job's stream in one transaction (begun while the job reads its
+    /// snapshot, and merging by `key_columns` if the job's head says it merges); then
+    /// the bookkeeping of a write.
     async fn write_stream(
         &self,
         table: &str,
         partition: &Partition,
-        head: Head,
         key_columns: &[usize],
+        only_if_dirty: bool,
         mut pieces: Pieces,
     ) -> Result<Written, PipelineError> {
+        let (_, target_table, _) = self.table(table)?;
+        let started = std::time::Instant::now();
+        let mut client = self.client().await?;
+        let result = self
+            .write_pieces(
+                &mut client,
+                table,
+                partition,
+                key_columns,
+                only_if_dirty,
+                &mut pieces,
+            )
+            .await;
+        let result = match result {
+            Err(PipelineError::Target(e)) => {
+                Err(
+                    target::explain_lock_error(&client, target_table, partition, *e)
+                        .await
+                        .into(),
+                )
+            }
+            other => other,
+        };
+        // A failed write's connection may be mid-COPY: it is dropped, not pooled. (A
+        // write left alone rolls back its transaction as it drops it.)
+        if result.is_ok() {
+            self.clients.lock().await.push(client);
+        }
+        let (summary, dirty) = match result? {
+            Some(Ok(written)) => written,
+            Some(Err(written)) => return Ok(written),
+            None => return Ok(Written::Refused),
+        };
+        crate::failpoint!("target-after-commit");
+        self.live.last_write_us.store(
+            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.after_write(table, partition, &summary, dirty)?;
+        if self.stage.compaction_due() {
+            let stage = self.stage_arc();
+            super::blocking(move || {
+                stage.compact_cleared();
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(Written::Done(summary))
+    }
+
+    /// Feeds a job's chunks into the partition's transaction and commits at its end:
+    /// the summary and the dirty mark written; `Some(Err(Skipped))` if the job's head
+    /// says there is nothing to write; `None` if lineage refused the merge.
+    async fn write_pieces(
+        &self,
+        client: &mut Client,
+        table: &str,
+        partition: &Partition,
+        key_columns: &[usize],
+        only_if_dirty: bool,
+        pieces: &mut Pieces,
+    ) -> Result<Option<Result<(WriteSummary, Option<u64>), Written>>, PipelineError> {
         let (_, target_table, transform) = self.table(table)?;
+        // The transaction begins while the job opens its snapshot.
+        let (head, begun) = tokio::join!(
+            pieces.recv(),
+            target::begin_partition_write(client, target_table, partition)
+        );
+        let head = match head {
+            Some(Ok(Piece::Head(head))) => head,
+            Some(Err(e)) => return Err(e),
+            _ => return Err(crate::plugin::PluginError::Lost.into()),
+        };
+        if head.held && !only_if_dirty {
+            return Err(PipelineError::Resyncing {
+                table: table.to_owned(),
+            });
+        }
+        if head.held || (only_if_dirty && head.dirty.is_none()) {
+            return Ok(Some(Err(Written::Skipped)));
+        }
+        let begun = begun?;
         let (plugin_sha256, config_hash) = match transform {
             Transform::Identity => (None, None),
             Transform::Plugin {
@@ -149,41 +221,53 @@ impl Pipeline {
             config_hash,
             skip_if_newer: !self.writable,
         };
-        let started = std::time::Instant::now();
-        let mut client = self.client().await?;
-        let result = write_pieces(&mut client, target_table, meta, key_columns, &mut pieces).await;
-        let result = match result {
-            Err(PipelineError::Target(e)) => {
-                Err(
-                    target::explain_lock_error(&client, target_table, partition, *e)
-                        .await
-                        .into(),
-                )
+        // A merge deletes the rows of the changed keys by the key's target columns.
+        let key_columns = if head.merge { key_columns } else { &[] };
+        let merge = !key_columns.is_empty();
+        let opened = if merge {
+            target::open_merge(begun, target_table, meta, key_columns).await?
+        } else {
+            target::open_replace(begun, target_table, meta).await?
+        };
+        let mut writer = match opened {
+            Opened::Writer(writer) => writer,
+            Opened::Refused => return Ok(None),
+            Opened::Superseded(newer) => {
+                let summary = WriteSummary {
+                    rows: 0,
+                    copied: 0,
+                    checksum: String::new(),
+                    rejected: 0,
+                    superseded_by: Some(newer),
+                };
+                return Ok(Some(Ok((summary, head.dirty))));
             }
-            other => other,
         };
-        // A failed write's connection may be mid-COPY: it is dropped, not pooled.
-        if result.is_ok() {
-            self.clients.lock().await.push(client);
+        while let Some(piece) = pieces.recv().await {
+            match piece? {
+                Piece::Head(_) => break,
+                Piece::Chunk(OutChunk {
+                    rows,
+                    rejections,
+                    keys,
+                    rejection_keys,
+                }) => {
+                    if merge {
+                        writer.add_keys(keys, rejection_keys).await?;
+                    }
+                    writer.copy(&rows).await?;
+                    writer.reject(&rejections).await?;
+                }
+                Piece::KeysDone => writer.delete_keys().await?,
+                Piece::End(End { checksum, .. }) => {
+                    let checksum = if merge { String::new() } else { checksum };
+                    let summary = writer.commit(checksum).await?;
+                    return Ok(Some(Ok((summary, head.dirty))));
+                }
+            }
         }
-        let Some(summary) = result? else {
-            return Ok(Written::Refused);
-        };
-        crate::failpoint!("target-after-commit");
-        self.live.last_write_us.store(
-            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        self.after_write(table, partition, &summary, head.dirty)?;
-        if self.stage.compaction_due() {
-            let stage = self.stage_arc();
-            super::blocking(move || {
-                stage.compact_cleared();
-                Ok(())
-            })
-            .await?;
-        }
-        Ok(Written::Done(summary))
+        // The job ended without its end: it failed (its error came first) or was lost.
+        Err(crate::plugin::PluginError::Lost.into())
     }
 
     /// The bookkeeping after a committed write: metrics, the failure record, the
@@ -417,60 +501,4 @@ impl Pipeline {
             _ => Ok(target::connect(&self.dsn).await?),
         }
     }
-}
-
-/// Feeds a job's chunks into the partition's transaction and commits at its end:
-/// `None` if lineage refused the merge.
-async fn write_pieces(
-    client: &mut Client,
-    table: &target::TargetTable,
-    meta: PartitionMeta<'_>,
-    key_columns: &[usize],
-    pieces: &mut Pieces,
-) -> Result<Option<WriteSummary>, PipelineError> {
-    // A merge deletes the rows of the changed keys by the key's target columns.
-    let merge = !key_columns.is_empty();
-    let opened = if merge {
-        target::open_merge(client, table, meta, key_columns).await?
-    } else {
-        target::open_replace(client, table, meta).await?
-    };
-    let mut writer = match opened {
-        Opened::Writer(writer) => writer,
-        Opened::Refused => return Ok(None),
-        Opened::Superseded(newer) => {
-            let summary = WriteSummary {
-                rows: 0,
-                copied: 0,
-                checksum: String::new(),
-                rejected: 0,
-                superseded_by: Some(newer),
-            };
-            return Ok(Some(summary));
-        }
-    };
-    while let Some(piece) = pieces.recv().await {
-        match piece? {
-            Piece::Head(_) => break,
-            Piece::Chunk(OutChunk {
-                rows,
-                rejections,
-                keys,
-                rejection_keys,
-            }) => {
-                if merge {
-                    writer.add_keys(keys, rejection_keys).await?;
-                }
-                writer.copy(&rows).await?;
-                writer.reject(&rejections).await?;
-            }
-            Piece::KeysDone => writer.delete_keys().await?,
-            Piece::End(End { checksum, .. }) => {
-                let checksum = if merge { String::new() } else { checksum };
-                return Ok(Some(writer.commit(checksum).await?));
-            }
-        }
-    }
-    // The job ended without its end: it failed (its error came first) or was lost.
-    Err(crate::plugin::PluginError::Lost.into())
 }

@@ -36,9 +36,9 @@ pub use lineage::{
 pub use read::read_partition;
 pub use schema::{Prepare, column_names, ensure_weir_schema, prepare_table};
 pub use write::{
-    Checksum, MergeKeys, PartitionMeta, PartitionWrite, RejectedRow, WriteSummary, checksum,
-    explain_lock_error, explain_lock_timeout, merge_partition, replace_partition,
-    write_dead_letters,
+    Begun, Checksum, MergeKeys, PartitionMeta, PartitionWrite, RejectedRow, WriteSummary,
+    begin_partition_write, checksum, explain_lock_error, explain_lock_timeout, merge_partition,
+    replace_partition, write_dead_letters,
 };
 pub use writer::{Opened, PartitionWriter, open_merge, open_replace};
 

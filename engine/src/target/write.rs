@@ -129,18 +129,33 @@ fn lock_key(table: &TableName, partition: &Partition) -> i64 {
 /// Creates a native partition's child if missing (in a transaction of its own), then
 /// begins the partition's write transaction. Its lock comes next
 /// ([`lock_statements`]), sent with the write's first statements.
-pub(super) async fn begin_partition_write<'c>(
+pub async fn begin_partition_write<'c>(
     client: &'c mut Client,
     table: &TargetTable,
     partition: &Partition,
-) -> Result<(Transaction<'c>, PartitionPredicate), TargetError> {
+) -> Result<Begun<'c>, TargetError> {
     let pred = table.predicate(partition)?;
     if table.partitioning == TargetPartitioning::Native {
         let child = native_child(table, partition, &pred)?;
         ensure_child(client, table, partition, &child).await?;
     }
     let tx = client.transaction().await.map_err(query_err("begin"))?;
-    Ok((tx, pred))
+    Ok(Begun { tx, pred })
+}
+
+/// A partition's write transaction, begun ([`begin_partition_write`]) and not opened
+/// yet ([`open_replace`], [`open_merge`]); dropped, it rolls back.
+pub struct Begun<'c> {
+    pub(super) tx: Transaction<'c>,
+    pub(super) pred: PartitionPredicate,
+}
+
+impl std::fmt::Debug for Begun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Begun")
+            .field("pred", &self.pred)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What takes a partition's lock in its write transaction: its advisory lock (waited
@@ -236,7 +251,8 @@ pub async fn replace_partition(
     write: &PartitionWrite<'_>,
 ) -> Result<WriteSummary, TargetError> {
     let result = async {
-        match open_replace(client, table, write.meta).await? {
+        let begun = begin_partition_write(client, table, write.meta.partition).await?;
+        match open_replace(begun, table, write.meta).await? {
             Opened::Superseded(newer) => Ok(WriteSummary {
                 rows: 0,
                 copied: 0,
@@ -280,7 +296,8 @@ pub async fn merge_partition(
     merge: &MergeKeys,
 ) -> Result<Option<WriteSummary>, TargetError> {
     let result = async {
-        match open_merge(client, table, write.meta, &merge.columns).await? {
+        let begun = begin_partition_write(client, table, write.meta.partition).await?;
+        match open_merge(begun, table, write.meta, &merge.columns).await? {
             Opened::Superseded(_) | Opened::Refused => Ok(None),
             Opened::Writer(mut writer) => {
                 writer

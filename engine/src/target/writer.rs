@@ -9,11 +9,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::future::{try_join, try_join3, try_join4};
 use futures_util::{SinkExt, TryFutureExt};
 use postgres_types::{ToSql, Type};
-use tokio_postgres::{Client, CopyInSink, Statement, Transaction};
+use tokio_postgres::{CopyInSink, Statement, Transaction};
 
-use super::write::{
-    PartitionMeta, RejectedRow, WriteSummary, begin_partition_write, lock_statements,
-};
+use super::write::{Begun, PartitionMeta, RejectedRow, WriteSummary, lock_statements};
 use super::{TargetError, TargetTable, lineage, query_err};
 use crate::config::{WriteMode, quote_ident};
 use crate::partition::PartitionPredicate;
@@ -513,14 +511,14 @@ struct Opening<'c, 'a> {
 /// the preparation of the write's COPY and of `delete` (its parameters: the
 /// partition's condition's, then the merge's arrays of keys).
 async fn open<'c, 'a>(
-    client: &'c mut Client,
+    begun: Begun<'c>,
     table: &'a TargetTable,
     meta: PartitionMeta<'a>,
     key_columns: &[usize],
     lineage: &str,
     delete: impl FnOnce(&str, usize) -> String,
 ) -> Result<(Opening<'c, 'a>, Option<tokio_postgres::Row>), TargetError> {
-    let (tx, pred) = begin_partition_write(client, table, meta.partition).await?;
+    let Begun { tx, pred } = begun;
     let mut condition_params = Vec::new();
     let condition = condition(table, &pred, &mut condition_params);
     let delete = delete(&condition, condition_params.len());
@@ -582,12 +580,12 @@ async fn open<'c, 'a>(
 /// locks: a reader under READ COMMITTED or REPEATABLE READ sees the old rows or the new,
 /// never none (TRUNCATE, which older builds used on native children, is not MVCC-safe).
 pub async fn open_replace<'c, 'a>(
-    client: &'c mut Client,
+    begun: Begun<'c>,
     table: &'a TargetTable,
     meta: PartitionMeta<'a>,
 ) -> Result<Opened<'c, 'a>, TargetError> {
     let (opening, lineage) = open(
-        client,
+        begun,
         table,
         meta,
         &[],
@@ -617,14 +615,14 @@ pub async fn open_replace<'c, 'a>(
 /// ([`PartitionWriter::add_keys`]) and their rows deleted at once
 /// ([`PartitionWriter::delete_keys`]), before the output is copied.
 pub async fn open_merge<'c, 'a>(
-    client: &'c mut Client,
+    begun: Begun<'c>,
     table: &'a TargetTable,
     meta: PartitionMeta<'a>,
     key_columns: &[usize],
 ) -> Result<Opened<'c, 'a>, TargetError> {
     let keys = key_types(table, key_columns);
     let (opening, lineage) = open(
-        client,
+        begun,
         table,
         meta,
         key_columns,
