@@ -356,3 +356,112 @@ async fn auto_merges_a_few_changed_keys_and_replaces_a_mostly_changed_partition(
         .collect();
     assert_eq!(modes, ["replace"]);
 }
+
+/// A round of small changes over many partitions merges them in one group: one target
+/// transaction (so one `written_at` in lineage), each partition with its own lineage
+/// and rejections; a rejected row's dead letter names its partition and goes when the
+/// row is fixed; the target stays what replacing every partition gives.
+#[tokio::test(flavor = "multi_thread")]
+async fn small_merges_of_many_partitions_go_in_one_transaction_with_their_rejections() {
+    let db = TestDb::new("merge_group").await;
+    let pipelines = pipelines();
+    let picked = [&pipelines[2], &pipelines[4]]; // orders plugin: replace (oracle), auto
+    for (file, target, extra) in picked {
+        write_config(&db, file, target, extra);
+    }
+    let order = |id: i64, amount: &str, status: &str| Order {
+        id,
+        customer: format!("c{id}"),
+        order_date: Some(format!("2026-03-{:02}", 1 + (id - 1) / 6)),
+        amount: amount.into(),
+        status: status.into(),
+    };
+    let days = 5;
+    let lines: Vec<String> = (1..=6 * days)
+        .map(|id| envelope("c", None, None, Some(&order(id, "10.00", "new"))))
+        .collect();
+    db.write_feed(&lines);
+    let run_all = || {
+        for (file, _, _) in picked {
+            weir_ok(&db, file, &["run", "--once"]);
+        }
+    };
+    for (file, _, _) in picked {
+        weir_ok(&db, file, &["init"]);
+    }
+    run_all();
+    let client = db.client().await;
+    // One order of each day changes; the third day's gets a negative amount, which
+    // the plugin rejects.
+    let mut lines = Vec::new();
+    for day in 0..days {
+        let id = day * 6 + 2;
+        let amount = if day == 2 { "-1.00" } else { "12.00" };
+        lines.push(envelope(
+            "u",
+            None,
+            Some(&order(id, "10.00", "new")),
+            Some(&order(id, amount, "paid")),
+        ));
+    }
+    db.append_feed(&lines);
+    run_all();
+    let group: (i64, i64) = {
+        let row = client
+            .query_one(
+                "SELECT count(*), count(DISTINCT written_at) FROM weir.partitions \
+                 WHERE target_table = 'analytics.plugin_auto' AND write_mode = 'merge'",
+                &[],
+            )
+            .await
+            .expect("read lineage");
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(
+        group,
+        (days, 1),
+        "partitions merged, and their transactions"
+    );
+    let rejected: Vec<(String, String)> = client
+        .query(
+            "SELECT partition, row_key::text FROM weir.dead_letter \
+             WHERE kind = 'rejected' AND target_table = 'analytics.plugin_auto'",
+            &[],
+        )
+        .await
+        .expect("read dead letters")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rejected, [("2026-03-03".to_owned(), "[14]".to_owned())]);
+    assert_eq!(
+        contents(&client, "analytics.plugin_replace").await,
+        contents(&client, "analytics.plugin_auto").await,
+        "a group's merges differ from replacing each partition"
+    );
+    // The rejected row fixed, beside a change in another day: its dead letter goes.
+    db.append_feed(&[
+        envelope(
+            "u",
+            None,
+            Some(&order(14, "-1.00", "paid")),
+            Some(&order(14, "14.00", "paid")),
+        ),
+        envelope("d", None, Some(&order(1, "10.00", "new")), None),
+    ]);
+    run_all();
+    let left = db
+        .count(
+            "SELECT count(*) FROM weir.dead_letter WHERE kind = 'rejected' \
+             AND target_table = 'analytics.plugin_auto'",
+        )
+        .await;
+    assert_eq!(left, 0, "the fixed row's rejection is gone");
+    assert_eq!(
+        contents(&client, "analytics.plugin_replace").await,
+        contents(&client, "analytics.plugin_auto").await,
+        "after the fix"
+    );
+    let wrong = wrong_counts(&client, "analytics.plugin_auto").await;
+    assert!(wrong.is_empty(), "lineage row counts: {wrong:?}");
+}

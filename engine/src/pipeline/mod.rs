@@ -35,6 +35,7 @@ use crate::stage::{Stage, StageError};
 use crate::target::{self, TargetTable};
 
 mod error;
+mod group;
 mod init;
 mod intake;
 mod live;

@@ -104,6 +104,10 @@ impl Pipeline {
         let dirty: Vec<DirtyPartition> = order.into_iter().map(|(d, _)| d).collect();
         let started = Instant::now();
         let mut transient = 0;
+        // Small merges of many partitions of a table go in groups, one transaction each;
+        // the rest, and what a group leaves, are written one partition each.
+        let (dirty, grouped) = self.write_groups(dirty).await?;
+        report.rows_rejected += grouped.rejected;
         let results: Vec<_> = futures_util::stream::iter(dirty)
             .map(|d: DirtyPartition| async move {
                 let started = Instant::now();
@@ -152,6 +156,7 @@ impl Pipeline {
                 }
             }
         }
+        let (partitions, rows) = (partitions + grouped.partitions, rows + grouped.rows);
         report.partitions_written += partitions;
         report.rows_written += rows;
         tracing::info!(

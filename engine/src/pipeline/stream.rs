@@ -95,6 +95,48 @@ pub(super) struct StreamJob {
     pub input: Option<std::sync::Mutex<Input>>,
     /// The source's state may hold resyncs (a PostgreSQL source): see [`Head::held`].
     pub resyncs: bool,
+    /// A group's jobs (see `group`): the job takes one of these before its transform
+    /// starts (after its head and changed keys), so that a group of many partitions
+    /// runs its transforms `[engine] parallelism` at a time.
+    pub permits: Option<Arc<Permits>>,
+}
+
+/// A counting semaphore for job threads ([`StreamJob::permits`]).
+#[derive(Debug)]
+pub(super) struct Permits {
+    free: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// A permit of [`Permits`], given back when dropped.
+#[derive(Debug)]
+pub(super) struct Permit<'p>(&'p Permits);
+
+impl Permits {
+    pub(super) fn new(count: usize) -> Permits {
+        Permits {
+            free: std::sync::Mutex::new(count.max(1)),
+            freed: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Waits for a permit.
+    pub(super) fn acquire(&self) -> Permit<'_> {
+        let free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let mut free = self
+            .freed
+            .wait_while(free, |n| *n == 0)
+            .unwrap_or_else(|p| p.into_inner());
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
 }
 
 /// Chunks of rows a job transforms in place of the stage's ([`StreamJob::input`]).
@@ -241,6 +283,7 @@ fn produce(
             Ok(()) => {}
         }
     }
+    let _permit = job.permits.as_deref().map(Permits::acquire);
     let mut run = Run::start(job, &snap, merge, clock)?;
     match run.all(tx) {
         Err(RunError::Stopped) => return Ok(()),

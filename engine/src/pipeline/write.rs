@@ -53,7 +53,7 @@ impl Pipeline {
             } else {
                 Vec::new()
             };
-            let pieces = self.stream(table, partition, columns, only_if_dirty)?;
+            let pieces = self.stream(table, partition, columns, only_if_dirty, None)?;
             match self
                 .write_stream(table, partition, &key_columns, only_if_dirty, pieces)
                 .await?
@@ -67,12 +67,13 @@ impl Pipeline {
 
     /// Starts a partition's job (see [`super::stream`]); it merges the changed keys
     /// (when the partition allows it) if given the key's target columns.
-    fn stream(
+    pub(super) fn stream(
         &self,
         table: &str,
         partition: &Partition,
         key_columns: Vec<usize>,
         only_if_dirty: bool,
+        permits: Option<std::sync::Arc<stream::Permits>>,
     ) -> Result<Pieces, PipelineError> {
         let (table_config, target_table, transform) = self.table(table)?;
         stream::spawn(StreamJob {
@@ -87,12 +88,13 @@ impl Pipeline {
             key_columns,
             input: None,
             resyncs: self.resyncs(),
+            permits,
         })
     }
 
     /// The target columns of the table's key, which `check_write_mode` made the grain
     /// key of a merged table.
-    fn key_columns(&self, table: &str) -> Result<Vec<usize>, PipelineError> {
+    pub(super) fn key_columns(&self, table: &str) -> Result<Vec<usize>, PipelineError> {
         let (table_config, target_table, _) = self.table(table)?;
         table_config
             .key
@@ -272,7 +274,7 @@ impl Pipeline {
 
     /// The bookkeeping after a committed write: metrics, the failure record, the
     /// dirty mark cleared if the stage still holds the generation written.
-    fn after_write(
+    pub(super) fn after_write(
         &self,
         table: &str,
         partition: &Partition,
@@ -313,7 +315,7 @@ impl Pipeline {
         partition: &Partition,
         mut f: impl FnMut(Vec<Vec<Value>>) + Send,
     ) -> Result<u64, PipelineError> {
-        let mut pieces = self.stream(table, partition, Vec::new(), false)?;
+        let mut pieces = self.stream(table, partition, Vec::new(), false, None)?;
         while let Some(piece) = pieces.recv().await {
             match piece? {
                 Piece::Head(_) | Piece::KeysDone => {}
@@ -393,6 +395,7 @@ impl Pipeline {
             key_columns: Vec::new(),
             input: Some(std::sync::Mutex::new(rx)),
             resyncs: false,
+            permits: None,
         })?;
         let mut result = Err(crate::plugin::PluginError::Lost.into());
         while let Some(piece) = pieces.recv().await {

@@ -135,6 +135,61 @@ pub(super) async fn record(
     Ok(())
 }
 
+/// Upserts the lineage rows of merges written in one transaction (a group: one source
+/// table, transform, plugin and config), in one statement.
+pub(super) async fn record_merges(
+    tx: &Transaction<'_>,
+    table: &TargetTable,
+    written: &[(PartitionMeta<'_>, &WriteSummary)],
+) -> Result<(), TargetError> {
+    let Some((first, _)) = written.first() else {
+        return Ok(());
+    };
+    let partitions: Vec<&str> = written.iter().map(|(m, _)| m.partition.name()).collect();
+    let generations: Vec<i64> = written
+        .iter()
+        .map(|(m, _)| i64::try_from(m.generation).unwrap_or(i64::MAX))
+        .collect();
+    let positions: Vec<i64> = written
+        .iter()
+        .map(|(m, _)| i64::try_from(m.source_position).unwrap_or(i64::MAX))
+        .collect();
+    let rows: Vec<i64> = written
+        .iter()
+        .map(|(_, s)| i64::try_from(s.rows).unwrap_or(i64::MAX))
+        .collect();
+    let text = Type::TEXT;
+    let target_table = table.name.to_string();
+    tx.execute_typed(
+        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, written_at) \
+         SELECT $1, u.partition, $2, u.generation, u.position, $3, u.row_count, '', $4, $5, $6, now() \
+         FROM unnest($7::text[], $8::bigint[], $9::bigint[], $10::bigint[]) AS u(partition, generation, position, row_count) \
+         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, \
+           stage_generation = EXCLUDED.stage_generation, source_position = EXCLUDED.source_position, \
+           transform = EXCLUDED.transform, row_count = EXCLUDED.row_count, checksum = EXCLUDED.checksum, \
+           plugin_sha256 = EXCLUDED.plugin_sha256, config_hash = EXCLUDED.config_hash, \
+           write_mode = EXCLUDED.write_mode, written_at = EXCLUDED.written_at",
+        &[
+            (&target_table as &(dyn ToSql + Sync), text.clone()),
+            (&first.source_table, text.clone()),
+            (&first.transform, text.clone()),
+            (&first.plugin_sha256, text.clone()),
+            (&first.config_hash, text.clone()),
+            (&WriteMode::Merge.as_str(), text),
+            (&partitions, Type::TEXT_ARRAY),
+            (&generations, Type::INT8_ARRAY),
+            (&positions, Type::INT8_ARRAY),
+            (&rows, Type::INT8_ARRAY),
+        ],
+    )
+    .await
+    .map_err(|source| match source.code() {
+        Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => TargetError::MissingWeirSchema,
+        _ => TargetError::Query { what: "record lineage".into(), source: PgError(source) },
+    })?;
+    Ok(())
+}
+
 /// The lineage of every partition of a target table, by partition name.
 pub async fn table_lineage(
     client: &Client,

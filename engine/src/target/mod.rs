@@ -23,12 +23,14 @@ use crate::partition::{Grain, Partition, PartitionPredicate, predicate};
 use crate::pgerror::PgError;
 use crate::value::{ColumnType, EncodeError};
 
+pub mod group;
 pub mod lineage;
 pub mod read;
 pub mod schema;
 pub mod write;
 pub mod writer;
 
+pub use group::{GroupWriter, MemberKeys, open_group};
 pub use lineage::{
     PartitionLineage, begin_backfill, expected_transform, finish_backfill, is_stale, recent_writes,
     table_lineage,

@@ -114,7 +114,7 @@ impl Checksum {
 
 /// The advisory-lock key of a target partition: two writers of one partition, in any
 /// process, take the same key.
-fn lock_key(table: &TableName, partition: &Partition) -> i64 {
+pub(super) fn lock_key(table: &TableName, partition: &Partition) -> i64 {
     let mut hasher = Sha256::new();
     hasher.update(b"weir-partition\0");
     hasher.update(table.to_string().as_bytes());

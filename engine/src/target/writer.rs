@@ -335,7 +335,6 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
             CopyInto::Target => self.table.columns.clone(),
             CopyInto::Keys => self.key_types(),
         };
-        let copy_err = || query_err(format!("COPY into {}", self.table.name));
         if self.sink.is_none() {
             let sink = match into {
                 CopyInto::Target => self.start_copy().await?,
@@ -347,37 +346,16 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
             };
             self.opened_copy(into, sink);
         }
-        let fields = i16::try_from(columns.len()).unwrap_or(i16::MAX);
-        for row in rows {
-            self.buf.put_i16(fields);
-            for ((name, ty), value) in columns.iter().zip(row) {
-                if value.is_null() {
-                    self.buf.put_i32(-1);
-                    continue;
-                }
-                self.value_bytes.clear();
-                value
-                    .encode_binary(ty, &mut self.value_bytes)
-                    .map_err(|source| TargetError::Encode {
-                        table: self.table.name.clone(),
-                        partition: self.partition_name.clone(),
-                        column: name.clone(),
-                        source: Box::new(source),
-                    })?;
-                self.buf
-                    .put_i32(i32::try_from(self.value_bytes.len()).unwrap_or(i32::MAX));
-                self.buf.extend_from_slice(&self.value_bytes);
-            }
-            if self.buf.len() >= COPY_CHUNK_BYTES
-                && let Some((_, sink)) = self.sink.as_mut()
-            {
-                sink.as_mut()
-                    .send(self.buf.split().freeze())
-                    .await
-                    .map_err(copy_err())?;
-            }
-        }
-        Ok(())
+        let Some((_, sink)) = self.sink.as_mut() else {
+            return Ok(());
+        };
+        let mut copy = CopyOut {
+            sink,
+            buf: &mut self.buf,
+            value_bytes: &mut self.value_bytes,
+        };
+        copy.rows(self.table, &self.partition_name, &columns, rows)
+            .await
     }
 
     /// Ends the COPY in progress, if any.
@@ -423,41 +401,14 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
             return Ok(());
         }
         self.end_copy().await?;
-        let insert = match &self.insert_rejection {
-            Some(s) => s.clone(),
-            None => {
-                let s = self
-                    .tx
-                    .prepare(
-                        "INSERT INTO weir.dead_letter (kind, source, source_position, source_table, target_table, partition, row_key, reason, input, plugin_sha256) \
-                         VALUES ('rejected', $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9)",
-                    )
-                    .await
-                    .map_err(query_err("prepare the rejection insert"))?;
-                self.insert_rejection = Some(s.clone());
-                s
-            }
-        };
-        let target_name = self.table.name.to_string();
-        for r in rejections {
-            self.tx
-                .execute(
-                    &insert,
-                    &[
-                        &self.meta.source_id,
-                        &i64::try_from(r.source_position).unwrap_or(i64::MAX),
-                        &self.meta.source_table,
-                        &target_name,
-                        &self.partition_name,
-                        &r.key,
-                        &r.reason,
-                        &r.input,
-                        &self.meta.plugin_sha256,
-                    ],
-                )
-                .await
-                .map_err(query_err("record rejected rows"))?;
-        }
+        record_rejections(
+            &self.tx,
+            &mut self.insert_rejection,
+            self.table,
+            &self.meta,
+            rejections,
+        )
+        .await?;
         self.rejected += rejections.len() as u64;
         Ok(())
     }
@@ -628,48 +579,21 @@ pub async fn open_merge<'c, 'a>(
         key_columns,
         "SELECT row_count, transform, plugin_sha256, config_hash FROM weir.partitions \
          WHERE target_table = $1 AND partition = $2",
-        |condition, first| {
-            if keys.is_empty() {
-                // No key, no key to delete (a caller merges by a key).
-                return format!("DELETE FROM {} WHERE false", table.name.quoted());
-            }
-            // … WHERE <partition> AND (k1, k2) IN (SELECT * FROM unnest($3::t1[], $4::t2[]))
-            let arrays: Vec<String> = keys
-                .iter()
-                .enumerate()
-                .map(|(i, (_, ty))| format!("${}::{}[]", first + i + 1, quote_ident(ty.name())))
-                .collect();
-            let names: Vec<String> = keys.iter().map(|(name, _)| quote_ident(name)).collect();
-            format!(
-                "DELETE FROM {} WHERE {condition} AND ({}) IN (SELECT * FROM unnest({}))",
-                table.name.quoted(),
-                names.join(", "),
-                arrays.join(", ")
-            )
-        },
+        |condition, first| delete_keys_sql(table, &keys, condition, first),
     )
     .await?;
-    let previous_rows = match lineage {
-        Some(row)
-            if row.get::<_, String>(1) == meta.transform
-                && row.get::<_, Option<String>>(2).as_deref() == meta.plugin_sha256
-                && row.get::<_, Option<String>>(3).as_deref() == meta.config_hash =>
-        {
-            row.get::<_, i64>(0)
-        }
-        _ => {
-            opening.tx.rollback().await.map_err(query_err("rollback"))?;
-            return Ok(Opened::Refused);
-        }
+    let Some(previous_rows) = lineage.and_then(|row| merge_base(&row, 0, &meta)) else {
+        opening.tx.rollback().await.map_err(query_err("rollback"))?;
+        return Ok(Opened::Refused);
     };
     let mut writer = PartitionWriter::new(opening, WriteMode::Merge);
-    writer.previous_rows = u64::try_from(previous_rows).unwrap_or(0);
+    writer.previous_rows = previous_rows;
     Ok(Opened::Writer(Box::new(writer)))
 }
 
 /// The partition as a SQL condition on the partition column; its parameters are pushed
 /// onto `params`, numbered from 1.
-fn condition(
+pub(super) fn condition(
     table: &TargetTable,
     pred: &PartitionPredicate,
     params: &mut Vec<Box<dyn ToSql + Sync + Send>>,
@@ -693,7 +617,7 @@ fn condition(
     }
 }
 
-fn param_refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
+pub(super) fn param_refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
     params
         .iter()
         .map(|p| p.as_ref() as &(dyn ToSql + Sync))
@@ -701,9 +625,147 @@ fn param_refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync
 }
 
 /// The (name, type) of a merge's key columns (indexes into the target's).
-fn key_types(table: &TargetTable, key_columns: &[usize]) -> Vec<(String, Type)> {
+pub(super) fn key_types(table: &TargetTable, key_columns: &[usize]) -> Vec<(String, Type)> {
     key_columns
         .iter()
         .filter_map(|&c| table.columns.get(c).cloned())
         .collect()
+}
+
+/// A COPY in progress, for [`CopyOut::rows`].
+pub(super) struct CopyOut<'s> {
+    pub sink: &'s mut Pin<Box<CopyInSink<Bytes>>>,
+    pub buf: &'s mut BytesMut,
+    pub value_bytes: &'s mut Vec<u8>,
+}
+
+impl CopyOut<'_> {
+    /// Encodes rows (values of `columns`) into PostgreSQL's binary COPY format and sends
+    /// them in chunks of [`COPY_CHUNK_BYTES`]. A value that does not fit its column
+    /// fails the write with the column (and the rows' partition) named.
+    pub async fn rows(
+        &mut self,
+        table: &TargetTable,
+        partition: &str,
+        columns: &[(String, Type)],
+        rows: &[Vec<Value>],
+    ) -> Result<(), TargetError> {
+        let fields = i16::try_from(columns.len()).unwrap_or(i16::MAX);
+        for row in rows {
+            self.buf.put_i16(fields);
+            for ((name, ty), value) in columns.iter().zip(row) {
+                if value.is_null() {
+                    self.buf.put_i32(-1);
+                    continue;
+                }
+                self.value_bytes.clear();
+                value
+                    .encode_binary(ty, self.value_bytes)
+                    .map_err(|source| TargetError::Encode {
+                        table: table.name.clone(),
+                        partition: partition.to_owned(),
+                        column: name.clone(),
+                        source: Box::new(source),
+                    })?;
+                self.buf
+                    .put_i32(i32::try_from(self.value_bytes.len()).unwrap_or(i32::MAX));
+                self.buf.extend_from_slice(self.value_bytes);
+            }
+            if self.buf.len() >= COPY_CHUNK_BYTES {
+                self.sink
+                    .as_mut()
+                    .send(self.buf.split().freeze())
+                    .await
+                    .map_err(query_err(format!("COPY into {}", table.name)))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Records input rows the plugin rejected in `weir.dead_letter`, as rejections of
+/// `meta`'s partition (the insert prepared once into `insert`).
+pub(super) async fn record_rejections(
+    tx: &Transaction<'_>,
+    insert: &mut Option<Statement>,
+    table: &TargetTable,
+    meta: &PartitionMeta<'_>,
+    rejections: &[RejectedRow],
+) -> Result<(), TargetError> {
+    let statement = match insert {
+        Some(s) => s.clone(),
+        None => {
+            let s = tx
+                .prepare(
+                    "INSERT INTO weir.dead_letter (kind, source, source_position, source_table, target_table, partition, row_key, reason, input, plugin_sha256) \
+                     VALUES ('rejected', $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9)",
+                )
+                .await
+                .map_err(query_err("prepare the rejection insert"))?;
+            *insert = Some(s.clone());
+            s
+        }
+    };
+    let target_name = table.name.to_string();
+    let partition_name = meta.partition.name();
+    for r in rejections {
+        tx.execute(
+            &statement,
+            &[
+                &meta.source_id,
+                &i64::try_from(r.source_position).unwrap_or(i64::MAX),
+                &meta.source_table,
+                &target_name,
+                &partition_name,
+                &r.key,
+                &r.reason,
+                &r.input,
+                &meta.plugin_sha256,
+            ],
+        )
+        .await
+        .map_err(query_err("record rejected rows"))?;
+    }
+    Ok(())
+}
+
+/// The DELETE of a merge's changed keys in one partition, the keys given as one array
+/// per key column (`keys`, parameters numbered after the `first` of `condition`):
+/// `… WHERE <partition> AND (k1, k2) IN (SELECT * FROM unnest($3::t1[], $4::t2[]))`.
+pub(super) fn delete_keys_sql(
+    table: &TargetTable,
+    keys: &[(String, Type)],
+    condition: &str,
+    first: usize,
+) -> String {
+    if keys.is_empty() {
+        // No key, no key to delete (a caller merges by a key).
+        return format!("DELETE FROM {} WHERE false", table.name.quoted());
+    }
+    let arrays: Vec<String> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, (_, ty))| format!("${}::{}[]", first + i + 1, quote_ident(ty.name())))
+        .collect();
+    let names: Vec<String> = keys.iter().map(|(name, _)| quote_ident(name)).collect();
+    format!(
+        "DELETE FROM {} WHERE {condition} AND ({}) IN (SELECT * FROM unnest({}))",
+        table.name.quoted(),
+        names.join(", "),
+        arrays.join(", ")
+    )
+}
+
+/// The rows a partition holds as lineage says, if a merge may go on top of it: its
+/// lineage `row` (`row_count, transform, plugin_sha256, config_hash` from column
+/// `at`) names the transform, plugin and config of `meta`.
+pub(super) fn merge_base(
+    row: &tokio_postgres::Row,
+    at: usize,
+    meta: &PartitionMeta<'_>,
+) -> Option<u64> {
+    let same = row.get::<_, String>(at + 1) == meta.transform
+        && row.get::<_, Option<String>>(at + 2).as_deref() == meta.plugin_sha256
+        && row.get::<_, Option<String>>(at + 3).as_deref() == meta.config_hash;
+    same.then(|| u64::try_from(row.get::<_, i64>(at)).unwrap_or(0))
 }
