@@ -26,8 +26,12 @@ use crate::target::{self, MemberKeys, PartitionMeta, WriteSummary};
 
 /// At most this many partitions in one group ...
 pub(super) const GROUP_PARTITIONS: usize = 64;
-/// ... and this many changed keys in all: the group holds them until its DELETEs.
+/// ... and this many changed keys in all: the group holds them until its DELETEs ...
 const GROUP_KEYS: usize = crate::stage::CHUNK_ROWS * 4;
+/// ... each member at most this many: a larger merge is written alone, beside others
+/// (on `parallelism` connections), where its transaction's round trips are a small
+/// part of its time and the server's work is shared among backends.
+const MEMBER_KEYS: usize = 1024;
 
 /// What a group did with a partition it was given.
 #[derive(Debug)]
@@ -308,8 +312,8 @@ impl Pipeline {
     }
 }
 
-/// A merging job's head and changed keys, up to its `KeysDone`; `None` if its keys
-/// come in more than one chunk (too many for a group) or it does not merge. A job
+/// A merging job's head and changed keys, up to its `KeysDone`; `None` if they are
+/// more than [`MEMBER_KEYS`] (too many for a group). A job
 /// that does not merge (or is not dirty) sends its head alone: that is returned with
 /// no keys.
 async fn heads_and_keys(pieces: &mut Pieces) -> Result<Option<(Head, MemberKeys)>, PipelineError> {
@@ -327,7 +331,7 @@ async fn heads_and_keys(pieces: &mut Pieces) -> Result<Option<(Head, MemberKeys)
         match pieces.recv().await {
             Some(Ok(Piece::Chunk(chunk))) => {
                 chunks += 1;
-                if chunks > 1 {
+                if chunks > 1 || chunk.keys.len() > MEMBER_KEYS {
                     return Ok(None);
                 }
                 keys.keys = chunk.keys;

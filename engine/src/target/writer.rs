@@ -208,6 +208,8 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                     self.keys_table = true;
                 }
                 for (chunk, rejection_keys) in held.into_iter().chain([(keys, rejection_keys)]) {
+                    // No statement can go while a COPY is open on the connection.
+                    self.end_copy().await?;
                     self.delete_rejections(&rejection_keys).await?;
                     self.copy_into(CopyInto::Keys, &chunk).await?;
                 }
@@ -262,11 +264,10 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                 .batch_execute("ANALYZE weir_merge_keys")
                 .await
                 .map_err(query_err("analyze the merge's table of keys"))?;
-            try_join(
-                self.delete(&delete, &params, "the changed keys"),
-                self.start_copy(),
-            )
-            .await?
+            // Not sent together: a DELETE by SQL text is prepared first, and a COPY
+            // started meanwhile would hold the connection before its execution.
+            let deleted = self.delete(&delete, &params, "the changed keys").await?;
+            (deleted, self.start_copy().await?)
         } else if let Some((keys, rejection_keys)) = self.keys.take() {
             let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
             self.condition(&mut params);
