@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
-use super::stream::{End, Head, OutChunk, Permits, Piece, Pieces};
+use super::stream::{End, GroupTicket, Head, OutChunk, Permits, Piece, Pieces};
 use super::{Pipeline, PipelineError, Transform};
 use crate::errors::error_chain;
 use crate::partition::Partition;
@@ -59,6 +59,8 @@ struct Member {
     head: Head,
     keys: MemberKeys,
     pieces: Pieces,
+    /// The job's word to go on to its transform (dropped: it stops).
+    go: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl Pipeline {
@@ -133,14 +135,13 @@ impl Pipeline {
         let permits = Arc::new(Permits::new(self.config.engine.parallelism));
         let mut jobs = Vec::new();
         for (at, partition) in partitions.iter().enumerate().take(GROUP_PARTITIONS) {
-            match self.stream(
-                table,
-                partition,
-                key_columns.clone(),
-                true,
-                Some(permits.clone()),
-            ) {
-                Ok(pieces) => jobs.push((at, pieces)),
+            let (go, go_rx) = std::sync::mpsc::channel();
+            let ticket = GroupTicket {
+                permits: permits.clone(),
+                go: std::sync::Mutex::new(go_rx),
+            };
+            match self.stream(table, partition, key_columns.clone(), true, Some(ticket)) {
+                Ok(pieces) => jobs.push((at, pieces, go)),
                 Err(_) => break,
             }
         }
@@ -150,7 +151,7 @@ impl Pipeline {
         // Each job's head and changed keys; the jobs go on to their transforms.
         let mut members = Vec::new();
         let mut keys_in_group = 0;
-        for (at, mut pieces) in jobs {
+        for (at, mut pieces, go) in jobs {
             match heads_and_keys(&mut pieces).await {
                 Ok(Some((head, keys))) => {
                     if head.held || head.dirty.is_none() {
@@ -166,6 +167,7 @@ impl Pipeline {
                             head,
                             keys,
                             pieces,
+                            go: Some(go),
                         });
                     }
                 }
@@ -258,10 +260,13 @@ impl Pipeline {
             .collect();
         let (mut writer, mergeable) =
             target::open_group(client, target_table, key_columns, metas).await?;
-        // A member left out stops its job (which would wait on its channel with a
-        // permit held): it is written alone.
+        // The members merged go on to their transforms; a member left out (written
+        // alone) stops its job.
         for (member, &ok) in members.iter_mut().zip(&mergeable) {
-            if !ok {
+            let go = member.go.take();
+            if ok && let Some(go) = go {
+                let _ = go.send(());
+            } else {
                 member.pieces.close();
             }
         }

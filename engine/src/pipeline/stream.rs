@@ -95,13 +95,22 @@ pub(super) struct StreamJob {
     pub input: Option<std::sync::Mutex<Input>>,
     /// The source's state may hold resyncs (a PostgreSQL source): see [`Head::held`].
     pub resyncs: bool,
-    /// A group's jobs (see `group`): the job takes one of these before its transform
-    /// starts (after its head and changed keys), so that a group of many partitions
-    /// runs its transforms `[engine] parallelism` at a time.
-    pub permits: Option<Arc<Permits>>,
+    /// A job of a group (see `group`): it stops after its head unless it merges, and
+    /// after its changed keys waits for the group's word to go on (the writer's lineage
+    /// check), then for a permit, so that a group of many partitions runs no transform
+    /// it will not write and runs them `[engine] parallelism` at a time.
+    pub group: Option<GroupTicket>,
 }
 
-/// A counting semaphore for job threads ([`StreamJob::permits`]).
+/// What a job of a group waits on ([`StreamJob::group`]).
+#[derive(Debug)]
+pub(super) struct GroupTicket {
+    pub permits: Arc<Permits>,
+    /// A message: go on; the sender dropped: stop.
+    pub go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+/// A counting semaphore for job threads ([`GroupTicket::permits`]).
 #[derive(Debug)]
 pub(super) struct Permits {
     free: std::sync::Mutex<usize>,
@@ -268,7 +277,11 @@ fn produce(
         merge,
         held,
     };
-    if send(tx, Piece::Head(head)).is_err() || held || (job.only_if_dirty && snap.dirty.is_none()) {
+    if send(tx, Piece::Head(head)).is_err()
+        || held
+        || (job.only_if_dirty && snap.dirty.is_none())
+        || (job.group.is_some() && !merge)
+    {
         return Ok(());
     }
     let clock = match survey {
@@ -283,7 +296,16 @@ fn produce(
             Ok(()) => {}
         }
     }
-    let _permit = job.permits.as_deref().map(Permits::acquire);
+    let _permit = match &job.group {
+        Some(ticket) => {
+            let go = ticket.go.lock().unwrap_or_else(|p| p.into_inner()).recv();
+            if go.is_err() {
+                return Ok(());
+            }
+            Some(ticket.permits.acquire())
+        }
+        None => None,
+    };
     let mut run = Run::start(job, &snap, merge, clock)?;
     match run.all(tx) {
         Err(RunError::Stopped) => return Ok(()),

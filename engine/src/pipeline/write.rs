@@ -73,7 +73,7 @@ impl Pipeline {
         partition: &Partition,
         key_columns: Vec<usize>,
         only_if_dirty: bool,
-        permits: Option<std::sync::Arc<stream::Permits>>,
+        group: Option<stream::GroupTicket>,
     ) -> Result<Pieces, PipelineError> {
         let (table_config, target_table, transform) = self.table(table)?;
         stream::spawn(StreamJob {
@@ -88,7 +88,7 @@ impl Pipeline {
             key_columns,
             input: None,
             resyncs: self.resyncs(),
-            permits,
+            group,
         })
     }
 
@@ -395,7 +395,7 @@ impl Pipeline {
             key_columns: Vec::new(),
             input: Some(std::sync::Mutex::new(rx)),
             resyncs: false,
-            permits: None,
+            group: None,
         })?;
         let mut result = Err(crate::plugin::PluginError::Lost.into());
         while let Some(piece) = pieces.recv().await {
