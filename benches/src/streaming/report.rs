@@ -136,7 +136,8 @@ pub(super) fn report(
         "\nWeir / peer: {}. Weir's path: intake stages each transaction (one synced RocksDB write per group \
          commit) and wakes the writer, which starts a round as soon as it is free (at most every {flush_ms} ms) \
          and, in the default `auto` mode, merges each dirty partition's changed keys (the plugin over those rows, \
-         a DELETE of their keys and a binary COPY, lineage) in one transaction. *Server CPU* is every process of \
+         a DELETE of their keys and a binary COPY, lineage), the small merges of a round together in one \
+         transaction (a group). *Server CPU* is every process of \
          the cluster from the writer's start until the last row was recorded (the writer's backends, decoding, \
          the target's writes and the recorder's triggers; for the peer also its apply worker).\n",
         ratios.join("; ")
