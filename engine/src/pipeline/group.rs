@@ -18,7 +18,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use super::stream::{End, GroupTicket, Head, OutChunk, Permits, Piece, Pieces};
-use super::{Pipeline, PipelineError, Transform};
+use super::{Pipeline, PipelineError};
 use crate::errors::error_chain;
 use crate::partition::Partition;
 use crate::stage::DirtyPartition;
@@ -234,14 +234,7 @@ impl Pipeline {
         members: &mut [Member],
     ) -> Result<Vec<Option<WriteSummary>>, PipelineError> {
         let (_, target_table, transform) = self.table(table)?;
-        let (plugin_sha256, config_hash) = match transform {
-            Transform::Identity => (None, None),
-            Transform::Plugin {
-                plugin,
-                config_hash,
-                ..
-            } => (Some(plugin.sha256_hex()), Some(config_hash.as_str())),
-        };
+        let (plugin_sha256, config_hash) = transform.lineage_ids();
         let label = transform.label();
         let source_id = self.config.source_id();
         let metas = members

@@ -132,6 +132,19 @@ impl Transform {
         None
     }
 
+    /// What lineage records of the plugin: its sha256 (hex) and its config's hash
+    /// (both `None` for the identity).
+    pub fn lineage_ids(&self) -> (Option<String>, Option<&str>) {
+        match self {
+            Transform::Identity => (None, None),
+            Transform::Plugin {
+                plugin,
+                config_hash,
+                ..
+            } => (Some(plugin.sha256_hex()), Some(config_hash.as_str())),
+        }
+    }
+
     /// What lineage's `transform` column says: `identity` or `name@version`.
     pub fn label(&self) -> String {
         match self {

@@ -5,7 +5,7 @@
 use tokio_postgres::Client;
 
 use super::stream::{self, End, OutChunk, Piece, Pieces, StreamJob};
-use super::{Pipeline, PipelineError, Transform};
+use super::{Pipeline, PipelineError};
 use crate::config::{Dsn, WriteMode};
 use crate::metrics;
 use crate::partition::Partition;
@@ -202,14 +202,7 @@ impl Pipeline {
             return Ok(Some(Err(Written::Skipped)));
         }
         let begun = begun?;
-        let (plugin_sha256, config_hash) = match transform {
-            Transform::Identity => (None, None),
-            Transform::Plugin {
-                plugin,
-                config_hash,
-                ..
-            } => (Some(plugin.sha256_hex()), Some(config_hash.as_str())),
-        };
+        let (plugin_sha256, config_hash) = transform.lineage_ids();
         let label = transform.label();
         let source_id = self.config.source_id();
         let meta = PartitionMeta {

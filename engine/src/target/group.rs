@@ -10,24 +10,21 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
+use futures_util::TryFutureExt;
 use futures_util::future::{try_join, try_join_all};
-use futures_util::{SinkExt, TryFutureExt};
 use postgres_types::{ToSql, Type};
 use tokio_postgres::{Client, CopyInSink, Statement, Transaction};
 
 use super::write::{PartitionMeta, RejectedRow, WriteSummary, lock_key};
 use super::writer::{
-    CopyOut, condition, delete_keys_sql, key_types, merge_base, param_refs, record_rejections,
+    CopyOut, condition, copy_header, copy_sql, copy_trailer, delete_keys_sql, key_types,
+    merge_base, param_refs, record_rejections,
 };
 use super::{TargetError, TargetTable, lineage, query_err};
-use crate::config::quote_ident;
 use crate::partition::PartitionPredicate;
 use crate::pgerror::PgError;
 use crate::value::Value;
-
-/// The signature that starts PostgreSQL's binary COPY format.
-const COPY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
 
 /// One partition of a group.
 struct Member<'a> {
@@ -122,16 +119,7 @@ pub async fn open_group<'c, 'a>(
         "SET LOCAL lock_timeout = '{}ms'",
         table.lock_timeout_ms
     ));
-    let copy = format!(
-        "COPY {} ({}) FROM STDIN (FORMAT binary)",
-        table.name.quoted(),
-        table
-            .columns
-            .iter()
-            .map(|(name, _)| quote_ident(name))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let copy = copy_sql(table);
     let target_name = table.name.to_string();
     let names: Vec<String> = members
         .iter()
@@ -280,10 +268,7 @@ impl GroupWriter<'_, '_> {
         }
         crate::failpoint!("target-after-delete");
         self.sink = Some(Box::pin(sink));
-        self.buf.reserve(super::writer::COPY_CHUNK_BYTES * 5 / 4);
-        self.buf.extend_from_slice(COPY_SIGNATURE);
-        self.buf.put_i32(0); // flags
-        self.buf.put_i32(0); // header extension length
+        copy_header(&mut self.buf);
         Ok(())
     }
 
@@ -299,9 +284,7 @@ impl GroupWriter<'_, '_> {
                 .await
                 .map_err(query_err(format!("start COPY into {}", self.table.name)))?;
             self.sink = Some(Box::pin(sink));
-            self.buf.extend_from_slice(COPY_SIGNATURE);
-            self.buf.put_i32(0);
-            self.buf.put_i32(0);
+            copy_header(&mut self.buf);
         }
         let Some(sink) = self.sink.as_mut() else {
             return Ok(());
@@ -356,20 +339,12 @@ impl GroupWriter<'_, '_> {
         Option<impl std::future::Future<Output = Result<(), TargetError>> + use<>>,
         TargetError,
     > {
-        let Some(mut sink) = self.sink.take() else {
+        let Some(sink) = self.sink.take() else {
             return Ok(None);
         };
-        self.buf.put_i16(-1); // trailer
-        let what = format!("COPY into {}", self.table.name);
-        sink.as_mut()
-            .send(std::mem::take(&mut self.buf).freeze())
-            .await
-            .map_err(query_err(what.clone()))?;
+        let end = copy_trailer(sink, &mut self.buf, self.table).await?;
         Ok(Some(async move {
-            sink.as_mut()
-                .finish()
-                .await
-                .map_err(query_err(format!("finish {what}")))?;
+            end.await?;
             crate::failpoint!("target-after-copy");
             Ok(())
         }))

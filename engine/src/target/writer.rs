@@ -309,10 +309,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
     /// Takes a started COPY: its header goes first in the buffer.
     fn opened_copy(&mut self, into: CopyInto, sink: CopyInSink<Bytes>) {
         self.sink = Some((into, Box::pin(sink)));
-        self.buf.reserve(COPY_CHUNK_BYTES + COPY_CHUNK_BYTES / 4);
-        self.buf.extend_from_slice(COPY_SIGNATURE);
-        self.buf.put_i32(0); // flags
-        self.buf.put_i32(0); // header extension length
+        copy_header(&mut self.buf);
     }
 
     /// Copies output rows (in target column order) into the partition.
@@ -375,20 +372,12 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         Option<impl std::future::Future<Output = Result<(), TargetError>> + use<>>,
         TargetError,
     > {
-        let Some((into, mut sink)) = self.sink.take() else {
+        let Some((into, sink)) = self.sink.take() else {
             return Ok(None);
         };
-        self.buf.put_i16(-1); // trailer
-        let what = format!("COPY into {}", self.table.name);
-        sink.as_mut()
-            .send(std::mem::take(&mut self.buf).freeze())
-            .await
-            .map_err(query_err(what.clone()))?;
+        let end = copy_trailer(sink, &mut self.buf, self.table).await?;
         Ok(Some(async move {
-            sink.as_mut()
-                .finish()
-                .await
-                .map_err(query_err(format!("finish {what}")))?;
+            end.await?;
             if into == CopyInto::Target {
                 crate::failpoint!("target-after-copy");
             }
@@ -474,16 +463,7 @@ async fn open<'c, 'a>(
     let mut condition_params = Vec::new();
     let condition = condition(table, &pred, &mut condition_params);
     let delete = delete(&condition, condition_params.len());
-    let copy = format!(
-        "COPY {} ({}) FROM STDIN (FORMAT binary)",
-        table.name.quoted(),
-        table
-            .columns
-            .iter()
-            .map(|(name, _)| quote_ident(name))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let copy = copy_sql(table);
     let target_name = table.name.to_string();
     let partition_name = meta.partition.name();
     let (_, row, delete_statement, copy_statement) = try_join4(
@@ -769,4 +749,48 @@ pub(super) fn merge_base(
         && row.get::<_, Option<String>>(at + 2).as_deref() == meta.plugin_sha256
         && row.get::<_, Option<String>>(at + 3).as_deref() == meta.config_hash;
     same.then(|| u64::try_from(row.get::<_, i64>(at)).unwrap_or(0))
+}
+
+/// The COPY of a target table's columns, in binary.
+pub(super) fn copy_sql(table: &TargetTable) -> String {
+    format!(
+        "COPY {} ({}) FROM STDIN (FORMAT binary)",
+        table.name.quoted(),
+        table
+            .columns
+            .iter()
+            .map(|(name, _)| quote_ident(name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Starts a binary COPY's data in `buf`: its signature, flags and header extension.
+pub(super) fn copy_header(buf: &mut BytesMut) {
+    buf.reserve(COPY_CHUNK_BYTES + COPY_CHUNK_BYTES / 4);
+    buf.extend_from_slice(COPY_SIGNATURE);
+    buf.put_i32(0); // flags
+    buf.put_i32(0); // header extension length
+}
+
+/// Sends the rest of a COPY (`buf`) with its trailer; the returned future ends it (the
+/// server's answer), so that a next statement can go with it.
+pub(super) async fn copy_trailer(
+    mut sink: Pin<Box<CopyInSink<Bytes>>>,
+    buf: &mut BytesMut,
+    table: &TargetTable,
+) -> Result<impl std::future::Future<Output = Result<(), TargetError>> + use<>, TargetError> {
+    buf.put_i16(-1); // trailer
+    let what = format!("COPY into {}", table.name);
+    sink.as_mut()
+        .send(std::mem::take(buf).freeze())
+        .await
+        .map_err(query_err(what.clone()))?;
+    Ok(async move {
+        sink.as_mut()
+            .finish()
+            .await
+            .map_err(query_err(format!("finish {what}")))?;
+        Ok(())
+    })
 }
