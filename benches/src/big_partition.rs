@@ -1,7 +1,8 @@
 //! Section 9: one partition of `--big-rows` rows (grain `month`, about 200 bytes of row
 //! data each), written by the `weir` binary through the identity and through the Rust
 //! orders plugin: `run --once` (stage and replace), `backfill` (replace alone),
-//! `verify`, and a merge of every key (`run --once` after an update of each row). Each
+//! `verify`, a merge of every key (`run --once` after an update of each row), and a
+//! merge of a few keys (`run --once` after an update of `SMALL_MERGE_ROWS` rows). Each
 //! command's peak RSS (its own `… ended` log line) against the config's memory budget
 //! (`weir status --json`), and rows/s against one raw binary COPY of the same final
 //! rows into an empty table of the same shape.
@@ -23,6 +24,8 @@ use crate::measure::load_average;
 
 /// The month all rows are in.
 const MONTH: &str = "2026-03";
+/// The rows the small merge updates.
+const SMALL_MERGE_ROWS: u64 = 100;
 
 /// One timed command: wall time and the peak RSS it logged.
 #[derive(Debug, Clone)]
@@ -30,11 +33,13 @@ struct Timed {
     what: String,
     time: Duration,
     peak_kib: u64,
+    /// The rows the command wrote (its rows/s).
+    rows: u64,
 }
 
-/// The feed: `rows` inserts in one month, or (`update`) an update of each; about 200
-/// bytes of values a row (a 150-byte customer text).
-fn write_feed(path: &Path, rows: u64, update: bool, append: bool) -> anyhow::Result<u64> {
+/// The feed: `rows` inserts in one month (`status` "new"), or an update of each to
+/// `status`; about 200 bytes of values a row (a 150-byte customer text).
+fn write_feed(path: &Path, rows: u64, status: &str, append: bool) -> anyhow::Result<u64> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(append)
@@ -43,8 +48,7 @@ fn write_feed(path: &Path, rows: u64, update: bool, append: bool) -> anyhow::Res
         .open(path)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     let pad = "x".repeat(140);
-    let status = if update { "paid" } else { "new" };
-    let op = if update { "u" } else { "c" };
+    let op = if status == "new" { "c" } else { "u" };
     for id in 1..=rows {
         let day = 1 + id % 28;
         writeln!(
@@ -62,7 +66,14 @@ fn write_feed(path: &Path, rows: u64, update: bool, append: bool) -> anyhow::Res
 
 /// Runs `weir --config CONFIG --log-format json ARGS…` to success; its time and the
 /// peak RSS its `ended` line reports.
-fn weir(weir: &Path, dir: &Path, dsn: &str, args: &[&str], ended: &str) -> anyhow::Result<Timed> {
+fn weir(
+    weir: &Path,
+    dir: &Path,
+    dsn: &str,
+    args: &[&str],
+    ended: &str,
+    rows: u64,
+) -> anyhow::Result<Timed> {
     let started = Instant::now();
     let out = Command::new(weir)
         .arg("--config")
@@ -90,6 +101,7 @@ fn weir(weir: &Path, dir: &Path, dsn: &str, args: &[&str], ended: &str) -> anyho
         what: args.join(" "),
         time,
         peak_kib,
+        rows,
     })
 }
 
@@ -140,7 +152,7 @@ pub(crate) async fn big_partition(
         // A fresh stage and target for each transform, from the same feed.
         let run_dir = dir.path().join(label.replace(' ', "-"));
         std::fs::create_dir_all(&run_dir)?;
-        feed_bytes = write_feed(&run_dir.join("feed.jsonl"), rows, false, false)?;
+        feed_bytes = write_feed(&run_dir.join("feed.jsonl"), rows, "new", false)?;
         let db = format!(
             "bench_big_{}",
             label.split(' ').next().unwrap_or("t").to_lowercase()
@@ -183,6 +195,7 @@ pub(crate) async fn big_partition(
             &dsn,
             &["run", "--once"],
             "run ended",
+            rows,
         )?];
         let backfill = weir(
             &weir_bin,
@@ -190,6 +203,7 @@ pub(crate) async fn big_partition(
             &dsn,
             &[&["backfill"][..], &window, &["--parallel", "1"]].concat(),
             "backfill ended",
+            rows,
         )?;
         if label == "identity" {
             identity_backfill = backfill.time;
@@ -201,9 +215,11 @@ pub(crate) async fn big_partition(
             &dsn,
             &[&["verify"][..], &window, &["--parallel", "1"]].concat(),
             "verify ended",
+            rows,
         )?);
-        write_feed(&run_dir.join("feed.jsonl"), rows, true, true)?;
-        let mut merge = weir(&weir_bin, &run_dir, &dsn, &["run", "--once"], "run ended")?;
+        write_feed(&run_dir.join("feed.jsonl"), rows, "paid", true)?;
+        let once = ["run", "--once"];
+        let mut merge = weir(&weir_bin, &run_dir, &dsn, &once, "run ended", rows)?;
         merge.what = "run --once (an update of every row, merged)".into();
         timed.push(merge);
         let client = connect(&dsn).await?;
@@ -218,6 +234,24 @@ pub(crate) async fn big_partition(
             (r.get(0), r.get(1))
         };
         anyhow::ensure!(n as u64 == rows, "{label}: {n} rows merged, want {rows}");
+        anyhow::ensure!(mode == "merge", "{label}: lineage says {mode}, not merge");
+        // A few rows changed in the big partition: a merge of those keys alone.
+        let few = SMALL_MERGE_ROWS.min(rows);
+        write_feed(&run_dir.join("feed.jsonl"), few, "shipped", true)?;
+        let mut small = weir(&weir_bin, &run_dir, &dsn, &once, "run ended", few)?;
+        small.what = format!("run --once (an update of {few} rows, merged)");
+        timed.push(small);
+        let (n, mode): (i64, String) = {
+            let r = client
+                .query_one(
+                    "SELECT (SELECT count(*) FROM analytics.orders WHERE status IN ('shipped', 'SHIPPED')), \
+                     (SELECT write_mode FROM weir.partitions WHERE partition = $1)",
+                    &[&MONTH],
+                )
+                .await?;
+            (r.get(0), r.get(1))
+        };
+        anyhow::ensure!(n as u64 == few, "{label}: {n} rows shipped, want {few}");
         anyhow::ensure!(mode == "merge", "{label}: lineage says {mode}, not merge");
         for t in &timed {
             worst = worst.max(t.peak_kib as f64 / budget_kib as f64);
@@ -238,7 +272,7 @@ pub(crate) async fn big_partition(
     writeln!(out, "\n## One partition of {rows} rows: memory and rate")?;
     writeln!(
         out,
-        "\nOne month partition (`grain = \"month\"`) of {rows} orders, about 200 bytes of values each ({:.0} MB of Debezium JSON lines), into a fresh stage and target for each transform, by the release `weir` binary with `parallelism = 2` and `write = \"merge\"`. `run --once` stages the feed and writes the partition (a first write replaces); `backfill` replaces it again from the stage (one job); `verify` computes it twice and reads the target back; the merge is `run --once` after an update of every row (every key changed: the keys are COPYed into a temporary table and their rows deleted by one `DELETE … USING` it, then the new rows copied). Peak RSS is each command's own `VmHWM`, from its `… ended` log line; the budget is what `weir status` states for the config. Baseline: one binary COPY of the same {rows} final rows into an empty table of the same shape. Load average at the start: {load}.",
+        "\nOne month partition (`grain = \"month\"`) of {rows} orders, about 200 bytes of values each ({:.0} MB of Debezium JSON lines), into a fresh stage and target for each transform, by the release `weir` binary with `parallelism = 2` and `write = \"merge\"`. `run --once` stages the feed and writes the partition (a first write replaces); `backfill` replaces it again from the stage (one job); `verify` computes it twice and reads the target back; the merge is `run --once` after an update of every row (every key changed: the keys are COPYed into a temporary table and their rows deleted by one `DELETE … USING` it, then the new rows copied); the small merge is `run --once` after an update of {SMALL_MERGE_ROWS} rows (their rows/s counts those rows: the time is what a small change to a big partition costs, a process start, opening the stage and the plugin, and the write). Peak RSS is each command's own `VmHWM`, from its `… ended` log line; the budget is what `weir status` states for the config. Baseline: one binary COPY of the same {rows} final rows into an empty table of the same shape. Load average at the start: {load}.",
         feed_bytes as f64 / 1e6
     )?;
     for (label, budget_kib, parts) in &budgets {
@@ -264,7 +298,7 @@ pub(crate) async fn big_partition(
             "| {label} | `{}` | {:.1} | {:.0} | {} | {} | {:.2} |",
             t.what,
             t.time.as_secs_f64(),
-            rows as f64 / t.time.as_secs_f64(),
+            t.rows as f64 / t.time.as_secs_f64(),
             t.peak_kib >> 10,
             budget_kib >> 10,
             t.peak_kib as f64 / *budget_kib as f64

@@ -465,3 +465,72 @@ async fn small_merges_of_many_partitions_go_in_one_transaction_with_their_reject
     let wrong = wrong_counts(&client, "analytics.plugin_auto").await;
     assert!(wrong.is_empty(), "lineage row counts: {wrong:?}");
 }
+
+/// A plugin that can read a clock sees its partition's newest commit time, in a merge
+/// too, where only the changed rows are transformed: the unchanged rows' commit times
+/// count, so a merge gives what a replace would. (A plugin that imports no clock is
+/// given none, and its merge reads only the changed rows.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merged_plugin_that_reads_a_clock_sees_the_whole_partitions_newest_commit_time() {
+    let db = TestDb::new("merge_clock").await;
+    let order = |id: i64, status: &str| Order {
+        id,
+        customer: format!("c{id}"),
+        order_date: Some("2026-03-01".into()),
+        amount: format!("{id}.50"),
+        status: status.into(),
+    };
+    // The harness's envelopes commit at 1772323200000 ms; these move it.
+    let at = |line: String, ms: u64| line.replace("1772323200000", &ms.to_string());
+    let mut lines: Vec<String> = (1..=9)
+        .map(|id| envelope("c", None, None, Some(&order(id, "new"))))
+        .collect();
+    lines.push(at(
+        envelope("c", None, None, Some(&order(10, "new"))),
+        1_772_323_500_000,
+    ));
+    db.write_feed(&lines);
+    let snoop = plugin("hostile-snoop");
+    db.write_config(
+        "",
+        &format!(
+            "plugin = {:?}\nwrite = \"merge\"",
+            snoop.display().to_string()
+        ),
+        "",
+    );
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let client = db.client().await;
+    let newest = 1_772_323_500;
+    let every_row_at = |t: i64| (1..=10).map(|id| (id, t)).collect::<Vec<_>>();
+    assert_eq!(clocks(&client).await, every_row_at(newest), "first write");
+    // An update of an older row, committed before the newest row: the merge
+    // transforms only it, at the partition's newest commit time, not its own.
+    db.append_feed(&[at(
+        envelope("u", None, Some(&order(3, "new")), Some(&order(3, "paid"))),
+        1_772_323_300_000,
+    )]);
+    db.weir_ok(&["run", "--once"]);
+    assert_eq!(write_mode(&client, "2026-03-01").await, "merge");
+    assert_eq!(
+        clocks(&client).await,
+        every_row_at(newest),
+        "after the merge"
+    );
+}
+
+/// Each row's id and the second its plugin read from the wall clock.
+async fn clocks(client: &Client) -> Vec<(i64, i64)> {
+    client
+        .query(
+            "SELECT id, extract(epoch FROM wall_clock_1)::bigint \
+             FROM analytics.fact_orders ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("read the clocks")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}

@@ -955,6 +955,24 @@ fn plugin_inspect_shows_the_contract_and_the_imports() {
         "{imports:?}"
     );
     assert!(!imports.iter().any(|i| i.starts_with("wasi:http")));
+    // The Rust SDK's plugin reads no clock, so its merges read only what changed; a
+    // snooping one does.
+    assert_eq!(j["reads_clock"], false);
+    assert!(!imports.iter().any(|i| i.starts_with("wasi:clocks/")));
+    let snoop = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["plugin", "inspect"])
+        .arg(plugin("hostile-snoop"))
+        .env(
+            "WEIR_PLUGIN_CACHE",
+            tempfile::tempdir().expect("dir").path(),
+        )
+        .output()
+        .expect("inspect");
+    assert!(
+        text(&snoop.stdout).contains("clock:            reads one"),
+        "{}",
+        text(&snoop.stdout)
+    );
 
     let missing = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["plugin", "inspect", "/nonexistent/plugin.wasm"])

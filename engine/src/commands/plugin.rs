@@ -36,7 +36,8 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                     "columns": d.columns, "grain_key": d.grain_key,
                     "partition_column": d.partition_column,
                     "sha256": p.sha256_hex(), "size_bytes": p.size_bytes(),
-                    "imports": p.imports(), "wasmtime": plugin::WASMTIME_VERSION,
+                    "imports": p.imports(), "reads_clock": p.reads_clock(),
+                    "wasmtime": plugin::WASMTIME_VERSION,
                     "compile": p.compile_info(),
                 });
                 serde_json::to_writer_pretty(&mut out, &j)?;
@@ -76,6 +77,15 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
             for i in p.imports() {
                 writeln!(out, "  {i}")?;
             }
+            writeln!(
+                out,
+                "clock:            {}",
+                if p.reads_clock() {
+                    "reads one (the partition's newest commit time: each job reads every row's header for it)"
+                } else {
+                    "none (a merge reads only the changed rows)"
+                }
+            )?;
             let c = p.compile_info();
             writeln!(
                 out,

@@ -252,15 +252,17 @@ fn produce(
         .stage
         .snapshot_partition(&job.table.source.to_string(), &job.partition)?;
     // A plugin's clock is the partition's latest commit time: the pass over its rows
-    // that reads it counts them too, for the merge-or-replace test, so a plugin's job
-    // reads its rows' headers once before it reads the rows.
-    let plugin = matches!(job.transform, Transform::Plugin { .. });
+    // that reads it counts them too, for the merge-or-replace test, so such a job reads
+    // its rows' headers once before it reads the rows. Only a plugin that can read a
+    // clock is given one: for any other, a merge costs what changed, not the partition.
+    let clocked =
+        matches!(&job.transform, Transform::Plugin { plugin, .. } if plugin.reads_clock());
     let mut survey = None;
     let merge = job.merge
         && snap.dirty.is_some()
         && !snap.whole_changed()?
         && (!job.merge_if_cheaper
-            || if plugin {
+            || if clocked {
                 let rows = survey.insert(snap.survey()?).rows;
                 snap.changed_minority_of(rows)?
             } else {
@@ -286,7 +288,7 @@ fn produce(
     }
     let clock = match survey {
         Some(survey) => survey.max_commit_time,
-        None if plugin => snap.survey()?.max_commit_time,
+        None if clocked => snap.survey()?.max_commit_time,
         None => None,
     };
     if merge {
@@ -391,7 +393,8 @@ struct Run<'j, 's, 'v> {
 
 impl<'j, 's, 'v> Run<'j, 's, 'v> {
     /// `clock`: what the plugin reads as the time, the partition's latest commit time
-    /// ([`PartitionSnapshot::survey`]).
+    /// ([`PartitionSnapshot::survey`]); `None` for a plugin that reads no clock
+    /// ([`plugin::Plugin::reads_clock`]), which is then given 0, unseen.
     fn start(
         job: &'j StreamJob,
         snap: &'j PartitionSnapshot<'s>,

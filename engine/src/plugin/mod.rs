@@ -426,6 +426,16 @@ impl Plugin {
         &self.imports
     }
 
+    /// Whether the plugin can read a clock: it imports a `wasi:clocks` interface, the
+    /// only way the sandbox lets time be seen (no files, sockets or host calls carry
+    /// it). A plugin that cannot is never given its partition's clock, which costs a
+    /// pass over every row of the partition to find.
+    pub fn reads_clock(&self) -> bool {
+        self.imports
+            .iter()
+            .any(|name| name.starts_with("wasi:clocks/"))
+    }
+
     pub fn compile_info(&self) -> CompileInfo {
         self.compile
     }
