@@ -541,13 +541,30 @@ async fn weir_run_replicates_a_postgres_table_into_partitions_through_kills() {
 /// ends equal to the source, nothing missing, nothing duplicated.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_populated_table_is_snapshotted_while_it_changes_and_survives_kills() {
-    let db = TestDb::new("pg_snapshot_target").await;
+    snapshot_while_it_changes("pg_snapshot_target", "weir_snap", "").await;
+}
+
+/// The same with the watermark snapshot alone, each chunk read in three ranges of keys
+/// at once on three connections.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watermark_snapshot_in_ranges_of_keys_is_exact_while_the_table_changes_and_survives_kills()
+ {
+    snapshot_while_it_changes(
+        "pg_snapshot_ranges_target",
+        "weir_snap_ranges",
+        "snapshot_method = \"watermarks\"\nsnapshot_parallelism = 3\n",
+    )
+    .await;
+}
+
+async fn snapshot_while_it_changes(target: &str, source_name: &str, source_extra: &str) {
+    let db = TestDb::new(target).await;
     let (source_dsn, source) = source_fixture(
         &db,
-        "weir_snap",
+        source_name,
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders SELECT g, 'c' || (g % 300), DATE '2026-03-01' + (g % 20), g % 10000, 'new' FROM generate_series(1, 30000) g;",
-        "snapshot_chunk_rows = 200\n[engine]\nflush_interval_ms = 200",
+        &format!("{source_extra}snapshot_chunk_rows = 200\n[engine]\nflush_interval_ms = 200"),
         &OrdersTable::postgres("analytics.fact_orders").body(),
     )
     .await;

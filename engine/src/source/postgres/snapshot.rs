@@ -88,8 +88,9 @@ pub(super) enum Watermark {
 }
 
 /// The initial snapshot, merged with the stream by watermarks (as in Netflix's DBLog):
-/// each chunk of rows, in key order, is read between a low and a high watermark written
-/// into the WAL; rows changed by transactions committed between the two are dropped
+/// each chunk of rows, in key order (in ranges of keys read at once on several
+/// connections: [`Snapshot::key_ranges`]), is read between a low and a high watermark
+/// written into the WAL; rows changed by transactions committed between the two are dropped
 /// from the chunk (the stream already carries newer versions), and the rest are staged
 /// in the high watermark's transaction, with the snapshot's progress. A crash loses at
 /// most the chunk in flight: the next run continues after the last staged key.
@@ -102,10 +103,10 @@ pub(super) struct Snapshot {
     client: tokio_postgres::Client,
     /// Where `readers` connect.
     dsn: Dsn,
-    /// Connections besides `client` that read a chunk of pages in parallel with it,
-    /// opened at the first such chunk.
+    /// Connections besides `client` that read a chunk's spans of pages or ranges of
+    /// keys in parallel with it, opened at the first such chunk.
     readers: Vec<tokio_postgres::Client>,
-    /// Connections a chunk of pages is read with (`[source] snapshot_parallelism`).
+    /// Connections a chunk is read with (`[source] snapshot_parallelism`).
     parallelism: usize,
     progress: SnapshotProgress,
     chunk_rows: usize,
@@ -307,17 +308,11 @@ impl Snapshot {
             }
             None => None,
         };
-        let emit = "SELECT pg_logical_emit_message(true, $1, $2)::text";
-        let low: String = self
-            .client
-            .query_one(emit, &[&WATERMARK_PREFIX, &"low"])
-            .await
-            .map_err(query("write a low watermark"))?
-            .get(0);
         // The simple query protocol returns each value in its output function's text,
         // exactly what pgoutput sends (a `::text` cast differs, e.g. for booleans).
         let columns: Vec<String> = table.columns.iter().map(|c| quote_ident(&c.name)).collect();
         let keys: Vec<String> = table.key.iter().map(|k| quote_ident(k)).collect();
+        let keys = keys.join(", ");
         // A resync's `--where` in a subquery of its own: the clause cannot reach past
         // its parentheses into the key condition and order below.
         let from = match self
@@ -333,55 +328,56 @@ impl Snapshot {
             ),
             None => table.source.quoted(),
         };
-        let mut sql = format!("SELECT {} FROM {from}", columns.join(", "));
-        // A chunk of pages: each span's condition is added where it is read.
-        if by_pages.is_none()
-            && let Some(after) = &after
-        {
-            let mut literals = Vec::with_capacity(after.len());
-            for (k, value) in table.key.iter().zip(after) {
-                let declared = table.column(k).map_or("text", |c| c.declared.as_str());
-                let value = value.as_deref().ok_or_else(|| PgSourceError::BadChange {
-                    table: name.clone(),
-                    reason: "a key column of a snapshot row is NULL".into(),
-                })?;
-                // One quoting function, right whatever the source's
-                // `standard_conforming_strings` is (a key may hold `\` and `'`).
-                let literal = crate::config::quote_literal(value).ok_or_else(|| {
-                    PgSourceError::BadChange {
-                        table: name.clone(),
-                        reason: format!("key column `{k}` of a snapshot row holds a NUL"),
-                    }
-                })?;
-                literals.push(format!("{literal}::{declared}"));
+        let select = format!("SELECT {} FROM {from}", columns.join(", "));
+        let after = match (&by_pages, &after) {
+            (None, Some(after)) => Some(key_literals(table, after)?),
+            _ => None,
+        };
+        // In key order on more than one connection: the ranges of keys each reads,
+        // found before the watermarks (they only split the work).
+        let ranges = if by_pages.is_none() && self.parallelism > 1 {
+            self.key_ranges(table, &from, &keys, after.as_deref())
+                .await?
+        } else {
+            None
+        };
+        let emit = "SELECT pg_logical_emit_message(true, $1, $2)::text";
+        let low: String = self
+            .client
+            .query_one(emit, &[&WATERMARK_PREFIX, &"low"])
+            .await
+            .map_err(query("write a low watermark"))?
+            .get(0);
+        // Whether the table has rows past this chunk's (read by pages: see `pages`).
+        let mut more = false;
+        let rows = match (&by_pages, ranges) {
+            (None, Some(ranges)) => {
+                let (rows, left) = self.read_key_ranges(&select, &keys, &ranges).await?;
+                more = left;
+                rows
             }
-            sql.push_str(&format!(
-                " WHERE ({}) > ({})",
-                keys.join(", "),
-                literals.join(", ")
-            ));
-        }
-        if by_pages.is_none() {
-            sql.push_str(&format!(
-                " ORDER BY {} LIMIT {}",
-                keys.join(", "),
-                self.chunk_rows
-            ));
-        }
-        let rows = match &by_pages {
-            None => self
-                .client
-                .simple_query(&sql)
-                .await
-                .map_err(query("read a snapshot chunk"))?
-                .into_iter()
-                .filter_map(|m| match m {
-                    tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
-                    _ => None,
-                })
-                .collect(),
-            Some((spans, files)) => {
-                let rows = self.read_spans(&sql, spans).await?;
+            (None, None) => {
+                let mut sql = select;
+                if let Some(after) = &after {
+                    sql.push_str(&format!(" WHERE ({keys}) > ({after})"));
+                }
+                sql.push_str(&format!(" ORDER BY {keys} LIMIT {}", self.chunk_rows));
+                let rows: Vec<_> = self
+                    .client
+                    .simple_query(&sql)
+                    .await
+                    .map_err(query("read a snapshot chunk"))?
+                    .into_iter()
+                    .filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+                        _ => None,
+                    })
+                    .collect();
+                more = rows.len() >= self.chunk_rows;
+                rows
+            }
+            (Some((spans, files)), _) => {
+                let rows = self.read_spans(&select, spans).await?;
                 // Checked after the read: a rewrite committed before it shows here,
                 // and one after it leaves this chunk's rows right (they are current)
                 // but moves the rows of the pages left, so the table is then read
@@ -441,17 +437,129 @@ impl Snapshot {
             rows: decoded,
             changed: std::collections::HashSet::new(),
             index: keys,
-            last_key: if rows.len() < self.chunk_rows {
-                None
-            } else {
-                last_key
-            },
+            last_key: if more { last_key } else { None },
             pages: by_pages.and_then(|(spans, _)| {
                 let from = spans.first()?.0;
                 Some((from, spans.last()?.1))
             }),
         });
         Ok(true)
+    }
+
+    /// The ranges of keys the next chunk in key order is read in, one per connection
+    /// (`None`: one read, as on one connection): the keys after `after` (a literal
+    /// tuple from [`key_literals`]; `None`: from the first) split every `chunk_rows`
+    /// keys, found by one read of the keys alone. Each range is a condition on the
+    /// key tuple; the last is open-ended. A boundary holding a NULL (a table keyed by
+    /// its replica identity's columns) cannot be compared: one range then.
+    async fn key_ranges(
+        &self,
+        table: &TableConfig,
+        from: &str,
+        keys: &str,
+        after: Option<&str>,
+    ) -> Result<Option<Vec<KeyRange>>, PgSourceError> {
+        let chunk = self.chunk_rows;
+        let past = after.map_or(String::new(), |after| {
+            format!(" WHERE ({keys}) > ({after})")
+        });
+        let sql = format!(
+            "SELECT {keys} FROM (SELECT {keys}, row_number() OVER (ORDER BY {keys}) AS weir_n \
+             FROM {from}{past} ORDER BY {keys} LIMIT {}) AS weir_bounds \
+             WHERE weir_n % {chunk} = 0 ORDER BY weir_n",
+            chunk.saturating_mul(self.parallelism - 1)
+        );
+        let bounds =
+            self.client
+                .simple_query(&sql)
+                .await
+                .map_err(|source| PgSourceError::Query {
+                    what: "split a snapshot chunk into ranges of keys",
+                    source,
+                })?;
+        let mut literals = Vec::new();
+        for message in bounds {
+            if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
+                let key: Vec<Option<String>> = (0..table.key.len())
+                    .map(|i| row.get(i).map(str::to_owned))
+                    .collect();
+                if key.iter().any(Option::is_none) {
+                    return Ok(None);
+                }
+                literals.push(key_literals(table, &key)?);
+            }
+        }
+        if literals.is_empty() {
+            return Ok(None);
+        }
+        let mut ranges = Vec::with_capacity(literals.len() + 1);
+        let mut low = after.map(str::to_owned);
+        for high in literals {
+            ranges.push(KeyRange {
+                after: low.replace(high.clone()),
+                through: Some(high),
+            });
+        }
+        ranges.push(KeyRange {
+            after: low,
+            through: None,
+        });
+        Ok(Some(ranges))
+    }
+
+    /// The rows of `ranges` of keys (from [`Self::key_ranges`]), each read by `select`
+    /// in key order on its own connection, all at once, and whether the table has rows
+    /// past them. A bounded range reads at most twice `chunk_rows` rows (the split
+    /// counted about `chunk_rows`; rows inserted since may add some); one that reads
+    /// that many was cut short, so the chunk ends with it and the ranges after it are
+    /// dropped, to be read again from its last key. The open-ended last range reads
+    /// `chunk_rows` rows at most, like a chunk on one connection.
+    async fn read_key_ranges(
+        &mut self,
+        select: &str,
+        keys: &str,
+        ranges: &[KeyRange],
+    ) -> Result<(Vec<tokio_postgres::SimpleQueryRow>, bool), PgSourceError> {
+        while self.readers.len() + 1 < ranges.len() {
+            self.readers.push(reader(&self.dsn).await?);
+        }
+        let chunk = self.chunk_rows;
+        let clients = std::iter::once(&self.client).chain(self.readers.iter());
+        let reads = ranges.iter().zip(clients).map(|(range, client)| {
+            let mut conditions = Vec::new();
+            if let Some(after) = &range.after {
+                conditions.push(format!("({keys}) > ({after})"));
+            }
+            if let Some(through) = &range.through {
+                conditions.push(format!("({keys}) <= ({through})"));
+            }
+            let limit = range.limit(chunk);
+            let mut sql = select.to_owned();
+            if !conditions.is_empty() {
+                sql.push_str(" WHERE ");
+                sql.push_str(&conditions.join(" AND "));
+            }
+            sql.push_str(&format!(" ORDER BY {keys} LIMIT {limit}"));
+            async move { client.simple_query(&sql).await }
+        });
+        let results = futures_util::future::try_join_all(reads)
+            .await
+            .map_err(|source| PgSourceError::Query {
+                what: "read a snapshot chunk of keys",
+                source,
+            })?;
+        Ok(join_ranges(ranges.iter().zip(results).map(
+            |(range, messages)| {
+                let rows = messages
+                    .into_iter()
+                    .filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+                        _ => None,
+                    })
+                    .collect();
+                (range.limit(chunk), rows)
+            },
+        )))
     }
 
     /// The rows of `spans` of pages (`from` inclusive, `to` exclusive; `None`: to the
@@ -668,6 +776,65 @@ impl Snapshot {
     }
 }
 
+/// One range of keys of a chunk read on several connections: after `after`
+/// (exclusive), through `through` (inclusive); each a literal key tuple, `None`: from
+/// the first key, or to the last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KeyRange {
+    after: Option<String>,
+    through: Option<String>,
+}
+
+impl KeyRange {
+    /// The most rows one read of the range takes: see [`Snapshot::read_key_ranges`].
+    fn limit(&self, chunk_rows: usize) -> usize {
+        if self.through.is_some() {
+            chunk_rows.saturating_mul(2)
+        } else {
+            chunk_rows
+        }
+    }
+}
+
+/// The rows read by consecutive ranges of keys, each with the limit its read had, joined
+/// in order up to and including the first range that read its limit (it may have been
+/// cut short, so no later range's rows can follow it), and whether the table may have
+/// rows past them: a range read its limit, or none did and nothing is past the last.
+fn join_ranges<T>(reads: impl IntoIterator<Item = (usize, Vec<T>)>) -> (Vec<T>, bool) {
+    let mut joined = Vec::new();
+    for (limit, rows) in reads {
+        let full = rows.len() >= limit;
+        joined.extend(rows);
+        if full {
+            return (joined, true);
+        }
+    }
+    (joined, false)
+}
+
+/// The key of a row of `table` (its key columns' texts, in key order) as a list of
+/// literals, each cast to its column's declared type: `'7'::bigint, 'a''b'::text`.
+fn key_literals(table: &TableConfig, key: &[Option<String>]) -> Result<String, PgSourceError> {
+    let name = table.source.to_string();
+    let mut literals = Vec::with_capacity(key.len());
+    for (k, value) in table.key.iter().zip(key) {
+        let declared = table.column(k).map_or("text", |c| c.declared.as_str());
+        let value = value.as_deref().ok_or_else(|| PgSourceError::BadChange {
+            table: name.clone(),
+            reason: "a key column of a snapshot row is NULL".into(),
+        })?;
+        // One quoting function, right whatever the source's
+        // `standard_conforming_strings` is (a key may hold `\` and `'`).
+        let literal =
+            crate::config::quote_literal(value).ok_or_else(|| PgSourceError::BadChange {
+                table: name.clone(),
+                reason: format!("key column `{k}` of a snapshot row holds a NUL"),
+            })?;
+        literals.push(format!("{literal}::{declared}"));
+    }
+    Ok(literals.join(", "))
+}
+
 /// A connection for the snapshot's reads and watermarks, with the text forms the
 /// stream uses, so both decode alike.
 async fn reader(dsn: &Dsn) -> Result<tokio_postgres::Client, PgSourceError> {
@@ -764,6 +931,48 @@ pub(super) async fn column_types(
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 mod tests {
+
+    #[test]
+    fn key_ranges_join_up_to_the_first_cut_short_and_say_whether_rows_are_left() {
+        // Every range read less than its limit: all of them, nothing left.
+        assert_eq!(
+            join_ranges([(4, vec![1, 2]), (4, vec![3]), (2, vec![4])]),
+            (vec![1, 2, 3, 4], false)
+        );
+        // The open-ended last range read its limit: more rows may follow.
+        assert_eq!(
+            join_ranges([(4, vec![1, 2]), (2, vec![3, 4])]),
+            (vec![1, 2, 3, 4], true)
+        );
+        // A bounded range cut short: the chunk ends with it, the next range's rows go.
+        assert_eq!(
+            join_ranges([(2, vec![1, 2]), (4, vec![5])]),
+            (vec![1, 2], true)
+        );
+        // Empty ranges (rows deleted since the split) end nothing.
+        assert_eq!(
+            join_ranges([(4, vec![]), (2, Vec::<i32>::new())]),
+            (vec![], false)
+        );
+        assert_eq!(
+            KeyRange {
+                after: None,
+                through: Some("1".into())
+            }
+            .limit(10),
+            20,
+            "a bounded range takes twice a chunk"
+        );
+        assert_eq!(
+            KeyRange {
+                after: Some("1".into()),
+                through: None
+            }
+            .limit(10),
+            10
+        );
+    }
+
     use super::*;
     use crate::feed::{Op, StagedRow, Transaction};
     use crate::partition::Partition;
