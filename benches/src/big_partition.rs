@@ -223,16 +223,7 @@ pub(crate) async fn big_partition(
         merge.what = "run --once (an update of every row, merged)".into();
         timed.push(merge);
         let client = connect(&dsn).await?;
-        let (n, mode): (i64, String) = {
-            let r = client
-                .query_one(
-                    "SELECT (SELECT count(*) FROM analytics.orders WHERE status IN ('paid', 'PAID')), \
-                     (SELECT write_mode FROM weir.partitions WHERE partition = $1)",
-                    &[&MONTH],
-                )
-                .await?;
-            (r.get(0), r.get(1))
-        };
+        let (n, mode) = merged(&client, "paid").await?;
         anyhow::ensure!(n as u64 == rows, "{label}: {n} rows merged, want {rows}");
         anyhow::ensure!(mode == "merge", "{label}: lineage says {mode}, not merge");
         // A few rows changed in the big partition: a merge of those keys alone.
@@ -241,16 +232,7 @@ pub(crate) async fn big_partition(
         let mut small = weir(&weir_bin, &run_dir, &dsn, &once, "run ended", few)?;
         small.what = format!("run --once (an update of {few} rows, merged)");
         timed.push(small);
-        let (n, mode): (i64, String) = {
-            let r = client
-                .query_one(
-                    "SELECT (SELECT count(*) FROM analytics.orders WHERE status IN ('shipped', 'SHIPPED')), \
-                     (SELECT write_mode FROM weir.partitions WHERE partition = $1)",
-                    &[&MONTH],
-                )
-                .await?;
-            (r.get(0), r.get(1))
-        };
+        let (n, mode) = merged(&client, "shipped").await?;
         anyhow::ensure!(n as u64 == few, "{label}: {n} rows shipped, want {few}");
         anyhow::ensure!(mode == "merge", "{label}: lineage says {mode}, not merge");
         for t in &timed {
@@ -315,6 +297,19 @@ pub(crate) async fn big_partition(
         backfill_rate / copy_rate
     )?;
     Ok((worst, backfill_rate / copy_rate))
+}
+
+/// The rows whose status is `status` (as written, or upper-cased by the plugin), and
+/// the write mode lineage records for the month.
+async fn merged(client: &tokio_postgres::Client, status: &str) -> anyhow::Result<(i64, String)> {
+    let r = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM analytics.orders WHERE status IN ($1, upper($1))), \
+             (SELECT write_mode FROM weir.partitions WHERE partition = $2)",
+            &[&status, &MONTH],
+        )
+        .await?;
+    Ok((r.get(0), r.get(1)))
 }
 
 /// The target's rows as binary COPY data, into `path` (untimed).

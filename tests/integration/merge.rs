@@ -257,6 +257,17 @@ async fn merge_is_refused_for_a_partition_plugin_and_a_foreign_grain_key() {
     );
 }
 
+/// Order `id` of 2026-03-01 with `status`.
+fn march_first(id: i64, status: &str) -> Order {
+    Order {
+        id,
+        customer: format!("c{id}"),
+        order_date: Some("2026-03-01".into()),
+        amount: format!("{id}.50"),
+        status: status.into(),
+    }
+}
+
 /// What lineage says the last write of a partition was.
 async fn write_mode(client: &Client, partition: &str) -> String {
     client
@@ -275,13 +286,7 @@ async fn write_mode(client: &Client, partition: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn auto_merges_a_few_changed_keys_and_replaces_a_mostly_changed_partition() {
     let db = TestDb::new("write_auto").await;
-    let order = |id: i64, status: &str| Order {
-        id,
-        customer: format!("c{id}"),
-        order_date: Some("2026-03-01".into()),
-        amount: format!("{id}.50"),
-        status: status.into(),
-    };
+    let order = march_first;
     let mut model = crate::harness::Model::default();
     let mut lines = Vec::new();
     for id in 1..=10 {
@@ -473,13 +478,7 @@ async fn small_merges_of_many_partitions_go_in_one_transaction_with_their_reject
 #[tokio::test(flavor = "multi_thread")]
 async fn a_merged_plugin_that_reads_a_clock_sees_the_whole_partitions_newest_commit_time() {
     let db = TestDb::new("merge_clock").await;
-    let order = |id: i64, status: &str| Order {
-        id,
-        customer: format!("c{id}"),
-        order_date: Some("2026-03-01".into()),
-        amount: format!("{id}.50"),
-        status: status.into(),
-    };
+    let order = march_first;
     // The harness's envelopes commit at 1772323200000 ms; these move it.
     let at = |line: String, ms: u64| line.replace("1772323200000", &ms.to_string());
     let mut lines: Vec<String> = (1..=9)
