@@ -17,7 +17,7 @@ use crate::source::{Row, SourceEvent};
 use crate::value::Value;
 
 mod reads;
-use reads::{key_literals, page_spans};
+use reads::{key_literals, page_spans, rows_of};
 
 /// Without a terminal, snapshot progress is logged this often.
 const SNAPSHOT_LOG_INTERVAL_S: u64 = 5;
@@ -351,33 +351,24 @@ impl Snapshot {
             .await
             .map_err(query("write a low watermark"))?
             .get(0);
-        // Whether the table has rows past this chunk's (read by pages: see `pages`).
-        let mut more = false;
-        let rows = match (&by_pages, ranges) {
-            (None, Some(ranges)) => {
-                let (rows, left) = self.read_key_ranges(&select, &keys, &ranges).await?;
-                more = left;
-                rows
-            }
+        // The rows, and whether the table has rows past them (read by pages: see
+        // `pages`, not this).
+        let (rows, more) = match (&by_pages, ranges) {
+            (None, Some(ranges)) => self.read_key_ranges(&select, &keys, &ranges).await?,
             (None, None) => {
                 let mut sql = select;
                 if let Some(after) = &after {
                     sql.push_str(&format!(" WHERE ({keys}) > ({after})"));
                 }
                 sql.push_str(&format!(" ORDER BY {keys} LIMIT {}", self.chunk_rows));
-                let rows: Vec<_> = self
-                    .client
-                    .simple_query(&sql)
-                    .await
-                    .map_err(query("read a snapshot chunk"))?
-                    .into_iter()
-                    .filter_map(|m| match m {
-                        tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
-                        _ => None,
-                    })
-                    .collect();
-                more = rows.len() >= self.chunk_rows;
-                rows
+                let rows = rows_of(
+                    self.client
+                        .simple_query(&sql)
+                        .await
+                        .map_err(query("read a snapshot chunk"))?,
+                );
+                let more = rows.len() >= self.chunk_rows;
+                (rows, more)
             }
             (Some((spans, files)), _) => {
                 let rows = self.read_spans(&select, spans).await?;
@@ -393,7 +384,7 @@ impl Snapshot {
                 } else if now != *files {
                     self.key_order(&name, "its files were rewritten since its pages were counted (VACUUM FULL, CLUSTER, TRUNCATE, or a partition attached or detached)");
                 }
-                rows
+                (rows, false)
             }
         };
         let high: String = self

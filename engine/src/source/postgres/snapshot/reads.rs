@@ -41,16 +41,14 @@ impl Snapshot {
                     source,
                 })?;
         let mut literals = Vec::new();
-        for message in bounds {
-            if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
-                let key: Vec<Option<String>> = (0..table.key.len())
-                    .map(|i| row.get(i).map(str::to_owned))
-                    .collect();
-                if key.iter().any(Option::is_none) {
-                    return Ok(None);
-                }
-                literals.push(key_literals(table, &key)?);
+        for row in rows_of(bounds) {
+            let key: Vec<Option<String>> = (0..table.key.len())
+                .map(|i| row.get(i).map(str::to_owned))
+                .collect();
+            if key.iter().any(Option::is_none) {
+                return Ok(None);
             }
+            literals.push(key_literals(table, &key)?);
         }
         if literals.is_empty() {
             return Ok(None);
@@ -83,46 +81,32 @@ impl Snapshot {
         keys: &str,
         ranges: &[KeyRange],
     ) -> Result<(Vec<tokio_postgres::SimpleQueryRow>, bool), PgSourceError> {
-        while self.readers.len() + 1 < ranges.len() {
-            self.readers.push(reader(&self.dsn).await?);
-        }
         let chunk = self.chunk_rows;
-        let clients = std::iter::once(&self.client).chain(self.readers.iter());
-        let reads = ranges.iter().zip(clients).map(|(range, client)| {
-            let mut conditions = Vec::new();
-            if let Some(after) = &range.after {
-                conditions.push(format!("({keys}) > ({after})"));
-            }
-            if let Some(through) = &range.through {
-                conditions.push(format!("({keys}) <= ({through})"));
-            }
-            let limit = range.limit(chunk);
-            let mut sql = select.to_owned();
-            if !conditions.is_empty() {
-                sql.push_str(" WHERE ");
-                sql.push_str(&conditions.join(" AND "));
-            }
-            sql.push_str(&format!(" ORDER BY {keys} LIMIT {limit}"));
-            async move { client.simple_query(&sql).await }
-        });
-        let results = futures_util::future::try_join_all(reads)
-            .await
-            .map_err(|source| PgSourceError::Query {
-                what: "read a snapshot chunk of keys",
-                source,
-            })?;
-        Ok(join_ranges(ranges.iter().zip(results).map(
-            |(range, messages)| {
-                let rows = messages
-                    .into_iter()
-                    .filter_map(|m| match m {
-                        tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
-                        _ => None,
-                    })
-                    .collect();
-                (range.limit(chunk), rows)
-            },
-        )))
+        let queries = ranges
+            .iter()
+            .map(|range| {
+                let mut conditions = Vec::new();
+                if let Some(after) = &range.after {
+                    conditions.push(format!("({keys}) > ({after})"));
+                }
+                if let Some(through) = &range.through {
+                    conditions.push(format!("({keys}) <= ({through})"));
+                }
+                let mut sql = select.to_owned();
+                if !conditions.is_empty() {
+                    sql.push_str(" WHERE ");
+                    sql.push_str(&conditions.join(" AND "));
+                }
+                sql.push_str(&format!(" ORDER BY {keys} LIMIT {}", range.limit(chunk)));
+                sql
+            })
+            .collect();
+        let read = self
+            .read_at_once(queries, "read a snapshot chunk of keys")
+            .await?;
+        Ok(join_ranges(
+            ranges.iter().map(|range| range.limit(chunk)).zip(read),
+        ))
     }
 
     /// The rows of `spans` of pages (`from` inclusive, `to` exclusive; `None`: to the
@@ -134,34 +118,58 @@ impl Snapshot {
         select: &str,
         spans: &[(u64, Option<u64>)],
     ) -> Result<Vec<tokio_postgres::SimpleQueryRow>, PgSourceError> {
-        while self.readers.len() + 1 < spans.len() {
+        // A TID range scan reads only these pages; every row in them is read, in no
+        // order.
+        let queries = spans
+            .iter()
+            .map(|&(from, to)| {
+                let mut sql = format!("{select} WHERE ctid >= '({from},0)'::tid");
+                if let Some(to) = to {
+                    sql.push_str(&format!(" AND ctid < '({to},0)'::tid"));
+                }
+                sql
+            })
+            .collect();
+        let read = self
+            .read_at_once(queries, "read a snapshot chunk of pages")
+            .await?;
+        Ok(read.into_iter().flatten().collect())
+    }
+
+    /// Runs each of `queries` on a connection of its own (`client`, then `readers`,
+    /// opened as needed), all at once; the rows of each, in order. `what` names the
+    /// read in an error.
+    async fn read_at_once(
+        &mut self,
+        queries: Vec<String>,
+        what: &'static str,
+    ) -> Result<Vec<Vec<tokio_postgres::SimpleQueryRow>>, PgSourceError> {
+        while self.readers.len() + 1 < queries.len() {
             self.readers.push(reader(&self.dsn).await?);
         }
         let clients = std::iter::once(&self.client).chain(self.readers.iter());
-        let reads = spans.iter().zip(clients).map(|(&(from, to), client)| {
-            // A TID range scan reads only these pages; every row in them is read, in
-            // no order.
-            let mut sql = format!("{select} WHERE ctid >= '({from},0)'::tid");
-            if let Some(to) = to {
-                sql.push_str(&format!(" AND ctid < '({to},0)'::tid"));
-            }
-            async move { client.simple_query(&sql).await }
-        });
+        let reads = queries
+            .iter()
+            .zip(clients)
+            .map(|(sql, client)| client.simple_query(sql));
         let results = futures_util::future::try_join_all(reads)
             .await
-            .map_err(|source| PgSourceError::Query {
-                what: "read a snapshot chunk of pages",
-                source,
-            })?;
-        Ok(results
-            .into_iter()
-            .flatten()
-            .filter_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
-                _ => None,
-            })
-            .collect())
+            .map_err(|source| PgSourceError::Query { what, source })?;
+        Ok(results.into_iter().map(rows_of).collect())
     }
+}
+
+/// The rows of a simple query's messages.
+pub(super) fn rows_of(
+    messages: Vec<tokio_postgres::SimpleQueryMessage>,
+) -> Vec<tokio_postgres::SimpleQueryRow> {
+    messages
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .collect()
 }
 
 /// One range of keys of a chunk read on several connections: after `after`
