@@ -510,13 +510,93 @@ async fn a_merged_plugin_that_reads_a_clock_sees_the_whole_partitions_newest_com
         envelope("u", None, Some(&order(3, "new")), Some(&order(3, "paid"))),
         1_772_323_300_000,
     )]);
-    db.weir_ok(&["run", "--once"]);
+    assert_eq!(
+        surveys(&db, &["run", "--once"]),
+        [10],
+        "the merge surveys the partition once, for the clock the plugin reads"
+    );
     assert_eq!(write_mode(&client, "2026-03-01").await, "merge");
     assert_eq!(
         clocks(&client).await,
         every_row_at(newest),
         "after the merge"
     );
+}
+
+/// componentize-py's runtime imports `wasi:clocks` but the Python orders plugin never
+/// reads a clock: its merge of one changed row reads that row, not the partition's
+/// other rows for a clock nobody reads. Its output is the Rust plugin's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_that_imports_a_clock_it_never_reads_merges_without_surveying_the_partition() {
+    let db = TestDb::new("merge_unread_clock").await;
+    let lines: Vec<String> = (1..=10)
+        .map(|id| envelope("c", None, None, Some(&march_first(id, "new"))))
+        .collect();
+    db.write_feed(&lines);
+    let python = plugin("orders-python");
+    db.write_config(
+        "",
+        &format!(
+            "plugin = {:?}\nwrite = \"merge\"\n[table.plugin_config]\nrate = \"2\"",
+            python.display().to_string()
+        ),
+        "",
+    );
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    db.append_feed(&[envelope(
+        "u",
+        None,
+        Some(&march_first(3, "new")),
+        Some(&march_first(3, "paid")),
+    )]);
+    assert_eq!(
+        surveys(&db, &["run", "--once"]),
+        Vec::<u64>::new(),
+        "no survey"
+    );
+    let client = db.client().await;
+    assert_eq!(write_mode(&client, "2026-03-01").await, "merge");
+    let rows: Vec<(i64, String, String)> = client
+        .query(
+            "SELECT id, status, amount_eur::text FROM analytics.fact_orders ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("read the target")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let want: Vec<(i64, String, String)> = (1..=10)
+        .map(|id| {
+            let status = if id == 3 { "PAID" } else { "NEW" };
+            (id, status.to_owned(), format!("{}.00", 2 * id + 1))
+        })
+        .collect();
+    assert_eq!(rows, want);
+}
+
+/// Runs `weir` and returns the row count of each partition survey it made for a
+/// plugin's clock (from its debug log).
+fn surveys(db: &TestDb, args: &[&str]) -> Vec<u64> {
+    let out = db
+        .weir_command(args)
+        .env("RUST_LOG", "info,weir::pipeline::stream=debug")
+        .output()
+        .expect("run weir");
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "weir {args:?} failed:\n{log}");
+    log.lines()
+        .filter(|l| l.contains("partition surveyed for the plugin's clock"))
+        .map(|l| {
+            let rows = l.split_once(" rows=").expect("rows field").1;
+            rows.split(' ')
+                .next()
+                .unwrap_or_default()
+                .parse()
+                .expect("rows")
+        })
+        .collect()
 }
 
 /// Each row's id and the second its plugin read from the wall clock.

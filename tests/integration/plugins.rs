@@ -969,7 +969,7 @@ fn plugin_inspect_shows_the_contract_and_the_imports() {
         .output()
         .expect("inspect");
     assert!(
-        text(&snoop.stdout).contains("clock:            reads one"),
+        text(&snoop.stdout).contains("clock:            imports one"),
         "{}",
         text(&snoop.stdout)
     );

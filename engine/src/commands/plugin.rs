@@ -81,7 +81,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 out,
                 "clock:            {}",
                 if p.reads_clock() {
-                    "reads one (the partition's newest commit time: each job reads every row's header for it)"
+                    "imports one (the partition's newest commit time: a job that reads it reads every row's header for it)"
                 } else {
                     "none (a merge reads only the changed rows)"
                 }

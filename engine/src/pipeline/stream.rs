@@ -11,7 +11,8 @@
 //! with); any failure, in the job or the write, ends the stream and the transaction
 //! rolls back, so nothing of the partition is written.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 
@@ -19,8 +20,8 @@ use super::{PipelineError, Transform};
 use crate::config::{OnReject, TableConfig};
 use crate::feed::encode_key;
 use crate::partition::Partition;
-use crate::plugin::{self, InputRow, JobSession, JobSpec, KeyIndex, OutputCheck};
-use crate::stage::{PartitionSnapshot, Stage, StagedRow, decode_key};
+use crate::plugin::{self, InputRow, JobClock, JobSession, JobSpec, KeyIndex, OutputCheck};
+use crate::stage::{PartitionSnapshot, Stage, StageError, StagedRow, decode_key};
 use crate::target::{Checksum, RejectedRow};
 use crate::value::Value;
 
@@ -251,23 +252,10 @@ fn produce(
     let snap = job
         .stage
         .snapshot_partition(&job.table.source.to_string(), &job.partition)?;
-    // A plugin's clock is the partition's latest commit time: the pass over its rows
-    // that reads it counts them too, for the merge-or-replace test, so such a job reads
-    // its rows' headers once before it reads the rows. Only a plugin that can read a
-    // clock is given one: for any other, a merge costs what changed, not the partition.
-    let clocked =
-        matches!(&job.transform, Transform::Plugin { plugin, .. } if plugin.reads_clock());
-    let mut survey = None;
     let merge = job.merge
         && snap.dirty.is_some()
         && !snap.whole_changed()?
-        && (!job.merge_if_cheaper
-            || if clocked {
-                let rows = survey.insert(snap.survey()?).rows;
-                snap.changed_minority_of(rows)?
-            } else {
-                snap.changed_minority()?
-            });
+        && (!job.merge_if_cheaper || snap.changed_minority()?);
     let table = job.table.source.to_string();
     let held = job.resyncs
         && job.input.is_none()
@@ -286,11 +274,6 @@ fn produce(
     {
         return Ok(());
     }
-    let clock = match survey {
-        Some(survey) => survey.max_commit_time,
-        None if clocked => snap.survey()?.max_commit_time,
-        None => None,
-    };
     if merge {
         match send_changed_keys(&snap, tx) {
             Err(RunError::Stopped) => return Ok(()),
@@ -308,18 +291,54 @@ fn produce(
         }
         None => None,
     };
-    let mut run = Run::start(job, &snap, merge, clock)?;
-    match run.all(tx) {
-        Err(RunError::Stopped) => return Ok(()),
-        Err(RunError::Failed(e)) => return Err(e),
-        Ok(()) => {}
-    }
+    // A plugin's clocks read the partition's latest commit time: a pass over all its
+    // rows' headers, made (beside the job, in its snapshot) only if the plugin reads a
+    // clock. A plugin that imports none is given none; one whose runtime imports a
+    // clock but never reads it (componentize-py's) never pays for the pass: a merge
+    // costs what changed, not the partition.
+    let clocked =
+        matches!(&job.transform, Transform::Plugin { plugin, .. } if plugin.reads_clock());
+    std::thread::scope(|scope| {
+        let (clock, surveyed) = if clocked {
+            survey_on_first_read(scope, job, &snap)
+        } else {
+            (JobClock::at(0), Arc::default())
+        };
+        let ended = run_to_end(job, &snap, merge, &clock, tx);
+        // The last handle on the clock: its surveyor ends, unasked if it was never read.
+        drop(clock);
+        let survey_failed = surveyed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match (ended, survey_failed) {
+            // Output made on a clock that could not be read never ends: the writer
+            // rolls it back.
+            (_, Some(e)) => Err(e.into()),
+            (Err(RunError::Failed(e)), None) => Err(e),
+            (Err(RunError::Stopped), None) => Ok(()),
+            (Ok(end), None) => {
+                // A writer gone by now has its own error to report.
+                let _ = send(tx, Piece::End(end));
+                Ok(())
+            }
+        }
+    })
+}
+
+/// The job's whole output, checked, then what its end reports.
+fn run_to_end(
+    job: &StreamJob,
+    snap: &PartitionSnapshot<'_>,
+    merge: bool,
+    clock: &JobClock,
+    tx: &mpsc::Sender<Result<Piece, PipelineError>>,
+) -> Result<End, RunError> {
+    let mut run = Run::start(job, snap, merge, clock)?;
+    run.all(tx)?;
     let (staged_rows, checksum) = (run.staged_rows, run.checksum.finish());
     if let Some(check) = run.check.take() {
         // Two output rows' grain-key hashes are equal: the job runs again (it is
         // deterministic) and those keys are compared exactly.
         check.finish(|visit| {
-            let mut again = Run::start(job, &snap, merge, clock)?;
+            let mut again = Run::start(job, snap, merge, clock)?;
             again.check = None;
             again.visit = Some(visit);
             match again.all(tx) {
@@ -328,15 +347,52 @@ fn produce(
             }
         })?;
     }
-    // A writer gone by now has its own error to report.
-    let _ = send(
-        tx,
-        Piece::End(End {
-            staged_rows,
-            checksum,
-        }),
-    );
-    Ok(())
+    Ok(End {
+        staged_rows,
+        checksum,
+    })
+}
+
+/// A clock that, on the plugin's first read, has a thread of `scope` survey the
+/// partition in the job's snapshot (the job's own thread is then inside the plugin);
+/// a failed survey reads as 0 and is left in the returned slot, which fails the job.
+fn survey_on_first_read<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    job: &'scope StreamJob,
+    snap: &'scope PartitionSnapshot<'_>,
+) -> (JobClock, Arc<Mutex<Option<StageError>>>) {
+    let failed: Arc<Mutex<Option<StageError>>> = Arc::default();
+    let (ask, asked) = std::sync::mpsc::channel::<()>();
+    let (answer, answered) = std::sync::mpsc::sync_channel(1);
+    scope.spawn(move || {
+        if asked.recv().is_ok() {
+            let started = Instant::now();
+            let survey = snap.survey();
+            if let Ok(s) = &survey {
+                tracing::debug!(
+                    table = %job.table.source,
+                    partition = %job.partition,
+                    rows = s.rows,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "partition surveyed for the plugin's clock"
+                );
+            }
+            let _ = answer.send(survey);
+        }
+    });
+    let slot = Arc::clone(&failed);
+    let clock = JobClock::on_first_read(move || {
+        match ask.send(()).ok().and_then(|()| answered.recv().ok()) {
+            Some(Ok(survey)) => survey.max_commit_time.unwrap_or(0),
+            Some(Err(e)) => {
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                0
+            }
+            // The surveyor panicked: the scope raises its panic as the job ends.
+            None => 0,
+        }
+    });
+    (clock, failed)
 }
 
 /// A merge's changed keys, all before any output, so that their target rows are
@@ -393,13 +449,13 @@ struct Run<'j, 's, 'v> {
 
 impl<'j, 's, 'v> Run<'j, 's, 'v> {
     /// `clock`: what the plugin reads as the time, the partition's latest commit time
-    /// ([`PartitionSnapshot::survey`]); `None` for a plugin that reads no clock
-    /// ([`plugin::Plugin::reads_clock`]), which is then given 0, unseen.
+    /// ([`PartitionSnapshot::survey`]), or 0 for a plugin that imports no clock
+    /// ([`plugin::Plugin::reads_clock`]), unseen.
     fn start(
         job: &'j StreamJob,
         snap: &'j PartitionSnapshot<'s>,
         merge: bool,
-        clock: Option<i64>,
+        clock: &JobClock,
     ) -> Result<Run<'j, 's, 'v>, PipelineError> {
         let (session, check) = match &job.transform {
             Transform::Identity => (None, None),
@@ -414,7 +470,7 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
                     config: &settings.config,
                     input: &input,
                 };
-                let session = plugin.start_job(&settings.limits, &spec, clock.unwrap_or(0))?;
+                let session = plugin.start_job(&settings.limits, &spec, clock.clone())?;
                 let check = job
                     .input
                     .is_none()

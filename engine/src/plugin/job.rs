@@ -9,7 +9,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use super::contract::{InputColumns, Part, World};
-use super::sandbox::{JobSeed, JobState};
+use super::sandbox::{JobClock, JobSeed, JobState};
 use super::{
     CHUNK_ROWS, Description, Plugin, PluginError, SandboxLimits, from_wit, json, schema, wty,
 };
@@ -116,13 +116,13 @@ impl Plugin {
     }
 
     /// Starts a partition job in a fresh instance: instantiate, construct the session.
-    /// `clock_micros` is what the plugin's clock reads (the partition's latest commit
-    /// time, so a job's output depends only on its rows).
+    /// `clock` is what the plugin's clocks read (the partition's latest commit time, so
+    /// a job's output depends only on its rows).
     pub fn start_job(
         &self,
         limits: &SandboxLimits,
         spec: &JobSpec<'_>,
-        clock_micros: i64,
+        clock: JobClock,
     ) -> Result<JobSession<'_>, PluginError> {
         let job = self.job_label(spec);
         let partition_name = spec.partition.name().to_owned();
@@ -130,7 +130,7 @@ impl Plugin {
             plugin_sha256: &self.sha256,
             table: spec.table,
             partition: &partition_name,
-            clock_micros,
+            clock,
         };
         let mut store = self.new_store(&seed, limits);
         Self::arm(&mut store, limits, 0);
@@ -172,8 +172,7 @@ impl Plugin {
         spec: &JobSpec<'_>,
         input: &[InputRow],
     ) -> Result<JobOutput, PluginError> {
-        let clock_micros = clock_of(input);
-        let mut session = self.start_job(limits, spec, clock_micros)?;
+        let mut session = self.start_job(limits, spec, clock_of(input))?;
         let mut check = OutputCheck::new(self, session.job(), spec);
         let mut output = JobOutput::default();
         let mut keys = KeyIndex::default();
@@ -208,11 +207,13 @@ impl Plugin {
 
 /// What a job's clock reads: the newest commit time of its rows (0 if none has one), so
 /// a job's output depends only on its rows.
-pub fn clock_of<'a>(rows: impl IntoIterator<Item = &'a InputRow>) -> i64 {
-    rows.into_iter()
-        .filter_map(|r| r.commit_time)
-        .max()
-        .unwrap_or(0)
+pub fn clock_of<'a>(rows: impl IntoIterator<Item = &'a InputRow>) -> JobClock {
+    JobClock::at(
+        rows.into_iter()
+            .filter_map(|r| r.commit_time)
+            .max()
+            .unwrap_or(0),
+    )
 }
 
 /// A job run one input row per call (`weir plugin test`'s view of a row plugin): what
@@ -236,8 +237,7 @@ impl Plugin {
         spec: &JobSpec<'_>,
         input: &[InputRow],
     ) -> Result<RowFates, PluginError> {
-        let clock_micros = clock_of(input);
-        let mut session = self.start_job(limits, spec, clock_micros)?;
+        let mut session = self.start_job(limits, spec, clock_of(input))?;
         let mut check = OutputCheck::new(self, session.job(), spec);
         let mut fates = RowFates::default();
         for row in input {

@@ -42,6 +42,7 @@ pub use job::{
     CallOutput, InputRow, JobOutput, JobSession, JobSpec, JobStats, KeyIndex, OutputCheck,
     OwnedJob, Rejection, RowFates, job_thread_stack, run_job_on_thread, run_row_by_row_on_thread,
 };
+pub use sandbox::JobClock;
 use sandbox::{JobSeed, JobState};
 pub use schema::{Description, Kind, OutputColumn, OutputType};
 pub use weir_core::limits::{
@@ -544,7 +545,7 @@ impl Plugin {
             plugin_sha256: &self.sha256,
             table: "",
             partition: "",
-            clock_micros: 0,
+            clock: JobClock::at(0),
         };
         let job = format!("plugin {}", self.path.display());
         let mut store = self.new_store(&seed, limits);

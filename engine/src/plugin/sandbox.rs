@@ -9,7 +9,8 @@
 //! generators are SHA-256 in counter mode over a seed of the job.
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,9 +31,39 @@ pub struct JobSeed<'a> {
     pub plugin_sha256: &'a [u8; 32],
     pub table: &'a str,
     pub partition: &'a str,
-    /// The instant both clocks read, microseconds since the Unix epoch (the newest
-    /// commit time among the partition's rows; 0 when none is known).
-    pub clock_micros: i64,
+    /// The instant both clocks read.
+    pub clock: JobClock,
+}
+
+/// The instant both clocks of a job read, microseconds since the Unix epoch: the
+/// newest commit time among the partition's rows (0 when none is known). Either given
+/// (the rows are at hand) or computed when the plugin first reads a clock, once, and
+/// then the same for every read: a plugin whose runtime imports a clock but never reads
+/// it (componentize-py's) does not pay for a pass over its partition.
+#[derive(Clone)]
+pub struct JobClock(Arc<LazyLock<i64, Box<dyn FnOnce() -> i64 + Send>>>);
+
+impl JobClock {
+    /// A clock at `micros`.
+    pub fn at(micros: i64) -> JobClock {
+        JobClock::on_first_read(move || micros)
+    }
+
+    /// A clock whose instant `read` computes, on the first read of either clock.
+    pub fn on_first_read(read: impl FnOnce() -> i64 + Send + 'static) -> JobClock {
+        JobClock(Arc::new(LazyLock::new(Box::new(read))))
+    }
+
+    /// The instant (computing it if no read did yet).
+    pub fn micros(&self) -> i64 {
+        **self.0
+    }
+}
+
+impl fmt::Debug for JobClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JobClock")
+    }
 }
 
 /// The store data of one job.
@@ -75,8 +106,8 @@ impl JobState {
                 sink: Arc::clone(&log),
                 stream: "stderr",
             })
-            .wall_clock(FixedClock::new(seed.clock_micros))
-            .monotonic_clock(FixedClock::new(seed.clock_micros))
+            .wall_clock(FixedClock::new(seed.clock.clone()))
+            .monotonic_clock(FixedClock::new(seed.clock.clone()))
             .secure_random(JobRng::new(seed, b"secure"))
             .insecure_random(JobRng::new(seed, b"insecure"))
             .insecure_random_seed(u128::from_be_bytes(
@@ -225,18 +256,20 @@ pub fn link_stopped_time(
 }
 
 /// A wall and monotonic clock stopped at the job's instant.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct FixedClock {
-    micros: i64,
+    clock: JobClock,
 }
 
 impl FixedClock {
-    pub fn new(micros: i64) -> FixedClock {
-        FixedClock { micros }
+    pub fn new(clock: JobClock) -> FixedClock {
+        FixedClock { clock }
     }
 
-    fn nanos(self) -> u64 {
-        u64::try_from(self.micros).unwrap_or(0).saturating_mul(1000)
+    fn nanos(&self) -> u64 {
+        u64::try_from(self.clock.micros())
+            .unwrap_or(0)
+            .saturating_mul(1000)
     }
 }
 
@@ -562,7 +595,7 @@ mod tests {
             plugin_sha256: sha,
             table: "public.orders",
             partition,
-            clock_micros: 1_772_366_400_000_000,
+            clock: JobClock::at(1_772_366_400_000_000),
         }
     }
 
@@ -607,10 +640,39 @@ mod tests {
 
     #[test]
     fn the_clocks_are_stopped_at_the_job_instant() {
-        let c = FixedClock::new(1_500_000);
+        let c = FixedClock::new(JobClock::at(1_500_000));
         assert_eq!(HostWallClock::now(&c), Duration::from_millis(1500));
         assert_eq!(HostMonotonicClock::now(&c), 1_500_000_000);
-        assert_eq!(FixedClock::new(-5).nanos(), 0);
+        assert_eq!(FixedClock::new(JobClock::at(-5)).nanos(), 0);
+    }
+
+    #[test]
+    fn a_clock_computed_on_first_read_is_computed_once_and_only_if_read() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counted = |micros: i64| {
+            let reads = Arc::clone(&reads);
+            JobClock::on_first_read(move || {
+                reads.fetch_add(1, Ordering::SeqCst);
+                micros
+            })
+        };
+        drop(FixedClock::new(counted(1)));
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            0,
+            "never read, never computed"
+        );
+        let clock = counted(2_000_000);
+        let (wall, monotonic) = (FixedClock::new(clock.clone()), FixedClock::new(clock));
+        assert_eq!(HostMonotonicClock::now(&monotonic), 2_000_000_000);
+        assert_eq!(HostWallClock::now(&wall), Duration::from_secs(2));
+        assert_eq!(HostMonotonicClock::now(&monotonic), 2_000_000_000);
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            1,
+            "both clocks, one computation"
+        );
     }
 
     #[test]

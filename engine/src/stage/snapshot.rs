@@ -102,7 +102,7 @@ impl<'s> PartitionSnapshot<'s> {
 
     /// The partition's rows counted, and their latest commit time, in one pass that
     /// reads each row's header only, not its values: a plugin's clock is that time
-    /// (see the plugin sandbox), and the count answers [`Self::changed_minority_of`].
+    /// (see the plugin sandbox), computed when the plugin first reads it.
     pub fn survey(&self) -> Result<Survey, StageError> {
         let mut it = self.iter(CF_ROWS);
         let mut survey = Survey::default();
@@ -151,29 +151,6 @@ impl<'s> PartitionSnapshot<'s> {
         );
         changed.status().map_err(db_err("read changed keys"))?;
         rows.status().map_err(db_err("read rows"))?;
-        Ok(minority)
-    }
-
-    /// [`Self::changed_minority`] for a partition of `rows` rows (from [`Self::survey`]):
-    /// reads at most half as many changed keys.
-    pub fn changed_minority_of(&self, rows: u64) -> Result<bool, StageError> {
-        let mut changed = self.iter(CF_CHANGED);
-        let prefix = self.prefix.len();
-        let mut count = 0u64;
-        let minority = loop {
-            if count.saturating_mul(2) >= rows {
-                break false;
-            }
-            let Some(key) = changed.key() else {
-                break true;
-            };
-            // The every-key record (an empty key) is not a changed key.
-            if key.len() > prefix {
-                count += 1;
-            }
-            changed.next();
-        };
-        changed.status().map_err(db_err("read changed keys"))?;
         Ok(minority)
     }
 
