@@ -21,7 +21,7 @@ use crate::config::{OnReject, TableConfig};
 use crate::feed::encode_key;
 use crate::partition::Partition;
 use crate::plugin::{self, InputRow, JobClock, JobSession, JobSpec, KeyIndex, OutputCheck};
-use crate::stage::{PartitionSnapshot, Stage, StageError, StagedRow, decode_key};
+use crate::stage::{PartitionSnapshot, Stage, StageError, StagedRow, Survey, decode_key};
 use crate::target::{Checksum, RejectedRow};
 use crate::value::Value;
 
@@ -300,9 +300,9 @@ fn produce(
         matches!(&job.transform, Transform::Plugin { plugin, .. } if plugin.reads_clock());
     std::thread::scope(|scope| {
         let (clock, surveyed) = if clocked {
-            survey_on_first_read(scope, job, &snap)
+            survey_on_first_read(scope, job, &snap)?
         } else {
-            (JobClock::at(0), Arc::default())
+            (JobClock::at(0), SurveyFailure::default())
         };
         let ended = run_to_end(job, &snap, merge, &clock, tx);
         // The last handle on the clock: its surveyor ends, unasked if it was never read.
@@ -356,30 +356,26 @@ fn run_to_end(
 /// A clock that, on the plugin's first read, has a thread of `scope` survey the
 /// partition in the job's snapshot (the job's own thread is then inside the plugin);
 /// a failed survey reads as 0 and is left in the returned slot, which fails the job.
+/// If no thread can be started, the survey is made now.
 fn survey_on_first_read<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     job: &'scope StreamJob,
     snap: &'scope PartitionSnapshot<'_>,
-) -> (JobClock, Arc<Mutex<Option<StageError>>>) {
-    let failed: Arc<Mutex<Option<StageError>>> = Arc::default();
+) -> Result<(JobClock, SurveyFailure), StageError> {
+    let failed = SurveyFailure::default();
     let (ask, asked) = std::sync::mpsc::channel::<()>();
     let (answer, answered) = std::sync::mpsc::sync_channel(1);
-    scope.spawn(move || {
-        if asked.recv().is_ok() {
-            let started = Instant::now();
-            let survey = snap.survey();
-            if let Ok(s) = &survey {
-                tracing::debug!(
-                    table = %job.table.source,
-                    partition = %job.partition,
-                    rows = s.rows,
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "partition surveyed for the plugin's clock"
-                );
+    let surveyor = std::thread::Builder::new()
+        .name("weir-clock-survey".into())
+        .spawn_scoped(scope, move || {
+            if asked.recv().is_ok() {
+                let _ = answer.send(survey(job, snap));
             }
-            let _ = answer.send(survey);
-        }
-    });
+        });
+    if surveyor.is_err() {
+        let newest = survey(job, snap)?.max_commit_time.unwrap_or(0);
+        return Ok((JobClock::at(newest), failed));
+    }
     let slot = Arc::clone(&failed);
     let clock = JobClock::on_first_read(move || {
         match ask.send(()).ok().and_then(|()| answered.recv().ok()) {
@@ -392,7 +388,24 @@ fn survey_on_first_read<'scope>(
             None => 0,
         }
     });
-    (clock, failed)
+    Ok((clock, failed))
+}
+
+/// Where a clock's survey leaves its error, for the job to fail with.
+type SurveyFailure = Arc<Mutex<Option<StageError>>>;
+
+/// The partition's survey (see [`PartitionSnapshot::survey`]), logged.
+fn survey(job: &StreamJob, snap: &PartitionSnapshot<'_>) -> Result<Survey, StageError> {
+    let started = Instant::now();
+    let survey = snap.survey()?;
+    tracing::debug!(
+        table = %job.table.source,
+        partition = %job.partition,
+        rows = survey.rows,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "partition surveyed for the plugin's clock"
+    );
+    Ok(survey)
 }
 
 /// A merge's changed keys, all before any output, so that their target rows are
