@@ -240,6 +240,13 @@ impl Stage {
 
     /// Clears the dirty mark of a partition only if it still holds `generation`, the
     /// one the job read. Returns whether it cleared.
+    ///
+    /// A mark that moved on (the partition changed while it was written) stays, and so
+    /// do the records of the keys changed since; the records of the keys the write
+    /// covered (changed at `generation` or before, and not since) are cleared, so the
+    /// next write of a partition that keeps changing merges only what changed after
+    /// this one, not everything since its last quiet moment (see
+    /// [`Self::clear_written_keys`]).
     pub fn clear_dirty(
         &self,
         table: &str,
@@ -253,6 +260,17 @@ impl Stage {
             .get_cf(self.cf(CF_DIRTY), &key)
             .map_err(db_err("read dirty mark"))?;
         if current.as_deref() != Some(generation.to_be_bytes().as_slice()) {
+            let moved_on = current
+                .as_deref()
+                .and_then(|g| decode_generation(g).ok())
+                .is_some_and(|g| g > generation);
+            if moved_on {
+                let deleted = self.clear_written_keys(&key, generation)?;
+                drop(guard);
+                if deleted > 0 {
+                    self.note_cleared(key, deleted);
+                }
+            }
             return Ok(false);
         }
         // The mark still holds the generation read, so no key changed since: every
@@ -301,6 +319,63 @@ impl Stage {
             self.note_cleared(key, deleted);
         }
         Ok(true)
+    }
+
+    /// Deletes the changed-key records of a partition (`partition_key`) that hold
+    /// `generation` or an older one: keys a write of that generation covered and that
+    /// did not change since (a later change rewrites its key's record with its own,
+    /// newer generation). Its backlog becomes what the next write has left to write:
+    /// the rows of the keys changed since, and their keys. Called under the write
+    /// lock, so no record changes between its read and its delete. A partition with
+    /// more records than [`CLEAR_POINT_DELETES_MAX`] is left whole (its next write
+    /// merges them all again): one delete each would hold them all in one batch.
+    /// Returns how many it deleted.
+    fn clear_written_keys(
+        &self,
+        partition_key: &[u8],
+        generation: u64,
+    ) -> Result<usize, StageError> {
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_range(rocksdb::PrefixRange(partition_key));
+        let mut written = Vec::new();
+        let mut left = 0u64;
+        for (seen, item) in self
+            .db
+            .iterator_cf_opt(
+                self.cf(CF_CHANGED),
+                opts,
+                IteratorMode::From(partition_key, Direction::Forward),
+            )
+            .enumerate()
+        {
+            if seen == CLEAR_POINT_DELETES_MAX {
+                return Ok(0);
+            }
+            let (k, v) = item.map_err(db_err("read changed keys"))?;
+            if decode_generation(&v)? <= generation {
+                written.push(k);
+            } else {
+                // A changed-key record's key is its row's key in `rows`.
+                let row = self
+                    .db
+                    .get_pinned_cf(self.cf(CF_ROWS), &k)
+                    .map_err(db_err("read row"))?;
+                let key_len = k.len() - partition_key.len();
+                left += (key_len + row.map_or(0, |r| r.len())) as u64;
+            }
+        }
+        if written.is_empty() {
+            return Ok(0);
+        }
+        let mut batch = WriteBatch::default();
+        for k in &written {
+            batch.delete_cf(self.cf(CF_CHANGED), k);
+        }
+        batch.put_cf(self.cf(CF_BACKLOG), partition_key, left.to_be_bytes());
+        self.db
+            .write(batch)
+            .map_err(db_err("clear written changed keys"))?;
+        Ok(written.len())
     }
 
     /// Notes `deleted` changed-key records cleared one by one from a partition

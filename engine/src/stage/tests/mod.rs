@@ -424,7 +424,8 @@ fn changed_keys_name_both_partitions_of_a_move_and_clear_with_the_mark() {
         (false, vec![(1, false), (2, false)])
     );
     assert_eq!(changed_ids(&stage, "d2"), (false, vec![(1, true)]));
-    // A mark set after the read is not cleared, and neither are its keys.
+    // A mark set after the read is not cleared, nor the key changed since; the key
+    // the write read is.
     let read = stage.read_changes("public.t", &p("d2")).expect("read");
     stage
         .apply(&[txn(30, vec![upsert(3, "d2", 30)])])
@@ -434,10 +435,7 @@ fn changed_keys_name_both_partitions_of_a_move_and_clear_with_the_mark() {
             .clear_dirty("public.t", &p("d2"), read.dirty.expect("dirty"))
             .expect("clear")
     );
-    assert_eq!(
-        changed_ids(&stage, "d2"),
-        (false, vec![(1, true), (3, true)])
-    );
+    assert_eq!(changed_ids(&stage, "d2"), (false, vec![(3, true)]));
     // A TRUNCATE changes every key: the partitions are replaced whole.
     stage
         .apply(&[txn(
@@ -979,4 +977,53 @@ fn cleared_changed_keys_do_not_pile_up_under_a_scan() {
         ranged < 100,
         "{ranged} entries stepped over under range tombstones"
     );
+}
+
+/// A write overtaken by new changes to its partition leaves the mark, and the records
+/// of the keys changed since; it clears the records of the keys it covered, so the
+/// next write merges only what changed after it. A deleted key's record is one of
+/// those. The next write, not overtaken, clears the rest and the mark.
+#[test]
+fn a_write_overtaken_by_changes_clears_only_the_keys_it_covered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    let day = p("d1");
+    let key = |id: i64| encode_key(&[&Value::Int(id)]).expect("key");
+    let changed = |stage: &Stage| {
+        let snap = stage.snapshot_partition("public.t", &day).expect("snap");
+        let keys: Vec<Vec<u8>> = snap
+            .changed_keys()
+            .flat_map(|chunk| chunk.expect("keys"))
+            .collect();
+        (snap.dirty, keys)
+    };
+    let mut first: Vec<StageChange> = (1..=5).map(|id| upsert(id, "d1", 10)).collect();
+    first.push(StageChange::Delete {
+        table: "public.t".into(),
+        key: key(5),
+    });
+    stage.apply(&[txn(10, first)]).expect("apply");
+    let (written, keys) = changed(&stage);
+    let written = written.expect("dirty");
+    assert_eq!(keys.len(), 5);
+    // Keys 3 and 6 change while the partition is written.
+    stage
+        .apply(&[txn(20, vec![upsert(3, "d1", 20), upsert(6, "d1", 20)])])
+        .expect("apply");
+    assert!(!stage.clear_dirty("public.t", &day, written).expect("clear"));
+    let (dirty, keys) = changed(&stage);
+    let newer = dirty.expect("still dirty");
+    assert!(newer > written);
+    assert_eq!(keys, [key(3), key(6)]);
+    // The backlog is what is left to write: those two rows and their keys.
+    let left: u64 = [3, 6]
+        .iter()
+        .map(|&id| {
+            let row = postcard::to_allocvec(&row(id, "d1", 20)).expect("encode");
+            (key(id).len() + row.len()) as u64
+        })
+        .sum();
+    assert_eq!(stage.unwritten_bytes().expect("backlog"), left);
+    assert!(stage.clear_dirty("public.t", &day, newer).expect("clear"));
+    assert_eq!(changed(&stage), (None, vec![]));
 }
