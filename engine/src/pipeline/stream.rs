@@ -299,16 +299,13 @@ fn produce(
     let clocked =
         matches!(&job.transform, Transform::Plugin { plugin, .. } if plugin.reads_clock());
     std::thread::scope(|scope| {
-        let (clock, surveyed) = if clocked {
-            survey_on_first_read(scope, job, &snap)?
+        let clock = if clocked {
+            ClockSurvey::on_first_read(scope, job, &snap)?
         } else {
-            (JobClock::at(0), SurveyFailure::default())
+            ClockSurvey::none()
         };
-        let ended = run_to_end(job, &snap, merge, &clock, tx);
-        // The last handle on the clock: its surveyor ends, unasked if it was never read.
-        drop(clock);
-        let survey_failed = surveyed.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match (ended, survey_failed) {
+        let ended = run_to_end(job, &snap, merge, &clock.clock, tx);
+        match (ended, clock.end()) {
             // Output made on a clock that could not be read never ends: the writer
             // rolls it back.
             (_, Some(e)) => Err(e.into()),
@@ -353,46 +350,80 @@ fn run_to_end(
     })
 }
 
-/// A clock that, on the plugin's first read, has a thread of `scope` survey the
-/// partition in the job's snapshot (the job's own thread is then inside the plugin);
-/// a failed survey reads as 0 and is left in the returned slot, which fails the job.
-/// If no thread can be started, the survey is made now.
-fn survey_on_first_read<'scope>(
-    scope: &'scope std::thread::Scope<'scope, '_>,
-    job: &'scope StreamJob,
-    snap: &'scope PartitionSnapshot<'_>,
-) -> Result<(JobClock, SurveyFailure), StageError> {
-    let failed = SurveyFailure::default();
-    let (ask, asked) = std::sync::mpsc::channel::<()>();
-    let (answer, answered) = std::sync::mpsc::sync_channel(1);
-    let surveyor = std::thread::Builder::new()
-        .name("weir-clock-survey".into())
-        .spawn_scoped(scope, move || {
-            if asked.recv().is_ok() {
-                let _ = answer.send(survey(job, snap));
-            }
-        });
-    if surveyor.is_err() {
-        let newest = survey(job, snap)?.max_commit_time.unwrap_or(0);
-        return Ok((JobClock::at(newest), failed));
-    }
-    let slot = Arc::clone(&failed);
-    let clock = JobClock::on_first_read(move || {
-        match ask.send(()).ok().and_then(|()| answered.recv().ok()) {
-            Some(Ok(survey)) => survey.max_commit_time.unwrap_or(0),
-            Some(Err(e)) => {
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                0
-            }
-            // The surveyor panicked: the scope raises its panic as the job ends.
-            None => 0,
-        }
-    });
-    Ok((clock, failed))
+/// A job's clock, and the thread that surveys its partition for it if it is read.
+struct ClockSurvey<'scope> {
+    clock: JobClock,
+    /// Where a failed survey leaves its error, for the job to fail with.
+    failed: Arc<Mutex<Option<StageError>>>,
+    surveyor: Option<std::thread::ScopedJoinHandle<'scope, ()>>,
 }
 
-/// Where a clock's survey leaves its error, for the job to fail with.
-type SurveyFailure = Arc<Mutex<Option<StageError>>>;
+impl<'scope> ClockSurvey<'scope> {
+    /// The clock of a plugin that imports none (or of the identity): 0, unseen.
+    fn none() -> ClockSurvey<'scope> {
+        ClockSurvey {
+            clock: JobClock::at(0),
+            failed: Arc::default(),
+            surveyor: None,
+        }
+    }
+
+    /// A clock that, on the plugin's first read, has a thread of `scope` survey the
+    /// partition in the job's snapshot (the job's own thread is then inside the
+    /// plugin); a failed survey reads as 0 and fails the job ([`Self::end`]). If no
+    /// thread can be started, the survey is made now.
+    fn on_first_read(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        job: &'scope StreamJob,
+        snap: &'scope PartitionSnapshot<'_>,
+    ) -> Result<ClockSurvey<'scope>, StageError> {
+        let (ask, asked) = std::sync::mpsc::channel::<()>();
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        let Ok(surveyor) = std::thread::Builder::new()
+            .name("weir-clock-survey".into())
+            .spawn_scoped(scope, move || {
+                if asked.recv().is_ok() {
+                    let _ = answer.send(survey(job, snap));
+                }
+            })
+        else {
+            let newest = survey(job, snap)?.max_commit_time.unwrap_or(0);
+            return Ok(ClockSurvey {
+                clock: JobClock::at(newest),
+                ..ClockSurvey::none()
+            });
+        };
+        let failed: Arc<Mutex<Option<StageError>>> = Arc::default();
+        let slot = Arc::clone(&failed);
+        let clock = JobClock::on_first_read(move || {
+            match ask.send(()).ok().and_then(|()| answered.recv().ok()) {
+                Some(Ok(survey)) => survey.max_commit_time.unwrap_or(0),
+                Some(Err(e)) => {
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    0
+                }
+                // The surveyor panicked: `end` raises its panic before the job ends.
+                None => 0,
+            }
+        });
+        Ok(ClockSurvey {
+            clock,
+            failed,
+            surveyor: Some(surveyor),
+        })
+    }
+
+    /// After the job's last call into the plugin: the survey's failure, if it failed.
+    /// The clock goes first (its surveyor ends, unasked if it was never read); a
+    /// surveyor's panic is raised here, before the job could send its end.
+    fn end(self) -> Option<StageError> {
+        drop(self.clock);
+        if let Some(Err(panic)) = self.surveyor.map(std::thread::ScopedJoinHandle::join) {
+            std::panic::resume_unwind(panic);
+        }
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
 
 /// The partition's survey (see [`PartitionSnapshot::survey`]), logged.
 fn survey(job: &StreamJob, snap: &PartitionSnapshot<'_>) -> Result<Survey, StageError> {

@@ -360,7 +360,7 @@ impl Stage {
                     .db
                     .get_pinned_cf(self.cf(CF_ROWS), &k)
                     .map_err(db_err("read row"))?;
-                let key_len = k.len() - partition_key.len();
+                let key_len = k.len().saturating_sub(partition_key.len());
                 left += (key_len + row.map_or(0, |r| r.len())) as u64;
             }
         }
