@@ -218,6 +218,10 @@ const JS: &[File] = &[
     vendored("sdk/README.md", repo!("plugins/sdk-js/README.md")),
     vendored("sdk/node/bundle.js", repo!("plugins/sdk-js/node/bundle.js")),
     vendored("sdk/node/cases.js", repo!("plugins/sdk-js/node/cases.js")),
+    vendored(
+        "sdk/node/componentize.js",
+        repo!("plugins/sdk-js/node/componentize.js"),
+    ),
     vendored("sdk/src/decimal.js", repo!("plugins/sdk-js/src/decimal.js")),
     vendored(
         "sdk/src/describe.js",
@@ -316,8 +320,9 @@ impl Lang {
                     "`node --test plugin.test.js` runs the cases natively too. Integers are \
                      BigInt, decimals exact (`Decimal`), dates `PlainDate`, timestamps \
                      `Timestamp` (BigInt microseconds). The build needs node 20.19+ with npm; \
-                     `build.sh` installs ComponentizeJS 0.22.0 on first use and bundles the \
-                     plugin with the SDK into one module (a plugin is one module).",
+                     `build.sh` installs ComponentizeJS 0.23.0 on first use, bundles the \
+                     plugin with the SDK into one module (a plugin is one module) and builds \
+                     it with the SDK's `sdk/node/componentize.js`.",
                 ),
             ],
             Lang::C => [
@@ -537,6 +542,12 @@ mod tests {
             repo!("plugins/templates/js/build.sh")
                 .contains(&format!("\ncomponentize_js_version={componentize_js}\n")),
             "componentize-js {componentize_js}"
+        );
+        assert!(
+            repo!("plugins/sdk-js/node/componentize.js").contains(&format!(
+                "\nexport const COMPONENTIZE_JS_VERSION = '{componentize_js}';\n"
+            )),
+            "the bindings weir-plugin-componentize patches are ComponentizeJS {componentize_js}'s"
         );
         let tools = repo!("plugins/templates/common/wasi-tools.sh");
         assert!(

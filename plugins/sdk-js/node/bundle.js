@@ -9,7 +9,7 @@
  *
  * 1. `src/keep-byte-order-marks.js`, the prelude every JavaScript plugin needs (it
  *    keeps a leading U+FEFF in the strings the host passes in, which ComponentizeJS
- *    0.22's bindings would drop);
+ *    0.23's bindings would drop);
  * 2. `import { log as __weirHostLog } from 'weir:transform/log@0.1.0'` (the SDK's
  *    `log` calls it);
  * 3. each SDK module of `src/` that `src/index.js` reaches, in dependency order, as

@@ -1,5 +1,5 @@
 // The first lines of every JavaScript plugin component: weir-plugin-bundle
-// (../node/bundle.js) puts them before the SDK and the plugin. ComponentizeJS 0.22's
+// (../node/bundle.js) puts them before the SDK and the plugin. ComponentizeJS 0.23's
 // generated bindings decode every string the host passes in (row values, config,
 // partition names) with a `new TextDecoder()` made before the plugin's code runs,
 // whose default drops a leading U+FEFF (byte order mark): a value would change

@@ -6,8 +6,8 @@
  * --world-name plugin` for 0.1):
  *
  *     node ../node/bundle.js all-types.js -o /tmp/all-types.bundle.js
- *     componentize-js /tmp/all-types.bundle.js --wit ../../../wit/transform-0.2.0 \
- *         --world-name transformer --disable http fetch-event -o /tmp/sdk-all-types.wasm
+ *     node ../node/componentize.js --tools ~/.cache/weir-tools/js /tmp/all-types.bundle.js \
+ *         --wit ../../../wit/transform-0.2.0 --world-name transformer --disable http fetch-event -o /tmp/sdk-all-types.wasm
  *     node ../../tools/run-component-cases.mjs /tmp/sdk-all-types.wasm all-types-cases.jsonl
  *
  * Config: `places` (optional, default 4), the scale `d` may have. Every column but

@@ -2,15 +2,17 @@
 # Builds {{name}}.wasm, a WebAssembly component of contract weir:transform@0.2.0
 # (wit/transform-0.2.0, world `transformer`), from plugin.js and Weir's JavaScript
 # SDK (sdk/): the SDK's bundler makes one module of them (with the prelude that keeps a
-# leading U+FEFF in strings the host passes in), then ComponentizeJS 0.22.0, installed
+# leading U+FEFF in strings the host passes in), then ComponentizeJS 0.23.0, installed
 # on first use into $WEIR_TOOLS_DIR (default ~/.cache/weir-tools; needs node 20.19+
-# with npm), builds the component. (The same bundle builds on contract 0.1 with
-# `--wit wit/transform-0.2.0/deps/transform-0.1.0 --world-name plugin`.) `weir plugin
-# build` runs this; its last line is the component's path.
+# with npm), builds the component, run by the SDK's sdk/node/componentize.js, which
+# patches the bindings ComponentizeJS generates where they are slow. (The same bundle
+# builds on contract 0.1 with `--wit wit/transform-0.2.0/deps/transform-0.1.0
+# --world-name plugin`.) `weir plugin build` runs this; its last line is the
+# component's path.
 set -eu
 cd "$(dirname "$0")"
 tools="${WEIR_TOOLS_DIR:-$HOME/.cache/weir-tools}"
-componentize_js_version=0.22.0
+componentize_js_version=0.23.0
 
 # ComponentizeJS: the one Weir's own build installed, if it is this version.
 js="$tools/js"
@@ -32,7 +34,7 @@ fi
 rm -rf build
 mkdir build
 node sdk/node/bundle.js plugin.js -o build/bundle.js >&2
-"$js/node_modules/.bin/componentize-js" build/bundle.js --wit wit/transform-0.2.0 \
+node sdk/node/componentize.js --tools "$js" build/bundle.js --wit wit/transform-0.2.0 \
     --world-name transformer --disable http fetch-event -o {{name}}.wasm.tmp >&2
 mv -f {{name}}.wasm.tmp {{name}}.wasm
 echo "$PWD/{{name}}.wasm"
