@@ -33,8 +33,11 @@ import { pathToFileURL } from 'node:url';
 /** The ComponentizeJS version whose bindings `patchBindings` knows. */
 export const COMPONENTIZE_JS_VERSION = '0.23.0';
 
-/** Each patch: what it is for, the text of the generated bindings, its replacement. */
-const PATCHES = [
+/**
+ * Each patch: what it is for, the text of the generated bindings (whole lines, as
+ * ComponentizeJS writes them), its replacement.
+ */
+export const PATCHES = Object.freeze([
   {
     what: 'the copy of each output string',
     from: `  // Compute the exact allocation size up front. Some older preview1
@@ -72,7 +75,7 @@ const PATCHES = [
   const res = { ptr, len };
 `,
   },
-];
+]);
 
 /** A ComponentizeJS installation or bindings this wrapper cannot patch, with why. */
 export class ComponentizeError extends Error {

@@ -10,11 +10,14 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { COMPONENTIZE_JS_VERSION, ComponentizeError, patchBindings } from '../node/componentize.js';
+import { COMPONENTIZE_JS_VERSION, ComponentizeError, PATCHES, patchBindings } from '../node/componentize.js';
 
 const WRAPPER = fileURLToPath(new URL('../node/componentize.js', import.meta.url));
 
-// The string-lowering helper of ComponentizeJS 0.23.0's bindings, as it generates it.
+// The string-lowering helper of ComponentizeJS 0.23.0's bindings as it generates it:
+// its head and tail around the lines the patch replaces. (That the generated bindings
+// hold those lines is checked by every build: the wrapper refuses bindings without
+// them.)
 const GENERATED = `
 const TEXT_ENCODER_UTF8 = new TextEncoder();
 
@@ -23,32 +26,7 @@ function _utf8AllocateAndEncode(s, realloc, memory) {
     throw new TypeError('expected a string, received [' + typeof s + ']');
   }
   if (s.length === 0) { return { ptr: 1, len: 0 }; }
-  // Compute the exact allocation size up front. Some older preview1
-  // adapters only support an initial allocation, not a subsequent shrink.
-  let len = 0;
-  let codepoints = 0;
-  for (let i = 0; i < s.length; i++) {
-    const ch = s.charCodeAt(i);
-    codepoints++;
-    if (ch < 0x80) { len += 1; }
-    else if (ch < 0x800) { len += 2; }
-    else if (ch >= 0xd800 && ch <= 0xdbff &&
-    i + 1 < s.length &&
-    (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
-      len += 4;
-      i++;
-    } else { len += 3; }
-  }
-  const ptr = realloc(0, 0, 1, len);
-  const { read, written } = TEXT_ENCODER_UTF8.encodeInto(
-  s,
-  new Uint8Array(memory.buffer, ptr, len),
-  );
-  if (read !== s.length || written !== len) {
-    throw new Error('failed to encode whole string');
-  }
-  const res = { ptr, len, codepoints };
-  return res;
+${PATCHES[0].from}  return res;
 }
 `;
 
