@@ -69,6 +69,88 @@ const ORDERS_CASES: &str = concat!(
     "/../plugins/examples/orders-cases.jsonl"
 );
 
+/// A JavaScript plugin's job passes or fails by its rows, not by how many there are:
+/// a partition of 12,288 orders with 8 KiB customers (98 MB of input, three chunks of
+/// 4,096 rows) passes with the default limits, at about the fuel per row of a job of
+/// 1,024 of the same rows. Built by ComponentizeJS 0.22.0 as it generates bindings,
+/// the same plugin failed even the job of 1,024 rows ("CPU budget exceeded": its
+/// bindings made an object of every character of every output string), and never
+/// freed the strings it was given, so that a job of 98,304 ordinary orders trapped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_plugins_cost_per_row_does_not_grow_with_its_partition() {
+    use std::sync::Arc;
+    use weir::partition::{Partition, partition_of};
+    use weir::plugin::{InputColumns, InputRow, OwnedJob, run_job_on_thread};
+    use weir::source::Op;
+    use weir::value::Value;
+
+    let date = 20_513; // 2026-03-01
+    let rows = |n: i64| -> Vec<InputRow> {
+        (1..=n)
+            .map(|id| InputRow {
+                key: vec![Value::Int(id)],
+                op: Op::Insert,
+                commit_position: id as u64,
+                commit_time: None,
+                columns: vec![
+                    ("id".to_owned(), Value::Int(id)),
+                    ("customer".to_owned(), Value::Text(format!("{id:>8192}"))),
+                    ("order_date".to_owned(), Value::Date(date)),
+                    (
+                        "amount".to_owned(),
+                        Value::Decimal(format!("{}.25", id % 1000)),
+                    ),
+                    ("status".to_owned(), Value::Text("paid".to_owned())),
+                ],
+            })
+            .collect()
+    };
+    let partition: Partition =
+        partition_of("order_date", Grain::Day, &Value::Date(date)).expect("partition");
+    let job = OwnedJob {
+        table: "public.orders".to_owned(),
+        partition,
+        grain: Grain::Day,
+        config: vec![("rate".to_owned(), "1.0825".to_owned())],
+        input: InputColumns::new(
+            [
+                ("id", "bigint"),
+                ("customer", "text"),
+                ("order_date", "date"),
+                ("amount", "numeric(12,2)"),
+                ("status", "text"),
+            ]
+            .into_iter()
+            .map(|(n, t)| (n.to_owned(), t.to_owned()))
+            .collect(),
+            &["id".to_owned()],
+        ),
+    };
+    let host = PluginHost::new(PluginHost::default_cache_dir());
+    let js = Arc::new(
+        host.load(&plugin("orders-js"), &SandboxLimits::default())
+            .expect("load orders-js"),
+    );
+    let mut fuel_per_row = Vec::new();
+    for n in [1_024, 12_288] {
+        let (_, result) = run_job_on_thread(
+            Arc::clone(&js),
+            SandboxLimits::default(),
+            job.clone(),
+            rows(n),
+        )
+        .await;
+        let output = result.unwrap_or_else(|e| panic!("a job of {n} rows: {e}"));
+        assert_eq!(output.rows.len(), n as usize, "every row comes out");
+        assert!(output.rejections.is_empty());
+        fuel_per_row.push(output.fuel as f64 / n as f64);
+    }
+    assert!(
+        fuel_per_row[1] < fuel_per_row[0] * 1.5,
+        "fuel per row grew with the job: {fuel_per_row:?}"
+    );
+}
+
 /// The shared cases pass in every language's component in Weir's own host (the
 /// engine's case runner, as `weir plugin test --cases` runs it), so their outputs are
 /// identical byte for byte; and the command says which case failed and why.
