@@ -17,6 +17,7 @@ use weir::plugin::{
 };
 use weir::source::Op;
 use weir::value::Value;
+use weir_core::fixtures::ORDERS_COLUMN_TYPES;
 use weir_plugin::contract_0_2 as v2;
 use weir_plugin::contract_0_2::GuestSession as _;
 
@@ -47,16 +48,10 @@ const PLUGINS: [(&str, &str); 10] = [
 /// The input columns of the jobs (the source table's).
 fn input_columns() -> InputColumns {
     InputColumns::new(
-        [
-            ("id", "bigint"),
-            ("customer", "text"),
-            ("order_date", "date"),
-            ("amount", "numeric(12,2)"),
-            ("status", "text"),
-        ]
-        .into_iter()
-        .map(|(n, t)| (n.to_owned(), t.to_owned()))
-        .collect(),
+        ORDERS_COLUMN_TYPES
+            .into_iter()
+            .map(|(n, t)| (n.to_owned(), t.to_owned()))
+            .collect(),
         &["id".to_owned()],
     )
 }

@@ -16,6 +16,16 @@ use std::fmt;
 /// (without the braces, so that a caller can add more).
 pub const ORDERS_COLUMNS: &str = r#"id = "bigint", customer = "text", order_date = "date", amount = "numeric(12,2)", status = "text""#;
 
+/// The same columns as (name, declared type) pairs, in the table's order: a plugin
+/// job's input columns (`InputColumns::new`) in tests and benchmarks.
+pub const ORDERS_COLUMN_TYPES: [(&str, &str); 5] = [
+    ("id", "bigint"),
+    ("customer", "text"),
+    ("order_date", "date"),
+    ("amount", "numeric(12,2)"),
+    ("status", "text"),
+];
+
 /// The environment variable of the target's DSN in the configs here.
 pub const TARGET_DSN_ENV: &str = "WEIR_TARGET_DSN";
 

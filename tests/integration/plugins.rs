@@ -83,6 +83,7 @@ async fn a_javascript_plugins_cost_per_row_does_not_grow_with_its_partition() {
     use weir::plugin::{InputColumns, InputRow, OwnedJob, run_job_on_thread};
     use weir::source::Op;
     use weir::value::Value;
+    use weir_core::fixtures::ORDERS_COLUMN_TYPES;
 
     let date = 20_513; // 2026-03-01
     let rows = |n: i64| -> Vec<InputRow> {
@@ -113,16 +114,10 @@ async fn a_javascript_plugins_cost_per_row_does_not_grow_with_its_partition() {
         grain: Grain::Day,
         config: vec![("rate".to_owned(), "1.0825".to_owned())],
         input: InputColumns::new(
-            [
-                ("id", "bigint"),
-                ("customer", "text"),
-                ("order_date", "date"),
-                ("amount", "numeric(12,2)"),
-                ("status", "text"),
-            ]
-            .into_iter()
-            .map(|(n, t)| (n.to_owned(), t.to_owned()))
-            .collect(),
+            ORDERS_COLUMN_TYPES
+                .into_iter()
+                .map(|(n, t)| (n.to_owned(), t.to_owned()))
+                .collect(),
             &["id".to_owned()],
         ),
     };
