@@ -160,6 +160,9 @@ struct PartitionStat {
     generation: u64,
     /// Bytes staged into it (rows and changed keys).
     bytes: u64,
+    /// Whether the partition is changed whole (see [`StageBatch::whole`]); `None`: not
+    /// looked up yet.
+    whole: Option<bool>,
 }
 
 /// A map by `table_key` (the table and the encoded key in one buffer: one allocation
@@ -357,10 +360,10 @@ impl StageBatch {
             if let Some(old) = old.filter(|old| old != partition) {
                 self.batch
                     .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
-                self.changed_with(stage, table, &old, key, &mut scratch.key);
+                self.changed_with(stage, table, &old, key, &mut scratch.key)?;
                 self.mark_dirty(table, &old);
             }
-            self.changed_with(stage, table, partition, key, &mut scratch.key);
+            self.changed_with(stage, table, partition, key, &mut scratch.key)?;
         }
         scratch.row.clear();
         let value = postcard::to_extend(row, std::mem::take(&mut scratch.row))
@@ -454,14 +457,14 @@ impl StageBatch {
                         .unwrap_or_default();
                     for p in partitions {
                         self.mark_dirty(table, &p);
-                        self.changed(stage, table, &p, &[]);
+                        self.changed(stage, table, &p, &[])?;
                     }
                 }
                 StageChange::Delete { table, key } => {
                     if let Some(old) = self.current(stage, table, key)? {
                         self.batch
                             .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));
-                        self.changed(stage, table, &old, key);
+                        self.changed(stage, table, &old, key)?;
                         self.batch
                             .delete_cf(stage.cf(CF_KEYS), table_key(table, key));
                         self.keys.insert(table_key(table, key), None);
@@ -475,13 +478,22 @@ impl StageBatch {
     }
 
     /// Records that `key` (empty: every key) of a partition changed.
-    fn changed(&mut self, stage: &Stage, table: &str, partition: &Partition, key: &[u8]) {
+    fn changed(
+        &mut self,
+        stage: &Stage,
+        table: &str,
+        partition: &Partition,
+        key: &[u8],
+    ) -> Result<(), StageError> {
         let mut buf = std::mem::take(&mut self.scratch.key);
-        self.changed_with(stage, table, partition, key, &mut buf);
+        let result = self.changed_with(stage, table, partition, key, &mut buf);
         self.scratch.key = buf;
+        result
     }
 
-    /// [`Self::changed`], building the stage key in `buf`.
+    /// [`Self::changed`], building the stage key in `buf` (left there: an upsert's row
+    /// key is the same). A partition changed whole gets no record per key: its every-key
+    /// record, written by [`Self::finish`] at its last change's generation, covers them.
     fn changed_with(
         &mut self,
         stage: &Stage,
@@ -489,11 +501,45 @@ impl StageBatch {
         partition: &Partition,
         key: &[u8],
         buf: &mut Vec<u8>,
-    ) {
+    ) -> Result<(), StageError> {
         self.partition(table, partition).bytes += key.len() as u64;
         push_row_key(buf, table, partition, key);
-        self.batch
-            .put_cf(stage.cf(CF_CHANGED), &buf, self.generation.to_be_bytes());
+        if key.is_empty() {
+            self.partition(table, partition).whole = Some(true);
+        } else if !self.whole(stage, table, partition)? {
+            self.batch
+                .put_cf(stage.cf(CF_CHANGED), &buf, self.generation.to_be_bytes());
+        }
+        Ok(())
+    }
+
+    /// Whether a partition is changed whole, so that its next write replaces it and a
+    /// record per changed key would be written for nothing. Looked up once per batch: it
+    /// is if it holds the every-key record (a TRUNCATE, a first load, or an earlier
+    /// batch's finding), or if it is new to the stage (no generation: it holds no row,
+    /// so replacing it costs the rows changed since, which merging would cost too).
+    fn whole(
+        &mut self,
+        stage: &Stage,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<bool, StageError> {
+        if let Some(whole) = self.partition(table, partition).whole {
+            return Ok(whole);
+        }
+        let whole = self.new_keys || {
+            let key = partition_key(table, partition);
+            let read = |cf| {
+                stage
+                    .db
+                    .get_pinned_cf(stage.cf(cf), &key)
+                    .map(|v| v.is_some())
+                    .map_err(db_err("read whether a partition changed whole"))
+            };
+            read(CF_CHANGED)? || !read(CF_GENERATIONS)?
+        };
+        self.partition(table, partition).whole = Some(whole);
+        Ok(whole)
     }
 
     fn bad_records(&mut self, stage: &Stage, records: &[BadRecord]) -> Result<(), StageError> {
@@ -517,19 +563,18 @@ impl StageBatch {
         position: Option<Position>,
         sync: bool,
     ) -> Result<(), StageError> {
-        if self.new_keys {
-            let parts: Vec<(String, Partition)> = self
-                .partitions
-                .iter()
-                .flat_map(|(t, parts)| parts.keys().map(move |p| (t.clone(), p.clone())))
-                .collect();
-            for (table, partition) in parts {
-                self.changed(stage, &table, &partition, &[]);
-            }
-        }
         for (table, parts) in std::mem::take(&mut self.partitions) {
             for (partition, stat) in parts {
                 let key = partition_key(&table, &partition);
+                if self.new_keys || stat.whole == Some(true) {
+                    // The every-key record at the partition's last change: a write
+                    // overtaken by this batch keeps it (see `Stage::clear_dirty`).
+                    self.batch.put_cf(
+                        stage.cf(CF_CHANGED),
+                        &key,
+                        stat.generation.to_be_bytes(),
+                    );
+                }
                 let before = stage
                     .db
                     .get_cf(stage.cf(CF_BACKLOG), &key)

@@ -325,7 +325,8 @@ impl Stage {
     /// `generation` or an older one: keys a write of that generation covered and that
     /// did not change since (a later change rewrites its key's record with its own,
     /// newer generation). Its backlog becomes what the next write has left to write:
-    /// the rows of the keys changed since, and their keys. Called under the write
+    /// the rows of the keys changed since, and their keys (a partition changed whole
+    /// since, whose every-key record stays, keeps its backlog). Called under the write
     /// lock, so no record changes between its read and its delete. A partition with
     /// more records than [`CLEAR_POINT_DELETES_MAX`] is left whole (its next write
     /// merges them all again): one delete each would hold them all in one batch.
@@ -339,6 +340,9 @@ impl Stage {
         opts.set_iterate_range(rocksdb::PrefixRange(partition_key));
         let mut written = Vec::new();
         let mut left = 0u64;
+        // The every-key record kept (changed whole since): the next write replaces
+        // the partition, and its backlog stays what it was.
+        let mut whole = false;
         for (seen, item) in self
             .db
             .iterator_cf_opt(
@@ -354,6 +358,8 @@ impl Stage {
             let (k, v) = item.map_err(db_err("read changed keys"))?;
             if decode_generation(&v)? <= generation {
                 written.push(k);
+            } else if k.len() == partition_key.len() {
+                whole = true;
             } else {
                 // A changed-key record's key is its row's key in `rows`.
                 let row = self
@@ -371,7 +377,9 @@ impl Stage {
         for k in &written {
             batch.delete_cf(self.cf(CF_CHANGED), k);
         }
-        batch.put_cf(self.cf(CF_BACKLOG), partition_key, left.to_be_bytes());
+        if !whole {
+            batch.put_cf(self.cf(CF_BACKLOG), partition_key, left.to_be_bytes());
+        }
         self.db
             .write(batch)
             .map_err(db_err("clear written changed keys"))?;

@@ -341,6 +341,37 @@ fn a_stage_of_an_older_build_covers_acknowledgements_once_advanced() {
     assert!(stage.position_covers_acknowledgements().expect("marker"));
 }
 
+/// Makes the partitions `days` known to the stage and written, and empty: a row staged
+/// in each, written, then deleted and written again. A partition new to the stage is
+/// changed whole (see `a_partition_new_to_the_stage_is_changed_whole_without_a_record_per_key`);
+/// these record their changed keys one by one.
+fn written_empty(stage: &Stage, days: &[&str]) {
+    let seed = |i: usize| 1_000_000 + i64::try_from(i).expect("fits");
+    let upserts = days.iter().enumerate().map(|(i, d)| upsert(seed(i), d, 1));
+    stage
+        .apply(&[txn(1, upserts.collect())])
+        .expect("apply seeds");
+    let clear = |stage: &Stage| {
+        for day in days {
+            let read = stage.read_changes("public.t", &p(day)).expect("read");
+            assert!(
+                stage
+                    .clear_dirty("public.t", &p(day), read.dirty.expect("dirty"))
+                    .expect("clear")
+            );
+        }
+    };
+    clear(stage);
+    let deletes = (0..days.len()).map(|i| StageChange::Delete {
+        table: "public.t".into(),
+        key: encode_key(&[&Value::Int(seed(i))]).expect("key"),
+    });
+    stage
+        .apply(&[txn(2, deletes.collect())])
+        .expect("apply deletes");
+    clear(stage);
+}
+
 fn changed_ids(stage: &Stage, day: &str) -> (bool, Vec<(i64, bool)>) {
     let changes = stage.read_changes("public.t", &p(day)).expect("changes");
     let keys = changes
@@ -359,6 +390,7 @@ fn clearing_more_changed_keys_than_point_deletes_clears_only_that_partition() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stage = Stage::open(dir.path(), "test").expect("open");
     let many = i64::try_from(super::read::CLEAR_POINT_DELETES_MAX).expect("fits") + 5;
+    written_empty(&stage, &["d0", "d1", "d2"]);
     // The neighbouring partitions d0 and d2 keep theirs.
     let mut changes: Vec<StageChange> = (1..=many).map(|id| upsert(id, "d1", 10)).collect();
     changes.push(upsert(many + 1, "d0", 10));
@@ -388,6 +420,7 @@ fn clearing_more_changed_keys_than_point_deletes_clears_only_that_partition() {
 fn changed_keys_name_both_partitions_of_a_move_and_clear_with_the_mark() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stage = Stage::open(dir.path(), "test").expect("open");
+    written_empty(&stage, &["d1", "d2"]);
     stage
         .apply(&[txn(10, vec![upsert(1, "d1", 10), upsert(2, "d1", 10)])])
         .expect("apply");
@@ -997,6 +1030,7 @@ fn a_write_overtaken_by_changes_clears_only_the_keys_it_covered() {
             .collect();
         (snap.dirty, keys)
     };
+    written_empty(&stage, &["d1"]);
     let mut first: Vec<StageChange> = (1..=5).map(|id| upsert(id, "d1", 10)).collect();
     first.push(StageChange::Delete {
         table: "public.t".into(),
@@ -1026,4 +1060,67 @@ fn a_write_overtaken_by_changes_clears_only_the_keys_it_covered() {
     assert_eq!(stage.unwritten_bytes().expect("backlog"), left);
     assert!(stage.clear_dirty("public.t", &day, newer).expect("clear"));
     assert_eq!(changed(&stage), (None, vec![]));
+}
+
+#[test]
+fn a_partition_new_to_the_stage_is_changed_whole_without_a_record_per_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    written_empty(&stage, &["old"]);
+    stage
+        .apply(&[txn(
+            10,
+            vec![upsert(1, "new", 10), upsert(2, "new", 10), upsert(3, "old", 10)],
+        )])
+        .expect("apply");
+    // The new partition is replaced whole on its next write; the known one names its
+    // key. Only the every-key record was written for the new one.
+    assert_eq!(changed_ids(&stage, "new"), (true, vec![]));
+    assert_eq!(changed_ids(&stage, "old"), (false, vec![(3, true)]));
+    let records = |day: &str| {
+        let prefix = partition_key("public.t", &p(day));
+        stage
+            .db
+            .prefix_iterator_cf(stage.cf(CF_CHANGED), &prefix)
+            .map(|item| item.expect("record").0)
+            .take_while(|k| k.starts_with(&prefix))
+            .count()
+    };
+    assert_eq!(records("new"), 1);
+    // A later batch keeps it whole, still without a record per key.
+    stage
+        .apply(&[txn(20, vec![upsert(4, "new", 20)])])
+        .expect("apply");
+    assert_eq!(changed_ids(&stage, "new"), (true, vec![]));
+    assert_eq!(records("new"), 1);
+    // A write overtaken by a change keeps it whole (and its backlog); the write that
+    // is not clears it, and its next change is recorded by key.
+    let read = stage.read_changes("public.t", &p("new")).expect("read");
+    let backlog = stage.unwritten_bytes().expect("backlog");
+    stage
+        .apply(&[txn(30, vec![upsert(5, "new", 30)])])
+        .expect("apply");
+    let grown = stage.unwritten_bytes().expect("backlog");
+    assert!(grown > backlog);
+    assert!(
+        !stage
+            .clear_dirty("public.t", &p("new"), read.dirty.expect("dirty"))
+            .expect("clear")
+    );
+    assert_eq!(changed_ids(&stage, "new"), (true, vec![]));
+    assert_eq!(stage.unwritten_bytes().expect("backlog"), grown);
+    let read = stage.read_changes("public.t", &p("new")).expect("read");
+    assert!(
+        stage
+            .clear_dirty("public.t", &p("new"), read.dirty.expect("dirty"))
+            .expect("clear")
+    );
+    assert_eq!(records("new"), 0);
+    stage
+        .apply(&[txn(40, vec![upsert(1, "new", 40)])])
+        .expect("apply");
+    assert_eq!(changed_ids(&stage, "new"), (false, vec![(1, true)]));
+    // Keys 1, 2, 4 and 5 are staged in it.
+    let rows = stage.read_partition("public.t", &p("new")).expect("rows");
+    assert_eq!(rows.rows.len(), 4);
 }
