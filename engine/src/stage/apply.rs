@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions};
+use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions};
 
 use super::error::{StageError, corrupt, db_err};
 use super::layout::{
@@ -516,8 +516,11 @@ impl StageBatch {
     /// Whether a partition is changed whole, so that its next write replaces it and a
     /// record per changed key would be written for nothing. Looked up once per batch: it
     /// is if it holds the every-key record (a TRUNCATE, a first load, or an earlier
-    /// batch's finding), or if it is new to the stage (no generation: it holds no row,
-    /// so replacing it costs the rows changed since, which merging would cost too).
+    /// batch's finding); if it is new to the stage (no generation: it holds no row, so
+    /// replacing it costs the rows changed since, which merging would cost too); and if
+    /// it is dirty without any record (a stage imported from a checkpoint file, which
+    /// does not carry them): a record of this batch's keys alone would make its next
+    /// write merge just those, and leave out what was dirty before.
     fn whole(
         &mut self,
         stage: &Stage,
@@ -529,14 +532,24 @@ impl StageBatch {
         }
         let whole = self.new_keys || {
             let key = partition_key(table, partition);
-            let read = |cf| {
+            const WHAT: &str = "read whether a partition changed whole";
+            let mut opts = ReadOptions::default();
+            opts.set_iterate_range(rocksdb::PrefixRange(key.as_slice()));
+            let mut records = stage.db.raw_iterator_cf_opt(stage.cf(CF_CHANGED), opts);
+            records.seek(&key);
+            let first = records.key().map(|k| k.len() == key.len());
+            records.status().map_err(db_err(WHAT))?;
+            let present = |cf| {
                 stage
                     .db
                     .get_pinned_cf(stage.cf(cf), &key)
                     .map(|v| v.is_some())
-                    .map_err(db_err("read whether a partition changed whole"))
+                    .map_err(db_err(WHAT))
             };
-            read(CF_CHANGED)? || !read(CF_GENERATIONS)?
+            match first {
+                Some(every_key) => every_key,
+                None => !present(CF_GENERATIONS)? || present(CF_DIRTY)?,
+            }
         };
         self.partition(table, partition).whole = Some(whole);
         Ok(whole)
@@ -569,11 +582,8 @@ impl StageBatch {
                 if self.new_keys || stat.whole == Some(true) {
                     // The every-key record at the partition's last change: a write
                     // overtaken by this batch keeps it (see `Stage::clear_dirty`).
-                    self.batch.put_cf(
-                        stage.cf(CF_CHANGED),
-                        &key,
-                        stat.generation.to_be_bytes(),
-                    );
+                    self.batch
+                        .put_cf(stage.cf(CF_CHANGED), &key, stat.generation.to_be_bytes());
                 }
                 let before = stage
                     .db

@@ -1070,7 +1070,11 @@ fn a_partition_new_to_the_stage_is_changed_whole_without_a_record_per_key() {
     stage
         .apply(&[txn(
             10,
-            vec![upsert(1, "new", 10), upsert(2, "new", 10), upsert(3, "old", 10)],
+            vec![
+                upsert(1, "new", 10),
+                upsert(2, "new", 10),
+                upsert(3, "old", 10),
+            ],
         )])
         .expect("apply");
     // The new partition is replaced whole on its next write; the known one names its
@@ -1123,4 +1127,27 @@ fn a_partition_new_to_the_stage_is_changed_whole_without_a_record_per_key() {
     // Keys 1, 2, 4 and 5 are staged in it.
     let rows = stage.read_partition("public.t", &p("new")).expect("rows");
     assert_eq!(rows.rows.len(), 4);
+}
+
+#[test]
+fn a_dirty_partition_without_changed_keys_stays_changed_whole_when_a_key_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    written_empty(&stage, &["d1"]);
+    stage
+        .apply(&[txn(10, vec![upsert(1, "d1", 10), upsert(2, "d1", 10)])])
+        .expect("apply");
+    // What a stage imported from a checkpoint file holds: the mark, no changed keys.
+    let prefix = partition_key("public.t", &p("d1"));
+    stage
+        .db
+        .delete_range_cf(stage.cf(CF_CHANGED), &prefix, &prefix_end(&prefix))
+        .expect("delete");
+    assert_eq!(changed_ids(&stage, "d1"), (true, vec![]));
+    // A change to it before it is written: its next write still replaces it (merging
+    // key 3 alone would leave keys 1 and 2 out of the target).
+    stage
+        .apply(&[txn(20, vec![upsert(3, "d1", 20)])])
+        .expect("apply");
+    assert_eq!(changed_ids(&stage, "d1"), (true, vec![]));
 }
