@@ -160,9 +160,18 @@ struct PartitionStat {
     generation: u64,
     /// Bytes staged into it (rows and changed keys).
     bytes: u64,
-    /// Whether the partition is changed whole (see [`StageBatch::whole`]); `None`: not
+    /// How its changed keys are recorded (see [`StageBatch::lookup`]); `None`: not
     /// looked up yet.
-    whole: Option<bool>,
+    records: Option<Records>,
+}
+
+/// How a batch records the changed keys of one partition.
+#[derive(Debug, Clone, Copy)]
+struct Records {
+    /// A record per changed key.
+    per_key: bool,
+    /// The every-key record, at the partition's last change in the batch.
+    every_key: bool,
 }
 
 /// A map by `table_key` (the table and the encoded key in one buffer: one allocation
@@ -492,8 +501,8 @@ impl StageBatch {
     }
 
     /// [`Self::changed`], building the stage key in `buf` (left there: an upsert's row
-    /// key is the same). A partition changed whole gets no record per key: its every-key
-    /// record, written by [`Self::finish`] at its last change's generation, covers them.
+    /// key is the same). A partition changed whole that no writer has read gets no
+    /// record per key (see [`Self::lookup`]).
     fn changed_with(
         &mut self,
         stage: &Stage,
@@ -504,41 +513,58 @@ impl StageBatch {
     ) -> Result<(), StageError> {
         self.partition(table, partition).bytes += key.len() as u64;
         push_row_key(buf, table, partition, key);
+        let mut records = self.lookup(stage, table, partition)?;
         if key.is_empty() {
-            self.partition(table, partition).whole = Some(true);
-        } else if !self.whole(stage, table, partition)? {
+            records.every_key = true;
+            self.partition(table, partition).records = Some(records);
+        } else if records.per_key {
             self.batch
                 .put_cf(stage.cf(CF_CHANGED), &buf, self.generation.to_be_bytes());
         }
         Ok(())
     }
 
-    /// Whether a partition is changed whole, so that its next write replaces it and a
-    /// record per changed key would be written for nothing. Looked up once per batch: it
-    /// is if it holds the every-key record (a TRUNCATE, a first load, or an earlier
-    /// batch's finding); if it is new to the stage (no generation: it holds no row, so
-    /// replacing it costs the rows changed since, which merging would cost too); and if
-    /// it is dirty without any record (a stage imported from a checkpoint file, which
-    /// does not carry them): a record of this batch's keys alone would make its next
-    /// write merge just those, and leave out what was dirty before.
-    fn whole(
+    /// How this batch records a partition's changed keys, found once per batch.
+    ///
+    /// The partition is changed whole (its next write replaces it) if it holds the
+    /// every-key record (a TRUNCATE, a first load, or an earlier batch's finding); if it
+    /// is new to the stage (no generation: it holds no row, so replacing it costs the
+    /// rows changed since, which merging would cost too); and if it is dirty without
+    /// any record (a stage imported from a checkpoint file, which does not carry them):
+    /// a record of this batch's keys alone would make its next write merge just those,
+    /// and leave out what was dirty before.
+    ///
+    /// A partition changed whole that no writer has read gets no record per key, only
+    /// the every-key record at this batch's generation: a first load or a backlog into
+    /// new partitions skips a third of its memtable inserts. Once a writer may have read
+    /// it, its keys are recorded one by one (and the every-key record, if there, is left
+    /// at its generation): a write overtaken by this batch then clears the every-key
+    /// record with what it covered, and the next write merges what came after, where
+    /// the every-key record kept newer would have made a partition that never stops
+    /// changing be replaced whole at every write.
+    fn lookup(
         &mut self,
         stage: &Stage,
         table: &str,
         partition: &Partition,
-    ) -> Result<bool, StageError> {
-        if let Some(whole) = self.partition(table, partition).whole {
-            return Ok(whole);
+    ) -> Result<Records, StageError> {
+        if let Some(records) = self.partition(table, partition).records {
+            return Ok(records);
         }
-        let whole = self.new_keys || {
-            let key = partition_key(table, partition);
+        let records = if self.new_keys {
+            Records {
+                per_key: false,
+                every_key: true,
+            }
+        } else {
             const WHAT: &str = "read whether a partition changed whole";
+            let key = partition_key(table, partition);
             let mut opts = ReadOptions::default();
             opts.set_iterate_range(rocksdb::PrefixRange(key.as_slice()));
-            let mut records = stage.db.raw_iterator_cf_opt(stage.cf(CF_CHANGED), opts);
-            records.seek(&key);
-            let first = records.key().map(|k| k.len() == key.len());
-            records.status().map_err(db_err(WHAT))?;
+            let mut changed = stage.db.raw_iterator_cf_opt(stage.cf(CF_CHANGED), opts);
+            changed.seek(&key);
+            let first = changed.key().map(|k| k.len() == key.len());
+            changed.status().map_err(db_err(WHAT))?;
             let present = |cf| {
                 stage
                     .db
@@ -546,13 +572,28 @@ impl StageBatch {
                     .map(|v| v.is_some())
                     .map_err(db_err(WHAT))
             };
-            match first {
+            let has_every_key = first == Some(true);
+            let whole = match first {
                 Some(every_key) => every_key,
                 None => !present(CF_GENERATIONS)? || present(CF_DIRTY)?,
+            };
+            match (whole, stage.was_read(&key)) {
+                (false, _) => Records {
+                    per_key: true,
+                    every_key: false,
+                },
+                (true, false) => Records {
+                    per_key: false,
+                    every_key: true,
+                },
+                (true, true) => Records {
+                    per_key: true,
+                    every_key: !has_every_key,
+                },
             }
         };
-        self.partition(table, partition).whole = Some(whole);
-        Ok(whole)
+        self.partition(table, partition).records = Some(records);
+        Ok(records)
     }
 
     fn bad_records(&mut self, stage: &Stage, records: &[BadRecord]) -> Result<(), StageError> {
@@ -579,9 +620,8 @@ impl StageBatch {
         for (table, parts) in std::mem::take(&mut self.partitions) {
             for (partition, stat) in parts {
                 let key = partition_key(&table, &partition);
-                if self.new_keys || stat.whole == Some(true) {
-                    // The every-key record at the partition's last change: a write
-                    // overtaken by this batch keeps it (see `Stage::clear_dirty`).
+                if self.new_keys || stat.records.is_some_and(|r| r.every_key) {
+                    // The every-key record at the partition's last change.
                     self.batch
                         .put_cf(stage.cf(CF_CHANGED), &key, stat.generation.to_be_bytes());
                 }

@@ -166,7 +166,16 @@ pub struct Stage {
     /// Changed-key records cleared one by one, counted for compacting `changed` (see
     /// `Stage::compact_cleared`).
     cleared_changed: Mutex<Cleared>,
+    /// The partitions read through a snapshot since the stage opened (by `partition_key`;
+    /// `None` past [`READ_PARTITIONS_MAX`]: then every partition counts as read). A
+    /// partition changed whole gets its changed keys recorded one by one once a writer
+    /// may have read it (see `StageBatch::lookup`).
+    read_partitions: Mutex<Option<std::collections::HashSet<Vec<u8>>>>,
 }
+
+/// Partitions [`Stage`] remembers as read, at most: past it, all count as read, which
+/// only costs a record per changed key, as for any partition once written.
+const READ_PARTITIONS_MAX: usize = 65_536;
 
 /// Tombstones left in the `changed` family by clearing dirty marks one key at a time.
 #[derive(Debug, Default)]

@@ -225,6 +225,7 @@ impl Stage {
             pending_seq: std::sync::atomic::AtomicU64::new(0),
             stream_seq: std::sync::atomic::AtomicU64::new(0),
             cleared_changed: Mutex::default(),
+            read_partitions: Mutex::new(Some(std::collections::HashSet::new())),
         }
     }
 

@@ -44,6 +44,8 @@ impl Stage {
         table: &str,
         partition: &Partition,
     ) -> Result<PartitionSnapshot<'_>, StageError> {
+        let prefix = partition_key(table, partition);
+        self.note_read(&prefix);
         let snapshot = self.db.snapshot();
         let (generation, dirty, checkpoint) = self.partition_state(&snapshot, table, partition)?;
         Ok(PartitionSnapshot {
@@ -51,11 +53,39 @@ impl Stage {
             snapshot,
             table: table.to_owned(),
             partition: partition.clone(),
-            prefix: partition_key(table, partition),
+            prefix,
             generation,
             dirty,
             checkpoint,
         })
+    }
+}
+
+impl Stage {
+    /// Notes that a partition (`partition_key`) is read (see `Stage::read_partitions`).
+    fn note_read(&self, partition_key: &[u8]) {
+        let mut read = self
+            .read_partitions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(keys) = read.as_mut()
+            && !keys.contains(partition_key)
+        {
+            if keys.len() >= super::READ_PARTITIONS_MAX {
+                *read = None;
+            } else {
+                keys.insert(partition_key.to_vec());
+            }
+        }
+    }
+
+    /// Whether a partition (`partition_key`) may have been read since the stage opened.
+    pub(super) fn was_read(&self, partition_key: &[u8]) -> bool {
+        self.read_partitions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_none_or(|keys| keys.contains(partition_key))
     }
 }
 

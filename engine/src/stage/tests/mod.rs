@@ -1063,10 +1063,29 @@ fn a_write_overtaken_by_changes_clears_only_the_keys_it_covered() {
 }
 
 #[test]
-fn a_partition_new_to_the_stage_is_changed_whole_without_a_record_per_key() {
+fn a_partition_new_to_the_stage_is_changed_whole_without_a_record_per_key_until_read() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stage = Stage::open(dir.path(), "test").expect("open");
     written_empty(&stage, &["old"]);
+    // The partition's `changed` records, read without a snapshot (which would count as
+    // a writer's read): `None` for the every-key record.
+    let records = |day: &str| -> Vec<Option<i64>> {
+        let prefix = partition_key("public.t", &p(day));
+        stage
+            .db
+            .prefix_iterator_cf(stage.cf(CF_CHANGED), &prefix)
+            .map(|item| item.expect("record").0)
+            .take_while(|k| k.starts_with(&prefix))
+            .map(|k| {
+                (k.len() > prefix.len()).then(|| {
+                    match decode_key(&k[prefix.len()..]).expect("key").as_slice() {
+                        [Value::Int(id)] => *id,
+                        other => panic!("unexpected key {other:?}"),
+                    }
+                })
+            })
+            .collect()
+    };
     stage
         .apply(&[txn(
             10,
@@ -1077,53 +1096,45 @@ fn a_partition_new_to_the_stage_is_changed_whole_without_a_record_per_key() {
             ],
         )])
         .expect("apply");
-    // The new partition is replaced whole on its next write; the known one names its
-    // key. Only the every-key record was written for the new one.
-    assert_eq!(changed_ids(&stage, "new"), (true, vec![]));
-    assert_eq!(changed_ids(&stage, "old"), (false, vec![(3, true)]));
-    let records = |day: &str| {
-        let prefix = partition_key("public.t", &p(day));
-        stage
-            .db
-            .prefix_iterator_cf(stage.cf(CF_CHANGED), &prefix)
-            .map(|item| item.expect("record").0)
-            .take_while(|k| k.starts_with(&prefix))
-            .count()
-    };
-    assert_eq!(records("new"), 1);
-    // A later batch keeps it whole, still without a record per key.
+    // The new partition holds the every-key record only; the known one its key.
+    assert_eq!(records("new"), [None]);
+    assert_eq!(records("old"), [Some(3)]);
     stage
         .apply(&[txn(20, vec![upsert(4, "new", 20)])])
         .expect("apply");
-    assert_eq!(changed_ids(&stage, "new"), (true, vec![]));
-    assert_eq!(records("new"), 1);
-    // A write overtaken by a change keeps it whole (and its backlog); the write that
-    // is not clears it, and its next change is recorded by key.
+    assert_eq!(records("new"), [None]);
+    // A writer reads it, and a change comes while it writes: the change is recorded by
+    // key, so that the overtaken write's clear leaves it alone, and the next write
+    // merges it rather than replacing the partition again.
     let read = stage.read_changes("public.t", &p("new")).expect("read");
-    let backlog = stage.unwritten_bytes().expect("backlog");
+    assert!(read.whole);
     stage
         .apply(&[txn(30, vec![upsert(5, "new", 30)])])
         .expect("apply");
-    let grown = stage.unwritten_bytes().expect("backlog");
-    assert!(grown > backlog);
+    assert_eq!(records("new"), [None, Some(5)]);
     assert!(
         !stage
             .clear_dirty("public.t", &p("new"), read.dirty.expect("dirty"))
             .expect("clear")
     );
-    assert_eq!(changed_ids(&stage, "new"), (true, vec![]));
-    assert_eq!(stage.unwritten_bytes().expect("backlog"), grown);
+    assert_eq!(changed_ids(&stage, "new"), (false, vec![(5, true)]));
+    // The backlog is what is left to write: key 5 here, key 3 in the other partition.
+    let bytes = |id: i64, day: &str, pos: u64| {
+        let row = postcard::to_allocvec(&row(id, day, pos)).expect("encode");
+        let key = encode_key(&[&Value::Int(id)]).expect("key");
+        (key.len() + row.len()) as u64
+    };
+    assert_eq!(
+        stage.unwritten_bytes().expect("backlog"),
+        bytes(5, "new", 30) + bytes(3, "old", 10)
+    );
     let read = stage.read_changes("public.t", &p("new")).expect("read");
     assert!(
         stage
             .clear_dirty("public.t", &p("new"), read.dirty.expect("dirty"))
             .expect("clear")
     );
-    assert_eq!(records("new"), 0);
-    stage
-        .apply(&[txn(40, vec![upsert(1, "new", 40)])])
-        .expect("apply");
-    assert_eq!(changed_ids(&stage, "new"), (false, vec![(1, true)]));
+    assert_eq!(records("new"), []);
     // Keys 1, 2, 4 and 5 are staged in it.
     let rows = stage.read_partition("public.t", &p("new")).expect("rows");
     assert_eq!(rows.rows.len(), 4);
@@ -1149,5 +1160,5 @@ fn a_dirty_partition_without_changed_keys_stays_changed_whole_when_a_key_changes
     stage
         .apply(&[txn(20, vec![upsert(3, "d1", 20)])])
         .expect("apply");
-    assert_eq!(changed_ids(&stage, "d1"), (true, vec![]));
+    assert_eq!(changed_ids(&stage, "d1"), (true, vec![(3, true)]));
 }
