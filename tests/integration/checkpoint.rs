@@ -134,28 +134,8 @@ async fn an_imported_stage_goes_on_with_the_position_and_dirty_partitions_it_car
     // the stage holds the first half, every partition of it dirty.
     a.write_config("", "", "flush_interval_ms = 3600000");
     a.weir_ok(&["init"]);
-    let mut live = a
-        .weir_command(&["run"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn weir run");
+    stage_without_writing(&a).await;
     let feed_len = file_len(&a.path("feed.jsonl"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        // `show` opens the stage read-only: it works beside a running `weir run`.
-        let shown = show_json(&a);
-        if shown["checkpoint"]["position"].as_u64() == Some(feed_len) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the first half was not staged: {shown}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    live.kill().expect("stop weir run");
-    live.wait().expect("wait");
     let shown = show_json(&a);
     let dirty = shown["dirty"].as_array().map_or(0, Vec::len);
     assert!(
@@ -226,8 +206,16 @@ async fn stage_without_writing(db: &TestDb) {
         .expect("spawn weir run");
     let feed_len = file_len(&db.path("feed.jsonl"));
     let deadline = Instant::now() + Duration::from_secs(60);
-    while show_json(db)["checkpoint"]["position"].as_u64() != Some(feed_len) {
-        assert!(Instant::now() < deadline, "the feed was not staged");
+    loop {
+        // `show` opens the stage read-only: it works beside a running `weir run`.
+        let shown = show_json(db);
+        if shown["checkpoint"]["position"].as_u64() == Some(feed_len) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the feed was not staged: {shown}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     live.kill().expect("stop weir run");
