@@ -23,7 +23,11 @@ pub type TxId = Option<String>;
 
 /// Decodes the line `body` (without its line break) of a transaction that ends at
 /// source position `end`, against the configured `tables`.
-pub fn decode_line(tables: &[TableConfig], body: &[u8], end: u64) -> Result<DecodedLine, BadLine> {
+pub fn decode_line<'a>(
+    tables: &[TableConfig],
+    body: &'a [u8],
+    end: u64,
+) -> Result<DecodedLine, BadLine> {
     let text = std::str::from_utf8(body).map_err(|e| {
         BadLine::unknown(format!(
             "line is not valid UTF-8 (invalid byte at column {})",
@@ -54,48 +58,62 @@ pub fn decode_line(tables: &[TableConfig], body: &[u8], end: u64) -> Result<Deco
             ));
         }
     };
-    let tx_id = match source.tx_id.map(parsed) {
-        None | Some(Json::Null) => None,
-        Some(Json::String(s)) => Some(s),
-        Some(Json::Number(n)) => Some(n.to_string()),
-        Some(_) => {
-            return Err(BadLine::unknown(
-                "`source.txId` must be a number or a string".into(),
-            ));
-        }
+    // A number is kept as written (serde_json's arbitrary precision prints it so).
+    let tx_id = match source.tx_id {
+        None => None,
+        Some(raw) => match raw.get().as_bytes().first() {
+            Some(b'n') => None,
+            Some(b'-' | b'0'..=b'9') => Some(raw.get().to_owned()),
+            _ => Some(string_of(raw).map(Cow::into_owned).ok_or_else(|| {
+                BadLine::unknown("`source.txId` must be a number or a string".into())
+            })?),
+        },
     };
-    let field = |raw: Option<&RawValue>, name: &str| match raw.map(parsed) {
-        Some(Json::String(s)) if !s.is_empty() => Ok(s),
+    let field = |raw: Option<&'a RawValue>, name: &str| match raw.and_then(string_of) {
+        Some(s) if !s.is_empty() => Ok(s),
         _ => Err(BadLine::bad(
             tx_id.clone(),
             None,
             format!("missing `source.{name}`"),
         )),
     };
-    let table_name = TableName {
-        schema: field(source.schema, "schema")?,
-        name: field(source.table, "table")?,
+    let (schema_name, table_name) = (
+        field(source.schema, "schema")?,
+        field(source.table, "table")?,
+    );
+    let qualified = || {
+        TableName {
+            schema: schema_name.to_string(),
+            name: table_name.to_string(),
+        }
+        .to_string()
     };
-    let qualified = table_name.to_string();
-    let bad = |reason: String| BadLine::bad(tx_id.clone(), Some(qualified.clone()), reason);
-    let op = match envelope.op.map(parsed) {
-        Some(Json::String(op)) => match op.as_str() {
-            "c" => Op::Insert,
-            "u" => Op::Update,
-            "d" => Op::Delete,
-            "r" => Op::Read,
-            other => return Err(bad(format!("unknown op `{other}`: expected c, u, d or r"))),
+    let bad = |reason: String| BadLine::bad(tx_id.clone(), Some(qualified()), reason);
+    let op = match envelope.op {
+        Some(raw) => match string_of(raw).as_deref() {
+            Some("c") => Op::Insert,
+            Some("u") => Op::Update,
+            Some("d") => Op::Delete,
+            Some("r") => Op::Read,
+            Some(other) => {
+                return Err(bad(format!("unknown op `{other}`: expected c, u, d or r")));
+            }
+            None => return Err(bad("`op` must be a string".into())),
         },
-        Some(_) => return Err(bad("`op` must be a string".into())),
         None => return Err(bad("missing field `op`".into())),
     };
-    let table = tables.iter().find(|t| t.source == table_name).ok_or_else(|| {
-        bad(format!("table `{qualified}` is not configured: add a [[table]] with source = \"{qualified}\""))
-    })?;
+    let table = tables
+        .iter()
+        .find(|t| t.source.schema == *schema_name && t.source.name == *table_name)
+        .ok_or_else(|| {
+            let qualified = qualified();
+            bad(format!("table `{qualified}` is not configured: add a [[table]] with source = \"{qualified}\""))
+        })?;
+    // A whole number (as serde_json reads one as an `i64`: its text, kept as written).
     let ts_ms = [source.ts_ms, envelope.ts_ms]
         .into_iter()
         .flatten()
-        .find_map(|raw| parsed(raw).as_i64());
+        .find_map(|raw| raw.get().parse::<i64>().ok());
     let logical = |which: &str| image_schema(schema.as_ref(), which).map_err(&bad);
     let before = image(table, envelope.before, "before", &logical("before")?).map_err(&bad)?;
     let after = image(table, envelope.after, "after", &logical("after")?).map_err(&bad)?;
@@ -158,6 +176,12 @@ fn parsed(raw: &RawValue) -> Json {
     serde_json::from_str(raw.get()).unwrap_or(Json::Null)
 }
 
+/// A raw value's text if it is a JSON string, borrowed from the line when it holds no
+/// escape.
+fn string_of(raw: &RawValue) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<Key>(raw.get()).ok().map(|Key(s)| s)
+}
+
 /// Whether JSON text is an object (its first character past JSON's whitespace).
 fn is_object(text: &str) -> bool {
     text.trim_start_matches([' ', '\t', '\r', '\n'])
@@ -165,8 +189,9 @@ fn is_object(text: &str) -> bool {
 }
 
 /// An image's fields in the order given, keys borrowed from the line where they hold
-/// no escape. A key given twice is kept twice; the last one counts, as in a JSON map.
-struct Fields<'a>(Vec<(Cow<'a, str>, Json)>);
+/// no escape, values as their JSON text. A key given twice is kept twice; the last one
+/// counts, as in a JSON map.
+struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'de> Deserialize<'de> for Fields<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -309,7 +334,7 @@ fn image(
     let Fields(fields) =
         serde_json::from_str(raw.get()).map_err(|e| format!("`{which}` is not readable ({e})"))?;
     // Each field's column, found once; a column given twice counts as given last.
-    let mut given: Vec<Option<&Json>> = vec![None; table.columns.len()];
+    let mut given: Vec<Option<&RawValue>> = vec![None; table.columns.len()];
     for (name, json) in &fields {
         let Some(i) = table.columns.iter().position(|c| c.name == *name) else {
             return Err(format!(
@@ -327,8 +352,8 @@ fn image(
             continue;
         };
         let converted = match logical.iter().find(|(c, _)| *c == column.name) {
-            Some((_, logical)) => Value::from_debezium(column.ty, *logical, json),
-            None => Value::from_json_unit(column.ty, column.epoch, json),
+            Some((_, logical)) => Value::from_debezium(column.ty, *logical, &parsed(json)),
+            None => Value::from_json_text(column.ty, column.epoch, json.get()),
         };
         let value = converted.map_err(|e| {
             format!(

@@ -539,3 +539,142 @@ proptest::proptest! {
         proptest::prop_assert_eq!(parse_date(&text), Some(days), "{}", text);
     }
 }
+
+/// The column types a feed's values are read by, with and without a typmod or unit.
+fn feed_column_types() -> Vec<(ColumnType, Option<EpochUnit>)> {
+    let mut out = Vec::new();
+    for ty in [
+        "smallint",
+        "integer",
+        "bigint",
+        "boolean",
+        "text",
+        "varchar(3)",
+        "numeric",
+        "numeric(6,2)",
+        "numeric(4,-1)",
+        "date",
+        "timestamp",
+        "timestamptz",
+        "double precision",
+        "uuid",
+        "jsonb",
+        "bytea",
+    ] {
+        let ty = ty.parse::<ColumnType>().expect("a column type");
+        out.push((ty, None));
+        out.push((ty, Some(EpochUnit::Millis)));
+    }
+    out
+}
+
+proptest::proptest! {
+    /// A value read from its JSON text (the short way for plain forms) is the value,
+    /// or the error, that reading the parsed JSON gives, whatever the text and column.
+    #[test]
+    fn json_text_reads_as_parsed_json(
+        text in proptest::prop_oneof![
+            "-?[0-9]{1,20}",
+            "-?[0-9]{1,6}(\\.[0-9]{0,4})?([eE][+-]?[0-9]{1,2})?",
+            "\"[ ]?-?[0-9]{0,7}(\\.[0-9]{0,4})?[ ]?\"",
+            "\"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,7})?(Z|[+-][0-9]{2}:?[0-9]{2})?)?\"",
+            "\"[a-z\\\\\"\\u{e9}\\u{feff} ]{0,6}\"",
+            "\"(NaN|Infinity|-Infinity|infinity|-infinity|inf|nan)\"",
+            "true|false|null|\\[1\\]|\\{\\}",
+        ],
+    ) {
+        let json: Result<serde_json::Value, _> = serde_json::from_str(&text);
+        proptest::prop_assume!(json.is_ok());
+        let json = json.expect("assumed");
+        for (ty, epoch) in feed_column_types() {
+            // (Compared as debug text: a NaN is not equal to itself.)
+            proptest::prop_assert_eq!(
+                format!("{:?}", Value::from_json_text(ty, epoch, &text)),
+                format!("{:?}", Value::from_json_unit(ty, epoch, &json)),
+                "{} as {:?} ({:?})", text, ty, epoch
+            );
+        }
+    }
+}
+
+#[test]
+fn json_text_reads_plain_forms_and_refuses_as_parsed_json() {
+    let ty = |t: &str| t.parse::<ColumnType>().expect("a column type");
+    let read = |t: &str, text: &str| Value::from_json_text(ty(t), None, text);
+    assert_eq!(read("bigint", "-42"), Ok(Value::Int(-42)));
+    assert_eq!(
+        read("text", "\"caf\u{e9}\""),
+        Ok(Value::Text("caf\u{e9}".into()))
+    );
+    assert_eq!(read("text", "\"a\\nb\""), Ok(Value::Text("a\nb".into())));
+    assert_eq!(
+        read("numeric(12,2)", "7"),
+        Ok(Value::Decimal("7.00".into()))
+    );
+    assert_eq!(
+        read("numeric(12,2)", "\" 7.5 \""),
+        Ok(Value::Decimal("7.50".into()))
+    );
+    assert_eq!(read("numeric", "1.50e2"), Ok(Value::Decimal("150".into())));
+    assert_eq!(read("date", "\"2026-03-01\""), Ok(Value::Date(20_513)));
+    assert_eq!(read("boolean", "null"), Ok(Value::Null));
+    assert!(matches!(
+        read("smallint", "40000"),
+        Err(ConvertError::OutOfRange(_))
+    ));
+    assert!(matches!(
+        read("bigint", "1.0"),
+        Err(ConvertError::Invalid { .. })
+    ));
+    assert!(matches!(
+        read("numeric(3,1)", "\"1.25\""),
+        Err(ConvertError::Scale { .. })
+    ));
+    assert!(matches!(
+        read("date", "\"2026-02-30\""),
+        Err(ConvertError::Invalid { .. })
+    ));
+    assert!(matches!(
+        read("text", "5"),
+        Err(ConvertError::WrongKind { .. })
+    ));
+}
+
+proptest::proptest! {
+    /// `fit_decimal` refuses exactly the decimals whose kept digits (the integer ones and
+    /// the first `s` fraction ones, padded with zeros) have more significant digits than
+    /// the precision, and writes the others with `s` fraction digits.
+    #[test]
+    fn fitted_decimals_keep_the_precision_of_their_digits(
+        negative in proptest::bool::ANY,
+        int in "0{0,2}[0-9]{0,7}",
+        frac in "[0-9]{0,5}0{0,2}",
+        precision in 1i64..10,
+        scale in -3i64..6,
+    ) {
+        proptest::prop_assume!(!(int.is_empty() && frac.is_empty()));
+        let text = format!("{}{int}.{frac}", if negative { "-" } else { "" });
+        let typmod = NumericTypmod::new(precision, scale).expect("a typmod");
+        let int_digits = int.trim_start_matches('0');
+        let kept_frac = usize::try_from(scale.max(0)).expect("kept");
+        let dropped_int = usize::try_from((-scale).max(0)).expect("dropped");
+        let rounds = frac.bytes().skip(kept_frac).any(|d| d != b'0')
+            || int_digits.bytes().rev().take(dropped_int).any(|d| d != b'0');
+        let mut kept: Vec<u8> =
+            int_digits.as_bytes()[..int_digits.len().saturating_sub(dropped_int)].to_vec();
+        kept.extend((0..kept_frac).map(|i| frac.as_bytes().get(i).copied().unwrap_or(b'0')));
+        let significant = kept.iter().skip_while(|d| **d == b'0').count();
+        match fit_decimal(&text, typmod) {
+            Err(ConvertError::Scale { .. }) => proptest::prop_assert!(rounds),
+            Err(ConvertError::Precision { .. }) => {
+                proptest::prop_assert!(!rounds && significant > usize::from(typmod.precision));
+            }
+            Ok(out) => {
+                proptest::prop_assert!(!rounds && significant <= usize::from(typmod.precision));
+                let fraction = out.split_once('.').map_or(0, |(_, f)| f.len());
+                proptest::prop_assert_eq!(fraction, kept_frac, "{} → {}", text, out);
+            }
+            Err(other) => proptest::prop_assert!(false, "{}: {:?}", text, other),
+        }
+    }
+}

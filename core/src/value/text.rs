@@ -1,6 +1,7 @@
 //! The exact text of values: decimals (canonical, and fitted to `numeric(p,s)`), dates,
 //! timestamps and uuids read from text, and a value printed as PostgreSQL prints it.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
@@ -140,14 +141,20 @@ pub fn fit_decimal(text: &str, typmod: NumericTypmod) -> Result<String, ConvertE
     }
     // The digits kept, as one integer (int digits and the first `s` fraction digits);
     // its significant digits must fit the precision.
-    let mut kept: Vec<u8> = int[..int.len().saturating_sub(dropped_int)].to_vec();
-    kept.extend((0..kept_frac).map(|i| frac.get(i).copied().unwrap_or(b'0')));
-    let significant = kept.iter().skip_while(|d| **d == b'0').count();
+    // (Counted without building it: fraction digits past the text's own are zeros.)
+    let kept_int = &int[..int.len().saturating_sub(dropped_int)];
+    let given = kept_int.iter().chain(frac.iter().take(kept_frac));
+    let leading_zeros = given.clone().take_while(|d| **d == b'0').count();
+    let significant = if leading_zeros == given.count() {
+        0
+    } else {
+        kept_int.len() + kept_frac - leading_zeros
+    };
     if significant > usize::from(typmod.precision) {
         return Err(ConvertError::Precision { typmod });
     }
     let zero = significant == 0;
-    let mut out = String::with_capacity(kept.len() + 3);
+    let mut out = String::with_capacity(int.len() + kept_frac + 2);
     if parsed.negative && !zero {
         out.push('-');
     }
@@ -165,16 +172,18 @@ pub fn fit_decimal(text: &str, typmod: NumericTypmod) -> Result<String, ConvertE
 
 /// Decimal text split into sign and digits, with exponent notation applied.
 #[derive(Debug)]
-pub(super) struct ParsedDecimal {
+pub(super) struct ParsedDecimal<'a> {
     pub(super) negative: bool,
     /// Integer digits without leading zeros (empty for zero).
-    pub(super) int_digits: String,
+    pub(super) int_digits: Cow<'a, str>,
     /// Fraction digits, trailing zeros kept.
-    pub(super) frac_digits: String,
+    pub(super) frac_digits: Cow<'a, str>,
 }
 
-impl ParsedDecimal {
-    pub(super) fn parse(text: &str) -> Option<ParsedDecimal> {
+impl ParsedDecimal<'_> {
+    /// Reads decimal text; the digits are borrowed from it unless an exponent moves
+    /// the point.
+    pub(super) fn parse(text: &str) -> Option<ParsedDecimal<'_>> {
         let (negative, rest) = match text.as_bytes().first()? {
             b'-' => (true, &text[1..]),
             b'+' => (false, &text[1..]),
@@ -198,6 +207,13 @@ impl ParsedDecimal {
         {
             return None;
         }
+        if exponent == 0 {
+            return Some(ParsedDecimal {
+                negative,
+                int_digits: Cow::Borrowed(int_part.trim_start_matches('0')),
+                frac_digits: Cow::Borrowed(frac_part),
+            });
+        }
         if exponent.unsigned_abs() > 1000 {
             return None;
         }
@@ -214,8 +230,8 @@ impl ParsedDecimal {
         let (int_digits, frac_digits) = digits.split_at(point);
         Some(ParsedDecimal {
             negative,
-            int_digits: int_digits.trim_start_matches('0').to_owned(),
-            frac_digits: frac_digits.to_owned(),
+            int_digits: Cow::Owned(int_digits.trim_start_matches('0').to_owned()),
+            frac_digits: Cow::Owned(frac_digits.to_owned()),
         })
     }
 }

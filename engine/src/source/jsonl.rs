@@ -35,6 +35,9 @@ use crate::limits::TRANSACTION_CHUNK_BYTES;
 /// bad record, read and kept in bounded pieces only up to this size.
 pub const LINE_BYTES_MAX: usize = 16 * 1024 * 1024;
 
+/// The largest line buffer kept from one line for the next.
+const LINE_BUFFER_KEPT_BYTES: usize = 1024 * 1024;
+
 /// How long a tailed file is left alone after reaching its end before it is read again.
 const FOLLOW_POLL_MS: u64 = 200;
 
@@ -182,10 +185,10 @@ impl JsonlSource {
         Ok((!self.follow && !self.partial.is_empty(), 0))
     }
 
-    fn handle_line(&mut self, raw: Vec<u8>, start: u64) {
+    fn handle_line(&mut self, raw: &[u8], start: u64) {
         let line_no = self.line;
         let end = self.offset;
-        let body = raw.strip_suffix(b"\n").unwrap_or(&raw);
+        let body = raw.strip_suffix(b"\n").unwrap_or(raw);
         let body = body.strip_suffix(b"\r").unwrap_or(body);
         if body.iter().all(u8::is_ascii_whitespace) && raw.len() <= LINE_BYTES_MAX {
             return;
@@ -256,7 +259,7 @@ impl JsonlSource {
                         line: Some(line_no),
                         table: bad.table,
                         reason: bad.reason,
-                        raw,
+                        raw: raw.to_vec(),
                     };
                     tracing::warn!(feed = %self.feed, line = line_no, reason = %record.reason, "bad record sent to the dead-letter table");
                     match (bad.tx_known, bad.tx_id) {
@@ -312,8 +315,14 @@ impl ChangeSource for JsonlSource {
             self.offset += (self.partial.len() - before) as u64 + dropped;
             if complete {
                 self.line += 1;
-                let raw = std::mem::take(&mut self.partial);
-                self.handle_line(raw, start);
+                // The line's buffer is kept for the next line (unless a long line grew
+                // it): growing a fresh one for every line was a dozen reallocations.
+                let mut raw = std::mem::take(&mut self.partial);
+                self.handle_line(&raw, start);
+                raw.clear();
+                if raw.capacity() <= LINE_BUFFER_KEPT_BYTES {
+                    self.partial = raw;
+                }
                 continue;
             }
             // End of the input for now: it ends the pending transaction.
