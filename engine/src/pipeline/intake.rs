@@ -552,7 +552,10 @@ impl Pipeline {
                 // soon as the write is synced (intake settles it when it next looks).
                 wake.notify_one();
             }
-            Ok(outcome)
+            // The batch is freed by intake once the source is acknowledged, not here:
+            // the staging thread is intake's busiest, and freeing every row's values
+            // took a twentieth of its time.
+            Ok((outcome, txns))
         });
         Ok(Some(Staging {
             apply,
@@ -572,7 +575,7 @@ impl Pipeline {
         let Some(staging) = in_flight.take() else {
             return Ok(());
         };
-        let outcome = staging.apply.await.map_err(PipelineError::Task)??;
+        let (outcome, staged) = staging.apply.await.map_err(PipelineError::Task)??;
         crate::failpoint!("stage-before-ack");
         report.transactions += outcome.transactions;
         report.changes += outcome.changes;
@@ -608,6 +611,7 @@ impl Pipeline {
             elapsed_ms = staging.started.elapsed().as_millis() as u64,
             "staged"
         );
+        drop(staged);
         Ok(())
     }
 }
@@ -615,7 +619,8 @@ impl Pipeline {
 /// A group commit being written to the stage while intake reads on.
 struct Staging {
     /// `Stage::apply` of the batch, on a blocking thread.
-    apply: tokio::task::JoinHandle<Result<ApplyOutcome, StageError>>,
+    /// It gives the batch back, to be freed here.
+    apply: tokio::task::JoinHandle<Result<(ApplyOutcome, Vec<Transaction>), StageError>>,
     started: Instant,
     /// For the metrics, counted before the batch moved into the write.
     changes_by_table: Vec<(String, u64)>,
