@@ -482,6 +482,57 @@ fn changed_keys_name_both_partitions_of_a_move_and_clear_with_the_mark() {
     assert!(changed_ids(&stage, "d2").0);
 }
 
+/// The names of the table files of `family`, sorted.
+fn files_of(stage: &Stage, family: &str) -> Vec<String> {
+    let mut names: Vec<String> = stage
+        .db
+        .live_files()
+        .expect("live files")
+        .into_iter()
+        .filter(|f| f.column_family_name == family)
+        .map(|f| f.name)
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_flushed_file_of_new_rows_and_keys_is_not_rewritten_at_once() {
+    // RocksDB rewrites a table file at the bottom whose sequence numbers are not zero
+    // as soon as no snapshot needs them (it looks when a snapshot is released, as a
+    // partition job's is): the stage delays that for `rows` and `keys`.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    let changes: Vec<StageChange> = (0..2000).map(|i| upsert(i, "d", 10)).collect();
+    stage.apply(&[txn(10, changes)]).expect("apply");
+    stage.flush().expect("flush");
+    let (rows, keys) = (files_of(&stage, CF_ROWS), files_of(&stage, CF_KEYS));
+    let generations = files_of(&stage, CF_GENERATIONS);
+    assert!(!rows.is_empty() && !keys.is_empty() && !generations.is_empty());
+    drop(stage.db.snapshot());
+    // `generations` is not delayed: once its file was rewritten, RocksDB has looked at
+    // the bottom of every family since the flush.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while files_of(&stage, CF_GENERATIONS) == generations {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "RocksDB never rewrote the generations file: the test shows nothing"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(
+        files_of(&stage, CF_ROWS),
+        rows,
+        "the rows file was rewritten"
+    );
+    assert_eq!(
+        files_of(&stage, CF_KEYS),
+        keys,
+        "the keys file was rewritten"
+    );
+}
+
 #[test]
 fn a_larger_partition_reports_more_bytes() {
     let dir = tempfile::tempdir().expect("tempdir");
