@@ -11,7 +11,7 @@
 //! each):
 
 /// Every failpoint, for the suite that arms each in turn.
-pub const FAILPOINTS: [&str; 8] = [
+pub const FAILPOINTS: [&str; 9] = [
     // The batch is synced in the stage; the source is not acknowledged yet.
     "stage-before-ack",
     // The source is acknowledged.
@@ -28,6 +28,9 @@ pub const FAILPOINTS: [&str; 8] = [
     "snapshot-chunk",
     // A range of the first load was read; it is not staged yet.
     "load-range",
+    // A part of the first load is being ingested: its keys are in the stage, its rows
+    // and its batch not yet.
+    "load-ingest",
 ];
 
 /// The error a failpoint armed with `return` makes its step fail with.

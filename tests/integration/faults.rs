@@ -210,6 +210,11 @@ async fn failpoint_load_range() {
     snapshot_failpoint_suite("load-range", "export", "load").await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn failpoint_load_ingest() {
+    snapshot_failpoint_suite("load-ingest", "export", "ingest").await;
+}
+
 /// Each action at failpoint `point` during the first `run --once` of a populated table
 /// read by `snapshot_method = method`, then changes, then a run that ends exact.
 async fn snapshot_failpoint_suite(point: &str, method: &str, prefix: &str) {

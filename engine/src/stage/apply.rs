@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions};
 
+use super::bulk::{Bulk, Cut};
 use super::error::{StageError, corrupt, db_err};
 use super::layout::{
     CF_BACKLOG, CF_CHANGED, CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META,
@@ -71,11 +72,14 @@ impl Stage {
     ///
     /// `new_keys`: the caller knows that no key of these upserts is staged or repeated
     /// (a fresh stage, a key the source enforces unique): the keys index is written
-    /// without being read, and each partition is marked changed whole.
+    /// without being read, each partition is marked changed whole, and the rows and
+    /// keys are ingested as sorted table files rather than written through the
+    /// write-ahead log and the memtables (see `bulk.rs`).
     ///
     /// `sync`: the write is synced (else only written to the WAL, which a later synced
     /// write makes durable with it: the WAL is recovered as a prefix, so a part lost in
-    /// a power cut goes with the progress it carried, never without it).
+    /// a power cut goes with the progress it carried, never without it). Ingested
+    /// files are durable once in.
     pub fn apply_load(
         &self,
         changes: &[StageChange],
@@ -83,20 +87,40 @@ impl Stage {
         new_keys: bool,
         sync: bool,
     ) -> Result<(), StageError> {
+        self.apply_load_cut(changes, position, new_keys, sync, Cut::Whole)
+    }
+
+    /// [`Self::apply_load`], stopped where `cut` says (tests stop it as a crash would).
+    pub(super) fn apply_load_cut(
+        &self,
+        changes: &[StageChange],
+        position: u64,
+        new_keys: bool,
+        sync: bool,
+        cut: Cut,
+    ) -> Result<(), StageError> {
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut batch = StageBatch::new(self.generation()?);
         batch.images_wanted = Some(std::collections::HashSet::default());
         batch.new_keys = new_keys;
+        if new_keys {
+            batch.bulk = Some(Bulk::default());
+        }
         batch.generation += 1;
         batch.changes(self, changes)?;
-        batch.finish(
-            self,
-            Some(Position {
-                position,
-                cursor: 0,
-            }),
-            sync,
-        )
+        let part = batch.generation;
+        let bulk = batch.bulk.take().filter(|bulk| !bulk.is_empty());
+        let position = Some(Position {
+            position,
+            cursor: 0,
+        });
+        match bulk {
+            Some(bulk) => {
+                let write = batch.into_write_batch(self, position)?;
+                self.ingest_load(bulk, write, part, sync, cut)
+            }
+            None => batch.finish(self, position, sync),
+        }
     }
 
     /// The partition of a key (`table_key`) in the keys index.
@@ -141,6 +165,9 @@ pub(super) struct StageBatch {
     /// Reused for each change's stage keys, its encoded row and its keys-index entry:
     /// allocating them for every change was a visible share of staging's CPU.
     scratch: Scratch,
+    /// With `new_keys`, where a first load's rows and keys go instead of the write
+    /// batch, to be ingested as table files (`None`: into the batch).
+    bulk: Option<Bulk>,
 }
 
 /// Buffers a batch reuses from one change to the next (their bytes are copied into
@@ -217,6 +244,7 @@ impl StageBatch {
             images_wanted: None,
             new_keys: false,
             scratch: Scratch::default(),
+            bulk: None,
         }
     }
 
@@ -383,11 +411,16 @@ impl StageBatch {
         if self.new_keys {
             push_row_key(&mut scratch.key, table, partition, key);
         }
-        self.batch.put_cf(stage.cf(CF_ROWS), &scratch.key, &value);
         scratch.partition.clear();
         partition.push_bytes(&mut scratch.partition);
-        self.batch
-            .put_cf(stage.cf(CF_KEYS), &scratch.table_key, &scratch.partition);
+        if let Some(bulk) = &mut self.bulk {
+            bulk.rows.push(&scratch.key, &value);
+            bulk.keys.push(&scratch.table_key, &scratch.partition);
+        } else {
+            self.batch.put_cf(stage.cf(CF_ROWS), &scratch.key, &value);
+            self.batch
+                .put_cf(stage.cf(CF_KEYS), &scratch.table_key, &scratch.partition);
+        }
         self.mark_dirty(table, partition);
         if !self.new_keys {
             self.keep_image(&scratch.table_key, Some(&value));
@@ -612,11 +645,27 @@ impl StageBatch {
     /// Writes the batch with the dirty marks and generation (and the position, if
     /// given), synced if `sync`.
     pub(super) fn finish(
-        mut self,
+        self,
         stage: &Stage,
         position: Option<Position>,
         sync: bool,
     ) -> Result<(), StageError> {
+        let batch = self.into_write_batch(stage, position)?;
+        let mut opts = WriteOptions::default();
+        opts.set_sync(sync);
+        stage
+            .db
+            .write_opt(batch, &opts)
+            .map_err(db_err("stage transactions"))
+    }
+
+    /// The batch with the dirty marks and generation (and the position, if given),
+    /// not written yet.
+    fn into_write_batch(
+        mut self,
+        stage: &Stage,
+        position: Option<Position>,
+    ) -> Result<WriteBatch, StageError> {
         for (table, parts) in std::mem::take(&mut self.partitions) {
             for (partition, stat) in parts {
                 let key = partition_key(&table, &partition);
@@ -657,11 +706,6 @@ impl StageBatch {
             self.batch
                 .put_cf(stage.cf(CF_POSITION), POSITION_KEY, encoded);
         }
-        let mut opts = WriteOptions::default();
-        opts.set_sync(sync);
-        stage
-            .db
-            .write_opt(self.batch, &opts)
-            .map_err(db_err("stage transactions"))
+        Ok(self.batch)
     }
 }

@@ -12,8 +12,10 @@
 //! format version or source id; a large-transaction marker without pending chunks.
 //! Warnings: pending chunks without a marker (a transaction being received by a live
 //! `weir run`, or left over by a dead one: they are removed when the stage is next
-//! opened for writing), and a large transaction being applied (a live `weir run`
-//! finishes it within seconds; after a crash, the next `weir run` does). Repeated
+//! opened for writing), a large transaction being applied (a live `weir run`
+//! finishes it within seconds; after a crash, the next `weir run` does), and a first
+//! load's part being ingested (the same; its keys without rows, rows without
+//! generations and rows past the position are then not problems). Repeated
 //! problems of one kind are listed ten times, then counted.
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,9 +28,9 @@ use super::checkpoint::CheckpointError;
 use super::checkpoint::reader::{read_opts, scan_opts};
 use super::layout::{
     CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META, CF_PENDING, CF_POSITION, CF_ROWS,
-    FORMAT_VERSION, META_APPLYING, META_FORMAT_VERSION, META_GENERATION, META_SOURCE_ID,
-    POSITION_KEY, be_u32, be_u64, partition_key, row_key, split_partition_key, split_row_key,
-    split_table, table_key,
+    FORMAT_VERSION, META_APPLYING, META_FORMAT_VERSION, META_GENERATION, META_LOADING,
+    META_SOURCE_ID, POSITION_KEY, be_u32, be_u64, partition_key, row_key, split_partition_key,
+    split_row_key, split_table, table_key,
 };
 use super::pending::ApplyingMarker;
 use super::{Stage, StageChange, StagedRow};
@@ -208,23 +210,29 @@ impl Checker<'_> {
         let checkpoint = self.position();
         self.f.report.checkpoint = checkpoint;
         // A large transaction being applied writes rows and dead letters past the
-        // position until it commits.
-        let limit = if meta.applying.is_some() {
+        // position until it commits; so does a first-load part being ingested.
+        let limit = if meta.applying.is_some() || meta.loading {
             None
         } else {
             checkpoint.map(|c| c.position)
         };
         self.pending(&meta);
-        let rows = self.rows(limit);
+        if meta.loading {
+            self.f.warning(
+                CF_META,
+                "a part of a first load is being ingested: a running `weir run` finishes it at once; otherwise the next `weir run` or `weir init` does".into(),
+            );
+        }
+        let rows = self.rows(limit, meta.loading);
         self.f.report.rows = rows;
-        if rows > 0 && checkpoint.is_none() && meta.applying.is_none() {
+        if rows > 0 && checkpoint.is_none() && meta.applying.is_none() && !meta.loading {
             self.f.problem(
                 CF_POSITION,
                 "missing",
                 format!("the stage holds {rows} rows but no position"),
             );
         }
-        self.keys();
+        self.keys(meta.loading);
         self.generations(meta.generation);
         self.dirty(meta.generation);
         self.dead_letters(limit);
@@ -283,6 +291,7 @@ impl Checker<'_> {
         Meta {
             generation,
             applying,
+            loading: meta.contains_key(META_LOADING),
         }
     }
 
@@ -357,7 +366,7 @@ impl Checker<'_> {
 
     /// `rows`: each decodes, is not past the position `limit`, has its `keys` entry,
     /// and its partition a generation. Returns how many rows there are.
-    fn rows(&mut self, limit: Option<u64>) -> u64 {
+    fn rows(&mut self, limit: Option<u64>, loading: bool) -> u64 {
         let mut rows = 0u64;
         let mut last_partition: Option<Vec<u8>> = None;
         self.scan(CF_ROWS, |c, k, v| {
@@ -407,7 +416,7 @@ impl Checker<'_> {
             }
             let pk = partition_key(&table, &partition);
             if last_partition.as_deref() != Some(pk.as_slice()) {
-                if matches!(c.get(CF_GENERATIONS, &pk), Lookup::Absent) {
+                if !loading && matches!(c.get(CF_GENERATIONS, &pk), Lookup::Absent) {
                     c.f.problem(
                         CF_GENERATIONS,
                         "missing",
@@ -420,8 +429,9 @@ impl Checker<'_> {
         rows
     }
 
-    /// `keys`: each names a partition holding its row.
-    fn keys(&mut self) {
+    /// `keys`: each names a partition holding its row (unless a first-load part is
+    /// being ingested).
+    fn keys(&mut self, loading: bool) {
         self.scan(CF_KEYS, |c, k, v| {
             let Some((table, key)) = c.decoded(CF_KEYS, "key", split_table(k), || {
                 format!("a keys entry does not decode: {}", hex::encode(k))
@@ -436,7 +446,7 @@ impl Checker<'_> {
             }) else {
                 return;
             };
-            if matches!(c.get(CF_ROWS, &row_key(&table, &partition, key)), Lookup::Absent) {
+            if !loading && matches!(c.get(CF_ROWS, &row_key(&table, &partition, key)), Lookup::Absent) {
                 c.f.problem(
                     CF_ROWS,
                     "missing",
@@ -553,4 +563,8 @@ struct Meta {
     generation: u64,
     /// The large-transaction marker, if there is one and it decodes.
     applying: Option<ApplyingMarker>,
+    /// A first-load part is marked as being ingested (`bulk.rs`): until it is rolled
+    /// forward, its keys may be in without its rows, and its rows without their
+    /// partitions' generations.
+    loading: bool,
 }

@@ -14,6 +14,14 @@ pub enum StageError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot write or remove {}, a file of a first load being staged: check the stage folder's free space and permissions, then run again", path.display())]
+    LoadFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Injected(#[from] crate::faults::InjectedFault),
     #[error("cannot open the stage at {}: {hint}", path.display())]
     Open {
         path: PathBuf,

@@ -53,6 +53,8 @@ pub(super) const META_FORMAT_VERSION: &[u8] = b"format_version";
 pub(super) const META_SOURCE_ID: &[u8] = b"source_id";
 pub(super) const META_GENERATION: &[u8] = b"generation";
 pub(super) const META_APPLYING: &[u8] = b"applying";
+/// A first-load part being ingested: its table files and its batch (see `bulk.rs`).
+pub(super) const META_LOADING: &[u8] = b"loading";
 pub(super) const META_SOURCE_STATE: &[u8] = b"source_state";
 /// Present when the position is at or past everything this stage ever let its source
 /// acknowledge (a stage made by a build that advances the position before a caught-up

@@ -18,6 +18,8 @@
 //! `WriteBatch` together with the new position, so the rows, the dirty marks and the
 //! position never disagree, and a transaction is visible all or nothing. A transaction
 //! at or below the stored position is skipped whole; the position never moves back.
+//! (A first load's part, ingested as table files, is made whole the same way by a
+//! marker that the next writable open rolls forward: `bulk.rs`.)
 //!
 //! **Architecture Invariant**: a source is never told to acknowledge past the stored
 //! position. A source that is caught up and would confirm further (past WAL holding
@@ -40,6 +42,7 @@
 //! - `open.rs`: RocksDB options, opening and the format check, flushing.
 //! - `meta.rs`: the feed id, position, generation counter, table contracts, failures.
 //! - `apply.rs`: applying transactions through one write batch per call.
+//! - `bulk.rs`: a first load's parts ingested as sorted table files, under a marker.
 //! - `pending.rs`: large transactions, staged in chunks and committed under a marker.
 //! - `read.rs`: what the writer reads, and compare-and-clear of dirty marks.
 //! - `checkpoint/`: `weir checkpoint show | export | import`; `check.rs`: the
@@ -47,6 +50,7 @@
 //! - `tests/`: unit tests and the model-based test.
 
 mod apply;
+mod bulk;
 mod check;
 pub mod checkpoint;
 mod error;

@@ -68,10 +68,29 @@ fn db_options(cache: &Cache, memtables: &rocksdb::WriteBufferManager) -> Options
     opts.set_max_background_jobs(2);
     opts.set_level_compaction_dynamic_level_bytes(true);
     opts.set_bytes_per_sync(1 << 20);
-    let mut table = BlockBasedOptions::default();
+    let mut table = table_format();
     table.set_block_cache(cache);
-    table.set_bloom_filter(10.0, false);
     table.set_cache_index_and_filter_blocks(true);
+    opts.set_block_based_table_factory(&table);
+    opts
+}
+
+/// The format of the stage's table files: blocks with a bloom filter (`keys` is read
+/// by point lookups).
+fn table_format() -> BlockBasedOptions {
+    let mut table = BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    table
+}
+
+/// Options of the table files a first load writes to ingest (`bulk.rs`): the format
+/// compactions write, compressed as the levels below the first are (an ingested file
+/// usually goes to the bottom level).
+pub(super) fn table_file_options() -> Options {
+    let mut opts = Options::default();
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    let mut table = table_format();
+    table.disable_cache();
     opts.set_block_based_table_factory(&table);
     opts
 }
@@ -164,6 +183,7 @@ impl Stage {
                 });
             }
         }
+        stage.recover_load()?;
         stage.recover_pending()?;
         Ok(stage)
     }

@@ -13,8 +13,9 @@
 //! (`SET TRANSACTION SNAPSHOT`) and take ranges of pages from a shared queue, table by
 //! table, with `COPY (SELECT ... WHERE ctid >= ... AND ctid < ...) TO STDOUT (FORMAT
 //! binary)`: a TID range scan (PostgreSQL 14 and later) reads only those pages. Each
-//! range's rows go to the stage in one synced write with the load's progress; a table
-//! is marked done in the snapshot progress with its last range. A partitioned table
+//! range's rows go to the stage whole with the load's progress (as sorted table files
+//! ingested under a marker when the source enforces the key unique: the stage's
+//! `bulk.rs`); a table is marked done in the snapshot progress with its last range. A partitioned table
 //! is read through its root, so its partitions are the ones of the snapshot.
 //!
 //! What is not loaded here is left to the watermark snapshot ([`super::snapshot`]),

@@ -939,6 +939,131 @@ fn a_first_load_stages_at_one_position_and_marks_partitions_changed_whole() {
     );
 }
 
+/// A first load's part with keys new to the stage is ingested as table files under a
+/// marker: cut at each step as a crash would, the stage reads as consistent (the check
+/// names the part being ingested), and the next writable open, or the next part,
+/// finishes it; a part cut before its marker is gone whole.
+#[test]
+fn a_first_load_part_cut_at_any_step_is_finished_or_gone_whole() {
+    use super::bulk::Cut;
+    for cut in [
+        Cut::BeforeMarker,
+        Cut::BeforeIngestion,
+        Cut::BetweenIngestions,
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stage = Stage::open(dir.path(), "test").expect("open");
+        stage
+            .apply_load(&[upsert(1, "d1", 50), upsert(2, "d2", 50)], 50, true, true)
+            .expect("first part");
+        // The second part: into a partition loaded already and a new one.
+        let second = [upsert(4, "d3", 50), upsert(3, "d1", 50)];
+        stage
+            .apply_load_cut(&second, 50, true, false, cut)
+            .expect("cut part");
+        let report = checkpoint::check(&stage).expect("check");
+        assert!(report.problems.is_empty(), "{cut:?}: {:?}", report.problems);
+        assert_eq!(
+            report.warnings.len(),
+            usize::from(cut != Cut::BeforeMarker),
+            "{cut:?}: {:?}",
+            report.warnings
+        );
+        drop(stage);
+        let stage = Stage::open(dir.path(), "test").expect("reopen");
+        assert!(!dir.path().join("load").exists(), "{cut:?}");
+        let report = checkpoint::check(&stage).expect("check");
+        assert!(
+            report.problems.is_empty() && report.warnings.is_empty(),
+            "{cut:?}: {report:?}"
+        );
+        let ids = |day: &str| -> Vec<i64> {
+            let rows = stage.read_partition("public.t", &p(day)).expect("rows");
+            rows.rows
+                .iter()
+                .map(|r| match r.values.first() {
+                    Some((_, Value::Int(id))) => *id,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let mut dirty: Vec<String> = stage
+            .dirty_partitions()
+            .expect("dirty")
+            .iter()
+            .map(|d| d.partition.to_string())
+            .collect();
+        dirty.sort();
+        if cut == Cut::BeforeMarker {
+            assert_eq!((ids("d1"), ids("d3")), (vec![1], vec![]), "{cut:?}");
+            assert_eq!(dirty, ["d1", "d2"], "{cut:?}");
+        } else {
+            assert_eq!((ids("d1"), ids("d3")), (vec![1, 3], vec![4]), "{cut:?}");
+            assert_eq!(dirty, ["d1", "d2", "d3"], "{cut:?}");
+            assert_eq!(changed_ids(&stage, "d3"), (true, vec![]), "{cut:?}");
+        }
+        // The keys index holds the loaded keys: a move empties the old partition.
+        stage
+            .apply(&[txn(60, vec![upsert(1, "d2", 60)])])
+            .expect("move");
+        assert_eq!(ids("d2"), [1, 2], "{cut:?}");
+    }
+    // A part an error left marked in a running process is finished before the next.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    stage
+        .apply_load_cut(
+            &[upsert(1, "d1", 50)],
+            50,
+            true,
+            false,
+            Cut::BetweenIngestions,
+        )
+        .expect("cut part");
+    stage
+        .apply_load(&[upsert(2, "d1", 50)], 50, true, true)
+        .expect("next part");
+    let report = checkpoint::check(&stage).expect("check");
+    assert!(
+        report.problems.is_empty() && report.warnings.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(
+        stage
+            .read_partition("public.t", &p("d1"))
+            .expect("rows")
+            .rows
+            .len(),
+        2
+    );
+}
+
+/// A part's entries go to the table file in key order, and of two with one key (a
+/// source that repeats a key it says is unique) the last, as a write batch would.
+#[test]
+fn a_first_load_part_ingests_its_rows_in_key_order_and_keeps_the_last_of_a_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    let mut part: Vec<StageChange> = (0..500).rev().map(|id| upsert(id, "d1", 50)).collect();
+    part.push(noted(7, "d1", 50, "second"));
+    stage.apply_load(&part, 50, true, true).expect("part");
+    let rows = stage
+        .read_partition("public.t", &p("d1"))
+        .expect("rows")
+        .rows;
+    assert_eq!(rows.len(), 500);
+    assert_eq!(
+        note_of(&stage, 7).map(|(_, v)| v),
+        Some(Value::Text("second".into()))
+    );
+    assert!(
+        checkpoint::check(&stage)
+            .expect("check")
+            .problems
+            .is_empty()
+    );
+}
+
 /// The writer's merge-or-replace test (read side by side, stopping when the answer is
 /// known) answers whether fewer than half the rows changed; the survey counts the rows
 /// and finds their latest commit time.
