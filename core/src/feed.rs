@@ -53,7 +53,11 @@ pub fn keyed_changes(
     commit_position: u64,
     commit_time_us: Option<i64>,
 ) -> Result<Vec<StageChange>, String> {
-    let source = table.source.to_string();
+    // `schema.name`, built without the formatting machinery: this runs for every change.
+    let mut source = String::with_capacity(table.source.schema.len() + 1 + table.source.name.len());
+    source.push_str(&table.source.schema);
+    source.push('.');
+    source.push_str(&table.source.name);
     let key_of = |row: &Row, image: &str| -> Result<Vec<u8>, String> {
         let mut values = Vec::with_capacity(table.key.len());
         for k in &table.key {
@@ -65,7 +69,7 @@ pub fn keyed_changes(
         }
         encode_key(&values).map_err(|e| e.to_string())
     };
-    let upsert = |row: Row, key: Vec<u8>| -> Result<StageChange, String> {
+    let upsert = |row: Row, key: Vec<u8>, source: String| -> Result<StageChange, String> {
         let column = &table.partition_by;
         let value = row
             .iter()
@@ -79,7 +83,7 @@ pub fn keyed_changes(
             ));
         }
         Ok(StageChange::Upsert {
-            table: source.clone(),
+            table: source,
             key,
             partition,
             row: StagedRow {
@@ -108,7 +112,7 @@ pub fn keyed_changes(
                     key: old_key,
                 });
             }
-            out.push(upsert(after, key)?);
+            out.push(upsert(after, key, source)?);
             Ok(out)
         }
         Op::Delete => {
