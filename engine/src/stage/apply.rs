@@ -26,6 +26,7 @@ impl Stage {
     /// see [`Stage::append_pending`].
     pub fn apply(&self, transactions: &[Transaction]) -> Result<ApplyOutcome, StageError> {
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.roll_forward_load()?;
         let mut outcome = ApplyOutcome::default();
         let mut rest = transactions;
         if self.has_pending()? {
@@ -100,6 +101,9 @@ impl Stage {
         cut: Cut,
     ) -> Result<(), StageError> {
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        // A part an earlier error in this process left marked goes first: this part's
+        // generation follows its.
+        self.roll_forward_load()?;
         let mut batch = StageBatch::new(self.generation()?);
         batch.images_wanted = Some(std::collections::HashSet::default());
         batch.new_keys = new_keys;

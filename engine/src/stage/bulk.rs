@@ -13,7 +13,8 @@
 //! `loading` record holds the files' names and the batch, synced before the first
 //! ingestion, and the batch deletes it. Keys are ingested before rows, so a crash
 //! between them leaves no row the keys index does not name. A stage opened for
-//! writing that finds the marker rolls the part forward: it ingests the files still
+//! writing that finds the marker, and every staging write after an error left one
+//! (before its own generation and position), rolls the part forward: it ingests the files still
 //! in `load/` (an ingestion moves its file in; one still there was not ingested, or
 //! was just before a crash, and ingesting it again writes the same entries again),
 //! then writes the batch. `weir checkpoint check` reports the marker as a part being
@@ -146,8 +147,6 @@ impl Stage {
         sync: bool,
         cut: Cut,
     ) -> Result<(), StageError> {
-        // A part an earlier error in this process left marked goes first.
-        self.roll_forward_load()?;
         let dir = self.load_dir();
         if !dir.exists() {
             crate::private::create_dir(&dir).map_err(|source| StageError::LoadFile {
@@ -227,8 +226,10 @@ impl Stage {
             .map_err(db_err("stage a first-load part"))
     }
 
-    /// Finishes a part a crash or an error left marked, if there is one.
-    fn roll_forward_load(&self) -> Result<(), StageError> {
+    /// Finishes a part a crash or an error left marked, if there is one. Every
+    /// staging write calls it first (under the write lock), so that nothing is staged
+    /// after a marked part (its generation and position) before the part itself.
+    pub(super) fn roll_forward_load(&self) -> Result<(), StageError> {
         let Some(bytes) = self.meta(META_LOADING)? else {
             return Ok(());
         };

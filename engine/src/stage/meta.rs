@@ -166,6 +166,8 @@ impl Stage {
     /// lets [`Stage::position_covers_acknowledgements`] be checked against the source.
     pub fn advance_position(&self, position: u64) -> Result<bool, StageError> {
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        // A marked first-load part sets the position: it goes first.
+        self.roll_forward_load()?;
         let current = self.checkpoint()?;
         let covered = self.meta(META_POSITION_COVERS_ACKS)?.is_some();
         if covered && current.is_some_and(|c| c.position >= position) {

@@ -1008,21 +1008,36 @@ fn a_first_load_part_cut_at_any_step_is_finished_or_gone_whole() {
             .expect("move");
         assert_eq!(ids("d2"), [1, 2], "{cut:?}");
     }
-    // A part an error left marked in a running process is finished before the next.
+    // A part an error left marked in a running process is finished before the next
+    // part, which takes the next generation, and before the next transaction.
     let dir = tempfile::tempdir().expect("tempdir");
     let stage = Stage::open(dir.path(), "test").expect("open");
+    let cut = Cut::BetweenIngestions;
     stage
-        .apply_load_cut(
-            &[upsert(1, "d1", 50)],
-            50,
-            true,
-            false,
-            Cut::BetweenIngestions,
-        )
+        .apply_load_cut(&[upsert(1, "d1", 50)], 50, true, false, cut)
         .expect("cut part");
     stage
-        .apply_load(&[upsert(2, "d1", 50)], 50, true, true)
+        .apply_load(&[upsert(2, "d2", 50)], 50, true, true)
         .expect("next part");
+    let mut generations: Vec<(String, u64)> = stage
+        .dirty_partitions()
+        .expect("dirty")
+        .iter()
+        .map(|d| (d.partition.to_string(), d.generation))
+        .collect();
+    generations.sort();
+    assert_eq!(generations, [("d1".to_owned(), 1), ("d2".to_owned(), 2)]);
+    let cut = Cut::BeforeIngestion;
+    stage
+        .apply_load_cut(&[upsert(3, "d1", 50)], 50, true, false, cut)
+        .expect("cut part");
+    stage
+        .apply(&[txn(60, vec![upsert(4, "d3", 60)])])
+        .expect("transaction");
+    assert_eq!(
+        stage.checkpoint().expect("position").map(|c| c.position),
+        Some(60)
+    );
     let report = checkpoint::check(&stage).expect("check");
     assert!(
         report.problems.is_empty() && report.warnings.is_empty(),
