@@ -69,6 +69,15 @@ fn note_unchanged(id: i64, day: &str, pos: u64, skip_if_absent: bool) -> StageCh
     }
 }
 
+/// How many rows partition `day` of `public.t` holds.
+fn rows_in(stage: &Stage, day: &str) -> usize {
+    stage
+        .read_partition("public.t", &p(day))
+        .expect("rows")
+        .rows
+        .len()
+}
+
 fn note_of(stage: &Stage, id: i64) -> Option<(String, Value)> {
     let row = stage
         .get_row("public.t", &encode_key(&[&Value::Int(id)]).expect("key"))
@@ -909,14 +918,7 @@ fn a_first_load_stages_at_one_position_and_marks_partitions_changed_whole() {
     stage
         .apply(&[txn(60, vec![upsert(1, "d2", 60)])])
         .expect("move");
-    assert_eq!(
-        stage
-            .read_partition("public.t", &p("d1"))
-            .expect("rows")
-            .rows
-            .len(),
-        1
-    );
+    assert_eq!(rows_in(&stage, "d1"), 1);
     // Without `new_keys`, a key loaded twice (a source key not enforced unique) is
     // looked up: it moves rather than staying in both partitions.
     stage
@@ -1043,14 +1045,7 @@ fn a_first_load_part_cut_at_any_step_is_finished_or_gone_whole() {
         report.problems.is_empty() && report.warnings.is_empty(),
         "{report:?}"
     );
-    assert_eq!(
-        stage
-            .read_partition("public.t", &p("d1"))
-            .expect("rows")
-            .rows
-            .len(),
-        2
-    );
+    assert_eq!(rows_in(&stage, "d1"), 2);
 }
 
 /// A part's entries go to the table file in key order, and of two with one key (a
