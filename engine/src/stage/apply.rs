@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions};
 
-use super::bulk::{Bulk, Cut};
+use super::bulk::{Cut, PreparedLoad};
 use super::error::{StageError, corrupt, db_err};
 use super::layout::{
     CF_BACKLOG, CF_CHANGED, CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META,
@@ -100,6 +100,18 @@ impl Stage {
         sync: bool,
         cut: Cut,
     ) -> Result<(), StageError> {
+        if new_keys {
+            // The upserts as table files, the rest (the load's progress) in the batch.
+            let upsert = |c: &&StageChange| matches!(c, StageChange::Upsert { .. });
+            let rest: Vec<StageChange> = changes.iter().filter(|c| !upsert(c)).cloned().collect();
+            if rest
+                .iter()
+                .all(|c| matches!(c, StageChange::SourceState(_)))
+                && let Some(part) = self.prepare_upserts(changes.iter().filter(upsert))?
+            {
+                return self.apply_prepared_cut(part, &rest, position, sync, cut);
+            }
+        }
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         // A part an earlier error in this process left marked goes first: this part's
         // generation follows its.
@@ -107,24 +119,59 @@ impl Stage {
         let mut batch = StageBatch::new(self.generation()?);
         batch.images_wanted = Some(std::collections::HashSet::default());
         batch.new_keys = new_keys;
-        if new_keys {
-            batch.bulk = Some(Bulk::default());
-        }
         batch.generation += 1;
         batch.changes(self, changes)?;
-        let part = batch.generation;
-        let bulk = batch.bulk.take().filter(|bulk| !bulk.is_empty());
-        let position = Some(Position {
-            position,
-            cursor: 0,
-        });
-        match bulk {
-            Some(bulk) => {
-                let write = batch.into_write_batch(self, position)?;
-                self.ingest_load(bulk, write, part, sync, cut)
-            }
-            None => batch.finish(self, position, sync),
+        batch.finish(
+            self,
+            Some(Position {
+                position,
+                cursor: 0,
+            }),
+            sync,
+        )
+    }
+
+    /// Stages a part of a first load prepared by [`Stage::prepare_load`], with
+    /// `changes` (its progress) in its batch, as [`Stage::apply_load`] does with
+    /// `new_keys`: its rows and keys ingested as table files (see `bulk.rs`).
+    pub fn apply_prepared_load(
+        &self,
+        part: PreparedLoad,
+        changes: &[StageChange],
+        position: u64,
+        sync: bool,
+    ) -> Result<(), StageError> {
+        self.apply_prepared_cut(part, changes, position, sync, Cut::Whole)
+    }
+
+    /// [`Self::apply_prepared_load`], stopped where `cut` says.
+    fn apply_prepared_cut(
+        &self,
+        part: PreparedLoad,
+        changes: &[StageChange],
+        position: u64,
+        sync: bool,
+        cut: Cut,
+    ) -> Result<(), StageError> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.roll_forward_load()?;
+        let mut batch = StageBatch::new(self.generation()?);
+        batch.images_wanted = Some(std::collections::HashSet::default());
+        batch.new_keys = true;
+        batch.generation += 1;
+        for (table, partition, bytes) in part.partitions() {
+            batch.partition(table, partition).bytes += bytes;
+            batch.mark_dirty(table, partition);
         }
+        batch.changes(self, changes)?;
+        let write = batch.into_write_batch(
+            self,
+            Some(Position {
+                position,
+                cursor: 0,
+            }),
+        )?;
+        self.ingest_load(part, write, sync, cut)
     }
 
     /// The partition of a key (`table_key`) in the keys index.
@@ -169,9 +216,6 @@ pub(super) struct StageBatch {
     /// Reused for each change's stage keys, its encoded row and its keys-index entry:
     /// allocating them for every change was a visible share of staging's CPU.
     scratch: Scratch,
-    /// With `new_keys`, where a first load's rows and keys go instead of the write
-    /// batch, to be ingested as table files (`None`: into the batch).
-    bulk: Option<Bulk>,
 }
 
 /// Buffers a batch reuses from one change to the next (their bytes are copied into
@@ -248,7 +292,6 @@ impl StageBatch {
             images_wanted: None,
             new_keys: false,
             scratch: Scratch::default(),
-            bulk: None,
         }
     }
 
@@ -415,16 +458,11 @@ impl StageBatch {
         if self.new_keys {
             push_row_key(&mut scratch.key, table, partition, key);
         }
+        self.batch.put_cf(stage.cf(CF_ROWS), &scratch.key, &value);
         scratch.partition.clear();
         partition.push_bytes(&mut scratch.partition);
-        if let Some(bulk) = &mut self.bulk {
-            bulk.rows.push(&scratch.key, &value);
-            bulk.keys.push(&scratch.table_key, &scratch.partition);
-        } else {
-            self.batch.put_cf(stage.cf(CF_ROWS), &scratch.key, &value);
-            self.batch
-                .put_cf(stage.cf(CF_KEYS), &scratch.table_key, &scratch.partition);
-        }
+        self.batch
+            .put_cf(stage.cf(CF_KEYS), &scratch.table_key, &scratch.partition);
         self.mark_dirty(table, partition);
         if !self.new_keys {
             self.keep_image(&scratch.table_key, Some(&value));

@@ -6,7 +6,9 @@
 //! ([`super::Stage::apply_load`]'s `new_keys`), so each part is a set of new entries:
 //! exactly what RocksDB can take as a table file. A file whose keys no other file
 //! covers (ranges of pages of a table laid out in key or partition order) goes to the
-//! bottom of the tree and is never rewritten.
+//! bottom of the tree and is never rewritten. Preparing a part (encoding, sorting,
+//! writing its files: [`Stage::prepare_load`]) takes no lock, so the load's workers do
+//! it on their own threads while another part is staged.
 //!
 //! Two ingestions and the part's own batch (its dirty marks, generations, backlog,
 //! position and progress) are three steps, so a part commits under a marker: `meta`'s
@@ -25,9 +27,12 @@ use std::path::{Path, PathBuf};
 use rocksdb::{IngestExternalFileOptions, Options, SstFileWriter, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
 
-use super::Stage;
+use std::collections::HashMap;
+
 use super::error::{StageError, corrupt, db_err};
-use super::layout::{CF_KEYS, CF_META, CF_ROWS, META_LOADING};
+use super::layout::{CF_KEYS, CF_META, CF_ROWS, META_LOADING, push_row_key, push_table};
+use super::{Stage, StageChange};
+use crate::partition::Partition;
 
 /// The folder of the stage the table files of a part are written into before they are
 /// ingested; emptied when the stage opens for writing.
@@ -95,16 +100,20 @@ impl Run {
     }
 }
 
-/// A part's new entries of `rows` and `keys`.
-#[derive(Debug, Default)]
-pub(super) struct Bulk {
-    pub(super) rows: Run,
-    pub(super) keys: Run,
+/// A first-load part made ready off the stage's write path ([`Stage::prepare_load`]):
+/// its table files written, and the bytes it stages into each partition.
+#[derive(Debug)]
+pub struct PreparedLoad {
+    keys: String,
+    rows: String,
+    /// Bytes staged into each partition, by table.
+    partitions: Vec<(String, Partition, u64)>,
 }
 
-impl Bulk {
-    pub(super) fn is_empty(&self) -> bool {
-        self.rows.is_empty() && self.keys.is_empty()
+impl PreparedLoad {
+    /// The partitions the part stages into, with its bytes in each.
+    pub(super) fn partitions(&self) -> &[(String, Partition, u64)] {
+        &self.partitions
     }
 }
 
@@ -135,40 +144,102 @@ impl Stage {
         self.path.join(LOAD_DIR)
     }
 
-    /// Stages a part of a first load: `bulk`'s entries ingested, then `batch` written
-    /// (synced if `sync`; the ingested files are durable in any case), under the
-    /// marker described in the module's documentation. `part` names the files (the
-    /// part's generation: unique in the stage).
+    /// Prepares upserts of a first load whose keys are new to the stage (see
+    /// [`Stage::apply_load`]'s `new_keys`) for [`Stage::apply_prepared_load`]: encodes
+    /// them, sorts them and writes them as table files in `load/`. It takes no lock and
+    /// reads nothing of the stage, so the load's workers prepare their parts while
+    /// another part is staged. `None` if `changes` holds anything but upserts, or
+    /// nothing.
+    pub fn prepare_load(
+        &self,
+        changes: &[StageChange],
+    ) -> Result<Option<PreparedLoad>, StageError> {
+        self.prepare_upserts(changes.iter())
+    }
+
+    /// [`Self::prepare_load`] of the changes `changes` yields.
+    pub(super) fn prepare_upserts<'a>(
+        &self,
+        changes: impl Iterator<Item = &'a StageChange>,
+    ) -> Result<Option<PreparedLoad>, StageError> {
+        let (mut rows, mut keys) = (Run::default(), Run::default());
+        let mut partitions: HashMap<(&str, &Partition), u64, foldhash::fast::RandomState> =
+            HashMap::default();
+        let (mut row_key, mut table_key, mut part) = (Vec::new(), Vec::new(), Vec::new());
+        let mut value = Vec::new();
+        for change in changes {
+            let StageChange::Upsert {
+                table,
+                key,
+                partition,
+                row,
+            } = change
+            else {
+                return Ok(None);
+            };
+            value.clear();
+            value = postcard::to_extend(row, value)
+                .map_err(|e| corrupt(format!("cannot encode row: {e}")))?;
+            push_row_key(&mut row_key, table, partition, key);
+            table_key.clear();
+            push_table(&mut table_key, table);
+            table_key.extend_from_slice(key);
+            part.clear();
+            partition.push_bytes(&mut part);
+            rows.push(&row_key, &value);
+            keys.push(&table_key, &part);
+            *partitions.entry((table, partition)).or_default() += value.len() as u64;
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let dir = self.load_dir();
+        // Workers prepare at once: the folder may appear between the test and the call.
+        if !dir.exists() {
+            match crate::private::create_dir(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(StageError::LoadFile {
+                        path: dir.clone(),
+                        source: e,
+                    });
+                }
+                _ => {}
+            }
+        }
+        let opts = super::open::table_file_options();
+        let number = self
+            .load_files
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file = |run: &mut Run, family: &str| -> Result<String, StageError> {
+            let name = format!("{family}-{number}.sst");
+            run.write(&dir.join(&name), &opts)?;
+            Ok(name)
+        };
+        Ok(Some(PreparedLoad {
+            keys: file(&mut keys, CF_KEYS)?,
+            rows: file(&mut rows, CF_ROWS)?,
+            partitions: partitions
+                .into_iter()
+                .map(|((table, partition), bytes)| (table.to_owned(), partition.clone(), bytes))
+                .collect(),
+        }))
+    }
+
+    /// Stages a prepared part: its files ingested, then `batch` written (synced if
+    /// `sync`; the ingested files are durable in any case), under the marker described
+    /// in the module's documentation. Called under the stage's write lock.
     pub(super) fn ingest_load(
         &self,
-        mut bulk: Bulk,
+        part: PreparedLoad,
         batch: WriteBatch,
-        part: u64,
         sync: bool,
         cut: Cut,
     ) -> Result<(), StageError> {
-        let dir = self.load_dir();
-        if !dir.exists() {
-            crate::private::create_dir(&dir).map_err(|source| StageError::LoadFile {
-                path: dir.clone(),
-                source,
-            })?;
-        }
-        let opts = super::open::table_file_options();
-        let file = |run: &mut Run, family: &str| -> Result<Option<String>, StageError> {
-            if run.is_empty() {
-                return Ok(None);
-            }
-            let name = format!("{family}-{part}.sst");
-            run.write(&dir.join(&name), &opts)?;
-            Ok(Some(name))
-        };
         let marker = LoadMarker {
-            keys: file(&mut bulk.keys, CF_KEYS)?,
-            rows: file(&mut bulk.rows, CF_ROWS)?,
+            keys: Some(part.keys),
+            rows: Some(part.rows),
             batch: batch.data().to_vec(),
         };
-        drop(bulk);
         if cut == Cut::BeforeMarker {
             return Ok(());
         }

@@ -73,6 +73,7 @@ use serde::{Deserialize, Serialize};
 use crate::feed::Position;
 use crate::partition::Partition;
 
+pub use bulk::PreparedLoad;
 pub use error::StageError;
 pub use layout::FORMAT_VERSION;
 pub use open::MEMORY_BUDGET_BYTES;
@@ -175,6 +176,9 @@ pub struct Stage {
     /// partition changed whole gets its changed keys recorded one by one once a writer
     /// may have read it (see `StageBatch::lookup`).
     read_partitions: Mutex<Option<std::collections::HashSet<Vec<u8>>>>,
+    /// Numbers the table files of first-load parts prepared since the stage opened
+    /// (`bulk.rs`; the folder is emptied at open).
+    load_files: std::sync::atomic::AtomicU64,
 }
 
 /// Partitions [`Stage`] remembers as read, at most: past it, all count as read, which

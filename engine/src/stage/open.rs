@@ -274,6 +274,7 @@ impl Stage {
             stream_seq: std::sync::atomic::AtomicU64::new(0),
             cleared_changed: Mutex::default(),
             read_partitions: Mutex::new(Some(std::collections::HashSet::new())),
+            load_files: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -1,8 +1,9 @@
 //! The stage behind the PostgreSQL source's narrow view of it
 //! ([`StagePort`](crate::source::postgres::StagePort)): each call is the stage's own.
 
-use super::{Stage, StageChange, StagedRow};
-use crate::source::postgres::{PortError, StagePort};
+use super::error::corrupt;
+use super::{PreparedLoad, Stage, StageChange, StagedRow};
+use crate::source::postgres::{PortError, PreparedPart, StagePort};
 
 impl StagePort for Stage {
     fn source_state(&self) -> Result<Option<Vec<u8>>, PortError> {
@@ -25,6 +26,25 @@ impl StagePort for Stage {
         sync: bool,
     ) -> Result<(), PortError> {
         Stage::apply_load(self, changes, position, new_keys, sync).map_err(PortError::new)
+    }
+
+    fn prepare_load(&self, changes: &[StageChange]) -> Result<Option<PreparedPart>, PortError> {
+        Stage::prepare_load(self, changes)
+            .map(|part| part.map(PreparedPart::new))
+            .map_err(PortError::new)
+    }
+
+    fn stage_prepared(
+        &self,
+        part: PreparedPart,
+        changes: &[StageChange],
+        position: u64,
+        sync: bool,
+    ) -> Result<(), PortError> {
+        let part = part
+            .into_inner::<PreparedLoad>()
+            .ok_or_else(|| PortError::new(corrupt("a prepared part made by another build")))?;
+        Stage::apply_prepared_load(self, part, changes, position, sync).map_err(PortError::new)
     }
 
     fn position_covers_acknowledgements(&self) -> Result<bool, PortError> {

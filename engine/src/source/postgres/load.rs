@@ -45,7 +45,7 @@ use super::progress::{PagesLeft, SnapshotProgress};
 use super::replication::ReplicationClient;
 use super::setup::connect;
 use super::snapshot::column_types;
-use super::stage_port::StagePort;
+use super::stage_port::{PreparedPart, StagePort};
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
 use crate::feed::{Op, StageChange, keyed_changes};
 use crate::pg::pgtypes;
@@ -212,7 +212,13 @@ struct RangeRead {
     again: bool,
     /// The range's pages, `from` and `to`.
     range: (u64, Option<u64>),
+    /// The part's changes, unless the stage prepared them (`prepared`).
     changes: Vec<StageChange>,
+    /// The part made ready by the stage on the worker's thread (see
+    /// [`StagePort::prepare_load`]).
+    prepared: Option<PreparedPart>,
+    /// Rows read in the part.
+    rows: u64,
     last: bool,
 }
 
@@ -362,6 +368,12 @@ pub(super) async fn first_load(
         })
         .collect();
     let readers = Arc::new(readers);
+    // Which tables' parts the workers prepare for the stage (keys new to it).
+    let prepare: Arc<Vec<bool>> = Arc::new(
+        (0..planned.len())
+            .map(|i| loaded_unique(&planned, i))
+            .collect(),
+    );
     let literal =
         crate::config::quote_literal(&snapshot).ok_or_else(|| PgSourceError::BadChange {
             table: name.clone(),
@@ -377,6 +389,8 @@ pub(super) async fn first_load(
             tables: tables.to_vec(),
             position: point,
             sender: sender.clone(),
+            stage: Arc::clone(stage),
+            prepare: Arc::clone(&prepare),
             tid_ranges,
             part_rows: options.range_rows.max(1),
             part_bytes: crate::limits::INTAKE_BATCH_BYTES
@@ -398,7 +412,7 @@ pub(super) async fn first_load(
         let Some(Some(p)) = planned.get_mut(read.table) else {
             continue;
         };
-        let rows = read.changes.len() as u64;
+        let rows = read.rows;
         p.rows += rows;
         let name = tables
             .get(read.table)
@@ -427,8 +441,12 @@ pub(super) async fn first_load(
             && planned
                 .get(read.table)
                 .is_some_and(|p| p.as_ref().is_some_and(|p| p.ranges_left == 0));
-        tokio::task::spawn_blocking(move || stage.stage_load(&changes, point, new_keys, sync))
-            .await??;
+        let prepared = read.prepared;
+        tokio::task::spawn_blocking(move || match prepared {
+            Some(part) => stage.stage_prepared(part, &changes, point, sync),
+            None => stage.stage_load(&changes, point, new_keys, sync),
+        })
+        .await??;
         staging_time += staging.elapsed();
         tracing::debug!(table = %name, rows, last = read.last, "first load part staged");
         loading.staged(&name, rows, point);
@@ -700,6 +718,10 @@ struct Worker {
     tables: Vec<TableConfig>,
     position: u64,
     sender: tokio::sync::mpsc::Sender<RangeRead>,
+    /// Where a part of a table whose key the source enforces unique is prepared (read
+    /// for the first time: its keys are new to the stage), on the worker's thread.
+    stage: Arc<dyn StagePort>,
+    prepare: Arc<Vec<bool>>,
     tid_ranges: bool,
     /// Rows of one part of a range sent to be staged, and about its bytes at most:
     /// the parts in flight (one per worker, one waiting, one being staged) hold about
@@ -805,23 +827,45 @@ impl Worker {
             if changes.len() >= self.part_rows || bytes >= self.part_bytes {
                 bytes = 0;
                 let part = std::mem::replace(&mut changes, Vec::with_capacity(self.part_rows));
-                if !self.send(range, part, false).await {
+                if !self.send(range, part, false).await? {
                     return Ok(false);
                 }
             }
         }
-        Ok(self.send(range, changes, true).await)
+        self.send(range, changes, true).await
     }
 
-    async fn send(&self, range: PageRange, changes: Vec<StageChange>, last: bool) -> bool {
+    /// Sends a part to be staged, prepared first by the stage if its keys are new to
+    /// it; `false`: the receiver is gone.
+    async fn send(
+        &self,
+        range: PageRange,
+        changes: Vec<StageChange>,
+        last: bool,
+    ) -> Result<bool, PgSourceError> {
+        let rows = changes.len() as u64;
+        let (changes, prepared) =
+            if !range.again && self.prepare.get(range.table).copied().unwrap_or(false) {
+                let stage = Arc::clone(&self.stage);
+                // The part's rows are freed here too, off the staging thread.
+                tokio::task::spawn_blocking(move || match stage.prepare_load(&changes)? {
+                    Some(part) => Ok::<_, PgSourceError>((Vec::new(), Some(part))),
+                    None => Ok((changes, None)),
+                })
+                .await??
+            } else {
+                (changes, None)
+            };
         let read = RangeRead {
             table: range.table,
             again: range.again,
             range: (range.from, range.to),
             changes,
+            prepared,
+            rows,
             last,
         };
-        self.sender.send(read).await.is_ok()
+        Ok(self.sender.send(read).await.is_ok())
     }
 }
 

@@ -39,7 +39,7 @@
 //! * `setup`: what `weir init` creates and checks (publication, slot, each table's
 //!   estate);
 //! * `snapshot`: the initial copy of the tables, in chunks between watermarks;
-//! * `stage_port`: [`StagePort`], the four calls the source makes of the stage;
+//! * `stage_port`: [`StagePort`], the calls the source makes of the stage;
 //! * `error`: [`PgSourceError`].
 
 // Mechanical enforcement of the guarantees (and of documentation) outside the tests:
@@ -114,5 +114,5 @@ pub use setup::{
     slot_on_each_host, slot_status, source_columns, table_oid,
 };
 pub use snapshot::{RESYNC_PREFIX, ResyncSignal};
-pub use stage_port::{PortError, StagePort};
+pub use stage_port::{PortError, PreparedPart, StagePort};
 pub use streaming::{PostgresSource, PostgresSourceOptions, write_server};

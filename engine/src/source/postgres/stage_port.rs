@@ -1,4 +1,4 @@
-//! The stage as the PostgreSQL source sees it: four calls, not the whole stage. The
+//! The stage as the PostgreSQL source sees it: a few calls, not the whole stage. The
 //! source defines the port and the engine plugs the stage into it, so the source
 //! never depends on the stage (nor the stage on the source).
 
@@ -14,6 +14,28 @@ impl PortError {
     /// Wraps the stage's error.
     pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         PortError(Box::new(error))
+    }
+}
+
+/// A part of a first load the stage made ready off its write path
+/// ([`StagePort::prepare_load`]): the stage's own value, opaque here.
+pub struct PreparedPart(Box<dyn std::any::Any + Send>);
+
+impl PreparedPart {
+    /// Wraps the stage's prepared part.
+    pub fn new(part: impl std::any::Any + Send) -> Self {
+        PreparedPart(Box::new(part))
+    }
+
+    /// The stage's prepared part, if it is a `T`.
+    pub fn into_inner<T: 'static>(self) -> Option<T> {
+        self.0.downcast().ok().map(|part| *part)
+    }
+}
+
+impl std::fmt::Debug for PreparedPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PreparedPart")
     }
 }
 
@@ -48,6 +70,21 @@ pub trait StagePort: Send + Sync {
         changes: &[StageChange],
         position: u64,
         new_keys: bool,
+        sync: bool,
+    ) -> Result<(), PortError>;
+
+    /// Prepares upserts of the first load whose keys are new to the stage (as
+    /// `stage_load`'s `new_keys`) to be staged by [`StagePort::stage_prepared`]: the
+    /// costly work, done by the caller's thread while another part is staged. `None`
+    /// if the stage would rather take them through `stage_load`.
+    fn prepare_load(&self, changes: &[StageChange]) -> Result<Option<PreparedPart>, PortError>;
+
+    /// Stages a prepared part with `changes` (its progress), as `stage_load` does.
+    fn stage_prepared(
+        &self,
+        part: PreparedPart,
+        changes: &[StageChange],
+        position: u64,
         sync: bool,
     ) -> Result<(), PortError>;
 

@@ -1048,6 +1048,61 @@ fn a_first_load_part_cut_at_any_step_is_finished_or_gone_whole() {
     assert_eq!(rows_in(&stage, "d1"), 2);
 }
 
+/// Parts are prepared by the load's workers at once, without the stage's lock, and
+/// staged in whatever order they come: each is whole, with its own generation.
+#[test]
+fn first_load_parts_prepared_at_once_are_staged_in_any_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    let part = |ids: std::ops::Range<i64>, day: &'static str| -> Vec<StageChange> {
+        ids.map(|id| upsert(id, day, 50)).collect()
+    };
+    let (first, second) = std::thread::scope(|s| {
+        let a = s.spawn(|| stage.prepare_load(&part(0..300, "d1")));
+        let b = s.spawn(|| stage.prepare_load(&part(300..500, "d2")));
+        (a.join().expect("thread"), b.join().expect("thread"))
+    });
+    let (first, second) = (
+        first.expect("prepare").expect("upserts"),
+        second.expect("prepare").expect("upserts"),
+    );
+    // Anything but upserts is staged through the batch.
+    assert!(
+        stage
+            .prepare_load(&[StageChange::SourceState(vec![1])])
+            .expect("prepare")
+            .is_none()
+    );
+    stage
+        .apply_prepared_load(second, &[StageChange::SourceState(vec![2])], 50, false)
+        .expect("second");
+    stage
+        .apply_prepared_load(first, &[StageChange::SourceState(vec![1])], 50, true)
+        .expect("first");
+    assert_eq!((rows_in(&stage, "d1"), rows_in(&stage, "d2")), (300, 200));
+    let mut dirty: Vec<(String, u64)> = stage
+        .dirty_partitions()
+        .expect("dirty")
+        .iter()
+        .map(|d| (d.partition.to_string(), d.generation))
+        .collect();
+    dirty.sort();
+    assert_eq!(dirty, [("d1".to_owned(), 2), ("d2".to_owned(), 1)]);
+    assert_eq!(stage.source_state().expect("state"), Some(vec![1]));
+    let report = checkpoint::check(&stage).expect("check");
+    assert!(
+        report.problems.is_empty() && report.warnings.is_empty(),
+        "{report:?}"
+    );
+    assert!(
+        std::fs::read_dir(dir.path().join("load"))
+            .expect("load folder")
+            .next()
+            .is_none(),
+        "every prepared file was ingested"
+    );
+}
+
 /// A part's entries go to the table file in key order, and of two with one key (a
 /// source that repeats a key it says is unique) the last, as a write batch would.
 #[test]
