@@ -113,13 +113,7 @@ impl Stage {
             }
         }
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
-        // A part an earlier error in this process left marked goes first: this part's
-        // generation follows its.
-        self.roll_forward_load()?;
-        let mut batch = StageBatch::new(self.generation()?);
-        batch.images_wanted = Some(std::collections::HashSet::default());
-        batch.new_keys = new_keys;
-        batch.generation += 1;
+        let mut batch = self.load_batch(new_keys)?;
         batch.changes(self, changes)?;
         batch.finish(
             self,
@@ -154,11 +148,7 @@ impl Stage {
         cut: Cut,
     ) -> Result<(), StageError> {
         let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.roll_forward_load()?;
-        let mut batch = StageBatch::new(self.generation()?);
-        batch.images_wanted = Some(std::collections::HashSet::default());
-        batch.new_keys = true;
-        batch.generation += 1;
+        let mut batch = self.load_batch(true)?;
         for (table, partition, bytes) in part.partitions() {
             batch.partition(table, partition).bytes += bytes;
             batch.mark_dirty(table, partition);
@@ -172,6 +162,18 @@ impl Stage {
             }),
         )?;
         self.ingest_load(part, write, sync, cut)
+    }
+
+    /// The batch of a first load's part, at the next generation; called under the write
+    /// lock. A part an earlier error in this process left marked goes first: this
+    /// part's generation follows its.
+    fn load_batch(&self, new_keys: bool) -> Result<StageBatch, StageError> {
+        self.roll_forward_load()?;
+        let mut batch = StageBatch::new(self.generation()?);
+        batch.images_wanted = Some(std::collections::HashSet::default());
+        batch.new_keys = new_keys;
+        batch.generation += 1;
+        Ok(batch)
     }
 
     /// The partition of a key (`table_key`) in the keys index.

@@ -69,6 +69,18 @@ fn note_unchanged(id: i64, day: &str, pos: u64, skip_if_absent: bool) -> StageCh
     }
 }
 
+/// Each dirty partition with its generation, in partition order.
+fn dirty_generations(stage: &Stage) -> Vec<(String, u64)> {
+    let mut dirty: Vec<(String, u64)> = stage
+        .dirty_partitions()
+        .expect("dirty")
+        .iter()
+        .map(|d| (d.partition.to_string(), d.generation))
+        .collect();
+    dirty.sort();
+    dirty
+}
+
 /// How many rows partition `day` of `public.t` holds.
 fn rows_in(stage: &Stage, day: &str) -> usize {
     stage
@@ -1021,14 +1033,10 @@ fn a_first_load_part_cut_at_any_step_is_finished_or_gone_whole() {
     stage
         .apply_load(&[upsert(2, "d2", 50)], 50, true, true)
         .expect("next part");
-    let mut generations: Vec<(String, u64)> = stage
-        .dirty_partitions()
-        .expect("dirty")
-        .iter()
-        .map(|d| (d.partition.to_string(), d.generation))
-        .collect();
-    generations.sort();
-    assert_eq!(generations, [("d1".to_owned(), 1), ("d2".to_owned(), 2)]);
+    assert_eq!(
+        dirty_generations(&stage),
+        [("d1".to_owned(), 1), ("d2".to_owned(), 2)]
+    );
     let cut = Cut::BeforeIngestion;
     stage
         .apply_load_cut(&[upsert(3, "d1", 50)], 50, true, false, cut)
@@ -1080,14 +1088,10 @@ fn first_load_parts_prepared_at_once_are_staged_in_any_order() {
         .apply_prepared_load(first, &[StageChange::SourceState(vec![1])], 50, true)
         .expect("first");
     assert_eq!((rows_in(&stage, "d1"), rows_in(&stage, "d2")), (300, 200));
-    let mut dirty: Vec<(String, u64)> = stage
-        .dirty_partitions()
-        .expect("dirty")
-        .iter()
-        .map(|d| (d.partition.to_string(), d.generation))
-        .collect();
-    dirty.sort();
-    assert_eq!(dirty, [("d1".to_owned(), 2), ("d2".to_owned(), 1)]);
+    assert_eq!(
+        dirty_generations(&stage),
+        [("d1".to_owned(), 2), ("d2".to_owned(), 1)]
+    );
     assert_eq!(stage.source_state().expect("state"), Some(vec![1]));
     let report = checkpoint::check(&stage).expect("check");
     assert!(
