@@ -10,6 +10,9 @@
 //! plus an upsert of the new one. Errors there are errors of the record, so each source
 //! reports them with the record's own location.
 
+use std::borrow::Cow;
+
+use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{OnNullPartition, TableConfig};
@@ -187,6 +190,113 @@ impl StagedRow {
                     std::mem::size_of::<(String, Value)>() + name.len() + value.heap_bytes()
                 })
                 .sum::<usize>()
+    }
+}
+
+/// Reads a stored [`StagedRow`] as its values only, in the order of `columns`: a
+/// column the row lacks is NULL, one `columns` lacks is left out (the first of a name
+/// given twice is kept), and no column name is allocated. Any serde format that writes
+/// a struct as its fields in order (the stage's postcard) decodes with it; the
+/// identity transform reads a partition so.
+#[derive(Debug, Clone, Copy)]
+pub struct ValuesInOrder<'c> {
+    pub columns: &'c [String],
+}
+
+const STAGED_ROW_FIELDS: &[&str] = &["commit_position", "commit_time_us", "op", "values"];
+
+impl<'de> DeserializeSeed<'de> for ValuesInOrder<'_> {
+    type Value = Vec<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Vec<Value>, D::Error> {
+        deserializer.deserialize_struct("StagedRow", STAGED_ROW_FIELDS, self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValuesInOrder<'_> {
+    type Value = Vec<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a staged row")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Value>, A::Error> {
+        let missing = |i| serde::de::Error::invalid_length(i, &"a staged row's 4 fields");
+        seq.next_element::<u64>()?.ok_or_else(|| missing(0))?;
+        seq.next_element::<Option<i64>>()?
+            .ok_or_else(|| missing(1))?;
+        seq.next_element::<Op>()?.ok_or_else(|| missing(2))?;
+        seq.next_element_seed(InOrder(self.columns))?
+            .ok_or_else(|| missing(3))
+    }
+}
+
+/// The `values` field of [`ValuesInOrder`].
+struct InOrder<'c>(&'c [String]);
+
+impl<'de> DeserializeSeed<'de> for InOrder<'_> {
+    type Value = Vec<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Vec<Value>, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for InOrder<'_> {
+    type Value = Vec<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a staged row's columns")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Value>, A::Error> {
+        let columns = self.0;
+        let mut out: Vec<Option<Value>> = vec![None; columns.len()];
+        // Rows are staged in the table's column order: the next column is tried first.
+        let mut next = 0;
+        while let Some((name, value)) = seq.next_element::<(Name<'de>, Value)>()? {
+            let at = if columns.get(next).is_some_and(|c| *c == *name.0) {
+                Some(next)
+            } else {
+                columns.iter().position(|c| *c == *name.0)
+            };
+            if let Some(at) = at {
+                next = at + 1;
+                if out[at].is_none() {
+                    out[at] = Some(value);
+                }
+            }
+        }
+        Ok(out.into_iter().map(|v| v.unwrap_or(Value::Null)).collect())
+    }
+}
+
+/// A column name, borrowed from the input where the format allows it.
+struct Name<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Name<'de>, D::Error> {
+        struct NameVisitor;
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = Name<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a column name")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E>(self, v: String) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(NameVisitor)
     }
 }
 
@@ -401,5 +511,56 @@ mod tests {
         assert!(decode_key(&[0x10, 1, 2]).is_err());
         assert!(decode_key(&[0x20, b'a', 0]).is_err());
         assert!(decode_key(&[0x7F]).is_err());
+    }
+
+    #[test]
+    fn values_in_order_reads_a_staged_row_as_its_values_in_the_given_order() {
+        let columns: Vec<String> = ["id", "name", "day", "gone"].map(String::from).to_vec();
+        let row = |values: &[(&str, Value)]| StagedRow {
+            commit_position: 7,
+            commit_time_us: Some(-1),
+            op: Op::Update,
+            values: values
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.clone()))
+                .collect(),
+        };
+        let read = |row: &StagedRow| {
+            let bytes = postcard::to_allocvec(row).expect("encode");
+            let mut de = postcard::Deserializer::from_bytes(&bytes);
+            ValuesInOrder { columns: &columns }
+                .deserialize(&mut de)
+                .expect("decode")
+        };
+        let (id, name, day) = (Value::Int(1), Value::Text("a".into()), Value::Date(3));
+        // In order, with a column the order lacks (left out) and one the row lacks (NULL).
+        assert_eq!(
+            read(&row(&[
+                ("id", id.clone()),
+                ("name", name.clone()),
+                ("extra", Value::Bool(true)),
+                ("day", day.clone())
+            ])),
+            vec![id.clone(), name.clone(), day.clone(), Value::Null]
+        );
+        // Out of order; a name given twice keeps its first value.
+        assert_eq!(
+            read(&row(&[
+                ("day", day.clone()),
+                ("id", id.clone()),
+                ("day", Value::Date(9)),
+                ("name", name.clone())
+            ])),
+            vec![id.clone(), name.clone(), day.clone(), Value::Null]
+        );
+        assert_eq!(read(&row(&[])), vec![Value::Null; 4]);
+        // A truncated image is an error, not a panic.
+        let bytes = postcard::to_allocvec(&row(&[("id", id)])).expect("encode");
+        let mut de = postcard::Deserializer::from_bytes(&bytes[..bytes.len() - 1]);
+        assert!(
+            ValuesInOrder { columns: &columns }
+                .deserialize(&mut de)
+                .is_err()
+        );
     }
 }

@@ -536,7 +536,38 @@ impl<'j, 's, 'v> Run<'j, 's, 'v> {
 
     fn all(&mut self, tx: &mpsc::Sender<Result<Piece, PipelineError>>) -> Result<(), RunError> {
         let snap = self.snap;
-        if self.merge {
+        // The identity reads each row straight into the table's column order.
+        let identity = self.session.is_none() && self.job.input.is_none();
+        let columns: Vec<String> = if identity {
+            self.job
+                .table
+                .columns
+                .iter()
+                .map(|c| c.name.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if identity {
+            // A merge's changed keys went first ([`send_changed_keys`]); then the rows
+            // of those still in the partition.
+            let chunks: Box<dyn Iterator<Item = _>> = if self.merge {
+                Box::new(snap.changed_values_in_order(&columns))
+            } else {
+                Box::new(snap.values_in_order(&columns))
+            };
+            for chunk in chunks {
+                let rows = chunk?;
+                self.staged_rows += rows.len() as u64;
+                self.emit(
+                    OutChunk {
+                        rows,
+                        ..OutChunk::default()
+                    },
+                    tx,
+                )?;
+            }
+        } else if self.merge {
             // The changed keys went first ([`send_changed_keys`]); now the rows of those
             // still in the partition.
             for chunk in snap.changed() {

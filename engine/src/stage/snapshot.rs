@@ -4,12 +4,14 @@
 //! changed), so no job holds a whole partition.
 
 use rocksdb::{DB, DBRawIteratorWithThreadMode, ReadOptions};
+use serde::de::DeserializeSeed;
 
 use super::error::{StageError, corrupt, db_err};
 use super::layout::{CF_CHANGED, CF_META, CF_ROWS, META_SOURCE_STATE, partition_key, row_key};
 use super::{Stage, StagedRow};
-use crate::feed::Position;
+use crate::feed::{Position, ValuesInOrder};
 use crate::partition::Partition;
+use crate::value::Value;
 
 /// A chunk ends at this many rows or [`CHUNK_BYTES`], whichever comes first.
 pub const CHUNK_ROWS: usize = crate::limits::JOB_CHUNK_ROWS;
@@ -128,6 +130,63 @@ impl<'s> PartitionSnapshot<'s> {
             let bytes = row.approx_bytes();
             Ok(Some((row, bytes)))
         })
+    }
+
+    /// The partition's rows in key order like [`Self::rows`], each read as its values
+    /// only, in the order of `columns` (see [`ValuesInOrder`]): what the identity
+    /// transform writes, without allocating a column name per row.
+    pub fn values_in_order<'c>(
+        &'c self,
+        columns: &'c [String],
+    ) -> impl Iterator<Item = Result<Vec<Vec<Value>>, StageError>> + 'c {
+        Chunks::new(self.iter(CF_ROWS), "read rows", move |_, v| {
+            self.decode_in_order(v, columns).map(Some)
+        })
+    }
+
+    /// [`Self::values_in_order`] of the rows of the keys changed since the partition's
+    /// last write that are in it now (a merge's rows).
+    pub fn changed_values_in_order<'c>(
+        &'c self,
+        columns: &'c [String],
+    ) -> impl Iterator<Item = Result<Vec<Vec<Value>>, StageError>> + 'c {
+        Chunks::new(self.iter(CF_CHANGED), "read changed keys", move |k, _| {
+            let key = &k[self.prefix.len()..];
+            if key.is_empty() {
+                return Ok(None); // the every-key record: see `whole_changed`
+            }
+            self.snapshot
+                .get_pinned_cf(
+                    self.stage.cf(CF_ROWS),
+                    row_key(&self.table, &self.partition, key),
+                )
+                .map_err(db_err("read a row"))?
+                .map(|v| self.decode_in_order(&v, columns))
+                .transpose()
+        })
+    }
+
+    /// A row's values in the order of `columns`, with the bytes they hold in memory.
+    fn decode_in_order(
+        &self,
+        bytes: &[u8],
+        columns: &[String],
+    ) -> Result<(Vec<Value>, usize), StageError> {
+        let mut de = postcard::Deserializer::from_bytes(bytes);
+        let values = ValuesInOrder { columns }
+            .deserialize(&mut de)
+            .map_err(|_| {
+                corrupt(format!(
+                    "row in {} partition {}",
+                    self.table, self.partition
+                ))
+            })?;
+        let size = std::mem::size_of::<Vec<Value>>()
+            + values
+                .iter()
+                .map(|v| std::mem::size_of::<Value>() + v.heap_bytes())
+                .sum::<usize>();
+        Ok((values, size))
     }
 
     /// The partition's rows counted, and their latest commit time, in one pass that
@@ -291,7 +350,9 @@ where
         if self.done {
             return None;
         }
-        let mut chunk = Vec::new();
+        // Begun at a size that spares most of the copies of growing it, without a
+        // whole chunk's worth for a partition of a few rows.
+        let mut chunk = Vec::with_capacity(CHUNK_ROWS.min(256));
         let mut bytes = 0;
         while chunk.len() < CHUNK_ROWS && bytes < CHUNK_BYTES {
             let Some((k, v)) = self.it.item() else { break };
