@@ -201,8 +201,22 @@ struct Args {
     child_init: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // On a worker thread, as the `weir` binary runs its command (engine/src/main.rs), so
+    // that the engine in this process is timed as it runs there.
+    runtime.block_on(async {
+        match tokio::spawn(bench()).await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(e.into()),
+        }
+    })
+}
+
+async fn bench() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(config) = &args.child_pipeline {
         return child_pipeline(config, args.child_init).await;

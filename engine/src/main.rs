@@ -214,7 +214,15 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(dispatch(cli));
+    // On a worker thread, not this one: the source's socket, read by intake, is then
+    // polled where its readiness is seen, without waking this thread for each read.
+    let result = runtime.block_on(async {
+        match tokio::spawn(dispatch(cli)).await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(anyhow::anyhow!("the command's task ended: {e}")),
+        }
+    });
     // The runtime's tasks go first, and with them the channels of partition jobs left
     // behind (a write superseded); those jobs then stop, and may still hold the stage.
     drop(runtime);

@@ -47,7 +47,7 @@ async fn backfill_tables(
             all
         }
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::stdout();
     let mut failures = Vec::new();
     for table in tables {
         let entries = backfill::plan(pipeline, &table, scope, allow_empty).await?;

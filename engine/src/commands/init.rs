@@ -11,7 +11,7 @@ use weir::pipeline;
 pub(crate) async fn run(config_path: &Path, allow_add_columns: bool) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     let report = pipeline::init_with(&config, &config.target_dsn()?, allow_add_columns).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::stdout();
     writeln!(out, "stage: {}", report.stage)?;
     for line in report.source {
         writeln!(out, "source: {line}")?;

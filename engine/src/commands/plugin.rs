@@ -27,7 +27,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
             .context("the plugin task stopped unexpectedly")?;
             let p = loaded.1?;
             let d = p.description();
-            let mut out = std::io::stdout().lock();
+            let mut out = std::io::stdout();
             if as_json {
                 let j = serde_json::json!({
                     "path": p.path().display().to_string(),
@@ -297,7 +297,7 @@ async fn run_cases(
     .context("the plugin task stopped unexpectedly")?
     .context("start the plugin thread")?
     .map_err(|_| anyhow::anyhow!("the plugin thread stopped unexpectedly"))??;
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::stdout();
     let failed = results.iter().filter(|r| r.failure.is_some()).count();
     for r in &results {
         match &r.failure {

@@ -426,7 +426,7 @@ pub(crate) fn new(name: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::Resul
                 .with_context(|| format!("make {} executable", path.display()))?;
         }
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::stdout();
     writeln!(
         out,
         "wrote {} ({} plugin `{name}`); next:\n  weir plugin build {}\n  weir plugin test {}/{name}.wasm --cases {}/cases.jsonl",

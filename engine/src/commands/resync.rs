@@ -47,7 +47,7 @@ pub(crate) async fn run(
         .source_write_dsn()?
         .context("the source's DSN is not set")?;
     let lsn = postgres::request_resync(&dsn, &t.source, filter).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::stdout();
     writeln!(
         out,
         "resync of {} asked for: signal at {} in the source's WAL",
@@ -68,7 +68,6 @@ pub(crate) async fn run(
             "the rows the condition selects are read again and their partitions rewritten; a row deleted at the source but still staged goes only with a resync of the whole table"
         )?,
     }
-    drop(out);
     if wait {
         wait_done(&config, &t.source.to_string(), lsn).await?;
     }

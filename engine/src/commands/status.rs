@@ -11,7 +11,7 @@ use weir::pipeline;
 pub(crate) async fn run(config_path: &Path, json: bool) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     let status = pipeline::status(&config, &config.target_dsn()?, 20).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::stdout();
     if json {
         serde_json::to_writer_pretty(&mut out, &status)?;
         writeln!(out)?;

@@ -52,7 +52,7 @@ pub(crate) async fn run(
     super::log_peak_memory("verify ended");
     let rows = rows?;
     reporter.finish();
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::stdout();
     if json {
         serde_json::to_writer_pretty(&mut out, &rows)?;
         writeln!(out)?;
