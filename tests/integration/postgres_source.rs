@@ -536,6 +536,114 @@ async fn weir_run_replicates_a_postgres_table_into_partitions_through_kills() {
     );
 }
 
+/// A backlog (transactions committed while no `weir run` was up) is read first and
+/// written after, in one round, not in a round per batch staged; then a change committed
+/// while the engine keeps pace is written at once, without waiting.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_run_reads_a_backlog_before_it_writes_and_then_writes_at_once() {
+    let db = TestDb::new("pg_catch_up_target").await;
+    let (source_dsn, source) = source_fixture(
+        &db,
+        "weir_catch_up",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)",
+        // Small batches and a short flush interval: without the wait, the writer starts
+        // a round at the first batch staged.
+        "[engine]\nflush_interval_ms = 10\nbatch_transactions_max = 8",
+        &OrdersTable::postgres("analytics.fact_orders").body(),
+    )
+    .await;
+    let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            crate::harness::text(&out.stderr)
+        );
+    }
+    let mut rng = crate::harness::Rng::new(91);
+    let backlog = 400;
+    for statement in sql_workload(&mut rng, 1, backlog) {
+        source.batch_execute(&statement).await.expect("workload");
+    }
+    // Every transaction of the backlog is older than the catch-up threshold (1 s) when
+    // the server sends it.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let log = db.path("live.log");
+    let mut child = db
+        .weir_command(&["--log-format", "json", "run"])
+        .env("WEIR_SOURCE_DSN", &source_dsn)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("spawn weir run");
+    let target = db.client().await;
+    let caught_up = |want: i64| {
+        let target = &target;
+        async move {
+            for _ in 0..1200 {
+                let got: i64 = target
+                    .query_one("SELECT count(*) FROM analytics.fact_orders", &[])
+                    .await
+                    .map_or(-1, |r| r.get(0));
+                if got == want {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            panic!("the target never held {want} rows");
+        }
+    };
+    let rows: i64 = source
+        .query_one("SELECT count(*) FROM orders", &[])
+        .await
+        .expect("count")
+        .get(0);
+    caught_up(rows).await;
+    assert_same_rows(&source, "orders", &target, "analytics.fact_orders").await;
+    // Keeping pace now: a new change is written without a wait for a catch-up.
+    source
+        .batch_execute("INSERT INTO orders VALUES (900001, 'late', DATE '2026-03-02', 1.5, 'new')")
+        .await
+        .expect("insert");
+    caught_up(rows + 1).await;
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("write round deferred: the source is catching up a backlog"),
+        "{text}"
+    );
+    // The transactions staged before the first round: (nearly) the whole backlog, where
+    // without the wait they would be the first batch of 8. A stall of the server's
+    // stream longer than the idle wait reads as caught up, hence the margin.
+    let mut staged = 0u64;
+    for line in text.lines() {
+        let event: serde_json::Value = match serde_json::from_str(line) {
+            Ok(event) => event,
+            Err(_) => continue,
+        };
+        match event["fields"]["message"].as_str() {
+            Some("staged") => staged += event["fields"]["transactions"].as_u64().unwrap_or(0),
+            Some("write round starts") => break,
+            _ => {}
+        }
+    }
+    assert!(
+        staged >= backlog as u64 / 2,
+        "{staged} of {backlog} transactions staged before the first round: {text}"
+    );
+    // The last round (the change after the catch-up) did not wait.
+    let last_round = text.rfind("write round starts").expect("a round");
+    let before = text[..last_round]
+        .rfind("partitions written")
+        .expect("the backlog's round");
+    assert!(
+        !text[before..last_round].contains("catching up a backlog"),
+        "the change after the catch-up waited: {text}"
+    );
+}
+
 /// A table that already holds rows is snapshotted in chunks between watermarks while
 /// writers keep changing it, and `weir run` is SIGKILLed during the snapshot: the target
 /// ends equal to the source, nothing missing, nothing duplicated.

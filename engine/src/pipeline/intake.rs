@@ -98,6 +98,10 @@ impl Pipeline {
                     return Ok(report);
                 }
             };
+            self.live.source_behind_us.store(
+                source.behind().as_micros() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             match event {
                 Ok(SourceEvent::Chunk(changes)) => {
                     // The pending area belongs to the next transaction to commit: stage
@@ -441,6 +445,10 @@ impl Pipeline {
         if matches!(source, Some(AnySource::Postgres(_))) {
             *source = None;
         }
+        // The writer must not wait for a catch-up that waits for it.
+        self.live
+            .source_behind_us
+            .store(0, std::sync::atomic::Ordering::Relaxed);
         loop {
             let unwritten = self.stage.unwritten_bytes()?;
             // Partitions held back (a table loading or resyncing) are not written until
@@ -644,6 +652,16 @@ impl Drop for AbortOnDrop {
 enum AnySource {
     Jsonl(Box<JsonlSource>),
     Postgres(Box<postgres::PostgresSource>),
+}
+
+impl AnySource {
+    /// How far the stream runs behind the source's commits, where the source says.
+    fn behind(&self) -> Duration {
+        match self {
+            AnySource::Jsonl(_) => Duration::ZERO,
+            AnySource::Postgres(s) => s.behind(),
+        }
+    }
 }
 
 impl ChangeSource for AnySource {

@@ -19,6 +19,10 @@ pub(super) struct LiveCounters {
     pub dirty: AtomicU64,
     /// A PostgreSQL slot's lag in bytes, as last read (`i64::MIN`: not known).
     pub slot_lag: AtomicI64,
+    /// How far the source's stream runs behind its commits, microseconds, as intake
+    /// last read it (see `PostgresSource::behind`; 0 for a feed that does not say, and
+    /// while intake is paused): the writer defers rounds while a backlog is caught up.
+    pub source_behind_us: AtomicU64,
 }
 
 impl Default for LiveCounters {
@@ -30,6 +34,7 @@ impl Default for LiveCounters {
             last_write_us: AtomicU64::new(0),
             dirty: AtomicU64::new(0),
             slot_lag: AtomicI64::new(i64::MIN),
+            source_behind_us: AtomicU64::new(0),
         }
     }
 }

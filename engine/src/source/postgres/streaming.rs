@@ -106,6 +106,8 @@ pub struct PostgresSource {
     heartbeat_interval: Duration,
     /// When the stream last carried data (or a heartbeat was written).
     last_activity: Instant,
+    /// How far the stream runs behind the source's commits (see [`Self::behind`]).
+    behind: Duration,
     /// A connection for heartbeats, opened when the first one is due.
     heartbeat_client: Option<tokio_postgres::Client>,
     /// Each configured table's relation OID (as the assembler's tables).
@@ -275,8 +277,18 @@ impl PostgresSource {
             write_dsn: writes,
             heartbeat_interval: Duration::from_millis(options.heartbeat_interval_ms),
             last_activity: Instant::now(),
+            behind: Duration::ZERO,
             heartbeat_client: None,
         })
+    }
+
+    /// How far the stream runs behind the source's commits: from the last transaction's
+    /// commit to the server sending its end (both read on the server's clock), or zero
+    /// once the server said it has nothing more to send (a keepalive, or nothing within
+    /// the idle wait). A backlog being caught up reads as seconds; a stream that keeps
+    /// pace, as milliseconds.
+    pub fn behind(&self) -> Duration {
+        self.behind
     }
 
     /// A `weir resync` signal: the table's snapshot progress starts again (a whole
@@ -539,6 +551,7 @@ impl PostgresSource {
                 tokio::time::timeout(Duration::from_millis(IDLE_AFTER_MS), self.stream.next())
                     .await;
             let Ok(next) = next else {
+                self.behind = Duration::ZERO;
                 if !self.assembler.in_transaction()
                     && self.last_activity.elapsed() >= self.heartbeat_interval
                 {
@@ -554,6 +567,8 @@ impl PostgresSource {
                     ..
                 }) => {
                     self.received = self.received.max(wal_end);
+                    // The server is waiting for WAL: the stream has caught up.
+                    self.behind = Duration::ZERO;
                     if reply_requested {
                         self.send_status().await?;
                     }
@@ -565,16 +580,24 @@ impl PostgresSource {
                     return Ok(Some(SourceEvent::Idle));
                 }
                 Some(ReplicationEvent::XLogData {
-                    wal_start, data, ..
+                    wal_start,
+                    server_time_us,
+                    data,
+                    ..
                 }) => {
                     self.received = self.received.max(wal_start);
                     self.last_activity = Instant::now();
                     let message = self.decoder.decode(&data)?;
-                    let commit_end = match &message {
-                        PgOutputMessage::Commit(commit) => Some(commit.end_lsn),
-                        PgOutputMessage::StreamCommit(commit) => Some(commit.end_lsn),
-                        _ => None,
+                    let (commit_end, commit_time_us) = match &message {
+                        PgOutputMessage::Commit(c) => (Some(c.end_lsn), c.commit_time_us),
+                        PgOutputMessage::StreamCommit(c) => (Some(c.end_lsn), c.commit_time_us),
+                        _ => (None, 0),
                     };
+                    if commit_end.is_some() {
+                        // Both times are the server's clock: no skew with this host's.
+                        let lag_us = server_time_us.saturating_sub(commit_time_us);
+                        self.behind = Duration::from_micros(u64::try_from(lag_us).unwrap_or(0));
+                    }
                     if let (Some(end), Some(mark)) = (commit_end, self.drain_after)
                         && end > mark
                     {
