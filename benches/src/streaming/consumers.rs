@@ -123,6 +123,24 @@ impl WeirConsumer {
         self.dir.path().join(format!("run-{run}.log"))
     }
 
+    /// The latest run's write rounds, from its log: how many began, and the rows their
+    /// partitions were written with.
+    pub(crate) fn rounds(&self) -> (usize, u64) {
+        let text = std::fs::read_to_string(self.log(self.runs)).unwrap_or_default();
+        let (mut rounds, mut rows) = (0, 0);
+        for line in text.lines() {
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            match event["fields"]["message"].as_str() {
+                Some("write round starts") => rounds += 1,
+                Some("partitions written") => rows += event["fields"]["rows"].as_u64().unwrap_or(0),
+                _ => {}
+            }
+        }
+        (rounds, rows)
+    }
+
     /// The last lines of the latest run's log, for an error.
     pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.log(self.runs)).unwrap_or_default();

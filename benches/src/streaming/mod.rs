@@ -70,6 +70,9 @@ pub(crate) struct Figures {
     pub backlog_rows: i64,
     pub weir_plugin: Duration,
     pub weir_identity: Duration,
+    /// Each Weir run's write rounds on the backlog, and the rows they wrote.
+    pub plugin_rounds: (usize, u64),
+    pub identity_rounds: (usize, u64),
     pub peer: Duration,
     pub recvlogical: Duration,
     pub copy: Duration,
@@ -296,15 +299,16 @@ pub(crate) async fn streaming(
         let time = caught_up(&target, TARGET, last_id, &digest_sql, expected, started).await?;
         backlog_cpu.push(cluster_cpu(pg)? - server);
         consumer.stop(&mut child).await?;
+        let rounds = consumer.rounds();
         check_weir_target(&source, &target, plugin).await?;
         drop_slot(&source, &consumer.slot).await?;
         target
             .batch_execute(&format!("VACUUM ANALYZE {TARGET}"))
             .await?;
         if plugin {
-            figures.weir_plugin = time;
+            (figures.weir_plugin, figures.plugin_rounds) = (time, rounds);
         } else {
-            figures.weir_identity = time;
+            (figures.weir_identity, figures.identity_rounds) = (time, rounds);
         }
     }
     let started = enable_subscription(&sub, "stream_sub_backlog").await?;

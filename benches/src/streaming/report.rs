@@ -239,14 +239,22 @@ pub(super) fn report(
         out,
         "\nWeir with the plugin / decode limit: {:.2} of pg_recvlogical's rate; / peer: {:.2} of the subscription's; \
          its time / the COPY's: {:.1}×. Plugin overhead on this backlog: Weir with the plugin took {:.2}× the time of \
-         Weir with the identity transform. All COPYs (s): {}. Weir writes its rounds while it reads, each \
-         round merging the keys changed since the last (`auto`), so a change is written about once; the peer \
+         Weir with the identity transform. All COPYs (s): {}. While the stream runs 1 s or more behind the \
+         commits it reads (a backlog), Weir's writer defers its rounds, up to 5 s each, so the backlog is \
+         read first and written in a few large rounds: with the plugin {} rounds wrote {} rows, with the \
+         identity {} rounds wrote {} rows, for the backlog's {} final rows (a round's first write of a \
+         partition replaces it, a later one merges its changed keys or replaces it, `auto`). The peer \
          applies each change once.",
         f.rate(f.weir_plugin) / f.rate(f.recvlogical),
         f.rate(f.weir_plugin) / f.rate(f.peer),
         f.weir_plugin.as_secs_f64() / f.copy.as_secs_f64(),
         f.weir_plugin.as_secs_f64() / f.weir_identity.as_secs_f64(),
         seconds_list(&copies),
+        f.plugin_rounds.0,
+        f.plugin_rounds.1,
+        f.identity_rounds.0,
+        f.identity_rounds.1,
+        f.backlog_rows,
     )?;
     Ok(())
 }
