@@ -15,13 +15,12 @@ use tokio_postgres::{Client, NoTls};
 use weir::localpg::{LocalPg, LocalPgOptions};
 use weir_core::fixtures::{OrdersTable, postgres_config};
 
-use crate::harness::{TestDb, text};
+use crate::harness::{ORDERS_DDL, TestDb, text};
 use crate::postgres_source::{assert_same_rows, dump};
 
 const SLOT: &str = "weir_failover";
 /// The standby's physical slot on the primary, which logical decoding waits for.
 const STANDBY_SLOT: &str = "standby_1";
-const DDL: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)";
 
 async fn connect(dsn: &str) -> Option<Client> {
     let (client, connection) = tokio_postgres::connect(dsn, NoTls).await.ok()?;
@@ -113,7 +112,7 @@ async fn primary_and_standby(
         );
         return None;
     }
-    admin.batch_execute(DDL).await.expect("ddl");
+    admin.batch_execute(ORDERS_DDL).await.expect("ddl");
     if !rows.is_empty() {
         admin.batch_execute(rows).await.expect("rows before");
     }

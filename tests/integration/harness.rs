@@ -14,6 +14,9 @@ use weir_core::fixtures::{OrdersTable, jsonl_config};
 
 /// The role whose password the secret-handling tests use. Its password is only ever
 /// passed through a DSN environment variable.
+/// The orders table of a PostgreSQL source, as most source tests create it.
+pub const ORDERS_DDL: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)";
+
 pub const SECRET_USER: &str = "weir_secret_user";
 pub const SECRET_PASSWORD: &str = "S3cret-Pa55word-never-logged";
 

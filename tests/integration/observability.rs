@@ -9,13 +9,11 @@ use std::time::{Duration, Instant};
 
 use weir_core::fixtures::OrdersTable;
 
-use crate::harness::{Reaped, SECRET_PASSWORD, SECRET_USER, TestDb, cluster, text};
+use crate::harness::{ORDERS_DDL, Reaped, SECRET_PASSWORD, SECRET_USER, TestDb, cluster, text};
 use crate::plugins::plugin;
 use crate::postgres_source::{source_fixture, weir_pg};
 
-/// The orders source table, and its `[[table]]` through the Rust orders plugin.
-const ORDERS_DDL: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)";
-
+/// The orders source table's `[[table]]` through the Rust orders plugin.
 fn plugin_table(target: &str) -> String {
     OrdersTable::postgres(target)
         .extra(&format!(

@@ -269,7 +269,7 @@ async fn the_source_restarting_while_changes_flow_loses_nothing() {
         .expect("source");
     tokio::spawn(connection);
     source
-        .batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)")
+        .batch_execute(crate::harness::ORDERS_DDL)
         .await
         .expect("ddl");
     drop(source);

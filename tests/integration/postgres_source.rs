@@ -465,7 +465,7 @@ async fn weir_run_replicates_a_postgres_table_into_partitions_through_kills() {
     let (source_dsn, source) = source_fixture(
         &db,
         "weir_e2e",
-        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)",
+        crate::harness::ORDERS_DDL,
         "[engine]\nflush_interval_ms = 100\nbatch_transactions_max = 8\ntransaction_chunk_changes = 50",
         &OrdersTable::postgres("analytics.fact_orders").body(),
     )
@@ -545,7 +545,7 @@ async fn a_live_run_reads_a_backlog_before_it_writes_and_then_writes_at_once() {
     let (source_dsn, source) = source_fixture(
         &db,
         "weir_catch_up",
-        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text)",
+        crate::harness::ORDERS_DDL,
         // Small batches and a short flush interval: without the wait, the writer starts
         // a round at the first batch staged.
         "[engine]\nflush_interval_ms = 10\nbatch_transactions_max = 8",
