@@ -52,6 +52,9 @@ pub struct LiveState {
     pub dirty: u64,
     /// A PostgreSQL slot's lag in bytes, if known.
     pub slot_lag_bytes: Option<i64>,
+    /// How far the source's stream runs behind its commits, milliseconds, as intake
+    /// last read it (0 where the source does not say).
+    pub behind_ms: u64,
 }
 
 impl LiveCounters {
@@ -59,6 +62,7 @@ impl LiveCounters {
         let last = self.last_write_us.load(Ordering::Relaxed);
         let lag = self.slot_lag.load(Ordering::Relaxed);
         LiveState {
+            behind_ms: self.source_behind_us.load(Ordering::Relaxed) / 1000,
             changes_staged: self.changes_staged.load(Ordering::Relaxed),
             rows_written: self.rows_written.load(Ordering::Relaxed),
             last_write_ms: (last > 0).then_some(last / 1000),
@@ -71,7 +75,8 @@ impl LiveCounters {
 impl LiveState {
     /// The status line: rates over `since` (the reading `seconds` before), then the
     /// state now. `in 1200 changes/s · out 3400 rows/s · dirty 3 · slot lag 1.2 MiB ·
-    /// last write 45 ms`.
+    /// last write 45 ms`, with `catching up, 3.3 s behind` before the last write while
+    /// the source's stream is a backlog (see `writer`).
     pub fn line(&self, since: &LiveState, seconds: f64) -> String {
         let rate =
             |now: u64, then: u64| (now.saturating_sub(then) as f64 / seconds.max(0.001)) as u64;
@@ -83,6 +88,12 @@ impl LiveState {
         );
         if let Some(lag) = self.slot_lag_bytes {
             line.push_str(&format!(" · slot lag {:.1} MiB", lag as f64 / 1_048_576.0));
+        }
+        if self.behind_ms >= super::writer::CATCH_UP_BEHIND.as_millis() as u64 {
+            line.push_str(&format!(
+                " · catching up, {:.1} s behind",
+                self.behind_ms as f64 / 1000.0
+            ));
         }
         if let Some(ms) = self.last_write_ms {
             line.push_str(&format!(" · last write {ms} ms"));
@@ -108,10 +119,22 @@ mod tests {
             last_write_ms: Some(45),
             dirty: 2,
             slot_lag_bytes: Some(3 << 20),
+            behind_ms: 20,
         };
         assert_eq!(
             now.line(&then, 2.0),
             "in 1200 changes/s · out 300 rows/s · dirty 2 partitions · slot lag 3.0 MiB · last write 45 ms · 2400 changes staged, 600 rows written"
+        );
+        let catching_up = LiveState {
+            behind_ms: 3300,
+            ..now
+        };
+        assert!(
+            catching_up
+                .line(&then, 2.0)
+                .contains(" · slot lag 3.0 MiB · catching up, 3.3 s behind · last write 45 ms"),
+            "{}",
+            catching_up.line(&then, 2.0)
         );
         let quiet = LiveState {
             slot_lag_bytes: None,
