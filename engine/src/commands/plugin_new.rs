@@ -130,6 +130,10 @@ const RUST: &[File] = &[
         repo!("plugins/sdk/src/lib.rs"),
     ),
     vendored(
+        "sdk/weir-plugin/src/alloc.rs",
+        repo!("plugins/sdk/src/alloc.rs"),
+    ),
+    vendored(
         "sdk/weir-plugin/src/cases.rs",
         repo!("plugins/sdk/src/cases.rs"),
     ),
