@@ -18,6 +18,7 @@ pub mod backfill;
 pub mod demo;
 pub mod errors;
 pub mod faults;
+pub mod job_threads;
 pub mod localpg;
 pub mod metrics;
 pub mod pgconn;

@@ -211,8 +211,8 @@ pub fn wait_for_partition_jobs(timeout: std::time::Duration) -> bool {
     JOB_THREADS.wait_none(timeout)
 }
 
-/// Starts a job on a thread of its own (sized for the plugin's wasm stack); its
-/// pieces arrive on the returned channel. Dropping the channel stops the job.
+/// Starts a job on a thread of its own (sized for the plugin's wasm stack, and kept
+/// for a next job: [`crate::job_threads`]); its pieces arrive on the returned channel. Dropping the channel stops the job.
 pub(super) fn spawn(job: StreamJob) -> Result<Pieces, PipelineError> {
     let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
     let stack = match &job.transform {
@@ -222,18 +222,15 @@ pub(super) fn spawn(job: StreamJob) -> Result<Pieces, PipelineError> {
     // Counted from before the spawn (a failed spawn drops it with the closure) until
     // the job, its stage handle and its channel are dropped.
     let running = JOB_THREADS.start();
-    std::thread::Builder::new()
-        .name("weir-partition-job".into())
-        .stack_size(stack)
-        .spawn(move || {
-            if let Err(e) = produce(&job, &tx) {
-                let _ = tx.blocking_send(Err(e));
-            }
-            drop(job);
-            drop(tx);
-            drop(running);
-        })
-        .map_err(|e| PipelineError::Plugin(plugin::PluginError::Thread(e)))?;
+    crate::job_threads::spawn("weir-partition-job", stack, move || {
+        if let Err(e) = produce(&job, &tx) {
+            let _ = tx.blocking_send(Err(e));
+        }
+        drop(job);
+        drop(tx);
+        drop(running);
+    })
+    .map_err(|e| PipelineError::Plugin(plugin::PluginError::Thread(e)))?;
     Ok(rx)
 }
 

@@ -614,7 +614,8 @@ pub struct OwnedJob {
     pub input: InputColumns,
 }
 
-/// Runs [`Plugin::run_job`] on a thread of its own whose stack holds the wasm stack
+/// Runs [`Plugin::run_job`] on a thread of its own (kept for a next job:
+/// [`crate::job_threads`]) whose stack holds the wasm stack
 /// limit with room to spare (wasm runs on the calling thread's stack, and a runtime's
 /// worker threads are smaller than a plugin may be allowed), and hands back the input
 /// with the output.
@@ -625,20 +626,18 @@ pub async fn run_job_on_thread(
     input: Vec<InputRow>,
 ) -> (Vec<InputRow>, Result<JobOutput, PluginError>) {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name("weir-plugin-job".into())
-        .stack_size(job_thread_stack(&limits))
-        .spawn(move || {
-            let spec = JobSpec {
-                table: &job.table,
-                partition: &job.partition,
-                grain: job.grain,
-                config: &job.config,
-                input: &job.input,
-            };
-            let result = plugin.run_job(&limits, &spec, &input);
-            let _ = tx.send((input, result));
-        });
+    let stack = job_thread_stack(&limits);
+    let spawned = crate::job_threads::spawn("weir-plugin-job", stack, move || {
+        let spec = JobSpec {
+            table: &job.table,
+            partition: &job.partition,
+            grain: job.grain,
+            config: &job.config,
+            input: &job.input,
+        };
+        let result = plugin.run_job(&limits, &spec, &input);
+        let _ = tx.send((input, result));
+    });
     if let Err(e) = spawned {
         return (Vec::new(), Err(PluginError::Thread(e)));
     }
@@ -655,20 +654,18 @@ pub async fn run_row_by_row_on_thread(
     input: Arc<Vec<InputRow>>,
 ) -> Result<RowFates, PluginError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("weir-plugin-job".into())
-        .stack_size(job_thread_stack(&limits))
-        .spawn(move || {
-            let spec = JobSpec {
-                table: &job.table,
-                partition: &job.partition,
-                grain: job.grain,
-                config: &job.config,
-                input: &job.input,
-            };
-            let _ = tx.send(plugin.run_row_by_row(&limits, &spec, &input));
-        })
-        .map_err(PluginError::Thread)?;
+    let stack = job_thread_stack(&limits);
+    crate::job_threads::spawn("weir-plugin-job", stack, move || {
+        let spec = JobSpec {
+            table: &job.table,
+            partition: &job.partition,
+            grain: job.grain,
+            config: &job.config,
+            input: &job.input,
+        };
+        let _ = tx.send(plugin.run_row_by_row(&limits, &spec, &input));
+    })
+    .map_err(PluginError::Thread)?;
     rx.await.unwrap_or(Err(PluginError::Lost))
 }
 

@@ -169,9 +169,54 @@ struct EngineSet {
     linker: Linker<JobState>,
 }
 
+/// How an engine allocates the instances of its jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Allocation {
+    /// From a pool of slots made once ([`pool_config`]): a job's instance reuses a
+    /// slot's memory mappings, its memory is reset in place when the job ends, and
+    /// the component's initial memory image stays mapped in the slot. A partition job
+    /// makes a fresh instance, so with mappings made and unmapped per job, page faults,
+    /// copy-on-write faults and the TLB shootdowns of `munmap` were about 40% of the
+    /// partition threads' time in a live run of small rounds.
+    Pooled,
+    /// Mapped for each instance and unmapped after it: for a component that does not
+    /// fit the pool's slots (see [`PluginHost::load_bytes`]), or a host where the
+    /// pool's address space cannot be reserved.
+    OnDemand,
+}
+
+/// The pool of a pooled engine: slots for more instances than the jobs that can run
+/// at once (`[engine] parallelism` is at most 64), each memory up to 4 GiB (wasm32's
+/// whole space; the sandbox's memory cap is enforced by the store's limiter, as with
+/// on-demand instances). A module with more than one memory, or more tables or table
+/// elements than these, does not fit, and its plugin is run on demand.
+fn pool_config() -> wasmtime::PoolingAllocationConfig {
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    pool.total_component_instances(POOL_INSTANCES)
+        .total_core_instances(POOL_INSTANCES * 8)
+        .total_memories(POOL_INSTANCES)
+        .total_tables(POOL_INSTANCES * 8)
+        .max_tables_per_module(4)
+        .table_elements(100_000)
+        .max_memory_size(1 << 32)
+        // Reset the pages a job wrote (found with Linux's `PAGEMAP_SCAN` where the
+        // kernel has it, 6.7 and later; else the first pages) with `memset` rather
+        // than `madvise`: a row plugin's job touches a few MiB, which are then reset
+        // in place and reused with no page fault.
+        .pagemap_scan(wasmtime::Enabled::Auto)
+        .linear_memory_keep_resident(POOL_KEEP_RESIDENT)
+        .table_keep_resident(64 << 10);
+    pool
+}
+
+/// Component instances of a pooled engine at once (see [`pool_config`]).
+const POOL_INSTANCES: u32 = 128;
+/// Bytes of each pooled memory reset in place when its job ends.
+const POOL_KEEP_RESIDENT: usize = 8 << 20;
+
 /// Owns the engines and the thread that ticks their epochs.
 pub struct PluginHost {
-    engines: Mutex<HashMap<usize, Arc<EngineSet>>>,
+    engines: Mutex<HashMap<(usize, Allocation), Arc<EngineSet>>>,
     ticked: Arc<Mutex<Vec<Engine>>>,
     stop: Arc<AtomicBool>,
     ticker: Option<std::thread::JoinHandle<()>>,
@@ -235,12 +280,20 @@ impl PluginHost {
         Some(base.join("weir").join("plugins"))
     }
 
-    fn engine_set(&self, max_stack_bytes: usize) -> Result<Arc<EngineSet>, String> {
+    fn engine_set(
+        &self,
+        max_stack_bytes: usize,
+        allocation: Allocation,
+    ) -> Result<Arc<EngineSet>, String> {
         let mut engines = self.engines.lock().map_err(|_| "engine lock poisoned")?;
-        if let Some(set) = engines.get(&max_stack_bytes) {
+        if let Some(set) = engines.get(&(max_stack_bytes, allocation)) {
             return Ok(Arc::clone(set));
         }
         let mut config = wasmtime::Config::new();
+        if allocation == Allocation::Pooled {
+            config
+                .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool_config()));
+        }
         config
             .wasm_component_model(true)
             .consume_fuel(true)
@@ -269,7 +322,7 @@ impl PluginHost {
         if let Ok(mut ticked) = self.ticked.lock() {
             ticked.push(engine);
         }
-        engines.insert(max_stack_bytes, Arc::clone(&set));
+        engines.insert((max_stack_bytes, allocation), Arc::clone(&set));
         Ok(set)
     }
 
@@ -295,9 +348,41 @@ impl PluginHost {
             message,
         };
         let sha256: [u8; 32] = Sha256::digest(bytes).into();
+        // A pooled engine if its pool can be reserved and the component instantiates
+        // in it; else, as for any component that does not fit its slots, on demand.
+        if let Ok(set) = self.engine_set(limits.max_stack_bytes, Allocation::Pooled) {
+            match self.load_in(set, path, bytes, sha256, limits, Allocation::Pooled) {
+                Ok(Some(plugin)) => return Ok(plugin),
+                Ok(None) => {
+                    tracing::debug!(plugin = %path.display(), "plugin does not fit the instance pool; it runs on demand");
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let set = self
-            .engine_set(limits.max_stack_bytes)
+            .engine_set(limits.max_stack_bytes, Allocation::OnDemand)
             .map_err(|m| load_err(format!("cannot configure the engine: {m}")))?;
+        self.load_in(set, path, bytes, sha256, limits, Allocation::OnDemand)
+            .map(|plugin| plugin.unwrap_or_else(|| unreachable!("on demand never falls back")))
+    }
+
+    /// Loads a component into `set`'s engine. `None`: in a pooled engine, it could not
+    /// be compiled, linked or instantiated (its memories or tables do not fit the
+    /// pool's slots, the pool is full, or it is not a usable component at all), and it
+    /// is for an on-demand engine, which compiles it again and says what is wrong.
+    fn load_in(
+        &self,
+        set: Arc<EngineSet>,
+        path: &Path,
+        bytes: &[u8],
+        sha256: [u8; 32],
+        limits: &SandboxLimits,
+        allocation: Allocation,
+    ) -> Result<Option<Plugin>, PluginError> {
+        let load_err = |message: String| PluginError::Load {
+            path: path.to_owned(),
+            message,
+        };
         let started = Instant::now();
         let cache = self
             .cache_dir
@@ -311,11 +396,18 @@ impl PluginHost {
         let entry = cache.as_ref().map(|c| c.entry(&set.engine, &sha256));
         let cached = entry.as_ref().and_then(|e| e.load(&set.engine));
         let cache_hit = cached.is_some();
+        // In a pooled engine, a component that cannot be compiled, linked or
+        // instantiated is for the on-demand engine, which says why (a component whose
+        // memories or tables do not fit the pool's slots is refused at any of them).
+        let pooled = allocation == Allocation::Pooled;
         let component = match cached {
             Some(c) => c,
             None => {
-                let component =
-                    Component::new(&set.engine, bytes).map_err(|e| load_err(format!("{e:#}")))?;
+                let component = match Component::new(&set.engine, bytes) {
+                    Ok(c) => c,
+                    Err(_) if pooled => return Ok(None),
+                    Err(e) => return Err(load_err(format!("{e:#}"))),
+                };
                 if let Some(entry) = &entry {
                     let stored = component
                         .serialize()
@@ -341,12 +433,20 @@ impl PluginHost {
             .imports(&set.engine)
             .map(|(name, _)| name.to_owned())
             .collect();
-        let instance_pre = set.linker.instantiate_pre(&component).map_err(|e| {
-            load_err(format!(
-                "{e:#}; the sandbox provides only weir:transform/log and WASI 0.2 without files, network or environment"
-            ))
-        })?;
-        let pre = contract::Pre::new(instance_pre).map_err(load_err)?;
+        let instance_pre = match set.linker.instantiate_pre(&component) {
+            Ok(pre) => pre,
+            Err(_) if pooled => return Ok(None),
+            Err(e) => {
+                return Err(load_err(format!(
+                    "{e:#}; the sandbox provides only weir:transform/log and WASI 0.2 without files, network or environment"
+                )));
+            }
+        };
+        let pre = match contract::Pre::new(instance_pre) {
+            Ok(pre) => pre,
+            Err(_) if pooled => return Ok(None),
+            Err(e) => return Err(load_err(e)),
+        };
         let mut plugin = Plugin {
             path: path.to_owned(),
             sha256,
@@ -357,6 +457,9 @@ impl PluginHost {
             imports,
             compile,
         };
+        if pooled && !plugin.instantiates(limits) {
+            return Ok(None);
+        }
         let description = run_on_stack(limits.max_stack_bytes, || plugin.call_describe(limits))
             .and_then(|described| described)
             .map_err(|e| match e {
@@ -364,7 +467,7 @@ impl PluginHost {
                 other => load_err(format!("`describe` failed: {other}")),
             })?;
         plugin.description = Some(description);
-        Ok(plugin)
+        Ok(Some(plugin))
     }
 }
 
@@ -538,6 +641,19 @@ impl Plugin {
                 message: trap_message(error),
             },
         }
+    }
+
+    /// Whether an instance of the component can be made (and dropped at once).
+    fn instantiates(&self, limits: &SandboxLimits) -> bool {
+        let seed = JobSeed {
+            plugin_sha256: &self.sha256,
+            table: "",
+            partition: "",
+            clock: JobClock::at(0),
+        };
+        let mut store = self.new_store(&seed, limits);
+        Self::arm(&mut store, limits, 0);
+        self.pre.instantiate(&mut store).is_ok()
     }
 
     fn call_describe(&self, limits: &SandboxLimits) -> Result<Description, PluginError> {
