@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use weir::partition::{Grain, Partition, partition_of};
 use weir::plugin::{
-    CHUNK_ROWS, InputColumns, InputRow, JobOutput, JobSpec, OutputCheck, OwnedJob, Plugin,
-    PluginHost, SandboxLimits, run_job_on_thread,
+    CHUNK_ROWS, InputColumns, InputRow, JobOutput, OutputCheck, OwnedJob, Plugin, PluginHost,
+    SandboxLimits, run_job_on_thread,
 };
 use weir::source::Op;
 use weir::value::Value;
@@ -256,13 +256,7 @@ fn native_engine_job(
     let Partition::Key(partition) = &job.partition else {
         anyhow::bail!("the day partition of a date is not a key");
     };
-    let spec = JobSpec {
-        table: &job.table,
-        partition: &job.partition,
-        grain: job.grain,
-        config: &job.config,
-        input: &job.input,
-    };
+    let spec = job.spec();
     let started = Instant::now();
     let info = v2::PartitionInfo {
         table: TABLE.to_owned(),

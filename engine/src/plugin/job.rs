@@ -614,6 +614,19 @@ pub struct OwnedJob {
     pub input: InputColumns,
 }
 
+impl OwnedJob {
+    /// The job as a [`JobSpec`] borrowing it.
+    pub fn spec(&self) -> JobSpec<'_> {
+        JobSpec {
+            table: &self.table,
+            partition: &self.partition,
+            grain: self.grain,
+            config: &self.config,
+            input: &self.input,
+        }
+    }
+}
+
 /// Runs [`Plugin::run_job`] on a thread of its own (kept for a next job:
 /// [`crate::job_threads`]) whose stack holds the wasm stack
 /// limit with room to spare (wasm runs on the calling thread's stack, and a runtime's
@@ -628,13 +641,7 @@ pub async fn run_job_on_thread(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let stack = job_thread_stack(&limits);
     let spawned = crate::job_threads::spawn("weir-plugin-job", stack, move || {
-        let spec = JobSpec {
-            table: &job.table,
-            partition: &job.partition,
-            grain: job.grain,
-            config: &job.config,
-            input: &job.input,
-        };
+        let spec = job.spec();
         let result = plugin.run_job(&limits, &spec, &input);
         let _ = tx.send((input, result));
     });
@@ -656,13 +663,7 @@ pub async fn run_row_by_row_on_thread(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let stack = job_thread_stack(&limits);
     crate::job_threads::spawn("weir-plugin-job", stack, move || {
-        let spec = JobSpec {
-            table: &job.table,
-            partition: &job.partition,
-            grain: job.grain,
-            config: &job.config,
-            input: &job.input,
-        };
+        let spec = job.spec();
         let _ = tx.send(plugin.run_row_by_row(&limits, &spec, &input));
     })
     .map_err(PluginError::Thread)?;
