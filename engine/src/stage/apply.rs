@@ -196,14 +196,18 @@ pub(super) struct StageBatch {
     keys: BatchMap<Option<Partition>>,
     /// Tables truncated earlier in this batch: their keys are gone unless set again.
     truncated: std::collections::HashSet<String>,
-    /// The partitions this batch changes, by table: the generation of their last
-    /// change and the bytes staged into them. Looked up by `&str` and `&Partition`, so
-    /// a change to a partition already seen allocates nothing.
-    partitions: HashMap<
+    /// The partitions this batch changes, in the order first changed: the generation
+    /// of their last change and the bytes staged into them.
+    stats: Vec<(String, Partition, PartitionStat)>,
+    /// Where each partition is in `stats`, by table. Looked up by `&str` and
+    /// `&Partition`, so a change to a partition already seen allocates nothing.
+    stat_index: HashMap<
         String,
-        HashMap<Partition, PartitionStat, foldhash::fast::RandomState>,
+        HashMap<Partition, usize, foldhash::fast::RandomState>,
         foldhash::fast::RandomState,
     >,
+    /// The entry of `stats` used last: one change uses its partition's several times.
+    last_stat: usize,
     /// Row images set earlier in this batch, encoded (`None`: deleted), for the
     /// unchanged values of a later `UpsertUnchanged`: the batch is not readable
     /// before it is written. By `table_key`.
@@ -289,7 +293,9 @@ impl StageBatch {
             generation,
             keys: BatchMap::default(),
             truncated: std::collections::HashSet::new(),
-            partitions: HashMap::default(),
+            stats: Vec::new(),
+            stat_index: HashMap::default(),
+            last_stat: 0,
             images: BatchMap::default(),
             images_wanted: None,
             new_keys: false,
@@ -321,7 +327,7 @@ impl StageBatch {
         if self
             .images_wanted
             .as_ref()
-            .is_none_or(|wanted| wanted.contains(tk))
+            .is_none_or(|wanted| !wanted.is_empty() && wanted.contains(tk))
         {
             self.images.insert(tk.to_vec(), image.map(<[u8]>::to_vec));
         }
@@ -329,19 +335,32 @@ impl StageBatch {
 
     /// The stats of a partition this batch changes, made on first use.
     fn partition(&mut self, table: &str, partition: &Partition) -> &mut PartitionStat {
-        if !self.partitions.contains_key(table) {
-            self.partitions.insert(table.to_owned(), HashMap::default());
+        let last = self
+            .stats
+            .get(self.last_stat)
+            .is_some_and(|(t, p, _)| t == table && p == partition);
+        if !last {
+            self.last_stat = self.stat_position(table, partition);
         }
-        let Some(parts) = self.partitions.get_mut(table) else {
-            unreachable!("inserted above")
-        };
-        if !parts.contains_key(partition) {
-            parts.insert(partition.clone(), PartitionStat::default());
+        &mut self.stats[self.last_stat].2
+    }
+
+    /// The index in `stats` of a partition, added if new.
+    fn stat_position(&mut self, table: &str, partition: &Partition) -> usize {
+        if let Some(&i) = self.stat_index.get(table).and_then(|p| p.get(partition)) {
+            return i;
         }
-        let Some(stat) = parts.get_mut(partition) else {
-            unreachable!("inserted above")
-        };
-        stat
+        let i = self.stats.len();
+        self.stats.push((
+            table.to_owned(),
+            partition.clone(),
+            PartitionStat::default(),
+        ));
+        self.stat_index
+            .entry(table.to_owned())
+            .or_default()
+            .insert(partition.clone(), i);
+        i
     }
 
     /// Marks a partition dirty at the batch's current generation.
@@ -537,10 +556,11 @@ impl StageBatch {
                     // Partitions filled earlier in this batch are marked already.
                     // Every key of every partition changed: each is replaced whole.
                     let partitions: Vec<Partition> = self
-                        .partitions
-                        .get(table.as_str())
-                        .map(|parts| parts.keys().cloned().collect())
-                        .unwrap_or_default();
+                        .stats
+                        .iter()
+                        .filter(|(t, _, _)| t == table)
+                        .map(|(_, p, _)| p.clone())
+                        .collect();
                     for p in partitions {
                         self.mark_dirty(table, &p);
                         self.changed(stage, table, &p, &[])?;
@@ -710,34 +730,32 @@ impl StageBatch {
         stage: &Stage,
         position: Option<Position>,
     ) -> Result<WriteBatch, StageError> {
-        for (table, parts) in std::mem::take(&mut self.partitions) {
-            for (partition, stat) in parts {
-                let key = partition_key(&table, &partition);
-                if self.new_keys || stat.records.is_some_and(|r| r.every_key) {
-                    // The every-key record at the partition's last change.
-                    self.batch
-                        .put_cf(stage.cf(CF_CHANGED), &key, stat.generation.to_be_bytes());
-                }
-                let before = stage
-                    .db
-                    .get_cf(stage.cf(CF_BACKLOG), &key)
-                    .map_err(db_err("read the backlog"))?
-                    .map(|v| decode_generation(&v))
-                    .transpose()?
-                    .unwrap_or(0);
-                self.batch.put_cf(
-                    stage.cf(CF_BACKLOG),
-                    &key,
-                    before.saturating_add(stat.bytes).to_be_bytes(),
-                );
-                self.batch.put_cf(
-                    stage.cf(CF_GENERATIONS),
-                    &key,
-                    stat.generation.to_be_bytes(),
-                );
+        for (table, partition, stat) in std::mem::take(&mut self.stats) {
+            let key = partition_key(&table, &partition);
+            if self.new_keys || stat.records.is_some_and(|r| r.every_key) {
+                // The every-key record at the partition's last change.
                 self.batch
-                    .put_cf(stage.cf(CF_DIRTY), key, stat.generation.to_be_bytes());
+                    .put_cf(stage.cf(CF_CHANGED), &key, stat.generation.to_be_bytes());
             }
+            let before = stage
+                .db
+                .get_cf(stage.cf(CF_BACKLOG), &key)
+                .map_err(db_err("read the backlog"))?
+                .map(|v| decode_generation(&v))
+                .transpose()?
+                .unwrap_or(0);
+            self.batch.put_cf(
+                stage.cf(CF_BACKLOG),
+                &key,
+                before.saturating_add(stat.bytes).to_be_bytes(),
+            );
+            self.batch.put_cf(
+                stage.cf(CF_GENERATIONS),
+                &key,
+                stat.generation.to_be_bytes(),
+            );
+            self.batch
+                .put_cf(stage.cf(CF_DIRTY), key, stat.generation.to_be_bytes());
         }
         self.batch.put_cf(
             stage.cf(CF_META),
