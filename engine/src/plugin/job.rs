@@ -481,6 +481,7 @@ impl<'p> OutputCheck<'p> {
         for row in rows {
             for &(i, typmod) in &self.typmods {
                 if let Some(Value::Decimal(text)) = row.get_mut(i)
+                    && !stored_as_is(text, typmod)
                     && let Ok(fitted) = crate::value::fit_decimal(text, typmod)
                 {
                     *text = fitted;
@@ -681,4 +682,61 @@ fn grain_text(d: &Description, values: &[&Value]) -> String {
         .map(|(k, v)| format!("{k} = {v}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Whether a decimal's text, already checked to be in PostgreSQL's output form and to
+/// fit `typmod` (`Description::check_row`), is what `numeric(p,s)` stores: exactly `s`
+/// fraction digits, and not a negative zero. Most plugins output decimals so, and
+/// [`crate::value::fit_decimal`] would only copy them.
+fn stored_as_is(text: &str, typmod: crate::value::NumericTypmod) -> bool {
+    let fraction = text.find('.').map_or(0, |dot| text.len() - dot - 1);
+    let scale = usize::try_from(typmod.scale).unwrap_or(usize::MAX);
+    fraction == scale
+        && (!text.starts_with('-') || text.bytes().any(|b| (b'1'..=b'9').contains(&b)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_as_is;
+    use crate::value::{NumericTypmod, fit_decimal};
+
+    #[test]
+    fn a_decimal_kept_as_is_is_what_fitting_it_gives() {
+        let typmods = [(12, 2), (5, 0), (3, 5), (5, -2), (14, 4)];
+        let texts = [
+            "12345.67",
+            "-12345.67",
+            "7",
+            "7.5",
+            "7.50",
+            "0.00",
+            "0",
+            "-0.00",
+            "0.00999",
+            "12300",
+            "NaN",
+            "-1",
+            "1.2345",
+        ];
+        for (p, s) in typmods {
+            let typmod = NumericTypmod::new(p, s).expect("a typmod");
+            for text in texts {
+                if stored_as_is(text, typmod) {
+                    assert_eq!(
+                        fit_decimal(text, typmod).as_deref(),
+                        Ok(text),
+                        "{text} in numeric({p},{s})"
+                    );
+                }
+            }
+        }
+        let two = NumericTypmod::new(12, 2).expect("a typmod");
+        assert!(stored_as_is("12345.67", two));
+        assert!(!stored_as_is("7.5", two), "padded to 7.50");
+        assert!(!stored_as_is("-0.00", two), "no negative zero");
+        assert!(!stored_as_is(
+            "12300",
+            NumericTypmod::new(5, -2).expect("a typmod")
+        ));
+    }
 }
