@@ -18,8 +18,12 @@ use super::{DirtyPartition, PartitionChanges, PartitionRows, Stage, StagedRow};
 /// range tombstone instead of one delete each.
 pub(super) const CLEAR_POINT_DELETES_MAX: usize = 4096;
 /// Changed-key records cleared one by one (from partitions written again) before
-/// `changed` is compacted over their range (see `Stage::compact_cleared`).
-pub(super) const COMPACT_CHANGED_AFTER: u64 = 4_096;
+/// `changed` is compacted over their range (see `Stage::compact_cleared`). Each job
+/// scans its partition's records several times (deciding merge or replace, then
+/// reading them, then clearing them), stepping over every tombstone there: at 4,096,
+/// a live run at 1,000 changes/s over 30 partitions spent a fifth of its CPU stepping
+/// over them, at 1,024 under a tenth, while the compactions cost under 1%.
+pub(super) const COMPACT_CHANGED_AFTER: u64 = 1_024;
 /// Partitions remembered as cleared before (see `Stage::note_cleared`).
 const CLEARED_PARTITIONS_MAX: usize = 4_096;
 use crate::feed::{BadRecord, Position};
