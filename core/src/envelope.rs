@@ -14,20 +14,25 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value as Json;
 use serde_json::value::RawValue;
 
-use crate::config::{TableConfig, TableName};
-use crate::feed::{Op, Row, StageChange, keyed_changes};
-use crate::value::{Logical, Value};
+use crate::config::{OnTruncate, TableConfig, TableName};
+use crate::feed::{Op, Row, StageChange, keyed_changes, with_unchanged};
+use crate::value::{ColumnType, Logical, Value};
 
 /// A transaction's identity in the feed (`source.txId`).
 pub type TxId = Option<String>;
 
 /// Decodes the line `body` (without its line break) of a transaction that ends at
 /// source position `end`, against the configured `tables`.
+///
+/// `Ok(None)`: a record that carries no change and is passed over like a blank line: a
+/// Kafka tombstone (`null`, which Debezium sends after each delete for log
+/// compaction), or a transaction metadata record (`{"status": "BEGIN" | "END", "id":
+/// …}`, with `provide.transaction.metadata`).
 pub fn decode_line<'a>(
     tables: &[TableConfig],
     body: &'a [u8],
     end: u64,
-) -> Result<DecodedLine, BadLine> {
+) -> Result<Option<DecodedLine>, BadLine> {
     let text = std::str::from_utf8(body).map_err(|e| {
         BadLine::unknown(format!(
             "line is not valid UTF-8 (invalid byte at column {})",
@@ -35,6 +40,9 @@ pub fn decode_line<'a>(
         ))
     })?;
     let malformed = |e: serde_json::Error| BadLine::unknown(format!("malformed JSON ({e})"));
+    if text.trim_matches([' ', '\t', '\r', '\n']) == "null" {
+        return Ok(None);
+    }
     if !is_object(text) {
         return Err(match serde_json::from_str::<IgnoredAny>(text) {
             Err(e) => malformed(e),
@@ -50,6 +58,15 @@ pub fn decode_line<'a>(
         ),
         _ => (line, None),
     };
+    if envelope.op.is_none()
+        && envelope.source.is_none()
+        && envelope
+            .status
+            .and_then(string_of)
+            .is_some_and(|s| s == "BEGIN" || s == "END")
+    {
+        return Ok(None);
+    }
     let source: Source = match envelope.source {
         Some(raw) if is_object(raw.get()) => serde_json::from_str(raw.get()).map_err(malformed)?,
         _ => {
@@ -77,8 +94,13 @@ pub fn decode_line<'a>(
             format!("missing `source.{name}`"),
         )),
     };
+    // Debezium's MySQL (and MariaDB) connector names the database `source.db` and has
+    // no `source.schema`: the database is the table's schema there.
     let (schema_name, table_name) = (
-        field(source.schema, "schema")?,
+        match source.schema {
+            None if source.db.is_some() => field(source.db, "db")?,
+            schema => field(schema, "schema")?,
+        },
         field(source.table, "table")?,
     );
     let qualified = || {
@@ -95,8 +117,11 @@ pub fn decode_line<'a>(
             Some("u") => Op::Update,
             Some("d") => Op::Delete,
             Some("r") => Op::Read,
+            Some("t") => return truncate(tables, &qualified(), tx_id.clone()).map(Some),
             Some(other) => {
-                return Err(bad(format!("unknown op `{other}`: expected c, u, d or r")));
+                return Err(bad(format!(
+                    "unknown op `{other}`: expected c, u, d, r or t"
+                )));
             }
             None => return Err(bad("`op` must be a string".into())),
         },
@@ -115,8 +140,9 @@ pub fn decode_line<'a>(
         .flatten()
         .find_map(|raw| raw.get().parse::<i64>().ok());
     let logical = |which: &str| image_schema(schema.as_ref(), which).map_err(&bad);
-    let before = image(table, envelope.before, "before", &logical("before")?).map_err(&bad)?;
-    let after = image(table, envelope.after, "after", &logical("after")?).map_err(&bad)?;
+    let (before, _) = image(table, envelope.before, "before", &logical("before")?).map_err(&bad)?;
+    let (after, unavailable) =
+        image(table, envelope.after, "after", &logical("after")?).map_err(&bad)?;
     let changes = keyed_changes(
         table,
         op,
@@ -126,7 +152,41 @@ pub fn decode_line<'a>(
         ts_ms.and_then(|ms| ms.checked_mul(1000)),
     )
     .map_err(&bad)?;
-    Ok(DecodedLine { tx_id, changes })
+    // Values Debezium did not have (unchanged TOAST values) keep the staged row's.
+    let changes = with_unchanged(changes, unavailable, false).map_err(&bad)?;
+    Ok(Some(DecodedLine { tx_id, changes }))
+}
+
+/// Debezium's placeholder for a value it did not have: an unchanged TOAST value of an
+/// update under REPLICA IDENTITY DEFAULT (`unavailable.value.placeholder`, default).
+pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
+
+/// The same placeholder for a `bytea` column: its bytes, in base64.
+const UNAVAILABLE_BYTES_BASE64: &str = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==";
+
+/// A TRUNCATE (`op` `t`) of `table`, as the table's `on_truncate` says.
+fn truncate(tables: &[TableConfig], table: &str, tx_id: TxId) -> Result<DecodedLine, BadLine> {
+    let config = tables.iter().find(|t| t.source.to_string() == table);
+    match config.map(|t| t.on_truncate) {
+        Some(OnTruncate::Apply) => Ok(DecodedLine {
+            tx_id,
+            changes: vec![StageChange::Truncate {
+                table: table.to_owned(),
+            }],
+        }),
+        Some(OnTruncate::Fail) => Err(BadLine::bad(
+            tx_id,
+            Some(table.to_owned()),
+            format!(
+                "a TRUNCATE of `{table}`, and its on_truncate is \"fail\"; set on_truncate = \"apply\" on the table to remove its rows from the stage and the target"
+            ),
+        )),
+        None => Err(BadLine::bad(
+            tx_id,
+            Some(table.to_owned()),
+            format!("table `{table}` is not configured: add a [[table]] with source = \"{table}\""),
+        )),
+    }
 }
 
 /// The fields of an envelope Weir reads, each kept as the line's raw JSON until it is
@@ -150,6 +210,9 @@ struct Envelope<'a> {
     after: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     ts_ms: Option<&'a RawValue>,
+    /// A transaction metadata record's `BEGIN` or `END`.
+    #[serde(borrow, default, deserialize_with = "present")]
+    status: Option<&'a RawValue>,
 }
 
 /// The fields of `source` Weir reads, as [`Envelope`]'s.
@@ -159,6 +222,9 @@ struct Source<'a> {
     schema: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     table: Option<&'a RawValue>,
+    /// The database, in the MySQL connector's envelopes (which have no `schema`).
+    #[serde(borrow, default, deserialize_with = "present")]
+    db: Option<&'a RawValue>,
     #[serde(rename = "txId", borrow, default, deserialize_with = "present")]
     tx_id: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
@@ -318,15 +384,21 @@ pub fn image_schema(schema: Option<&Json>, which: &str) -> Result<Vec<(String, L
 /// Converts a before/after object into a row of the table's declared columns; a column
 /// with a logical type in the envelope's schema is read by it, else by its declared
 /// type (and epoch unit).
+///
+/// Also returns the columns whose value is Debezium's placeholder for a value it did
+/// not have ([`UNAVAILABLE_VALUE`]): they are left out of the row, to keep the staged
+/// row's values.
 fn image(
     table: &TableConfig,
     raw: Option<&RawValue>,
     which: &str,
     logical: &[(String, Logical)],
-) -> Result<Option<Row>, String> {
-    let Some(raw) = raw else { return Ok(None) };
+) -> Result<(Option<Row>, Vec<String>), String> {
+    let Some(raw) = raw else {
+        return Ok((None, Vec::new()));
+    };
     if raw.get() == "null" {
-        return Ok(None);
+        return Ok((None, Vec::new()));
     }
     if !is_object(raw.get()) {
         return Err(format!("`{which}` must be an object or null"));
@@ -345,12 +417,23 @@ fn image(
         given[i] = Some(json);
     }
     let mut row = Vec::with_capacity(table.columns.len());
+    let mut unavailable = Vec::new();
     for (column, json) in table.columns.iter().zip(given) {
         // An absent column stays absent (the key and partition checks name it); the
         // transform reads it as NULL.
         let Some(json) = json else {
             continue;
         };
+        if is_unavailable(column.ty, json.get()) {
+            if table.key.contains(&column.name) || column.name == table.partition_by {
+                return Err(format!(
+                    "column `{}` in `{which}` is Debezium's placeholder for a value it did not have ({UNAVAILABLE_VALUE}), but it is a key or partition column",
+                    column.name
+                ));
+            }
+            unavailable.push(column.name.clone());
+            continue;
+        }
         let converted = match logical.iter().find(|(c, _)| *c == column.name) {
             Some((_, logical)) => Value::from_debezium(column.ty, *logical, &parsed(json)),
             None => Value::from_json_text(column.ty, column.epoch, json.get()),
@@ -363,7 +446,19 @@ fn image(
         })?;
         row.push((column.name.clone(), value));
     }
-    Ok(Some(row))
+    Ok((Some(row), unavailable))
+}
+
+/// Whether a value's JSON text is Debezium's placeholder for a value it did not have:
+/// the text itself, or for `bytea` its bytes in base64.
+fn is_unavailable(ty: ColumnType, json: &str) -> bool {
+    let Some(text) = json.strip_prefix('"').and_then(|j| j.strip_suffix('"')) else {
+        return false;
+    };
+    match ty {
+        ColumnType::Bytea => text == UNAVAILABLE_BYTES_BASE64,
+        _ => text == UNAVAILABLE_VALUE,
+    }
 }
 
 #[cfg(test)]
@@ -398,8 +493,9 @@ columns = { id = "bigint", at = "timestamp", day = "date", amount = "numeric(12,
 
     /// The staged values of the one upsert a line decodes to.
     fn values(line: &serde_json::Value) -> Result<Row, String> {
-        let decoded =
-            decode_line(&tables(), line.to_string().as_bytes(), 1).map_err(|bad| bad.reason)?;
+        let decoded = decode_line(&tables(), line.to_string().as_bytes(), 1)
+            .map_err(|bad| bad.reason)?
+            .expect("a change");
         match decoded.changes.as_slice() {
             [StageChange::Upsert { row, .. }] => Ok(row.values.clone()),
             other => panic!("one upsert, got {other:?}"),
@@ -496,7 +592,9 @@ columns = { id = "bigint", at = "timestamp", day = "date", amount = "numeric(12,
 
     /// The line as text, decoded: the reason it is bad, or its one upsert's values.
     fn decoded(line: &str) -> Result<Row, String> {
-        let decoded = decode_line(&tables(), line.as_bytes(), 1).map_err(|bad| bad.reason)?;
+        let decoded = decode_line(&tables(), line.as_bytes(), 1)
+            .map_err(|bad| bad.reason)?
+            .expect("a change");
         match decoded.changes.as_slice() {
             [StageChange::Upsert { row, .. }] => Ok(row.values.clone()),
             other => panic!("one upsert, got {other:?}"),
@@ -627,5 +725,106 @@ columns = { id = "bigint", at = "timestamp", day = "date", amount = "numeric(12,
         ))
         .expect_err("bad schema");
         assert!(reason.contains("parameters.scale"), "{reason}");
+    }
+
+    fn decode(line: &serde_json::Value) -> Result<Option<DecodedLine>, String> {
+        decode_line(&tables(), line.to_string().as_bytes(), 1).map_err(|bad| bad.reason)
+    }
+
+    #[test]
+    fn debeziums_unavailable_value_keeps_the_staged_value() {
+        let source = json!({"schema": "public", "table": "orders", "txId": 3});
+        let update = json!({"op": "u", "before": null, "source": source,
+            "after": {"id": 1, "at": "2026-03-01 00:00:00", "note": UNAVAILABLE_VALUE, "amount": "2"}});
+        let changes = decode(&update).expect("good").expect("a change").changes;
+        let [
+            StageChange::UpsertUnchanged {
+                row,
+                unchanged,
+                previous_key,
+                key,
+                skip_if_absent,
+                ..
+            },
+        ] = changes.as_slice()
+        else {
+            panic!("one upsert of unchanged values, got {changes:?}")
+        };
+        assert_eq!(unchanged, &["note".to_owned()]);
+        assert_eq!((previous_key, *skip_if_absent), (key, false));
+        assert!(row.values.iter().all(|(c, _)| c != "note"));
+        // A key or partition column cannot be unknown.
+        let bad = json!({"op": "u", "source": source,
+            "after": {"id": 1, "at": UNAVAILABLE_VALUE}});
+        let reason = decode(&bad).expect_err("bad");
+        assert!(reason.contains("key or partition column"), "{reason}");
+    }
+
+    #[test]
+    fn records_of_no_change_are_passed_over() {
+        for line in [
+            json!(null),
+            json!({"status": "BEGIN", "id": "571:53195829", "event_count": null, "data_collections": null, "ts_ms": 1}),
+            json!({"status": "END", "id": "571:53195829", "event_count": 2, "data_collections": [{"data_collection": "public.orders", "event_count": 2}], "ts_ms": 1}),
+        ] {
+            assert!(decode(&line).expect("good").is_none(), "{line}");
+        }
+        assert!(decode(&json!([1])).is_err());
+        assert!(decode(&json!({"status": "BEGIN"})).is_ok());
+        assert!(decode(&json!({"status": "other", "id": 1})).is_err());
+    }
+
+    #[test]
+    fn a_truncate_follows_the_tables_on_truncate() {
+        let line = json!({"op": "t", "before": null, "after": null,
+            "source": {"schema": "public", "table": "orders", "txId": 9}});
+        let reason = decode(&line).expect_err("on_truncate = fail");
+        assert!(reason.contains("on_truncate = \"apply\""), "{reason}");
+        let mut applying = tables();
+        applying[0].on_truncate = OnTruncate::Apply;
+        let decoded = decode_line(&applying, line.to_string().as_bytes(), 1)
+            .map_err(|b| b.reason)
+            .expect("good")
+            .expect("a change");
+        assert_eq!(decoded.tx_id.as_deref(), Some("9"));
+        assert_eq!(
+            decoded.changes,
+            [StageChange::Truncate {
+                table: "public.orders".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_mysql_envelope_names_its_database_db() {
+        let line = json!({"op": "c", "before": null,
+            "after": {"id": 1, "at": "2026-03-01 00:00:00"},
+            "source": {"connector": "mysql", "db": "public", "table": "orders", "gtid": null}});
+        assert_eq!(value(&values(&line).expect("good"), "id"), Value::Int(1));
+        let other = json!({"op": "c", "after": {"id": 1, "at": "2026-03-01 00:00:00"},
+            "source": {"db": "inventory", "table": "orders"}});
+        let reason = decode(&other).expect_err("not configured");
+        assert!(reason.contains("inventory.orders"), "{reason}");
+    }
+
+    #[test]
+    fn a_connect_timestamp_in_the_schema_wins_over_the_columns_epoch() {
+        // `at_ms` is declared with epoch = "ms"; the schema's Connect Timestamp says ms
+        // too, and a MicroTimestamp says µs: the schema decides.
+        let line = schemad(
+            vec![
+                field("id", "int64", None),
+                field(
+                    "at",
+                    "int64",
+                    Some("org.apache.kafka.connect.data.Timestamp"),
+                ),
+                field("at_ms", "int64", Some("io.debezium.time.MicroTimestamp")),
+            ],
+            json!({"id": 1, "at": MARCH_1_US / 1000, "at_ms": MARCH_1_US}),
+        );
+        let row = values(&line).expect("good");
+        assert_eq!(value(&row, "at"), Value::Timestamp(MARCH_1_US));
+        assert_eq!(value(&row, "at_ms"), Value::Timestamp(MARCH_1_US));
     }
 }

@@ -127,6 +127,51 @@ pub fn keyed_changes(
     }
 }
 
+/// The changes of an update ([`keyed_changes`]) whose `unchanged` columns are not in
+/// its new row: its upsert becomes a [`StageChange::UpsertUnchanged`] that the stage
+/// fills from the row's previous image (the old key's, if the key changed: that row's
+/// delete then follows it). `skip_if_absent` only for an unchanged key.
+pub fn with_unchanged(
+    changes: Vec<StageChange>,
+    unchanged: Vec<String>,
+    skip_if_absent: bool,
+) -> Result<Vec<StageChange>, String> {
+    if unchanged.is_empty() {
+        return Ok(changes);
+    }
+    let mut previous_key = None;
+    let mut upsert = None;
+    for change in changes {
+        match change {
+            StageChange::Delete { key, .. } => previous_key = Some(key),
+            StageChange::Upsert {
+                table,
+                key,
+                partition,
+                row,
+            } => upsert = Some((table, key, partition, row)),
+            _ => {}
+        }
+    }
+    let (table, key, partition, row) =
+        upsert.ok_or_else(|| "an update without its new row".to_owned())?;
+    // The new key's row first: a changed key's unchanged values are the old key's,
+    // whose row the delete after it removes.
+    let mut out = vec![StageChange::UpsertUnchanged {
+        table: table.clone(),
+        previous_key: previous_key.clone().unwrap_or_else(|| key.clone()),
+        key,
+        partition,
+        row,
+        unchanged,
+        skip_if_absent: skip_if_absent && previous_key.is_none(),
+    }];
+    if let Some(key) = previous_key {
+        out.push(StageChange::Delete { table, key });
+    }
+    Ok(out)
+}
+
 /// A record the source could not turn into a change; kept, never skipped silently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BadRecord {

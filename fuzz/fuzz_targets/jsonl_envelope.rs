@@ -51,12 +51,15 @@ fuzz_target!(|data: &[u8]| {
         let body = raw.strip_suffix(b"\n").unwrap_or(raw);
         let body = body.strip_suffix(b"\r").unwrap_or(body);
         match decode_line(tables, body, end) {
-            Ok(line) => {
+            Ok(None) => {}
+            Ok(Some(line)) => {
                 // A good line is at least one change, each to a configured table.
                 assert!(!line.changes.is_empty());
                 for change in &line.changes {
-                    if let StageChange::Upsert { table, .. } | StageChange::Delete { table, .. } =
-                        change
+                    if let StageChange::Upsert { table, .. }
+                    | StageChange::UpsertUnchanged { table, .. }
+                    | StageChange::Delete { table, .. }
+                    | StageChange::Truncate { table } = change
                     {
                         assert!(tables.iter().any(|t| t.source.to_string() == *table));
                     }

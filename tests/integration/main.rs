@@ -7,6 +7,7 @@ mod bounded_memory;
 mod cache_safety;
 mod checkpoint;
 mod crash_suite;
+mod debezium_feeds;
 mod demo;
 mod estates_source;
 mod exact_values;

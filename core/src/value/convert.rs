@@ -3,7 +3,8 @@
 //! store as given.
 
 use super::text::{
-    canonical_decimal, fit_decimal, parse_date, parse_special_float, parse_timestamp, parse_uuid,
+    canonical_decimal, fit_decimal, has_sub_micros, parse_date, parse_special_float,
+    parse_timestamp, parse_uuid,
 };
 use super::{
     ColumnType, EpochUnit, MICROS_PER_DAY, NumericTypmod, PG_DATE_MAX_DAYS, PG_DATE_MIN_DAYS,
@@ -204,23 +205,29 @@ impl Value {
                 Ok(Value::Int(i))
             }
             ColumnType::Real | ColumnType::Double => {
-                match v {
-                    J::Number(n) => {
-                        let text = n.to_string();
-                        text.parse::<f64>()
-                            .map(Value::Float)
-                            .map_err(|_| ConvertError::Invalid {
-                                text,
-                                expected: "number",
-                            })
+                // A `real` is read as a 32-bit float from the text itself, as
+                // PostgreSQL's `float4in` reads it (`0.1` is the float4 nearest 0.1,
+                // not the float8 nearest it narrowed again); a finite text too large for
+                // the type is refused, as PostgreSQL refuses it, never made infinite.
+                let read = |text: &str| -> Option<f64> {
+                    if ty == ColumnType::Real {
+                        text.trim().parse::<f32>().ok().map(f64::from)
+                    } else {
+                        text.trim().parse::<f64>().ok()
                     }
-                    J::String(s) => parse_special_float(s).map(Value::Float).ok_or_else(|| {
-                        ConvertError::Invalid {
-                            text: s.clone(),
-                            expected: "number (or NaN, Infinity, -Infinity)",
-                        }
-                    }),
-                    _ => Err(wrong("a number")),
+                };
+                let (text, expected) = match v {
+                    J::Number(n) => (n.to_string(), "number"),
+                    J::String(s) => match parse_special_float(s) {
+                        Some(x) if !x.is_finite() => return Ok(Value::Float(x)),
+                        _ => (s.clone(), "number (or NaN, Infinity, -Infinity)"),
+                    },
+                    _ => return Err(wrong("a number")),
+                };
+                match read(&text) {
+                    Some(x) if x.is_finite() => Ok(Value::Float(x)),
+                    Some(_) => Err(ConvertError::OutOfRange(text)),
+                    None => Err(ConvertError::Invalid { text, expected }),
                 }
             }
             ColumnType::Numeric(_) => {
@@ -270,6 +277,7 @@ impl Value {
                 _ => Err(wrong("a date string (YYYY-MM-DD)")),
             },
             ColumnType::Timestamp | ColumnType::TimestampTz => match v {
+                J::String(s) if has_sub_micros(s) => Err(ConvertError::SubMicros),
                 J::String(s) => parse_timestamp(s, ty == ColumnType::TimestampTz)
                     .map(Value::Timestamp)
                     .ok_or_else(|| ConvertError::Invalid {
@@ -301,7 +309,11 @@ impl Value {
                 _ => Err(wrong("a uuid string")),
             },
             ColumnType::Json | ColumnType::Jsonb => match v {
+                // A `json` column keeps its text exactly as PostgreSQL's `json` does
+                // (spacing, key order, duplicate keys, number spelling); `jsonb` is
+                // stored normalised, as PostgreSQL normalises it.
                 J::String(s) => match serde_json::from_str::<serde_json::Value>(s) {
+                    Ok(_) if ty == ColumnType::Json => Ok(Value::Json(s.clone())),
                     Ok(doc) => Ok(Value::Json(doc.to_string())),
                     Err(_) => Ok(Value::Json(v.to_string())),
                 },

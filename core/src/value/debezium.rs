@@ -37,7 +37,11 @@ impl Logical {
         parameters: Option<&serde_json::Value>,
     ) -> Result<Option<Logical>, String> {
         Ok(Some(match name {
-            "io.debezium.time.Date" => Logical::Date,
+            // Kafka Connect's own logical types (Debezium's `time.precision.mode =
+            // connect`): days, ms since midnight, ms since 1970-01-01.
+            "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => Logical::Date,
+            "org.apache.kafka.connect.data.Time" => Logical::Time(EpochUnit::Millis),
+            "org.apache.kafka.connect.data.Timestamp" => Logical::Timestamp(EpochUnit::Millis),
             "io.debezium.time.Time" => Logical::Time(EpochUnit::Millis),
             "io.debezium.time.MicroTime" => Logical::Time(EpochUnit::Micros),
             "io.debezium.time.NanoTime" => Logical::Time(EpochUnit::Nanos),

@@ -30,7 +30,8 @@ pub use binary::{EncodeError, encode_numeric};
 pub use convert::ConvertError;
 pub use debezium::Logical;
 pub use text::{
-    canonical_decimal, date_from_days, days_from_date, fit_decimal, parse_date, parse_timestamp,
+    canonical_decimal, date_from_days, days_from_date, fit_decimal, has_sub_micros, parse_date,
+    parse_timestamp,
 };
 
 /// Days between 1970-01-01 (our epoch) and 2000-01-01 (PostgreSQL's epoch).

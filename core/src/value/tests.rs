@@ -678,3 +678,109 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn timestamps_are_read_as_postgresql_reads_them_or_refused() {
+    use serde_json::json;
+    let us = 1_772_323_200_000_000_i64; // 2026-03-01 00:00:00 UTC
+    let read = |ty, text: &str| Value::from_json(ty, &json!(text));
+    // Finer than microseconds: PostgreSQL would round, Weir refuses (zeros are fine).
+    for text in [
+        "2026-03-01T00:00:00.1234567Z",
+        "2026-03-01T00:00:00.9999995Z",
+        "2026-03-01 00:00:00.000000001+02:00",
+    ] {
+        assert_eq!(
+            read(ColumnType::TimestampTz, text),
+            Err(ConvertError::SubMicros),
+            "{text}"
+        );
+        assert_eq!(
+            read(ColumnType::Timestamp, text),
+            Err(ConvertError::SubMicros)
+        );
+    }
+    assert_eq!(
+        read(ColumnType::TimestampTz, "2026-03-01T00:00:00.123456000Z"),
+        Ok(Value::Timestamp(us + 123_456))
+    );
+    // An offset gives a timestamptz its instant; a timestamp keeps its wall time.
+    assert_eq!(
+        read(ColumnType::TimestampTz, "2026-03-01T02:00:00+02:00"),
+        Ok(Value::Timestamp(us))
+    );
+    assert_eq!(
+        read(ColumnType::Timestamp, "2026-03-01T00:00:00+02:00"),
+        Ok(Value::Timestamp(us))
+    );
+    assert_eq!(
+        read(ColumnType::Timestamp, "2026-03-01 00:00:00-05"),
+        Ok(Value::Timestamp(us))
+    );
+}
+
+#[test]
+fn a_real_is_read_as_a_float4_and_json_text_is_kept() {
+    use serde_json::json;
+    let real = |v: serde_json::Value| Value::from_json(ColumnType::Real, &v);
+    // Debezium's float32 spelling reads as the float4 PostgreSQL's float4in makes.
+    for text in ["0.1", "3.4028235E38", "1.17549435E-38", "16777217", "-2.5"] {
+        let want = f64::from(text.parse::<f32>().expect("f32"));
+        let number: serde_json::Value = serde_json::from_str(text).expect("number");
+        assert_eq!(real(number), Ok(Value::Float(want)), "{text}");
+        assert_eq!(real(json!(text)), Ok(Value::Float(want)), "{text}");
+    }
+    assert!(matches!(
+        real(json!(1e39)),
+        Err(ConvertError::OutOfRange(_))
+    ));
+    assert!(matches!(
+        Value::from_json(
+            ColumnType::Double,
+            &serde_json::from_str("1e400").expect("n")
+        ),
+        Err(ConvertError::OutOfRange(_)) | Err(ConvertError::Invalid { .. })
+    ));
+    assert!(matches!(real(json!("NaN")), Ok(Value::Float(x)) if x.is_nan()));
+    // `json` keeps its text as PostgreSQL's json does; `jsonb` is normalised.
+    let doc = r#"{"z":1,  "a":2, "a":3, "n":1e2}"#;
+    assert_eq!(
+        Value::from_json(ColumnType::Json, &json!(doc)),
+        Ok(Value::Json(doc.to_owned()))
+    );
+    assert_ne!(
+        Value::from_json(ColumnType::Jsonb, &json!(doc)),
+        Ok(Value::Json(doc.to_owned()))
+    );
+}
+
+#[test]
+fn kafka_connect_logical_types_decide_the_unit() {
+    use serde_json::json;
+    let us = 1_772_323_200_000_000_i64;
+    let connect = |name: &str| logical(name, json!(null));
+    assert_eq!(
+        Value::from_debezium(
+            ColumnType::TimestampTz,
+            connect("org.apache.kafka.connect.data.Timestamp"),
+            &json!(us / 1_000 + 123)
+        ),
+        Ok(Value::Timestamp(us + 123_000))
+    );
+    assert_eq!(
+        Value::from_debezium(
+            ColumnType::Date,
+            connect("org.apache.kafka.connect.data.Date"),
+            &json!(20_513)
+        ),
+        Ok(Value::Date(20_513))
+    );
+    assert_eq!(
+        Value::from_debezium(
+            ColumnType::Text,
+            connect("org.apache.kafka.connect.data.Time"),
+            &json!(3_723_500)
+        ),
+        Ok(Value::Text("01:02:03.5".into()))
+    );
+}

@@ -268,8 +268,12 @@ pub fn date_from_days(days: i32) -> Option<NaiveDate> {
     NaiveDate::from_ymd_opt(1970, 1, 1)?.checked_add_signed(chrono::Duration::days(i64::from(days)))
 }
 
-/// Parses ISO-8601 / PostgreSQL timestamp text into microseconds since the epoch.
-/// With an offset, the instant is normalised to UTC. `infinity` / `-infinity` are kept.
+/// Parses ISO-8601 / PostgreSQL timestamp text into microseconds since the epoch, as
+/// PostgreSQL reads it: for `timestamptz` (`with_zone`) an offset gives the instant,
+/// normalised to UTC; for `timestamp` an offset is ignored and the wall time kept
+/// (`'2026-03-01T10:15:30+02:00'::timestamp` is 10:15:30). `infinity` / `-infinity`
+/// are kept. Text with a non-zero fraction finer than microseconds is refused (`None`;
+/// see [`has_sub_micros`]): PostgreSQL would round it, Weir does not guess.
 pub fn parse_timestamp(s: &str, with_zone: bool) -> Option<i64> {
     let s = s.trim();
     match s {
@@ -277,17 +281,23 @@ pub fn parse_timestamp(s: &str, with_zone: bool) -> Option<i64> {
         "-infinity" => return Some(i64::MIN),
         _ => {}
     }
-    if let Ok(ts) = DateTime::parse_from_rfc3339(s) {
-        return Some(ts.timestamp_micros());
+    if has_sub_micros(s) {
+        return None;
     }
-    for fmt in ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z"] {
-        if let Ok(ts) = DateTime::parse_from_str(s, fmt) {
-            return Some(ts.timestamp_micros());
-        }
+    let zoned = DateTime::parse_from_rfc3339(s).ok().or_else(|| {
+        ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z"]
+            .into_iter()
+            .find_map(|fmt| DateTime::parse_from_str(s, fmt).ok())
+    });
+    if let Some(ts) = zoned {
+        return Some(if with_zone {
+            ts.timestamp_micros()
+        } else {
+            ts.naive_local().and_utc().timestamp_micros()
+        });
     }
     // Without an offset the text is wall time; for timestamptz it is read as UTC, the
     // stage's zone.
-    let _ = with_zone;
     let naive = s.strip_suffix('Z').unwrap_or(s);
     for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
         if let Ok(ts) = NaiveDateTime::parse_from_str(naive, fmt) {
@@ -295,6 +305,23 @@ pub fn parse_timestamp(s: &str, with_zone: bool) -> Option<i64> {
         }
     }
     None
+}
+
+/// Whether timestamp text has a fraction of a second finer than microseconds that is
+/// not zero (`…:30.1234567`): PostgreSQL would round it to a microsecond, so the value
+/// stored would not be the one sent.
+pub fn has_sub_micros(s: &str) -> bool {
+    let Some(colon) = s.find(':') else {
+        return false;
+    };
+    let Some(dot) = s[colon..].find('.') else {
+        return false;
+    };
+    s[colon + dot + 1..]
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .skip(6)
+        .any(|b| b != b'0')
 }
 
 pub(super) fn parse_uuid(s: &str) -> Option<[u8; 16]> {

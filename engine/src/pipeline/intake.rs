@@ -339,6 +339,7 @@ impl Pipeline {
                     tables,
                     *on_bad_record,
                     checkpoint,
+                    self.stage.source_state()?.as_deref(),
                     chunk,
                 )
                 .await?,

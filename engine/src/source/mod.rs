@@ -103,6 +103,14 @@ pub enum SourceError {
         len: u64,
         position: u64,
     },
+    #[error(
+        "the change feed {feed} is not the feed the stage was filled from: {part} differ from the bytes staged up to byte {position} (a rotated, replaced or rewritten file, or stdin piped without the feed's start). Weir resumes a feed at a byte offset, so nothing was read: point source.path at the original file and append new records to it, pipe stdin again from the feed's first line, or start a new stage"
+    )]
+    NotTheFeed {
+        feed: String,
+        position: u64,
+        part: &'static str,
+    },
     #[error("PostgreSQL source")]
     Postgres(#[source] Box<postgres::PgSourceError>),
 }

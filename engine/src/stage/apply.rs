@@ -494,7 +494,7 @@ impl StageBatch {
         Ok(())
     }
 
-    /// Adds changes at the current generation; returns how many.
+    /// Adds changes at the current generation; returns how many changed a row.
     pub(super) fn changes(
         &mut self,
         stage: &Stage,
@@ -580,7 +580,11 @@ impl StageBatch {
                 }
             }
         }
-        Ok(changes.len())
+        // A source's own state is not a change of a row.
+        Ok(changes
+            .iter()
+            .filter(|c| !matches!(c, StageChange::SourceState(_)))
+            .count())
     }
 
     /// Records that `key` (empty: every key) of a partition changed.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::error::PgSourceError;
 use crate::config::{OnTruncate, TableConfig, TableName};
-use crate::feed::{StageChange, StagedRow};
+use crate::feed::{StageChange, StagedRow, with_unchanged};
 use crate::limits::TRANSACTION_CHUNK_BYTES;
 use crate::pg::pgoutput::{OldTuple, PgOutputMessage, Relation, RelationColumn, TupleValue};
 use crate::pg::pgtypes;
@@ -676,40 +676,15 @@ impl Assembler {
             table: table.source.to_string(),
             reason,
         })?;
-        let mut previous_key = None;
-        let mut upsert = None;
-        for change in changes {
-            match change {
-                StageChange::Delete { key, .. } => previous_key = Some(key),
-                StageChange::Upsert {
-                    table,
-                    key,
-                    partition,
-                    row,
-                } => upsert = Some((table, key, partition, row)),
-                _ => {}
+        // A changed key may be one the snapshot has passed: skipping could lose the row,
+        // so an unknown value stops the source instead (`with_unchanged`).
+        let changes = with_unchanged(changes, unchanged, skip_if_absent).map_err(|reason| {
+            PgSourceError::BadChange {
+                table: table.source.to_string(),
+                reason,
             }
-        }
-        let (name, key, partition, row) = upsert.ok_or_else(|| PgSourceError::BadChange {
-            table: table.source.to_string(),
-            reason: "an update without its new row".into(),
         })?;
-        // The new key's row first: a changed key's unchanged values are the old key's,
-        // whose row the delete after it removes.
-        txn.extend([StageChange::UpsertUnchanged {
-            table: name.clone(),
-            previous_key: previous_key.clone().unwrap_or_else(|| key.clone()),
-            key,
-            partition,
-            row,
-            unchanged,
-            // A changed key may be one the snapshot has passed: skipping could lose the
-            // row, so an unknown value stops the source instead.
-            skip_if_absent: skip_if_absent && previous_key.is_none(),
-        }]);
-        if let Some(key) = previous_key {
-            txn.extend([StageChange::Delete { table: name, key }]);
-        }
+        txn.extend(changes);
         Ok(txn.chunk_if_full(self.chunk_changes_max))
     }
 

@@ -1,0 +1,173 @@
+//! Debezium feeds as Debezium writes them, and feeds that change under Weir: a rotated
+//! file is refused rather than resumed at another file's offset; Debezium's
+//! placeholder for an unchanged TOAST value keeps the staged value; tombstones and
+//! transaction metadata pass; a TRUNCATE follows `on_truncate`; live stdin is staged
+//! while its producer pauses.
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Order, TestDb, envelope, text};
+
+fn order(id: i64, day: &str, customer: &str) -> Order {
+    Order {
+        id,
+        customer: customer.into(),
+        order_date: Some(day.into()),
+        amount: "1.00".into(),
+        status: "new".into(),
+    }
+}
+
+fn orders(ids: std::ops::RangeInclusive<i64>) -> Vec<String> {
+    ids.map(|id| envelope("c", None, None, Some(&order(id, "2026-03-01", "c"))))
+        .collect()
+}
+
+fn verify(db: &TestDb) {
+    let out = db.weir_ok(&[
+        "verify",
+        "--table",
+        "analytics.fact_orders",
+        "--from",
+        "2026-03-01",
+        "--to",
+        "2026-03-03",
+    ]);
+    assert!(out.contains("verify passed"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_feed_file_is_refused_not_resumed_at_its_offset() {
+    let db = TestDb::new("feed_rotated").await;
+    db.write_config("", "", "");
+    db.write_feed(&orders(1..=3));
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let count = "SELECT count(*) FROM analytics.fact_orders";
+    assert_eq!(db.count(count).await, 3);
+    // Rotated: the file now holds other, more records (longer than the position).
+    std::fs::rename(db.path("feed.jsonl"), db.path("feed.jsonl.1")).expect("rotate");
+    db.write_feed(&orders(4..=9));
+    let out = db.weir(&["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("not the feed the stage was filled from")
+            && stderr.contains("append new records to it"),
+        "{stderr}"
+    );
+    assert_eq!(db.count(count).await, 3);
+    // The new records appended to the original file: all of them arrive.
+    std::fs::rename(db.path("feed.jsonl.1"), db.path("feed.jsonl")).expect("restore");
+    db.append_feed(&orders(4..=9));
+    db.weir_ok(&["run", "--once"]);
+    assert_eq!(db.count(count).await, 9);
+    verify(&db);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn debeziums_placeholders_tombstones_metadata_and_truncates() {
+    let db = TestDb::new("feed_debezium_forms").await;
+    db.write_config("", "on_truncate = \"apply\"", "");
+    let long = "x".repeat(5000);
+    let first = order(1, "2026-03-01", &long);
+    let mut unavailable = first.clone();
+    unavailable.customer = "__debezium_unavailable_value".into();
+    unavailable.status = "paid".into();
+    let second = order(2, "2026-03-02", "b");
+    db.write_feed(&[
+        "{\"status\":\"BEGIN\",\"id\":\"7\",\"event_count\":null,\"ts_ms\":1}\n".to_owned(),
+        envelope("c", Some(7), None, Some(&first)),
+        envelope("c", Some(7), None, Some(&second)),
+        "{\"status\":\"END\",\"id\":\"7\",\"event_count\":2,\"ts_ms\":1}\n".to_owned(),
+        envelope("u", Some(8), None, Some(&unavailable)),
+        envelope("d", Some(9), Some(&second), None),
+        "null\n".to_owned(),
+    ]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let client = db.client().await;
+    let rows = client
+        .query(
+            "SELECT id, customer, status FROM analytics.fact_orders ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("rows");
+    let rows: Vec<(i64, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(rows, [(1, long, "paid".to_owned())]);
+    verify(&db);
+    // A TRUNCATE, with the table's on_truncate = "apply": its rows go.
+    db.append_feed(&[
+        "{\"op\":\"t\",\"before\":null,\"after\":null,\"source\":{\"schema\":\"public\",\"table\":\"orders\",\"txId\":10},\"ts_ms\":1}\n".to_owned(),
+    ]);
+    db.weir_ok(&["run", "--once"]);
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders").await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_stdin_is_staged_and_written_while_its_producer_pauses() {
+    let db = TestDb::new("feed_stdin_live").await;
+    db.write_config("", "", "flush_interval_ms = 10");
+    let config = std::fs::read_to_string(db.config_path()).expect("config");
+    std::fs::write(
+        db.config_path(),
+        config.replace("path = \"feed.jsonl\"", "path = \"-\""),
+    )
+    .expect("config");
+    db.weir_ok(&["init"]);
+    let mut child = db
+        .weir_command(&["run"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weir run");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let count = "SELECT count(*) FROM analytics.fact_orders";
+    for (i, line) in orders(1..=3).into_iter().enumerate() {
+        stdin.write_all(line.as_bytes()).expect("write");
+        stdin.flush().expect("flush");
+        // The producer pauses, stdin open: what it sent is written meanwhile.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut written = 0;
+        while Instant::now() < deadline {
+            written = db
+                .client()
+                .await
+                .query_one(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'analytics'",
+                    &[],
+                )
+                .await
+                .map(|r| r.get::<_, i64>(0))
+                .unwrap_or(0);
+            if written > 0 {
+                written = db.count(count).await;
+                if written == i as i64 + 1 {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            written,
+            i as i64 + 1,
+            "line {} not written while stdin pauses",
+            i + 1
+        );
+    }
+    drop(stdin);
+    let out = child
+        .wait_with_output()
+        .expect("weir run ends at the end of stdin");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
