@@ -798,6 +798,7 @@ fn plugin_test_previews_feed_rows_with_each_rows_fate() {
         json!({"id": 2, "customer": "bob", "order_date": "2026-03-01", "amount": 19.9, "status": "shipped"}),
         json!({"id": 3, "customer": "carol", "order_date": {"date": 20513}, "amount": {"decimal": "-1"}, "status": "new"}),
         json!({"op": "d", "before": {"id": 4, "order_date": "2026-03-01", "amount": "1"}, "after": null, "source": {"schema": "public", "table": "orders"}}),
+        json!({"op": "u", "before": null, "after": {"id": 2, "customer": "bob", "order_date": 20513, "amount": "20", "status": "shipped"}, "source": {"schema": "public", "table": "orders", "txId": 8}}),
     ]
     .iter()
     .map(|j| format!("{j}\n"))
@@ -806,7 +807,7 @@ fn plugin_test_previews_feed_rows_with_each_rows_fate() {
         "-C",
         "rate=1.0825",
         "--column",
-        "order_date=date,amount=numeric",
+        "order_date=date:days,amount=numeric",
     ];
     let mut outputs = Vec::new();
     for lang in ORDERS_PLUGINS {
@@ -822,7 +823,7 @@ fn plugin_test_previews_feed_rows_with_each_rows_fate() {
             .lines()
             .map(|l| serde_json::from_str(l).expect("json line"))
             .collect();
-        assert_eq!(lines.len(), 4, "{lang}: one fate per input row: {out}");
+        assert_eq!(lines.len(), 5, "{lang}: one fate per input row: {out}");
         assert_eq!(lines[0]["line"], 1);
         assert_eq!(
             lines[0]["row"]["amount"],
@@ -830,9 +831,10 @@ fn plugin_test_previews_feed_rows_with_each_rows_fate() {
             "{lang}"
         );
         assert_eq!(lines[0]["row"]["amount_eur"], json!({"decimal": "7.58"}));
+        // As the stage holds them: a key's last version only, and no deleted key.
         assert_eq!(
-            lines[1]["row"]["amount"],
-            json!({"decimal": "19.90"}),
+            lines[1],
+            json!({"line": 2, "superseded": {"by": 5}}),
             "{lang}"
         );
         assert_eq!(
@@ -841,10 +843,16 @@ fn plugin_test_previews_feed_rows_with_each_rows_fate() {
         );
         assert_eq!(
             lines[3],
-            json!({"line": 4, "dropped": {"key": [{"integer": 4}]}})
+            json!({"line": 4, "deleted": {"key": [{"integer": 4}]}})
+        );
+        assert_eq!(lines[4]["line"], 5);
+        assert_eq!(
+            lines[4]["row"]["amount"],
+            json!({"decimal": "20.00"}),
+            "{lang}"
         );
         assert!(
-            stderr.contains("plugin test: 4 input rows: 2 output rows, 1 rejected, 1 dropped"),
+            stderr.contains("plugin test: 3 input rows: 2 output rows, 1 rejected, 0 dropped; 1 superseded by a later line of their key and 1 deleted, not pushed"),
             "{lang}: {stderr}"
         );
         outputs.push(out);
@@ -886,6 +894,26 @@ fn plugin_test_previews_feed_rows_with_each_rows_fate() {
     );
     assert_ne!(code, Some(0), "{stderr}");
     assert!(stderr.contains("--column `amount=money`"), "{stderr}");
+    // A key given twice, a column no row has, a number without its unit: refused,
+    // naming what to write.
+    for (args, want) in [
+        (
+            &["-C", "rate=1", "-C", "rate=2"][..],
+            "`rate` is given twice",
+        ),
+        (
+            &["-C", "rate=1", "--column", "order_dat=date,amount=numeric"][..],
+            "--column order_dat: no input row has a column `order_dat`",
+        ),
+        (
+            &["-C", "rate=1", "--column", "order_date=date,amount=numeric"][..],
+            "--column order_date=date:UNIT",
+        ),
+    ] {
+        let (code, _, _, stderr) = plugin_test(&plugin("orders-rust"), &input, args);
+        assert_ne!(code, Some(0), "{stderr}");
+        assert!(stderr.contains(want), "want `{want}` in {stderr}");
+    }
 }
 
 /// `n` orders rows in `plugin test`'s input format.

@@ -113,11 +113,16 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 serde_json::from_value(serde_json::Value::String(grain.clone())).map_err(|_| {
                     anyhow::anyhow!("--grain `{grain}`: use hour, day, month or value")
                 })?;
-            let mut config = Vec::with_capacity(config_values.len());
+            let mut config: Vec<(String, String)> = Vec::with_capacity(config_values.len());
             for kv in &config_values {
                 let (k, v) = kv
                     .split_once('=')
                     .ok_or_else(|| anyhow::anyhow!("--config-value `{kv}`: write KEY=VALUE"))?;
+                if config.iter().any(|(seen, _)| seen == k) {
+                    anyhow::bail!(
+                        "--config-value: `{k}` is given twice; give each key once, as a table's plugin_config holds it"
+                    );
+                }
                 config.push((k.to_owned(), v.to_owned()));
             }
             let config = plugin::normalize_config(&config);
@@ -135,14 +140,25 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 std::fs::read_to_string(&input)
                     .with_context(|| format!("read rows from {}", input.display()))?
             };
+            let (types, epochs) = column_types(&columns)?;
             let schema = json::InputSchema {
                 key_columns: key,
-                types: column_types(&columns)?,
+                types,
+                epochs,
             };
-            let (lines, rows): (Vec<usize>, Vec<_>) =
-                json::read_input_rows(&text, &input.display().to_string(), &schema)?
-                    .into_iter()
-                    .unzip();
+            let read = json::read_input_rows(&text, &input.display().to_string(), &schema)?;
+            for name in column_texts(&columns).map(|(name, _)| name) {
+                if !read
+                    .iter()
+                    .any(|(_, row)| row.columns.iter().any(|(c, _)| c == name))
+                {
+                    anyhow::bail!(
+                        "--column {name}: no input row has a column `{name}`; check its spelling"
+                    );
+                }
+            }
+            let (staged, notes) = as_staged(read);
+            let (lines, rows): (Vec<usize>, Vec<_>) = staged.into_iter().unzip();
             let partition = if partition == weir::partition::Partition::NULL_NAME {
                 weir::partition::Partition::Null
             } else {
@@ -240,6 +256,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 rows: &rows,
                 output: &output,
                 fates: fates.as_ref(),
+                notes: &notes,
             };
             std::io::stdout()
                 .lock()
@@ -326,21 +343,45 @@ async fn run_cases(
 }
 
 /// `--column` values (`NAME=TYPE`, several per value separated by commas outside
-/// parentheses: `id=bigint,amount=numeric(12,2)`) as column types.
-fn column_types(values: &[String]) -> anyhow::Result<Vec<(String, weir::value::ColumnType)>> {
-    let mut types = Vec::new();
+/// parentheses: `id=bigint,amount=numeric(12,2)`; a date or timestamp column's epoch
+/// unit after a colon, `seen_at=timestamptz:ms`) as column types and epoch units.
+#[allow(clippy::type_complexity)]
+fn column_types(
+    values: &[String],
+) -> anyhow::Result<(
+    Vec<(String, weir::value::ColumnType)>,
+    Vec<(String, weir::value::EpochUnit)>,
+)> {
+    let (mut types, mut epochs) = (Vec::new(), Vec::new());
     for value in values {
         for item in column_items(value) {
             let (name, ty) = item.split_once('=').ok_or_else(|| {
                 anyhow::anyhow!("--column `{item}`: write NAME=TYPE (e.g. amount=numeric(12,2))")
             })?;
-            let ty = ty
+            let name = name.trim().to_owned();
+            let ty = match ty.split_once(':') {
+                Some((ty, unit)) => {
+                    let unit = unit
+                        .trim()
+                        .parse()
+                        .map_err(|e| anyhow::anyhow!("--column `{item}`: {e}"))?;
+                    epochs.push((name.clone(), unit));
+                    ty
+                }
+                None => ty,
+            };
+            let ty: weir::value::ColumnType = ty
                 .parse()
                 .map_err(|e| anyhow::anyhow!("--column `{item}`: {e}"))?;
-            types.push((name.trim().to_owned(), ty));
+            if epochs.iter().any(|(n, _)| *n == name) && !ty.is_temporal() {
+                anyhow::bail!(
+                    "--column `{item}`: an epoch unit is for date, timestamp and timestamptz columns"
+                );
+            }
+            types.push((name, ty));
         }
     }
-    Ok(types)
+    Ok((types, epochs))
 }
 
 /// The `NAME=TYPE` items of `--column` values (a comma list; commas inside
@@ -370,7 +411,7 @@ fn column_texts(values: &[String]) -> impl Iterator<Item = (&str, &str)> {
         .iter()
         .flat_map(|v| column_items(v))
         .filter_map(|item| item.split_once('='))
-        .map(|(n, t)| (n.trim(), t.trim()))
+        .map(|(n, t)| (n.trim(), t.split(':').next().unwrap_or(t).trim()))
 }
 
 /// What `weir plugin test` prints of a job: each input row's fate in input order.
@@ -383,6 +424,56 @@ struct Preview<'a> {
     output: &'a weir::plugin::JobOutput,
     /// A row plugin's output per input row.
     fates: Option<&'a weir::plugin::RowFates>,
+    /// The input lines that were not pushed, with what became of them.
+    notes: &'a [(usize, serde_json::Value)],
+}
+
+/// The input rows as the stage would hold them when the job runs: the last version of
+/// each key, and no deleted key (a delete removes its row; the engine never pushes
+/// one). Returns the rows to push with their lines, in input order of those lines, and
+/// a note for each line not pushed: `{"line": N, "superseded": {"by": M}}` or
+/// `{"line": N, "deleted": {"key": [...]}}`.
+#[allow(clippy::type_complexity)]
+fn as_staged(
+    rows: Vec<(usize, weir::plugin::InputRow)>,
+) -> (
+    Vec<(usize, weir::plugin::InputRow)>,
+    Vec<(usize, serde_json::Value)>,
+) {
+    use serde_json::json;
+    let mut last: std::collections::HashMap<Vec<u8>, usize> = std::collections::HashMap::new();
+    let key_of = |row: &weir::plugin::InputRow| -> Vec<u8> {
+        serde_json::to_vec(
+            &row.key
+                .iter()
+                .map(weir::plugin::json::tagged)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_default()
+    };
+    for (i, (_, row)) in rows.iter().enumerate() {
+        last.insert(key_of(row), i);
+    }
+    let mut staged = Vec::new();
+    let mut notes = Vec::new();
+    for (i, (line, row)) in rows.iter().enumerate() {
+        let latest = last.get(&key_of(row)).copied().unwrap_or(i);
+        if latest != i {
+            notes.push((
+                *line,
+                json!({ "line": line, "superseded": { "by": rows[latest].0 } }),
+            ));
+        } else if row.op == weir::feed::Op::Delete {
+            let key: Vec<_> = row.key.iter().map(weir::plugin::json::tagged).collect();
+            notes.push((*line, json!({ "line": line, "deleted": { "key": key } })));
+        }
+    }
+    for (i, (line, row)) in rows.into_iter().enumerate() {
+        if last.get(&key_of(&row)) == Some(&i) && row.op != weir::feed::Op::Delete {
+            staged.push((line, row));
+        }
+    }
+    (staged, notes)
 }
 
 impl Preview<'_> {
@@ -393,10 +484,15 @@ impl Preview<'_> {
     fn render(&self) -> String {
         use serde_json::json;
         use weir::plugin::json::{tagged, tagged_row};
-        let mut out = String::new();
+        // Each entry with its input line, put in input order at the end (stable: a
+        // line's own entries keep their order); then `finish`'s rows.
+        let mut entries: Vec<(usize, serde_json::Value)> = self.notes.to_vec();
         let mut line = |j: serde_json::Value| {
-            out.push_str(&j.to_string());
-            out.push('\n');
+            let n = j
+                .get("line")
+                .and_then(serde_json::Value::as_u64)
+                .map_or(usize::MAX, |n| n as usize);
+            entries.push((n, j));
         };
         let key =
             |i: usize| -> Vec<serde_json::Value> { self.rows[i].key.iter().map(tagged).collect() };
@@ -434,6 +530,12 @@ impl Preview<'_> {
         for row in finish_rows {
             line(json!({ "row": tagged_row(&self.d.columns, row) }));
         }
+        entries.sort_by_key(|(n, _)| *n);
+        let mut out = String::new();
+        for (_, j) in entries {
+            out.push_str(&j.to_string());
+            out.push('\n');
+        }
         out
     }
 
@@ -455,15 +557,34 @@ impl Preview<'_> {
                     .filter(|(rows, rejection)| rows.is_empty() && rejection.is_none())
                     .count();
                 format!(
-                    "plugin test: {n} input rows: {} output rows, {rejected} rejected, {dropped} dropped; {used}",
-                    self.output.rows.len()
+                    "plugin test: {n} input rows: {} output rows, {rejected} rejected, {dropped} dropped{}; {used}",
+                    self.output.rows.len(),
+                    self.not_pushed()
                 )
             }
             None => format!(
-                "plugin test: {n} input rows, {rejected} rejected; {} output rows (a partition plugin: rows are not matched to input rows); {used}",
+                "plugin test: {n} input rows{}, {rejected} rejected; {} output rows (a partition plugin: rows are not matched to input rows); {used}",
+                self.not_pushed(),
                 self.output.rows.len()
             ),
         }
+    }
+
+    /// What became of the input lines not pushed (none: empty).
+    fn not_pushed(&self) -> String {
+        let count = |what: &str| {
+            self.notes
+                .iter()
+                .filter(|(_, j)| j.get(what).is_some())
+                .count()
+        };
+        let (superseded, deleted) = (count("superseded"), count("deleted"));
+        if superseded + deleted == 0 {
+            return String::new();
+        }
+        format!(
+            "; {superseded} superseded by a later line of their key and {deleted} deleted, not pushed"
+        )
     }
 
     /// Hints for rejections that name a column the input gave untyped: the plugin

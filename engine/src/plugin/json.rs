@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Number, Value as J, json};
 
-use crate::value::{ColumnType, Logical, Value};
+use crate::value::{ColumnType, ConvertError, EpochUnit, Logical, Value};
 
 /// The tagged JSON of a value.
 pub fn tagged(v: &Value) -> J {
@@ -166,6 +166,9 @@ pub struct InputSchema {
     /// numeric, ISO-8601 text for a timestamp), checked and normalised to what
     /// PostgreSQL stores.
     pub types: Vec<(String, ColumnType)>,
+    /// The unit of a number given for a date or timestamp column, as a column's
+    /// `epoch` in the config.
+    pub epochs: Vec<(String, EpochUnit)>,
 }
 
 impl InputSchema {
@@ -227,9 +230,23 @@ fn input_value(
         )),
         (None, Some(ty)) => match logical.iter().find(|(c, _)| c == column) {
             Some((_, l)) => Value::from_debezium(ty, *l, j),
-            None => Value::from_json(ty, j),
+            None => {
+                let epoch = schema
+                    .epochs
+                    .iter()
+                    .find(|(c, _)| c == column)
+                    .map(|(_, unit)| *unit);
+                Value::from_json_unit(ty, epoch, j)
+            }
         }
-        .map_err(|e| e.to_string()),
+        .map_err(|e| match e {
+            ConvertError::NoEpochUnit { column_type } => format!(
+                "a number for a {column_type} column without a unit: give it with the type, \
+                 --column {column}={column_type}:UNIT (UNIT days, s, ms, us or ns), as a \
+                 column's epoch in the config"
+            ),
+            e => e.to_string(),
+        }),
         (None, None) => match j {
             J::Number(n) if n.as_i64().is_none() => Err(format!(
                 "{n} is a number with a fraction or exponent, which could be a decimal or a \
@@ -451,6 +468,7 @@ mod tests {
                 .iter()
                 .map(|(c, t)| ((*c).to_owned(), t.parse().expect("type")))
                 .collect(),
+            epochs: Vec::new(),
         }
     }
 
