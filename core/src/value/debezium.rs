@@ -1,6 +1,7 @@
 //! Debezium's logical types: what a schema field's `name` says a value means (days,
 //! epoch units, zoned text, base64 decimals), and the exact conversion it calls for.
 
+use super::text::{has_sub_micros, parse_timestamp};
 use super::{ColumnType, ConvertError, EpochUnit, MICROS_PER_DAY, Value};
 
 /// A Debezium logical type: the `name` of a field in the schema of an envelope written
@@ -137,7 +138,17 @@ impl Value {
                 if !ty.is_temporal() {
                     return Err(unsuited("a timestamp"));
                 }
-                Value::from_json_unit(ty, None, v)
+                // An instant (Debezium's text of a timestamptz): into a `timestamp`
+                // column it is the UTC wall time, the stage's zone, whatever the offset.
+                match v {
+                    J::String(s) if ty == ColumnType::Timestamp && !has_sub_micros(s) => {
+                        match parse_timestamp(s, true) {
+                            Some(us) => Value::Timestamp(us).conform(ty),
+                            None => Value::from_json_unit(ty, None, v),
+                        }
+                    }
+                    _ => Value::from_json_unit(ty, None, v),
+                }
             }
             Logical::Time(unit) => {
                 if !matches!(ty, ColumnType::Text | ColumnType::Varchar(_)) {
