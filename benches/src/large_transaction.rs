@@ -46,6 +46,7 @@ pub(crate) async fn large_transaction(out: &mut String, args: &Args) -> anyhow::
         config.tables.clone(),
         OnBadRecord::Fail,
         None,
+        None,
         chunk,
     )
     .await?;

@@ -603,3 +603,92 @@ async fn a_snapshot_resumes_after_keys_with_quotes_and_backslashes_whatever_the_
         .get(0);
     assert_eq!(count, 9, "every key once");
 }
+
+/// A REPLICA IDENTITY FULL table's key must be NOT NULL (refused with the statement
+/// that fixes it) and a key no unique index enforces is warned about; a generated
+/// column, which the stream never carries, is left out; a timestamp's precision changed
+/// at the source stops the run rather than let the target round the new values.
+#[tokio::test(flavor = "multi_thread")]
+async fn full_identity_keys_generated_columns_and_timestamp_precision_are_checked() {
+    let db = TestDb::new("est_full_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_full",
+        "CREATE TABLE orders (id bigint, customer text, order_date date, amount numeric(12,2), status text,
+                              seen timestamp(3), doubled bigint GENERATED ALWAYS AS (id * 2) STORED);
+         ALTER TABLE orders REPLICA IDENTITY FULL;
+         INSERT INTO orders (id, customer, order_date, amount, status, seen)
+           VALUES (1, 'a', '2026-03-01', 1.00, 'new', '2026-03-01 00:00:00.123');",
+    )
+    .await;
+    write_config(&db, "est_full", &orders("public.orders", &["id"], "day"));
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("key column id of public.orders may be NULL")
+            && stderr.contains("ALTER COLUMN \"id\" SET NOT NULL;"),
+        "{stderr}"
+    );
+    source
+        .batch_execute("ALTER TABLE orders ALTER COLUMN id SET NOT NULL")
+        .await
+        .expect("not null");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is not enforced unique by the source")
+            && stderr.contains("a generated column is not replicated"),
+        "{stderr}"
+    );
+    source
+        .batch_execute(
+            "INSERT INTO orders (id, customer, order_date, amount, status, seen)
+               VALUES (2, 'b', '2026-03-01', 2.00, 'new', '2026-03-01 00:00:00.456')",
+        )
+        .await
+        .expect("insert");
+    // Live: the precision changes while the run streams.
+    let log = db.path("run.log");
+    let mut run = spawn_run(&db, &source_dsn, &log);
+    let target = db.client().await;
+    let count = "SELECT count(*) FROM analytics.fact_orders";
+    wait_count(&target, count, 2, 60, &log).await;
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM information_schema.columns \
+             WHERE table_schema = 'analytics' AND table_name = 'fact_orders' AND column_name = 'doubled'"
+        )
+        .await,
+        0
+    );
+    source
+        .batch_execute(
+            "ALTER TABLE orders ALTER COLUMN seen TYPE timestamp(6);
+             INSERT INTO orders (id, customer, order_date, amount, status, seen)
+               VALUES (3, 'c', '2026-03-01', 3.00, 'new', '2026-03-01 00:00:00.999999')",
+        )
+        .await
+        .expect("precision");
+    let status = wait_exit(&mut run, &log, 60);
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "column `seen` is now timestamp(6) without time zone, was timestamp(3) without time zone"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(db.count(count).await, 2);
+    // A new start refuses too, before it reads anything: the target still says (3).
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "column `seen` is timestamp(3) without time zone, config declares timestamp(6)"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(db.count(count).await, 2);
+}

@@ -230,7 +230,10 @@ pub async fn prepare_table(
             .batch_execute(&format!("ALTER TABLE {} {adds}", name.quoted()))
             .await
             .map_err(query_err(format!("add columns to {name}")))?;
-        tracing::info!(table = %name, columns = %addable.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "), "added nullable columns to the target table");
+        // Rows staged before the source had the column carry no value for it, and
+        // PostgreSQL fills an added column's DEFAULT without writing the rows to the
+        // WAL: a rewrite from the stage keeps them NULL. Only reading them again does.
+        tracing::warn!(table = %name, columns = %addable.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "), "added nullable columns to the target table; rows staged before the source had them hold NULL there (a PostgreSQL DEFAULT fills existing rows without WAL): for a PostgreSQL source, run `weir resync --table SOURCE_TABLE` to read their values, then check with `weir verify --against-source`");
         actual = table_columns(client, &name.quoted()).await?;
     }
     let mut differences = Vec::new();

@@ -22,7 +22,7 @@ use crate::limits::TRANSACTION_CHUNK_BYTES;
 use crate::pg::pgoutput::{OldTuple, PgOutputMessage, Relation, RelationColumn, TupleValue};
 use crate::pg::pgtypes;
 use crate::source::{Op, Row, SourceEvent, StreamCommitted, Transaction, keyed_changes};
-use crate::value::Value;
+use crate::value::{ColumnType, Value};
 
 /// A relation the stream described, mapped to a configured table (or not).
 #[derive(Debug, Clone)]
@@ -539,7 +539,14 @@ impl Assembler {
                     }
                     Some(c) => {
                         let now = pgtypes::column_type(c.type_oid, c.type_modifier);
-                        if now != Some(column.ty) {
+                        // A timestamp's precision is not in its column type: compared
+                        // by name (`timestamp(3) …` to `timestamp(6) …`), or the target
+                        // would round what the source now keeps.
+                        let precision_changed =
+                            matches!(now, Some(ColumnType::Timestamp | ColumnType::TimestampTz))
+                                && pgtypes::type_name(c.type_oid, c.type_modifier)
+                                    != column.declared;
+                        if now != Some(column.ty) || precision_changed {
                             return Err(PgSourceError::SchemaChanged {
                                 table: name.to_string(),
                                 change: format!(

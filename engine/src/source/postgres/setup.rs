@@ -24,7 +24,7 @@ pub async fn source_columns(
 ) -> Result<Vec<crate::config::Column>, PgSourceError> {
     let rows = client
         .query(
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid, a.atttypmod \
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid, a.atttypmod, a.attgenerated <> '' \
              FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
             &[&table.quoted()],
         )
@@ -37,6 +37,15 @@ pub async fn source_columns(
         });
     }
     rows.iter()
+        .filter(|r| {
+            // A generated column is not in the stream (pgoutput leaves it out), so it
+            // is not replicated at all: the first load would disagree with every change.
+            let generated: bool = r.get(4);
+            if generated {
+                tracing::info!(table = %table, column = %r.get::<_, String>(0), "a generated column is not replicated (logical replication does not send it): compute it in the target or a plugin");
+            }
+            !generated
+        })
         .map(|r| {
             let (name, declared, oid, modifier): (String, String, u32, i32) =
                 (r.get(0), r.get(1), r.get(2), r.get(3));
@@ -325,6 +334,50 @@ struct IdentityRow {
     identity_index: Vec<String>,
 }
 
+/// The key of a `REPLICA IDENTITY FULL` table, which no primary key backs: a key
+/// column that may be NULL is a problem (a row with a NULL key could be neither staged
+/// nor deleted); a key no unique index enforces gets a warning, since rows sharing a
+/// key are one row to Weir (`weir verify --against-source` finds them).
+async fn full_identity_key(
+    client: &tokio_postgres::Client,
+    table: &TableConfig,
+    problems: &mut Vec<String>,
+) -> Result<(), PgSourceError> {
+    let row = client
+        .query_one(
+            "SELECT coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a                  WHERE a.attrelid = to_regclass($1) AND a.attname = ANY($2::text[]) AND NOT a.attnotnull), '{}'),                coalesce((SELECT bool_or(i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL                  AND (SELECT array_agg(a.attname::text) FROM pg_attribute a                       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) <@ $2::text[])                  FROM pg_index i WHERE i.indrelid = to_regclass($1)), false)",
+            &[&table.source.quoted(), &table.key],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read a source table's key columns",
+            source,
+        })?;
+    let (nullable, unique): (Vec<String>, bool) = (row.get(0), row.get(1));
+    if !nullable.is_empty() {
+        problems.push(format!(
+            "key column{} {} of {} may be NULL (REPLICA IDENTITY FULL, no primary key): a row with a NULL key can be neither staged nor deleted; run {}",
+            if nullable.len() > 1 { "s" } else { "" },
+            nullable.join(", "),
+            table.source,
+            nullable
+                .iter()
+                .map(|c| format!("`ALTER TABLE {} ALTER COLUMN {} SET NOT NULL;`", table.source.quoted(), quote_ident(c)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    } else if !unique {
+        tracing::warn!(
+            table = %table.source,
+            key = %table.key.join(", "),
+            "the key of this REPLICA IDENTITY FULL table is not enforced unique by the source (no primary key or unique index on its columns): rows that share a key are one row in the target. If the key is unique, say so with `CREATE UNIQUE INDEX ON {} ({})`; `weir verify --against-source` finds rows that share one",
+            table.source.quoted(),
+            table.key.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// Checks that the source hides no change of a configured table from Weir, before
 /// anything is streamed (`weir init` after it set up the publication, and every start
 /// of `weir run`): each table exists; its key is its primary key, its replica identity
@@ -429,6 +482,9 @@ pub async fn check_estate(
             }
         }
         identities.push(words.unwrap_or("full: old rows are sent whole").to_owned());
+        if rows.iter().any(|r| r.identity == "f") {
+            full_identity_key(client, table, &mut problems).await?;
+        }
     }
 
     let publication_row = client
@@ -441,7 +497,7 @@ pub async fn check_estate(
     let Some(p) = publication_row else {
         return Err(PgSourceError::Estate {
             subject: format!("publication `{publication}`"),
-            problems: "does not exist: run `weir init`, which creates it".into(),
+            problems: "does not exist: run `weir init`, which creates it. If it was dropped while the slot existed, the slot cannot send the changes made since (PostgreSQL reads a publication as it was at each change, so one made again does not serve them): make it again, then start a new slot and stage (new `slot` and `[stage] path`, `weir init`: a fresh snapshot)".into(),
         });
     };
     let (insert, update, delete, truncate, via_root): (bool, bool, bool, bool, bool) =
