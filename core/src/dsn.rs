@@ -320,20 +320,20 @@ impl PgSettings {
             .enumerate()
             .map(|(i, host)| {
                 let mut one = tokio_postgres::Config::new();
+                let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
                 let name = match host {
                     Host::Tcp(name) => {
                         one.host(name.as_str());
-                        name.clone()
+                        format!("{name}:{port}")
                     }
                     Host::Unix(dir) => {
                         one.host_path(dir);
-                        format!("{} (Unix socket)", dir.display())
+                        format!("{} (Unix socket, port {port})", dir.display())
                     }
                 };
                 if let Some(addr) = addrs.get(i) {
                     one.hostaddr(*addr);
                 }
-                let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
                 one.port(port);
                 if let Some(user) = c.get_user() {
                     one.user(user);
@@ -357,7 +357,7 @@ impl PgSettings {
                 one.keepalives_idle(c.get_keepalives_idle());
                 one.channel_binding(c.get_channel_binding());
                 (
-                    format!("{name}:{port}"),
+                    name,
                     PgSettings {
                         config: one,
                         ssl: self.ssl.clone(),
@@ -367,16 +367,20 @@ impl PgSettings {
             .collect()
     }
 
-    /// The hosts, for errors: `db.example.com`, `a, b`, `/run/postgresql (Unix socket)`.
+    /// The hosts with their ports, for errors: `db.example.com:5432`, `a:5432, b:5433`,
+    /// `/run/postgresql (Unix socket, port 5432)`.
     pub fn hosts(&self) -> String {
+        let ports = self.config.get_ports();
+        let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
         let mut names: Vec<String> = self
             .config
             .get_hosts()
             .iter()
-            .map(|h| match h {
-                tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            .enumerate()
+            .map(|(i, h)| match h {
+                tokio_postgres::config::Host::Tcp(name) => format!("{name}:{}", port(i)),
                 tokio_postgres::config::Host::Unix(dir) => {
-                    format!("{} (Unix socket)", dir.display())
+                    format!("{} (Unix socket, port {})", dir.display(), port(i))
                 }
             })
             .collect();

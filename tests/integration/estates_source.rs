@@ -692,3 +692,28 @@ async fn full_identity_keys_generated_columns_and_timestamp_precision_are_checke
     );
     assert_eq!(db.count(count).await, 2);
 }
+
+/// A source DSN variable that is unset or invalid is a configuration error (exit 2)
+/// naming the variable, as the target's is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_or_invalid_source_dsn_is_a_configuration_error() {
+    let db = TestDb::new("est_dsn_target").await;
+    write_config(&db, "est_dsn", &orders("public.orders", &["id"], "day"));
+    for (value, want) in [
+        (
+            None,
+            "source.dsn_env: environment variable WEIR_SOURCE_DSN is not set",
+        ),
+        (Some("host=localhost sslmode=strict"), "WEIR_SOURCE_DSN"),
+    ] {
+        let mut command = db.weir_command(&["init"]);
+        match value {
+            Some(v) => command.env("WEIR_SOURCE_DSN", v),
+            None => command.env_remove("WEIR_SOURCE_DSN"),
+        };
+        let out = command.output().expect("run");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(want), "want `{want}` in {stderr}");
+    }
+}

@@ -68,7 +68,7 @@ fn tls_parameters_are_taken_out_and_the_rest_is_kept() {
     );
     assert_eq!(url.config().get_application_name(), Some("x"));
     assert_eq!(url.config().get_password(), Some(SECRET.as_bytes()));
-    assert_eq!(url.hosts(), "db.example.com");
+    assert_eq!(url.hosts(), "db.example.com:5432");
     // A `?` in the password does not start the parameters.
     let tricky = parse("postgres://u:p?ss@db/app?sslmode=require").expect("valid");
     assert_eq!(tricky.ssl.mode, SslMode::Require);
@@ -230,7 +230,7 @@ fn target_session_attrs_takes_libpqs_primary_and_refuses_standbys() {
         ))
         .expect("valid");
         assert_eq!(url.config().get_target_session_attrs(), attrs, "{text}");
-        assert_eq!(url.hosts(), "a, b");
+        assert_eq!(url.hosts(), "a:5432, b:5433");
     }
     for text in ["read-only", "standby", "prefer-standby"] {
         let error = parse(&format!("host=a user=u target_session_attrs={text}"))

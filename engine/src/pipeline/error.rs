@@ -88,7 +88,7 @@ impl PipelineError {
     /// replica identity that would hide changes.
     pub fn is_usage(&self) -> bool {
         match self {
-            PipelineError::Contract { .. } => true,
+            PipelineError::Contract { .. } | PipelineError::Config(_) => true,
             PipelineError::PgSource(e) => e.is_usage(),
             _ => false,
         }

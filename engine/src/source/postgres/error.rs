@@ -140,6 +140,7 @@ impl PgSourceError {
             PgSourceError::Estate { .. }
                 | PgSourceError::StandbyWithoutPrimary
                 | PgSourceError::StandbyTooOld { .. }
+                | PgSourceError::Connect(crate::pgconn::ConnectError::Dsn(_))
         )
     }
 

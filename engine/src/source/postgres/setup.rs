@@ -200,6 +200,20 @@ pub async fn setup(
         None => None,
     };
     let writer = primary_client.as_ref().unwrap_or(client);
+    // Checked before anything is made, so that a refused init leaves nothing behind.
+    let wal_level: String = client
+        .query_one("SELECT current_setting('wal_level')", &[])
+        .await
+        .map_err(query("read wal_level"))?
+        .get(0);
+    if wal_level != "logical" {
+        return Err(PgSourceError::Estate {
+            subject: "the source server".into(),
+            problems: format!(
+                "wal_level is `{wal_level}`, and logical replication needs `logical`: run `ALTER SYSTEM SET wal_level = logical;` and restart the server (on a managed service, its logical replication setting), then `weir init` again"
+            ),
+        });
+    }
     let exists = publication_exists(writer, publication)
         .await
         .map_err(query("look up the publication"))?;

@@ -57,7 +57,7 @@ pub enum ReplicationError {
     /// The server reported an error (an `ErrorResponse`): its SQLSTATE and primary
     /// message, which may hold identifiers (slot, user, database names) or literals of
     /// the statement, never the password. DETAIL is left out: it can hold row values.
-    #[error("PostgreSQL error {code}: {message}")]
+    #[error("PostgreSQL error {code}: {message}{}", server_hint(.code))]
     Server {
         /// The SQLSTATE, e.g. `42704`.
         code: String,
@@ -120,4 +120,14 @@ fn code_suffix(code: Option<&str>) -> String {
 
 pub(super) fn protocol(what: impl Into<String>) -> ReplicationError {
     ReplicationError::Protocol { what: what.into() }
+}
+
+/// What to do about a server error whose cause is known from its SQLSTATE alone.
+fn server_hint(code: &str) -> &'static str {
+    match code {
+        "55006" => {
+            "; another connection holds the replication slot (another `weir run` with this config, or another consumer of the slot): stop it, or give each pipeline its own slot"
+        }
+        _ => "",
+    }
 }
