@@ -588,21 +588,31 @@ grain = "day"
 columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
 "#;
 
-    async fn run(lines: &str, mode: OnBadRecord) -> Vec<Result<Transaction, String>> {
-        let mut file = tempfile::NamedTempFile::new().expect("tempfile");
-        file.write_all(lines.as_bytes()).expect("write");
+    /// The test feed at `path`, opened at `at` (a checkpoint and the fingerprint staged
+    /// with it) or at its start, not followed.
+    async fn open_feed(
+        path: &std::path::Path,
+        mode: OnBadRecord,
+        at: Option<(Position, &[u8])>,
+    ) -> Result<JsonlSource, SourceError> {
         let config = Config::parse(CONFIG, std::path::Path::new("weir.toml")).expect("config");
-        let mut source = JsonlSource::open(
-            Some(file.path().to_owned()),
+        let (position, state) = at.map_or((None, None), |(p, s)| (Some(p), Some(s)));
+        JsonlSource::open(
+            Some(path.to_owned()),
             false,
             config.tables,
             mode,
-            None,
-            None,
+            position,
+            state,
             10_000,
         )
         .await
-        .expect("open");
+    }
+
+    async fn run(lines: &str, mode: OnBadRecord) -> Vec<Result<Transaction, String>> {
+        let mut file = tempfile::NamedTempFile::new().expect("tempfile");
+        file.write_all(lines.as_bytes()).expect("write");
+        let mut source = open_feed(file.path(), mode, None).await.expect("open");
         let mut out = Vec::new();
         loop {
             match source.next().await {
@@ -719,18 +729,9 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
     async fn invalid_utf8_is_a_bad_record_not_a_panic() {
         let mut file = tempfile::NamedTempFile::new().expect("tempfile");
         file.write_all(b"{\"op\":\"c\",\xff}\n").expect("write");
-        let config = Config::parse(CONFIG, std::path::Path::new("weir.toml")).expect("config");
-        let mut source = JsonlSource::open(
-            Some(file.path().to_owned()),
-            false,
-            config.tables,
-            OnBadRecord::Fail,
-            None,
-            None,
-            10_000,
-        )
-        .await
-        .expect("open");
+        let mut source = open_feed(file.path(), OnBadRecord::Fail, None)
+            .await
+            .expect("open");
         let err = source.next().await.expect_err("bad utf-8");
         assert!(
             err.to_string().contains(":1: line is not valid UTF-8"),
@@ -747,23 +748,15 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
         .concat();
         let mut file = tempfile::NamedTempFile::new().expect("tempfile");
         file.write_all(feed.as_bytes()).expect("write");
-        let config = Config::parse(CONFIG, std::path::Path::new("weir.toml")).expect("config");
         let first_end = line("c", None, 1, "2026-03-01").len() as u64;
         let checkpoint = Position {
             position: first_end,
             cursor: 1,
         };
-        let mut source = JsonlSource::open(
-            Some(file.path().to_owned()),
-            false,
-            config.tables.clone(),
-            OnBadRecord::Fail,
-            Some(checkpoint),
-            None,
-            10_000,
-        )
-        .await
-        .expect("open");
+        // No fingerprint staged (a stage from before them): not checked.
+        let mut source = open_feed(file.path(), OnBadRecord::Fail, Some((checkpoint, &[][..])))
+            .await
+            .expect("open");
         let Ok(SourceEvent::Transaction(t)) = source.next().await else {
             panic!("one transaction")
         };
@@ -773,17 +766,9 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
             position: feed.len() as u64 + 1,
             cursor: 9,
         };
-        let err = JsonlSource::open(
-            Some(file.path().to_owned()),
-            false,
-            config.tables,
-            OnBadRecord::Fail,
-            Some(beyond),
-            None,
-            10_000,
-        )
-        .await
-        .expect_err("truncated");
+        let err = open_feed(file.path(), OnBadRecord::Fail, Some((beyond, &[][..])))
+            .await
+            .expect_err("truncated");
         assert!(err.to_string().contains("truncated or replaced"), "{err}");
     }
 
@@ -807,21 +792,13 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
     }
 
     async fn open_at(path: &std::path::Path, txn: &Transaction) -> Result<JsonlSource, String> {
-        let config = Config::parse(CONFIG, std::path::Path::new("weir.toml")).expect("config");
-        JsonlSource::open(
-            Some(path.to_owned()),
-            false,
-            config.tables,
-            OnBadRecord::Fail,
-            Some(Position {
-                position: txn.end,
-                cursor: txn.cursor,
-            }),
-            Some(&state_of(txn)),
-            10_000,
-        )
-        .await
-        .map_err(|e| e.to_string())
+        let at = Position {
+            position: txn.end,
+            cursor: txn.cursor,
+        };
+        open_feed(path, OnBadRecord::Fail, Some((at, &state_of(txn))))
+            .await
+            .map_err(|e| e.to_string())
     }
 
     #[tokio::test]
@@ -868,18 +845,9 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
     }
 
     async fn run_path(path: &std::path::Path) -> Vec<Transaction> {
-        let config = Config::parse(CONFIG, std::path::Path::new("weir.toml")).expect("config");
-        let mut source = JsonlSource::open(
-            Some(path.to_owned()),
-            false,
-            config.tables,
-            OnBadRecord::Fail,
-            None,
-            None,
-            10_000,
-        )
-        .await
-        .expect("open");
+        let mut source = open_feed(path, OnBadRecord::Fail, None)
+            .await
+            .expect("open");
         let mut out = Vec::new();
         loop {
             match source.next().await.expect("good") {
