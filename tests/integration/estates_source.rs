@@ -717,3 +717,55 @@ async fn a_missing_or_invalid_source_dsn_is_a_configuration_error() {
         assert!(stderr.contains(want), "want `{want}` in {stderr}");
     }
 }
+
+/// A REPLICA IDENTITY FULL table whose key no unique index enforces: a streamed INSERT
+/// of a key the stage holds stops the run, naming the table, instead of merging two
+/// source rows into one target row; nothing past it is acknowledged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_insert_of_a_staged_key_stops_a_table_whose_key_is_not_enforced() {
+    let db = TestDb::new("est_dupkey_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_dupkey",
+        "CREATE TABLE orders (id bigint NOT NULL, customer text, order_date date, amount numeric(12,2), status text);
+         ALTER TABLE orders REPLICA IDENTITY FULL;",
+    )
+    .await;
+    write_config(&db, "est_dupkey", &orders("public.orders", &["id"], "day"));
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    source
+        .batch_execute("INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new'), (2, 'b', '2026-03-01', 2.00, 'new')")
+        .await
+        .expect("insert");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let count = "SELECT count(*) FROM analytics.fact_orders";
+    assert_eq!(db.count(count).await, 2);
+    let position = |out: &std::process::Output| {
+        serde_json::from_str::<serde_json::Value>(&text(&out.stdout)).expect("status json")
+            ["position"]
+            .as_u64()
+    };
+    let before = position(&weir_pg(&db, &source_dsn, &["status", "--json"]));
+    source
+        .batch_execute("INSERT INTO orders VALUES (1, 'again', '2026-03-02', 3.00, 'new')")
+        .await
+        .expect("a second row of key 1");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("public.orders: an INSERT arrived for a key the stage already holds"),
+        "{stderr}"
+    );
+    assert_eq!(
+        position(&weir_pg(&db, &source_dsn, &["status", "--json"])),
+        before,
+        "nothing past the insert was staged or acknowledged"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders WHERE customer = 'a'")
+            .await,
+        1
+    );
+}

@@ -14,7 +14,7 @@ use super::layout::{
     table_key,
 };
 use super::{ApplyOutcome, Stage, StageChange, StagedRow};
-use crate::feed::{BadRecord, Position, Transaction};
+use crate::feed::{BadRecord, Op, Position, Transaction};
 use crate::partition::Partition;
 
 impl Stage {
@@ -462,6 +462,11 @@ impl StageBatch {
         // partition is marked changed whole at `finish`.
         if !self.new_keys {
             let old = self.current_of(stage, table, tk)?;
+            if old.is_some() && row.op == Op::Insert && stage.key_unenforced(table) {
+                return Err(StageError::InsertOfStagedKey {
+                    table: table.to_owned(),
+                });
+            }
             if let Some(old) = old.filter(|old| old != partition) {
                 self.batch
                     .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));

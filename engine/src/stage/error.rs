@@ -70,6 +70,10 @@ pub enum StageError {
         "{table}: a change leaves column `{column}` unchanged (an unchanged TOAST value) for a row that is not staged, so its value is unknown; set REPLICA IDENTITY FULL on the source table, or take a new snapshot"
     )]
     UnchangedWithoutRow { table: String, column: String },
+    #[error(
+        "{table}: an INSERT arrived for a key the stage already holds, so the configured key is not unique in the source (a REPLICA IDENTITY FULL table without a unique index on it) and its rows would be merged: nothing past this transaction was acknowledged. Make the key unique (`CREATE UNIQUE INDEX` on its columns names a duplicate if it is not), or key the table by columns that are unique, with a new stage"
+    )]
+    InsertOfStagedKey { table: String },
 }
 
 pub(super) fn db_err(what: &'static str) -> impl FnOnce(rocksdb::Error) -> StageError {

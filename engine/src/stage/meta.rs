@@ -18,6 +18,24 @@ use crate::partition::Partition;
 const RENAME_BATCH_KEYS: usize = 10_000;
 
 impl Stage {
+    /// Sets the tables whose key the source does not enforce unique (see
+    /// [`StageError::InsertOfStagedKey`]).
+    pub fn set_unenforced_keys(&self, tables: Vec<String>) {
+        *self
+            .unenforced_keys
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = tables;
+    }
+
+    /// Whether `table`'s key is one the source does not enforce unique.
+    pub(super) fn key_unenforced(&self, table: &str) -> bool {
+        self.unenforced_keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|t| t == table)
+    }
+
     /// Records a partition's failure (replacing an earlier one of the partition).
     pub fn record_failure(&self, failure: &PartitionFailure) -> Result<(), StageError> {
         let mut key = META_FAILED_PREFIX.to_vec();

@@ -14,6 +14,10 @@ impl StagePort for Stage {
         Stage::get_row(self, table, key).map_err(PortError::new)
     }
 
+    fn set_unenforced_keys(&self, tables: Vec<String>) {
+        Stage::set_unenforced_keys(self, tables);
+    }
+
     fn advance_position(&self, position: u64) -> Result<bool, PortError> {
         Stage::advance_position(self, position).map_err(PortError::new)
     }

@@ -337,6 +337,9 @@ pub struct Estate {
     pub oids: Vec<u32>,
     /// Per table: its replica identity, in words.
     pub identities: Vec<String>,
+    /// The tables (`schema.table`) whose key no primary key or unique index enforces
+    /// (`REPLICA IDENTITY FULL`): a streamed INSERT of a staged key stops the run.
+    pub unenforced_keys: Vec<String>,
 }
 
 /// One relation of a configured table whose replica identity matters: the table
@@ -351,12 +354,13 @@ struct IdentityRow {
 /// The key of a `REPLICA IDENTITY FULL` table, which no primary key backs: a key
 /// column that may be NULL is a problem (a row with a NULL key could be neither staged
 /// nor deleted); a key no unique index enforces gets a warning, since rows sharing a
-/// key are one row to Weir (`weir verify --against-source` finds them).
+/// key are one row to Weir (`weir verify --against-source` finds them; a streamed
+/// INSERT of a staged key stops the run). Returns whether a unique index enforces it.
 async fn full_identity_key(
     client: &tokio_postgres::Client,
     table: &TableConfig,
     problems: &mut Vec<String>,
-) -> Result<(), PgSourceError> {
+) -> Result<bool, PgSourceError> {
     let row = client
         .query_one(
             "SELECT coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a                  WHERE a.attrelid = to_regclass($1) AND a.attname = ANY($2::text[]) AND NOT a.attnotnull), '{}'),                coalesce((SELECT bool_or(i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL                  AND (SELECT array_agg(a.attname::text) FROM pg_attribute a                       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) <@ $2::text[])                  FROM pg_index i WHERE i.indrelid = to_regclass($1)), false)",
@@ -384,12 +388,12 @@ async fn full_identity_key(
         tracing::warn!(
             table = %table.source,
             key = %table.key.join(", "),
-            "the key of this REPLICA IDENTITY FULL table is not enforced unique by the source (no primary key or unique index on its columns): rows that share a key are one row in the target. If the key is unique, say so with `CREATE UNIQUE INDEX ON {} ({})`; `weir verify --against-source` finds rows that share one",
+            "the key of this REPLICA IDENTITY FULL table is not enforced unique by the source (no primary key or unique index on its columns): rows that share a key are one row in the target, and a streamed INSERT of a key already staged stops the run. If the key is unique, say so with `CREATE UNIQUE INDEX ON {} ({})`; `weir verify --against-source` finds rows that share one",
             table.source.quoted(),
             table.key.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ")
         );
     }
-    Ok(())
+    Ok(unique)
 }
 
 /// Checks that the source hides no change of a configured table from Weir, before
@@ -411,6 +415,7 @@ pub async fn check_estate(
     let mut problems: Vec<String> = Vec::new();
     let mut oids = Vec::with_capacity(tables.len());
     let mut identities = Vec::with_capacity(tables.len());
+    let mut unenforced_keys = Vec::new();
     let mut partitioned = Vec::with_capacity(tables.len());
     for table in tables {
         let row = client
@@ -496,8 +501,10 @@ pub async fn check_estate(
             }
         }
         identities.push(words.unwrap_or("full: old rows are sent whole").to_owned());
-        if rows.iter().any(|r| r.identity == "f") {
-            full_identity_key(client, table, &mut problems).await?;
+        if rows.iter().any(|r| r.identity == "f")
+            && !full_identity_key(client, table, &mut problems).await?
+        {
+            unenforced_keys.push(table.source.to_string());
         }
     }
 
@@ -614,7 +621,11 @@ pub async fn check_estate(
             problems: problems.join("; "),
         });
     }
-    Ok(Estate { oids, identities })
+    Ok(Estate {
+        oids,
+        identities,
+        unenforced_keys,
+    })
 }
 
 /// A slot as `weir status` shows it.

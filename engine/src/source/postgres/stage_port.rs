@@ -56,6 +56,10 @@ pub trait StagePort: Send + Sync {
     /// leaves out.
     fn get_row(&self, table: &str, key: &[u8]) -> Result<Option<StagedRow>, PortError>;
 
+    /// The tables whose key the source does not enforce unique: an INSERT staged for
+    /// a key the stage holds stops staging (the key is not unique after all).
+    fn set_unenforced_keys(&self, tables: Vec<String>);
+
     /// Moves the position to `position` (keeping the cursor) in one synced write,
     /// unless it is there already; returns whether it moved.
     fn advance_position(&self, position: u64) -> Result<bool, PortError>;

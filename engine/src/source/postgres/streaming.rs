@@ -177,6 +177,7 @@ impl PostgresSource {
         // matched by.
         let catalog = connect(dsn).await?;
         let estate = check_estate(&catalog, &options.publication, &tables).await?;
+        stage.set_unenforced_keys(estate.unenforced_keys.clone());
         let primary = write_server(&catalog, options.primary.as_ref()).await?;
         let mut checkpoint = checkpoint;
         if checkpoint.is_none()
