@@ -141,6 +141,7 @@ impl PgSourceError {
                 | PgSourceError::StandbyWithoutPrimary
                 | PgSourceError::StandbyTooOld { .. }
                 | PgSourceError::Connect(crate::pgconn::ConnectError::Dsn(_))
+                | PgSourceError::SourceTable { .. }
         )
     }
 

@@ -53,7 +53,7 @@ pub async fn source_columns(
                 pgtypes::column_type(oid, modifier).ok_or_else(|| PgSourceError::SourceTable {
                     table: table.to_string(),
                     problem: format!(
-                        "column `{name}` has type {declared}, which Weir cannot write yet"
+                        "column `{name}` has type {declared}, which Weir cannot write yet (it writes smallint, integer, bigint, numeric, real, double precision, text, varchar, boolean, date, timestamp, timestamptz, uuid, json, jsonb and bytea): change the column to one of these at the source, or leave the table out of this pipeline"
                     ),
                 })?;
             Ok(crate::config::Column {
