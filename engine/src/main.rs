@@ -246,6 +246,7 @@ fn main() -> ExitCode {
 fn is_usage_error(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause.downcast_ref::<ConfigError>().is_some()
+            || cause.downcast_ref::<commands::Usage>().is_some()
             || cause
                 .downcast_ref::<weir::metrics::MetricsError>()
                 .is_some()

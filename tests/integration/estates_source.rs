@@ -629,6 +629,16 @@ async fn full_identity_keys_generated_columns_and_timestamp_precision_are_checke
             && stderr.contains("ALTER COLUMN \"id\" SET NOT NULL;"),
         "{stderr}"
     );
+    // A refused init leaves the source as it was: the publication it made is gone.
+    let publications: i64 = source
+        .query_one(
+            "SELECT count(*) FROM pg_publication WHERE pubname = 'est_full'",
+            &[],
+        )
+        .await
+        .expect("publications")
+        .get(0);
+    assert_eq!(publications, 0);
     source
         .batch_execute("ALTER TABLE orders ALTER COLUMN id SET NOT NULL")
         .await

@@ -896,22 +896,25 @@ fn plugin_test_previews_feed_rows_with_each_rows_fate() {
     assert!(stderr.contains("--column `amount=money`"), "{stderr}");
     // A key given twice, a column no row has, a number without its unit: refused,
     // naming what to write.
-    for (args, want) in [
+    for (args, want, exit) in [
         (
             &["-C", "rate=1", "-C", "rate=2"][..],
             "`rate` is given twice",
+            2,
         ),
         (
             &["-C", "rate=1", "--column", "order_dat=date,amount=numeric"][..],
             "--column order_dat: no input row has a column `order_dat`",
+            2,
         ),
         (
             &["-C", "rate=1", "--column", "order_date=date,amount=numeric"][..],
             "--column order_date=date:UNIT",
+            1,
         ),
     ] {
         let (code, _, _, stderr) = plugin_test(&plugin("orders-rust"), &input, args);
-        assert_ne!(code, Some(0), "{stderr}");
+        assert_eq!(code, Some(exit), "{stderr}");
         assert!(stderr.contains(want), "want `{want}` in {stderr}");
     }
 }

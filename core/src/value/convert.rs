@@ -114,6 +114,17 @@ impl Value {
         epoch: Option<EpochUnit>,
         text: &str,
     ) -> Result<Value, ConvertError> {
+        // A `json` column keeps a document given inline exactly as written, as
+        // PostgreSQL's `json` keeps its input (spacing, duplicate keys, escapes).
+        if ty == ColumnType::Json && !text.starts_with('"') && text != "null" {
+            return match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+                Ok(_) => Value::Json(text.to_owned()).conform(ty),
+                Err(_) => Err(ConvertError::Invalid {
+                    text: text.to_owned(),
+                    expected: "JSON value",
+                }),
+            };
+        }
         match Value::plain_json(ty, text) {
             Some(value) => value.conform(ty),
             None => {
@@ -210,11 +221,20 @@ impl Value {
                 // not the float8 nearest it narrowed again); a finite text too large for
                 // the type is refused, as PostgreSQL refuses it, never made infinite.
                 let read = |text: &str| -> Option<f64> {
-                    if ty == ColumnType::Real {
-                        text.trim().parse::<f32>().ok().map(f64::from)
+                    let x = if ty == ColumnType::Real {
+                        text.trim().parse::<f32>().ok().map(f64::from)?
                     } else {
-                        text.trim().parse::<f64>().ok()
-                    }
+                        text.trim().parse::<f64>().ok()?
+                    };
+                    // A non-zero number too small for the type reads as zero; PostgreSQL
+                    // refuses it as out of range, and so does Weir (an infinity).
+                    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+                    let nonzero = mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+                    Some(if x == 0.0 && nonzero {
+                        f64::INFINITY
+                    } else {
+                        x
+                    })
                 };
                 let (text, expected) = match v {
                     J::Number(n) => (n.to_string(), "number"),

@@ -742,6 +742,16 @@ fn a_real_is_read_as_a_float4_and_json_text_is_kept() {
         Err(ConvertError::OutOfRange(_)) | Err(ConvertError::Invalid { .. })
     ));
     assert!(matches!(real(json!("NaN")), Ok(Value::Float(x)) if x.is_nan()));
+    // Too small for the type but not zero: refused as PostgreSQL refuses it.
+    for text in ["1e-46", "-2.5e-50"] {
+        let number: serde_json::Value = serde_json::from_str(text).expect("number");
+        assert!(
+            matches!(real(number), Err(ConvertError::OutOfRange(_))),
+            "{text}"
+        );
+    }
+    assert_eq!(real(json!(0.0)), Ok(Value::Float(0.0)));
+    assert!(matches!(real(json!(1e-40)), Ok(Value::Float(x)) if x > 0.0));
     // `json` keeps its text as PostgreSQL's json does; `jsonb` is normalised.
     let doc = r#"{"z":1,  "a":2, "a":3, "n":1e2}"#;
     assert_eq!(
@@ -752,6 +762,13 @@ fn a_real_is_read_as_a_float4_and_json_text_is_kept() {
         Value::from_json(ColumnType::Jsonb, &json!(doc)),
         Ok(Value::Json(doc.to_owned()))
     );
+    // A document given inline in the line is kept as written too.
+    let inline = r#"{ "b" : 1,  "a":2, "a" : [1,  2.50, 1e2], "s":"\u00e9\n\/" }"#;
+    assert_eq!(
+        Value::from_json_text(ColumnType::Json, None, inline),
+        Ok(Value::Json(inline.to_owned()))
+    );
+    assert!(Value::from_json_text(ColumnType::Json, None, "{oops").is_err());
 }
 
 #[test]

@@ -4,8 +4,19 @@
 //!
 //! A module tree of the binary, not of the library: its errors are `anyhow` (the house
 //! rule keeps `anyhow` in `main` and typed `thiserror` errors in the library), and the
-//! exit code comes from the library errors in the chain (`main.rs`, `is_usage_error`).
+//! exit code comes from the library errors in the chain (`main.rs`, `is_usage_error`),
+//! or a [`Usage`] for a verb's own flags used wrongly.
 //! Nothing here is a library API: tests drive these verbs through the `weir` binary.
+
+/// A command's own flags used wrongly (exit 2, as clap's usage errors).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Usage(pub String);
+
+/// [`Usage`] as a command's error.
+pub(crate) fn usage(message: String) -> anyhow::Error {
+    Usage(message).into()
+}
 
 pub(crate) mod backfill;
 pub(crate) mod checkpoint;

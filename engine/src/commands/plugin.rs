@@ -111,17 +111,17 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
         } => {
             let grain: weir::partition::Grain =
                 serde_json::from_value(serde_json::Value::String(grain.clone())).map_err(|_| {
-                    anyhow::anyhow!("--grain `{grain}`: use hour, day, month or value")
+                    super::usage(format!("--grain `{grain}`: use hour, day, month or value"))
                 })?;
             let mut config: Vec<(String, String)> = Vec::with_capacity(config_values.len());
             for kv in &config_values {
-                let (k, v) = kv
-                    .split_once('=')
-                    .ok_or_else(|| anyhow::anyhow!("--config-value `{kv}`: write KEY=VALUE"))?;
+                let (k, v) = kv.split_once('=').ok_or_else(|| {
+                    super::usage(format!("--config-value `{kv}`: write KEY=VALUE"))
+                })?;
                 if config.iter().any(|(seen, _)| seen == k) {
-                    anyhow::bail!(
+                    return Err(super::usage(format!(
                         "--config-value: `{k}` is given twice; give each key once, as a table's plugin_config holds it"
-                    );
+                    )));
                 }
                 config.push((k.to_owned(), v.to_owned()));
             }
@@ -132,7 +132,9 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
             }
             // Clap requires both without `--cases`.
             let (Some(input), Some(partition)) = (input, partition) else {
-                anyhow::bail!("give --input and --partition, or --cases");
+                return Err(super::usage(
+                    "give --input and --partition, or --cases".into(),
+                ));
             };
             let text = if input.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin()).context("read rows from stdin")?
@@ -152,9 +154,9 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                     .iter()
                     .any(|(_, row)| row.columns.iter().any(|(c, _)| c == name))
                 {
-                    anyhow::bail!(
+                    return Err(super::usage(format!(
                         "--column {name}: no input row has a column `{name}`; check its spelling"
-                    );
+                    )));
                 }
             }
             let (staged, notes) = as_staged(read);
@@ -356,7 +358,9 @@ fn column_types(
     for value in values {
         for item in column_items(value) {
             let (name, ty) = item.split_once('=').ok_or_else(|| {
-                anyhow::anyhow!("--column `{item}`: write NAME=TYPE (e.g. amount=numeric(12,2))")
+                super::usage(format!(
+                    "--column `{item}`: write NAME=TYPE (e.g. amount=numeric(12,2))"
+                ))
             })?;
             let name = name.trim().to_owned();
             let ty = match ty.split_once(':') {
@@ -364,7 +368,7 @@ fn column_types(
                     let unit = unit
                         .trim()
                         .parse()
-                        .map_err(|e| anyhow::anyhow!("--column `{item}`: {e}"))?;
+                        .map_err(|e| super::usage(format!("--column `{item}`: {e}")))?;
                     epochs.push((name.clone(), unit));
                     ty
                 }
@@ -372,11 +376,11 @@ fn column_types(
             };
             let ty: weir::value::ColumnType = ty
                 .parse()
-                .map_err(|e| anyhow::anyhow!("--column `{item}`: {e}"))?;
+                .map_err(|e| super::usage(format!("--column `{item}`: {e}")))?;
             if epochs.iter().any(|(n, _)| *n == name) && !ty.is_temporal() {
-                anyhow::bail!(
+                return Err(super::usage(format!(
                     "--column `{item}`: an epoch unit is for date, timestamp and timestamptz columns"
-                );
+                )));
             }
             types.push((name, ty));
         }

@@ -96,7 +96,7 @@ pub enum SourceError {
         reason: String,
     },
     #[error(
-        "the change feed {feed} is {len} bytes long, shorter than the staged position {position}: it was truncated or replaced. Point source.path at the original feed, or start a new stage"
+        "the change feed {feed} is {len} bytes long, shorter than the staged position {position}: it was truncated or replaced, so it is not the feed the stage was filled from. Point source.path at the original file, pipe stdin again from the feed's first line, or start a new stage"
     )]
     Truncated {
         feed: String,

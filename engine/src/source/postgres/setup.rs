@@ -252,7 +252,22 @@ pub async fn setup(
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
-    let estate = check_estate(client, publication, tables).await?;
+    let estate = match check_estate(client, publication, tables).await {
+        Ok(estate) => estate,
+        Err(error) => {
+            // A refused init leaves the source as it found it: the publication it
+            // just made goes (a failure to drop it is only logged: the refusal is
+            // what the user needs to read).
+            if created_publication
+                && let Err(drop) = writer
+                    .batch_execute(&format!("DROP PUBLICATION {}", quote_ident(publication)))
+                    .await
+            {
+                tracing::warn!(publication, error = %drop, "the publication this init made was not dropped");
+            }
+            return Err(error);
+        }
+    };
     let identities = tables
         .iter()
         .map(|t| t.source.to_string())
