@@ -171,3 +171,49 @@ async fn live_stdin_is_staged_and_written_while_its_producer_pauses() {
         .expect("weir run ends at the end of stdin");
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_run_stops_when_its_file_is_rotated_away() {
+    let db = TestDb::new("feed_rotated_live").await;
+    db.write_config("", "", "flush_interval_ms = 10");
+    db.write_feed(&orders(1..=3));
+    db.weir_ok(&["init"]);
+    let mut child = db
+        .weir_command(&["run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weir run");
+    let count = "SELECT count(*) FROM analytics.fact_orders";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while db.count(count).await < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the first lines were not written"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Rotated: the path now names a new file. Its records would never be read by the
+    // tail of the old one, so the run stops, having read the old one to its end.
+    std::fs::rename(db.path("feed.jsonl"), db.path("feed.jsonl.1")).expect("rotate");
+    db.write_feed(&orders(4..=6));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "weir run went on tailing the old file"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let out = child.wait_with_output().expect("output");
+    let stderr = text(&out.stderr);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("was replaced while Weir read it"),
+        "{stderr}"
+    );
+    assert_eq!(db.count(count).await, 3);
+}

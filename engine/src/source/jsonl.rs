@@ -141,6 +141,9 @@ pub struct JsonlSource {
     reader: BufReader<Box<dyn AsyncRead + Unpin + Send>>,
     /// Keep reading a file past its end (`weir run` without `--once`).
     follow: bool,
+    /// A followed file's path and the identity (device, inode) of the file opened: at
+    /// its end, a path that names another file (rotated, replaced) stops the source.
+    followed: Option<(PathBuf, (u64, u64))>,
     /// Live stdin: hand on what was read when it pauses ([`STDIN_IDLE_MS`]).
     stdin_live: bool,
     /// A file read to its end once (`--once`): a last line without its line break may
@@ -197,6 +200,7 @@ impl JsonlSource {
         // The bytes a fingerprint covers, as the feed holds them now.
         let mut head = Vec::new();
         let mut tail = Vec::new();
+        let mut followed = None;
         let head_wanted = usize::try_from(checkpoint.position)
             .unwrap_or(usize::MAX)
             .min(HEAD_BYTES);
@@ -209,7 +213,11 @@ impl JsonlSource {
                         source,
                     };
                     let mut file = tokio::fs::File::open(p).await.map_err(io)?;
-                    let len = file.metadata().await.map_err(io)?.len();
+                    let metadata = file.metadata().await.map_err(io)?;
+                    let len = metadata.len();
+                    if follow {
+                        followed = Some((p.clone(), file_id(&metadata)));
+                    }
                     if len < checkpoint.position {
                         return Err(SourceError::Truncated {
                             feed,
@@ -292,6 +300,7 @@ impl JsonlSource {
             feed,
             reader: BufReader::with_capacity(256 * 1024, reader),
             follow: follow && path.is_some(),
+            followed,
             stdin_live: follow && path.is_none(),
             last_line_may_grow: !follow && path.is_some(),
             head: Head {
@@ -498,6 +507,12 @@ impl JsonlSource {
     }
 }
 
+/// A file's identity: its device and inode.
+fn file_id(metadata: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (metadata.dev(), metadata.ino())
+}
+
 /// Keeps the last [`TAIL_BYTES`] of `line` in `tail`.
 fn set_tail(tail: &mut Vec<u8>, line: &[u8]) {
     tail.clear();
@@ -549,6 +564,16 @@ impl ChangeSource for JsonlSource {
                 continue;
             }
             if self.follow {
+                // At the end of the file opened, with all of it handed on: if its path
+                // now names another file, that file's records would never be read.
+                if let Some((path, id)) = &self.followed
+                    && let Ok(now) = tokio::fs::metadata(path).await
+                    && file_id(&now) != *id
+                {
+                    return Err(SourceError::Rotated {
+                        feed: self.feed.clone(),
+                    });
+                }
                 tokio::time::sleep(Duration::from_millis(FOLLOW_POLL_MS)).await;
                 return Ok(SourceEvent::Idle);
             }

@@ -111,6 +111,10 @@ pub enum SourceError {
         position: u64,
         part: &'static str,
     },
+    #[error(
+        "the change feed {feed} was replaced while Weir read it (its path now names another file: rotated or rewritten). Weir read the file it had open to its end and stops here, since it resumes one growing file by byte offset: append new records to the original file rather than rotating it, or start a new stage for the new file"
+    )]
+    Rotated { feed: String },
     #[error("PostgreSQL source")]
     Postgres(#[source] Box<postgres::PgSourceError>),
 }
