@@ -779,3 +779,58 @@ async fn a_streamed_insert_of_a_staged_key_stops_a_table_whose_key_is_not_enforc
         1
     );
 }
+
+/// A first load of a `REPLICA IDENTITY FULL` table whose rows share a key no index
+/// enforces is refused before a row is staged, by either method (the stage would keep
+/// one row per key and the target lose the others); once the source is fixed, the
+/// next run loads it whole.
+#[tokio::test]
+async fn a_first_load_of_rows_sharing_an_unenforced_key_is_refused() {
+    for method in ["export", "watermarks"] {
+        let db = TestDb::new(&format!("est_dupload_{method}_target")).await;
+        let (source_dsn, source) = crate::harness::source_db(
+            &format!("est_dupload_{method}"),
+            "CREATE TABLE orders (id bigint NOT NULL, customer text, order_date date, amount numeric(12,2), status text);
+             ALTER TABLE orders REPLICA IDENTITY FULL;
+             INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new'), (2, 'b', '2026-03-01', 2.00, 'new'),
+                                       (2, 'twin', '2026-03-02', 2.50, 'new'), (3, 'c', '2026-03-02', 3.00, 'new');",
+        )
+        .await;
+        std::fs::write(
+            db.config_path(),
+            postgres_config(
+                &format!("est_dupload_{method}"),
+                &format!("snapshot_method = \"{method}\"\n[engine]\nflush_interval_ms = 100"),
+                &format!("[[table]]\n{}\n", orders("public.orders", &["id"], "day")),
+            ),
+        )
+        .expect("config");
+        let out = weir_pg(&db, &source_dsn, &["init"]);
+        assert!(out.status.success(), "{method}: {}", text(&out.stderr));
+        let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{method}: {stderr}");
+        assert!(
+            stderr.contains("source table public.orders: 2 rows share 1 value of the key (id)")
+                && stderr.contains("CREATE UNIQUE INDEX ON"),
+            "{method}: {stderr}"
+        );
+        assert!(!stderr.contains("twin"), "no row value is logged: {stderr}");
+        assert_eq!(
+            db.count("SELECT count(*) FROM analytics.fact_orders").await,
+            0,
+            "{method}: nothing written"
+        );
+        source
+            .batch_execute("DELETE FROM orders WHERE customer = 'twin'")
+            .await
+            .expect("fix the source");
+        let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+        assert!(out.status.success(), "{method}: {}", text(&out.stderr));
+        assert_eq!(
+            db.count("SELECT count(*) FROM analytics.fact_orders").await,
+            3,
+            "{method}"
+        );
+    }
+}

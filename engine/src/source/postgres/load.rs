@@ -43,7 +43,7 @@ use tokio_postgres::types::{FromSql, Type};
 use super::error::PgSourceError;
 use super::progress::{PagesLeft, SnapshotProgress};
 use super::replication::ReplicationClient;
-use super::setup::connect;
+use super::setup::{connect, refuse_shared_keys};
 use super::snapshot::column_types;
 use super::stage_port::{PreparedPart, StagePort};
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
@@ -379,6 +379,16 @@ pub(super) async fn first_load(
             table: name.clone(),
             reason: "the exported snapshot's name holds a NUL".into(),
         })?;
+    // Rows that share a key no index enforces would be one row in the stage: refused
+    // before anything is staged, as the snapshot holds them.
+    if planned.iter().flatten().any(|p| !p.unique_key) {
+        let check = import_snapshot(dsn, &literal).await?;
+        for (p, table) in planned.iter().zip(tables) {
+            if p.as_ref().is_some_and(|p| !p.unique_key) {
+                refuse_shared_keys(&check, table).await?;
+            }
+        }
+    }
     for _ in 0..options.parallelism.min(ranges).max(1) {
         let worker = Worker {
             client: import_snapshot(dsn, &literal).await?,

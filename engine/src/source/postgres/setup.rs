@@ -411,6 +411,46 @@ async fn full_identity_key(
     Ok(unique)
 }
 
+/// Refuses to load `table` when rows of it share a key in what `client` sees (a
+/// connection in the load's snapshot, or the source as it is now): the stage keeps one
+/// row per key, so the target would silently hold fewer rows than the source. Only
+/// asked of tables whose key no unique index enforces (a `REPLICA IDENTITY FULL` table
+/// keyed by columns it does not declare unique); it reads the table once.
+pub(super) async fn refuse_shared_keys(
+    client: &tokio_postgres::Client,
+    table: &TableConfig,
+) -> Result<(), PgSourceError> {
+    let key: Vec<String> = table.key.iter().map(|c| quote_ident(c)).collect();
+    let key = key.join(", ");
+    let (shared, rows): (i64, i64) = client
+        .query_one(
+            &format!(
+                "SELECT count(*), coalesce(sum(n), 0)::bigint FROM (SELECT count(*) AS n FROM {} GROUP BY {key} HAVING count(*) > 1) AS shared",
+                table.source.quoted()
+            ),
+            &[],
+        )
+        .await
+        .map(|row| (row.get(0), row.get(1)))
+        .map_err(|source| PgSourceError::Query {
+            what: "look for rows that share a key in a table whose key is not enforced unique",
+            source,
+        })?;
+    if shared == 0 {
+        return Ok(());
+    }
+    Err(PgSourceError::Estate {
+        subject: format!("source table {}", table.source),
+        problems: format!(
+            "{rows} rows share {shared} value{} of the key ({}), which no primary key or unique index enforces: the stage keeps one row per key, so the target would lose rows. Nothing of this table was staged. Find them with `SELECT {key}, count(*) FROM {} GROUP BY {key} HAVING count(*) > 1;`, then either make the key unique (remove the duplicates and `CREATE UNIQUE INDEX ON {} ({key});`) or set this table's `key` in the config to columns that are unique, and run again",
+            if shared == 1 { "" } else { "s" },
+            table.key.join(", "),
+            table.source.quoted(),
+            table.source.quoted(),
+        ),
+    })
+}
+
 /// Checks that the source hides no change of a configured table from Weir, before
 /// anything is streamed (`weir init` after it set up the publication, and every start
 /// of `weir run`): each table exists; its key is its primary key, its replica identity

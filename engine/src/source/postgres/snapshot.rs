@@ -8,7 +8,7 @@ use super::error::PgSourceError;
 use super::load::TID_RANGE_SCAN_VERSION;
 use super::progress::SnapshotProgress;
 use super::replication::ReplicationError;
-use super::setup::connect;
+use super::setup::{connect, refuse_shared_keys};
 use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
 use crate::feed::StageChange;
@@ -174,6 +174,7 @@ impl Snapshot {
         stage: &dyn StagePort,
         chunk_rows: usize,
         parallelism: usize,
+        unenforced_keys: &[String],
     ) -> Result<Option<Snapshot>, PgSourceError> {
         let mut progress = stage
             .source_state()
@@ -200,6 +201,12 @@ impl Snapshot {
                 "tables are read in key order: reading by pages needs PostgreSQL 14 or later"
             );
             progress.pages.clear();
+        }
+        for table in tables.iter().filter(|t| {
+            let name = t.source.to_string();
+            unenforced_keys.contains(&name) && !progress.done.contains(&name)
+        }) {
+            refuse_shared_keys(&client, table).await?;
         }
         // The planner's row estimates of the tables left: enough for a rate and an ETA.
         let mut rows_estimate = 0u64;

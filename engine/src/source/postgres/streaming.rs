@@ -207,6 +207,7 @@ impl PostgresSource {
             stage.as_ref(),
             options.snapshot_chunk_rows,
             options.snapshot_parallelism,
+            &estate.unenforced_keys,
         )
         .await?;
         let progress = if snapshot.is_none() {
