@@ -53,11 +53,26 @@ pub enum Partition {
 impl Partition {
     pub const NULL_NAME: &'static str = "__null__";
 
-    /// The partition name as stored in lineage and shown to users.
-    pub fn name(&self) -> &str {
+    /// The partition name as stored in lineage and shown to users: `__null__` for the
+    /// NULL partition, a key as it is, except that a key reading `__null__` or starting
+    /// with a backslash is written with one more backslash in front, so that every
+    /// partition has a name of its own ([`Self::from_name`] reads it back).
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            Partition::Null => Self::NULL_NAME,
-            Partition::Key(k) => k,
+            Partition::Null => Self::NULL_NAME.into(),
+            Partition::Key(k) if k == Self::NULL_NAME || k.starts_with('\\') => {
+                format!("\\{k}").into()
+            }
+            Partition::Key(k) => k.as_str().into(),
+        }
+    }
+
+    /// The partition whose [`Self::name`] is `name`.
+    pub fn from_name(name: &str) -> Partition {
+        if name == Self::NULL_NAME {
+            Partition::Null
+        } else {
+            Partition::Key(name.strip_prefix('\\').unwrap_or(name).to_owned())
         }
     }
 
@@ -101,7 +116,7 @@ impl Partition {
 
 impl fmt::Display for Partition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(&self.name())
     }
 }
 
@@ -389,5 +404,29 @@ mod tests {
             assert_eq!(Partition::from_bytes(&p.to_bytes()), Some(p));
         }
         assert_eq!(Partition::from_bytes(&[7]), None);
+    }
+
+    /// Lineage and dead letters hold a partition by its name: no two partitions share
+    /// one, and each name reads back as its partition.
+    #[test]
+    fn partition_names_are_distinct_and_round_trip() {
+        let partitions = [
+            Partition::Null,
+            Partition::Key("__null__".into()),
+            Partition::Key("\\__null__".into()),
+            Partition::Key("\\".into()),
+            Partition::Key("\\\\".into()),
+            Partition::Key(String::new()),
+            Partition::Key("2026-03-01".into()),
+            Partition::Key("a\\b".into()),
+        ];
+        let names: std::collections::HashSet<String> =
+            partitions.iter().map(|p| p.name().into_owned()).collect();
+        assert_eq!(names.len(), partitions.len(), "{names:?}");
+        for p in partitions {
+            assert_eq!(Partition::from_name(&p.name()), p);
+        }
+        assert_eq!(Partition::Key("2026-03-01".into()).name(), "2026-03-01");
+        assert_eq!(Partition::Null.name(), "__null__");
     }
 }

@@ -76,7 +76,7 @@ fn staged(stage: &Stage) -> BTreeMap<i64, Order> {
             status: get("status").to_string(),
         };
         assert_eq!(
-            Some(partition.name()),
+            Some(partition.name().as_ref()),
             order.order_date.as_deref(),
             "row {id} staged in the wrong partition"
         );

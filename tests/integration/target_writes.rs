@@ -196,6 +196,42 @@ async fn native_children_of_similar_partitions_do_not_collide() {
     assert_eq!(mixed, 0);
     let verify = verify_people(&db);
     assert!(verify.status.success(), "{}", text(&verify.stdout));
+    // Lineage has a row for each partition too: the text `__null__` is named `\__null__`.
+    let client = db.client().await;
+    let names: Vec<String> = client
+        .query(
+            "SELECT partition FROM weir.partitions WHERE target_table = 'analytics.people' ORDER BY partition COLLATE \"C\"",
+            &[],
+        )
+        .await
+        .expect("lineage")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        names,
+        ["EU", "\\__null__", "__null__", "a-b", "a_b", "eu"],
+        "one lineage row per partition"
+    );
+    // A backfill of a window holding the text `__null__` repairs it, though the NULL
+    // partition was written later.
+    client
+        .batch_execute("UPDATE analytics.people SET status = 'damaged' WHERE region = '__null__'")
+        .await
+        .expect("damage");
+    let out = db.weir(&[
+        "backfill",
+        "--table",
+        "analytics.people",
+        "--from",
+        "_",
+        "--to",
+        "a",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(people(&db).await, expected);
+    let verify = verify_people(&db);
+    assert!(verify.status.success(), "{}", text(&verify.stdout));
 }
 
 /// Readers in READ COMMITTED and REPEATABLE READ read a partition in a loop while weir

@@ -228,16 +228,11 @@ pub async fn plan(
     let expected = expected_transform(config)?;
     let mut names: BTreeMap<Partition, ()> = staged.keys().map(|k| (k.clone(), ())).collect();
     for name in lineage.keys() {
-        let part = if name == Partition::NULL_NAME {
-            Partition::Null
-        } else {
-            Partition::Key(name.clone())
-        };
-        names.insert(part, ());
+        names.insert(Partition::from_name(name), ());
     }
     let mut out = Vec::new();
     for (partition, ()) in names {
-        let l = lineage.get(partition.name()).cloned();
+        let l = lineage.get(partition.name().as_ref()).cloned();
         let selected = match scope {
             Scope::Window { from, to } => in_window(&partition, from, to, integer_values),
             Scope::Stale => l.as_ref().is_some_and(|l| is_stale(l, &expected)),
@@ -266,7 +261,7 @@ pub async fn plan(
         out.push(PlanEntry {
             table: table.to_owned(),
             target: target.name.to_string(),
-            partition: partition.name().to_owned(),
+            partition: partition.name().into_owned(),
             partition_value: partition,
             staged_rows,
             generation,
@@ -314,7 +309,7 @@ pub async fn add_source_partitions(
         entries.push(PlanEntry {
             table: table.to_owned(),
             target: target.name.to_string(),
-            partition: partition.name().to_owned(),
+            partition: partition.name().into_owned(),
             partition_value: partition,
             staged_rows: 0,
             generation: 0,

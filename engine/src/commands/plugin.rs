@@ -161,11 +161,7 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
             }
             let (staged, notes) = as_staged(read);
             let (lines, rows): (Vec<usize>, Vec<_>) = staged.into_iter().unzip();
-            let partition = if partition == weir::partition::Partition::NULL_NAME {
-                weir::partition::Partition::Null
-            } else {
-                weir::partition::Partition::Key(partition)
-            };
+            let partition = weir::partition::Partition::from_name(&partition);
             let limits = limits_of_flags;
             // The input columns as a 0.2 session sees them: the rows' columns in order
             // of first appearance, typed as `--column` gave them.

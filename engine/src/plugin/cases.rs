@@ -101,10 +101,7 @@ fn run_case(
             .ok_or_else(|| format!("`{field}` must be text"))
     };
     let table = text(&case["partition"], "table")?;
-    let partition = match text(&case["partition"], "name")?.as_str() {
-        Partition::NULL_NAME => Partition::Null,
-        name => Partition::Key(name.to_owned()),
-    };
+    let partition = Partition::from_name(&text(&case["partition"], "name")?);
     let config: Vec<(String, String)> = match &case["config"] {
         J::Null => Vec::new(),
         J::Object(map) => map

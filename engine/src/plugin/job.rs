@@ -125,7 +125,7 @@ impl Plugin {
         clock: JobClock,
     ) -> Result<JobSession<'_>, PluginError> {
         let job = self.job_label(spec);
-        let partition_name = spec.partition.name().to_owned();
+        let partition_name = spec.partition.name().into_owned();
         let seed = JobSeed {
             plugin_sha256: &self.sha256,
             table: spec.table,
@@ -523,8 +523,8 @@ impl<'p> OutputCheck<'p> {
             let grain: Vec<&Value> = d.grain_indexes.iter().map(|&i| &row[i]).collect();
             return Err(PluginError::WrongPartition {
                 job: self.job.clone(),
-                partition: self.partition.name().to_owned(),
-                found: found.name().to_owned(),
+                partition: self.partition.name().into_owned(),
+                found: found.name().into_owned(),
                 key: grain_text(d, &grain),
             });
         }

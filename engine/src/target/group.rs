@@ -123,7 +123,7 @@ pub async fn open_group<'c, 'a>(
     let target_name = table.name.to_string();
     let names: Vec<String> = members
         .iter()
-        .map(|m| m.meta.partition.name().to_owned())
+        .map(|m| m.meta.partition.name().into_owned())
         .collect();
     let tx = client.transaction().await.map_err(query_err("begin"))?;
     let ((lineage, copy_statement), statements) = {
@@ -212,7 +212,7 @@ impl GroupWriter<'_, '_> {
             work.push((member, params, &keys.rejection_keys));
         }
         // Every changed key's rejections, of every member, in one statement.
-        let (partitions, rejection_keys): (Vec<&str>, Vec<&str>) = work
+        let (partitions, rejection_keys): (Vec<std::borrow::Cow<'_, str>>, Vec<&str>) = work
             .iter()
             .flat_map(|(member, _, keys)| {
                 keys.iter()
@@ -297,7 +297,7 @@ impl GroupWriter<'_, '_> {
         };
         out.rows(
             self.table,
-            m.meta.partition.name(),
+            &m.meta.partition.name(),
             &self.table.columns,
             rows,
         )

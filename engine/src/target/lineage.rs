@@ -145,7 +145,8 @@ pub(super) async fn record_merges(
     let Some((first, _)) = written.first() else {
         return Ok(());
     };
-    let partitions: Vec<&str> = written.iter().map(|(m, _)| m.partition.name()).collect();
+    let partitions: Vec<std::borrow::Cow<'_, str>> =
+        written.iter().map(|(m, _)| m.partition.name()).collect();
     let generations: Vec<i64> = written
         .iter()
         .map(|(m, _)| i64::try_from(m.generation).unwrap_or(i64::MAX))

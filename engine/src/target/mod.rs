@@ -150,7 +150,7 @@ impl TargetTable {
     pub(super) fn bad_partition(&self, partition: &Partition) -> TargetError {
         TargetError::BadPartition {
             table: self.name.clone(),
-            partition: partition.name().to_owned(),
+            partition: partition.name().into_owned(),
             grain: self.grain,
         }
     }

@@ -215,7 +215,7 @@ pub async fn explain_lock_error(
     );
     TargetError::LockTimeout(Box::new(LockWait {
         table: table.name.clone(),
-        partition: partition.name().to_owned(),
+        partition: partition.name().into_owned(),
         what,
         timeout_ms: table.lock_timeout_ms,
         blockers,

@@ -98,7 +98,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         PartitionWriter {
             tx,
             table,
-            partition_name: meta.partition.name().to_owned(),
+            partition_name: meta.partition.name().into_owned(),
             meta,
             mode,
             pred,
