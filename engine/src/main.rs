@@ -200,6 +200,9 @@ fn main() -> ExitCode {
             )
             .exit();
     }
+    if !matches!(cli.command, Command::Run { .. } | Command::Demo { .. }) {
+        weir::errors::end_quietly_on_closed_stdout();
+    }
     commands::logging::init(cli.log_format);
     // Test builds only: arm the failpoints named in FAILPOINTS (engine/src/faults.rs).
     #[cfg(feature = "failpoints")]

@@ -469,7 +469,9 @@ async fn after_a_plugin_change_backfill_stale_rebuilds_exactly_the_stale_partiti
     allowed.push("--allow-empty");
     let out = db.weir_ok(&allowed);
     assert!(out.contains("wrote 1 partitions (0 rows)"), "{out}");
-    let nothing = db.weir_ok(&[
+    // A window no partition is in (a mistyped year) is refused, naming the partitions
+    // there are; with --allow-empty it is nothing to do.
+    let mut empty = vec![
         "backfill",
         "--table",
         "public.orders",
@@ -477,7 +479,18 @@ async fn after_a_plugin_change_backfill_stale_rebuilds_exactly_the_stale_partiti
         "2027-01-01",
         "--to",
         "2027-02-01",
-    ]);
+    ];
+    let refused = db.weir(&empty);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains(
+            "no partition of public.orders in [2027-01-01, 2027-02-01) is staged or written (its 90 partitions run from 2026-01-01 to 2026-03-31)"
+        ),
+        "{}",
+        text(&refused.stderr)
+    );
+    empty.push("--allow-empty");
+    let nothing = db.weir_ok(&empty);
     assert!(nothing.contains("nothing to backfill"), "{nothing}");
     let bad = db.weir(&[
         "backfill",

@@ -232,6 +232,30 @@ async fn native_children_of_similar_partitions_do_not_collide() {
     assert_eq!(people(&db).await, expected);
     let verify = verify_people(&db);
     assert!(verify.status.success(), "{}", text(&verify.stdout));
+    // Its report piped into a reader that has gone (`weir verify … | head -0`): the
+    // process ends as `cat` would, without a panic.
+    let mut child = db
+        .weir_command(&[
+            "verify",
+            "--table",
+            "analytics.people",
+            "--from",
+            " ",
+            "--to",
+            "~",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn verify");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("verify");
+    assert!(
+        out.status.code() != Some(101) && !text(&out.stderr).contains("panicked"),
+        "{}: {}",
+        out.status,
+        text(&out.stderr)
+    );
 }
 
 /// Readers in READ COMMITTED and REPEATABLE READ read a partition in a loop while weir

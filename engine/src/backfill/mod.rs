@@ -49,6 +49,16 @@ pub enum BackfillError {
         to: String,
         partitions: usize,
     },
+    #[error(
+        "no partition of {table} in [{from}, {to}) is staged or written{known}: check the window's bounds, or pass --allow-empty where an empty window is expected"
+    )]
+    EmptyWindow {
+        table: String,
+        from: String,
+        to: String,
+        /// The partitions there are, first and last, as a hint.
+        known: String,
+    },
     #[error("table `{0}` is not in the config (give its source or target name)")]
     UnknownTable(String),
     #[error(
@@ -75,6 +85,7 @@ impl BackfillError {
             BackfillError::BadWindow { .. }
                 | BackfillError::EmptyRange { .. }
                 | BackfillError::NothingStaged { .. }
+                | BackfillError::EmptyWindow { .. }
                 | BackfillError::UnknownTable(_)
         )
     }
@@ -230,6 +241,13 @@ pub async fn plan(
     for name in lineage.keys() {
         names.insert(Partition::from_name(name), ());
     }
+    let known = match (names.keys().next(), names.keys().next_back()) {
+        (Some(first), Some(last)) => format!(
+            " (its {} partitions run from {first} to {last})",
+            names.len()
+        ),
+        _ => " (it has none yet)".to_owned(),
+    };
     let mut out = Vec::new();
     for (partition, ()) in names {
         let l = lineage.get(partition.name().as_ref()).cloned();
@@ -267,6 +285,17 @@ pub async fn plan(
             generation,
             lineage: l,
             change,
+        });
+    }
+    if let Scope::Window { from, to } = scope
+        && !allow_empty
+        && out.is_empty()
+    {
+        return Err(BackfillError::EmptyWindow {
+            table: table.to_owned(),
+            from: from.clone(),
+            to: to.clone(),
+            known,
         });
     }
     if let Scope::Window { from, to } = scope

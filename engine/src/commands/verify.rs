@@ -90,6 +90,10 @@ pub(crate) async fn run(
             failed.join(", ")
         );
     }
+    if rows.is_empty() {
+        // Nothing to compare is not a pass: most often a mistyped bound.
+        tracing::warn!(table = %table, "no partition of the table in this window is staged or written (nor in the source, with --against-source): nothing was verified; check the window's bounds");
+    }
     if !json {
         writeln!(out, "verify passed: {} partitions", rows.len())?;
     }
