@@ -274,6 +274,18 @@ impl PgSettings {
                 _ => {}
             }
         }
+        // `postgres://u:pa@ss@host/db` splits at the first `@`: the rest of the password
+        // would become the host, and every connection error would show it.
+        if config
+            .get_hosts()
+            .iter()
+            .any(|h| matches!(h, tokio_postgres::config::Host::Tcp(name) if name.contains('@')))
+        {
+            return bad(
+                "host",
+                "holds `@`: in a URL, write an `@` of the user name or password as %40 (the DSN is not shown: it may hold a password)",
+            );
+        }
         if ssl.root_cert == Some(RootCert::System) && ssl.mode != SslMode::VerifyFull {
             // As libpq 16: the public roots vouch for any host name they have signed, so
             // only checking the name makes them mean anything.

@@ -31,6 +31,7 @@ pub(crate) struct TlsFeed {
     source_db: String,
     target_db: String,
     port: u16,
+    socket_dir: std::path::PathBuf,
     pub files: TlsFiles,
 }
 
@@ -74,6 +75,7 @@ pub(crate) async fn tls_feed(name: &str, ddl: &str, extra_source: &str, table: &
         source_db,
         target_db,
         port: pg.port(),
+        socket_dir: pg.socket_dir().to_owned(),
         files,
     }
 }
@@ -247,6 +249,31 @@ async fn init_run_and_backfill_work_over_tls_in_every_verifying_mode() {
         );
         feed.assert_target_equals_source().await;
     }
+}
+
+/// Over the server's Unix socket TLS is never used, whatever the sslmode (as in libpq),
+/// for the SQL connections and the replication connection alike.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_unix_socket_is_used_without_tls_whatever_the_sslmode() {
+    let feed = tls_feed("tls_socket", DDL, "", &table()).await;
+    let socket = |target: bool| {
+        format!(
+            "host={} port={} user={TLS_USER} password={TLS_PASSWORD} dbname={} sslmode=verify-full sslrootcert={}",
+            path(&feed.socket_dir),
+            feed.port,
+            if target {
+                &feed.target_db
+            } else {
+                &feed.source_db
+            },
+            path(&feed.files.ca)
+        )
+    };
+    let (source_dsn, target_dsn) = (socket(false), socket(true));
+    feed.weir_ok(&["init"], &source_dsn, &target_dsn);
+    feed.source.batch_execute(CHANGES).await.expect("changes");
+    feed.weir_ok(&["run", "--once"], &source_dsn, &target_dsn);
+    feed.assert_target_equals_source().await;
 }
 
 /// A role that the server authenticates by its client certificate (`cert`) gets in

@@ -769,7 +769,15 @@ pub async fn connect_with(
         hint: hint(mode, used_tls, &source),
         source,
     };
+    // libpq: TLS is never used over a Unix socket, whatever the sslmode (the server
+    // offers none there). tokio-postgres would ask for it and fail `require`.
+    let hosts = settings.config().get_hosts();
+    let only_sockets = !hosts.is_empty()
+        && hosts
+            .iter()
+            .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
     match mode {
+        _ if only_sockets => attempt(Mode::Disable).await.map_err(|e| error(e, false)),
         SslMode::Disable => attempt(Mode::Disable).await.map_err(|e| error(e, false)),
         SslMode::Allow => match attempt(Mode::Disable).await {
             Ok(connected) => Ok(connected),

@@ -279,3 +279,26 @@ fn each_host_of_a_multi_host_dsn_keeps_the_rest_of_the_settings() {
     );
     assert_eq!(parse("host=a user=u").expect("valid").each_host().len(), 1);
 }
+
+/// An unencoded `@` in a URL's password would make the rest of it the host name, shown
+/// by every connection error: refused without a word of it.
+#[test]
+fn an_unencoded_at_in_a_url_password_is_refused_without_showing_it() {
+    let error = parse(&format!(
+        "postgres://u:{SECRET}@tail-of-it@localhost:5432/app"
+    ))
+    .err()
+    .expect("refused");
+    let message = error.to_string();
+    assert!(message.contains("%40"), "{message}");
+    assert!(
+        !message.contains("tail-of-it") && !message.contains(SECRET),
+        "{message}"
+    );
+    let encoded =
+        parse(&format!("postgres://u:{SECRET}%40tail@localhost:5432/app")).expect("valid");
+    assert_eq!(
+        encoded.config().get_password(),
+        Some(format!("{SECRET}@tail").as_bytes())
+    );
+}
