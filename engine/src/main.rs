@@ -51,6 +51,11 @@ enum Command {
         /// plugin's new output column) instead of refusing the table.
         #[arg(long)]
         allow_add_columns: bool,
+        /// Accept a PostgreSQL publication altered since the stage last read it (which
+        /// `run` and `init` refuse): changes it hid meanwhile stay lost; resync the
+        /// tables it may have hidden changes of.
+        #[arg(long)]
+        accept_publication: bool,
     },
     /// Tail the feed, stage it, and write dirty partitions.
     Run {
@@ -272,7 +277,10 @@ fn is_usage_error(error: &anyhow::Error) -> bool {
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let config = cli.config.as_deref().unwrap_or(Path::new("weir.toml"));
     match cli.command {
-        Command::Init { allow_add_columns } => commands::init::run(config, allow_add_columns).await,
+        Command::Init {
+            allow_add_columns,
+            accept_publication,
+        } => commands::init::run(config, allow_add_columns, accept_publication).await,
         Command::Run { once, metrics_addr } => commands::run::run(config, once, metrics_addr).await,
         Command::Backfill {
             table,

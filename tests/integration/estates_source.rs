@@ -834,3 +834,89 @@ async fn a_first_load_of_rows_sharing_an_unenforced_key_is_refused() {
         );
     }
 }
+
+/// A publication altered while Weir streams (operations narrowed, changes made, then
+/// put back) hides changes no read of the slot brings back: the live run stops, and
+/// `run` and `init` refuse the stage until `init --accept-publication`; a resync then
+/// makes the target equal to the source.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publication_altered_while_streaming_stops_the_run_until_accepted_and_resynced() {
+    let db = TestDb::new("est_pubalter_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_pubalter",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders SELECT g, 'c' || g, DATE '2026-03-01' + (g % 3), g, 'new' FROM generate_series(1, 100) g;",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_pubalter",
+        &orders("public.orders", &["id"], "day"),
+    );
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = db.path("run.log");
+    let mut run = spawn_run(&db, &source_dsn, &log);
+    let target = db.client().await;
+    wait_count(
+        &target,
+        "SELECT count(*) FROM analytics.fact_orders",
+        100,
+        60,
+        &log,
+    )
+    .await;
+    source
+        .batch_execute(
+            "ALTER PUBLICATION est_pubalter SET (publish = 'insert');
+             UPDATE orders SET status = 'hidden' WHERE id <= 10;
+             DELETE FROM orders WHERE id > 90;
+             ALTER PUBLICATION est_pubalter SET (publish = 'insert, update, delete, truncate');
+             INSERT INTO orders VALUES (101, 'late', '2026-03-01', 1, 'new');",
+        )
+        .await
+        .expect("alter the publication");
+    let status = wait_exit(&mut run, &log, 60);
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(2), "{logged}");
+    assert!(
+        logged.contains("publication `est_pubalter`: was altered since this stage last read it"),
+        "{logged}"
+    );
+    for args in [&["run", "--once"][..], &["init"][..]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("was altered since this stage last read it")
+                && stderr.contains("weir init --accept-publication"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let out = weir_pg(&db, &source_dsn, &["init", "--accept-publication"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = db.path("run2.log");
+    let _run = spawn_run(&db, &source_dsn, &log);
+    let out = weir_pg(
+        &db,
+        &source_dsn,
+        &["resync", "--table", "public.orders", "--wait"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (want, got) = (
+            dump(&source, "orders").await,
+            dump(&target, "analytics.fact_orders").await,
+        );
+        if want == got {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the target did not come to equal the source: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

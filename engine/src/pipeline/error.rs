@@ -90,6 +90,7 @@ impl PipelineError {
         match self {
             PipelineError::Contract { .. } | PipelineError::Config(_) => true,
             PipelineError::PgSource(e) => e.is_usage(),
+            PipelineError::Source(crate::source::SourceError::Postgres(e)) => e.is_usage(),
             _ => false,
         }
     }

@@ -21,17 +21,22 @@ pub struct InitReport {
 /// Validates connectivity and creates what is missing: the stage, the target's `weir`
 /// schema, and each target table (or refuses one that does not match). Safe to re-run.
 pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineError> {
-    init_with(config, dsn, false).await
+    init_with(config, dsn, false, false).await
 }
 
 /// [`init`], adding declared nullable columns an existing target table lacks when
-/// `allow_add_columns` (`weir init --allow-add-columns`).
+/// `allow_add_columns` (`weir init --allow-add-columns`); recording a PostgreSQL
+/// publication altered since the stage last read it when `accept_publication` (`weir
+/// init --accept-publication`), which it refuses otherwise (see
+/// [`postgres::PublicationMark`]).
 pub async fn init_with(
     config: &Config,
     dsn: &Dsn,
     allow_add_columns: bool,
+    accept_publication: bool,
 ) -> Result<InitReport, PipelineError> {
     let mut source_lines = Vec::new();
+    let mut publication_mark = None;
     let resolved = resolve_tables(config, None).await?;
     let mut oids = vec![None; resolved.len()];
     if let SourceConfig::Postgres {
@@ -58,6 +63,10 @@ pub async fn init_with(
         ));
         source_lines.push(format!("slot {slot}: {}", report.failover));
         oids = report.oids.iter().copied().map(Some).collect();
+        publication_mark = Some((
+            publication.clone(),
+            postgres::PublicationMark::read(&client, publication, &resolved, &report.oids).await?,
+        ));
         for (table, identity) in report.identities {
             source_lines.push(format!("replica identity of {table}: {identity}"));
         }
@@ -96,6 +105,20 @@ pub async fn init_with(
     let source_id = config.source_id();
     let stage = blocking(move || Stage::open(&path, &source_id)).await?;
     reconcile_contracts(config, &stage, &contracts, true)?;
+    if let Some((publication, mark)) = publication_mark {
+        let changed = stage
+            .publication_mark()?
+            .as_deref()
+            .and_then(postgres::PublicationMark::decode)
+            .and_then(|earlier| mark.changed_since(&earlier));
+        if let Some(what) = changed {
+            if !accept_publication {
+                return Err(postgres::PublicationMark::changed_error(&publication, &what).into());
+            }
+            tracing::warn!(publication = %publication, changed = %what, "the publication's alteration is accepted: changes it hid while it was altered are not in the stage; `weir resync --table T` re-reads a table");
+        }
+        stage.set_publication_mark(&mark.encode())?;
+    }
     Ok(InitReport {
         stage: config.stage_path.display().to_string(),
         source: source_lines,

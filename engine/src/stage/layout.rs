@@ -56,6 +56,8 @@ pub(super) const META_APPLYING: &[u8] = b"applying";
 /// A first-load part being ingested: its table files and its batch (see `bulk.rs`).
 pub(super) const META_LOADING: &[u8] = b"loading";
 pub(super) const META_SOURCE_STATE: &[u8] = b"source_state";
+/// The PostgreSQL publication's row versions when last read (`PublicationMark`).
+pub(super) const META_PUBLICATION_MARK: &[u8] = b"publication_mark";
 /// Present when the position is at or past everything this stage ever let its source
 /// acknowledge (a stage made by a build that advances the position before a caught-up
 /// source confirms the server's position: [`super::Stage::advance_position`]). Without it (a

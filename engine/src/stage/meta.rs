@@ -7,8 +7,8 @@ use super::error::{StageError, corrupt, db_err};
 use super::layout::{
     CF_BACKLOG, CF_CHANGED, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META, CF_POSITION, CF_ROWS,
     META_CONTRACT_PREFIX, META_FAILED_PREFIX, META_GENERATION, META_POSITION_COVERS_ACKS,
-    META_SOURCE_ID, META_SOURCE_STATE, POSITION_KEY, partition_key, prefix_end, push_table,
-    table_key,
+    META_PUBLICATION_MARK, META_SOURCE_ID, META_SOURCE_STATE, POSITION_KEY, partition_key,
+    prefix_end, push_table, table_key,
 };
 use super::{PartitionFailure, Stage, TableContract};
 use crate::feed::Position;
@@ -157,6 +157,18 @@ impl Stage {
         Ok(self
             .meta(META_SOURCE_ID)?
             .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// The PostgreSQL publication's mark as last recorded (`None`: never).
+    pub fn publication_mark(&self) -> Result<Option<String>, StageError> {
+        Ok(self
+            .meta(META_PUBLICATION_MARK)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// Records the publication's mark (synced).
+    pub fn set_publication_mark(&self, mark: &str) -> Result<(), StageError> {
+        self.put_meta(META_PUBLICATION_MARK, mark.as_bytes())
     }
 
     /// The source's resume state staged with its last [`super::StageChange::SourceState`].

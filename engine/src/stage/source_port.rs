@@ -18,6 +18,14 @@ impl StagePort for Stage {
         Stage::set_unenforced_keys(self, tables);
     }
 
+    fn publication_mark(&self) -> Result<Option<String>, PortError> {
+        Stage::publication_mark(self).map_err(PortError::new)
+    }
+
+    fn set_publication_mark(&self, mark: &str) -> Result<(), PortError> {
+        Stage::set_publication_mark(self, mark).map_err(PortError::new)
+    }
+
     fn advance_position(&self, position: u64) -> Result<bool, PortError> {
         Stage::advance_position(self, position).map_err(PortError::new)
     }

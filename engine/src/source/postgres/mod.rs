@@ -110,8 +110,8 @@ pub use progress::{SnapshotTable, resync_holds, snapshot_tables};
 pub use read::{distinct_values, read_rows};
 pub use resync::request_resync;
 pub use setup::{
-    Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
-    slot_on_each_host, slot_status, source_columns, table_oid,
+    Estate, HostSlot, PublicationMark, SetupReport, SlotFailover, SlotStatus, check_estate,
+    connect, setup, slot_on_each_host, slot_status, source_columns, table_oid,
 };
 pub use snapshot::{RESYNC_PREFIX, ResyncSignal};
 pub use stage_port::{PortError, PreparedPart, StagePort};

@@ -60,6 +60,12 @@ pub trait StagePort: Send + Sync {
     /// a key the stage holds stops staging (the key is not unique after all).
     fn set_unenforced_keys(&self, tables: Vec<String>);
 
+    /// The publication's mark as last recorded (`None`: never).
+    fn publication_mark(&self) -> Result<Option<String>, PortError>;
+
+    /// Records the publication's mark (synced).
+    fn set_publication_mark(&self, mark: &str) -> Result<(), PortError>;
+
     /// Moves the position to `position` (keeping the cursor) in one synced write,
     /// unless it is there already; returns whether it moved.
     fn advance_position(&self, position: u64) -> Result<bool, PortError>;

@@ -11,7 +11,7 @@ use super::progress::SnapshotProgress;
 use super::replication::{
     ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream,
 };
-use super::setup::{check_estate, connect};
+use super::setup::{PublicationMark, check_estate, connect};
 use super::snapshot::{RESYNC_PREFIX, ResyncSignal, Snapshot, WATERMARK_PREFIX, Watermark};
 use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
@@ -28,6 +28,9 @@ const IDLE_AFTER_MS: u64 = 200;
 const STATUS_INTERVAL_MS: u64 = 10_000;
 /// The prefix of the heartbeat messages of an idle stream.
 const HEARTBEAT_PREFIX: &str = "weir.heartbeat";
+/// How often a run reads the publication's mark again (see [`PublicationMark`]): an
+/// `ALTER PUBLICATION` while Weir streams stops the run within about this long.
+const PUBLICATION_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// The prefix of the logical message `run --once` emits to find the end of what is
 /// available now.
 const DRAIN_PREFIX: &str = "weir.drain";
@@ -110,6 +113,9 @@ pub struct PostgresSource {
     behind: Duration,
     /// A connection for heartbeats, opened when the first one is due.
     heartbeat_client: Option<tokio_postgres::Client>,
+    /// The publication as the stage recorded it, and when it was last read again.
+    publication_mark: PublicationMark,
+    mark_checked: Instant,
     /// Each configured table's relation OID (as the assembler's tables).
     oids: Vec<u32>,
     publication: String,
@@ -178,6 +184,19 @@ impl PostgresSource {
         let catalog = connect(dsn).await?;
         let estate = check_estate(&catalog, &options.publication, &tables).await?;
         stage.set_unenforced_keys(estate.unenforced_keys.clone());
+        // A publication altered since the stage last read it may have hidden changes
+        // that no read of the slot brings back: stopped, not taken.
+        let publication_mark =
+            PublicationMark::read(&catalog, &options.publication, &tables, &estate.oids).await?;
+        if let Some(earlier) = stage
+            .publication_mark()?
+            .as_deref()
+            .and_then(PublicationMark::decode)
+            && let Some(what) = publication_mark.changed_since(&earlier)
+        {
+            return Err(PublicationMark::changed_error(&options.publication, &what));
+        }
+        stage.set_publication_mark(&publication_mark.encode())?;
         let primary = write_server(&catalog, options.primary.as_ref()).await?;
         let mut checkpoint = checkpoint;
         if checkpoint.is_none()
@@ -281,6 +300,8 @@ impl PostgresSource {
             last_activity: Instant::now(),
             behind: Duration::ZERO,
             heartbeat_client: None,
+            publication_mark,
+            mark_checked: Instant::now(),
         })
     }
 
@@ -344,6 +365,24 @@ impl PostgresSource {
             None => self.reopen_for = Some(signal.table),
         }
         Ok(events)
+    }
+
+    /// Reads the publication's mark again: an `ALTER PUBLICATION` since the run began
+    /// stops it (see [`PublicationMark`]), and the next start refuses the stage too.
+    async fn check_publication(&mut self) -> Result<(), PgSourceError> {
+        let now = PublicationMark::read(
+            &self.catalog,
+            &self.publication,
+            &self.assembler.tables,
+            &self.oids,
+        )
+        .await?;
+        if let Some(what) = now.changed_since(&self.publication_mark) {
+            tracing::error!(publication = %self.publication, changed = %what, "the publication was altered while Weir streamed; stopping");
+            return Err(PublicationMark::changed_error(&self.publication, &what));
+        }
+        self.mark_checked = Instant::now();
+        Ok(())
     }
 
     async fn send_status(&mut self) -> Result<(), PgSourceError> {
@@ -886,12 +925,24 @@ impl ChangeSource for PostgresSource {
     async fn next(&mut self) -> Result<SourceEvent, SourceError> {
         match self.receive().await {
             Ok(Some(event)) => Ok(event),
-            Ok(None) => Ok(SourceEvent::Idle),
+            Ok(None) => {
+                if self.mark_checked.elapsed() >= PUBLICATION_CHECK_INTERVAL {
+                    self.check_publication()
+                        .await
+                        .map_err(|e| SourceError::Postgres(Box::new(e)))?;
+                }
+                Ok(SourceEvent::Idle)
+            }
             Err(e) => Err(SourceError::Postgres(Box::new(e))),
         }
     }
 
     async fn acknowledge(&mut self, checkpoint: Position) -> Result<(), SourceError> {
+        if self.mark_checked.elapsed() >= PUBLICATION_CHECK_INTERVAL {
+            self.check_publication()
+                .await
+                .map_err(|e| SourceError::Postgres(Box::new(e)))?;
+        }
         if checkpoint.position > self.acknowledged {
             self.acknowledged = checkpoint.position;
             self.send_status()
