@@ -95,6 +95,16 @@ impl PipelineError {
         }
     }
 
+    /// Whether a partition's write was put off because a large transaction is being
+    /// applied to the stage (its partitions are readable once it commits): normal
+    /// operation, retried next round, neither logged nor counted as a failure.
+    pub fn is_deferred(&self) -> bool {
+        matches!(
+            self,
+            PipelineError::Stage(crate::stage::StageError::Applying)
+        )
+    }
+
     /// Whether this is a source that went away (see [`SourceError::is_transient`]).
     pub fn is_transient_source(&self) -> bool {
         match self {

@@ -45,6 +45,9 @@ pub(super) struct Round {
     pub tried: usize,
     /// Of those, failures a retry may cure.
     pub transient: usize,
+    /// Of those, partitions left for a later round because a large transaction was
+    /// being applied to the stage (normal operation, not a failure).
+    pub deferred: usize,
 }
 
 /// Dead letters moved from the stage to the target per round trip.
@@ -104,6 +107,7 @@ impl Pipeline {
         let dirty: Vec<DirtyPartition> = order.into_iter().map(|(d, _)| d).collect();
         let started = Instant::now();
         let mut transient = 0;
+        let mut deferred = 0;
         // Small merges of many partitions of a table go in groups, one transaction each;
         // the rest, and what a group leaves, are written one partition each.
         let (dirty, grouped) = self.write_groups(dirty).await?;
@@ -112,7 +116,8 @@ impl Pipeline {
             .map(|d: DirtyPartition| async move {
                 let started = Instant::now();
                 let outcome = self.write_partition(&d.table, &d.partition, true).await;
-                metrics::partition_job(&d.table, started.elapsed(), outcome.is_err());
+                let failed = outcome.as_ref().is_err_and(|e| !e.is_deferred());
+                metrics::partition_job(&d.table, started.elapsed(), failed);
                 (d, outcome)
             })
             .buffer_unordered(self.config.engine.parallelism)
@@ -128,6 +133,10 @@ impl Pipeline {
                     report.rows_rejected += summary.rejected;
                 }
                 Ok(None) => {}
+                Err(error) if error.is_deferred() => {
+                    tracing::debug!(table = %d.table, partition = %d.partition, "partition write deferred: a large transaction is being applied to the stage");
+                    deferred += 1;
+                }
                 Err(error) => {
                     tracing::error!(table = %d.table, partition = %d.partition, error = %error_chain(&error), "partition write failed; the other partitions go on");
                     report.partitions_failed += 1;
@@ -167,7 +176,11 @@ impl Pipeline {
         );
         match first_error {
             Some(e) if !keep_going => Err(e),
-            _ => Ok(Round { tried, transient }),
+            _ => Ok(Round {
+                tried,
+                transient,
+                deferred,
+            }),
         }
     }
 

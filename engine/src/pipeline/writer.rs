@@ -23,6 +23,10 @@ use tokio::sync::watch;
 use super::schedule::WriteBackoff;
 use super::{Pipeline, PipelineError, RunReport};
 
+/// How long a round waits after partitions were put off because a large transaction
+/// was being applied to the stage.
+const DEFERRED_RETRY: Duration = Duration::from_millis(100);
+
 /// A stream this far behind the source's commits is catching up a backlog.
 pub(super) const CATCH_UP_BEHIND: Duration = Duration::from_secs(1);
 /// The longest a round waits for a catch-up: the target is never staler than this
@@ -60,6 +64,13 @@ impl Pipeline {
             if *stop.borrow() {
                 return Ok(report);
             }
+            // Partitions put off while a large transaction is applied: tried again
+            // shortly, not at once (each try is a few reads of the stage).
+            let wait = if round.deferred > 0 {
+                wait.max(DEFERRED_RETRY)
+            } else {
+                wait
+            };
             let next = tokio::time::Instant::from_std(started + spacing + wait);
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {}
