@@ -45,6 +45,7 @@ fn write<'a>(
     PartitionWrite {
         meta: PartitionMeta {
             source_id: "bench",
+            stage_id: "bench",
             source_table: "public.orders",
             partition,
             generation,

@@ -920,3 +920,71 @@ async fn a_publication_altered_while_streaming_stops_the_run_until_accepted_and_
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A stage made anew for the same source (a fresh snapshot, as the errors that need
+/// one advise) counts generations from the start: lineage written from the old stage
+/// does not make a backfill of the new one pass its partitions over, so the rows the
+/// source deleted while no engine ran can be emptied out of the target.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stage_made_anew_can_backfill_partitions_the_old_stage_wrote() {
+    let db = TestDb::new("est_newstage_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_newstage",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders SELECT g, 'c' || g, DATE '2026-03-01' + (g % 3), g, 'new' FROM generate_series(1, 60) g;
+         INSERT INTO orders SELECT g, 'aug' || g, DATE '2026-08-01', g, 'new' FROM generate_series(1001, 1010) g;",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_newstage",
+        &orders("public.orders", &["id"], "day"),
+    );
+    for _ in 0..2 {
+        // Generations well past the new stage's.
+        let out = weir_pg(&db, &source_dsn, &["init"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        source
+            .batch_execute("UPDATE orders SET amount = amount + 1 WHERE order_date = '2026-08-01'")
+            .await
+            .expect("update");
+        let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    source
+        .batch_execute("DELETE FROM orders WHERE order_date = '2026-08-01'")
+        .await
+        .expect("delete while no engine runs");
+    let config = std::fs::read_to_string(db.config_path()).expect("config");
+    std::fs::write(
+        db.config_path(),
+        config.replace("path = \"stage\"", "path = \"stage_new\""),
+    )
+    .expect("config");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = weir_pg(
+        &db,
+        &source_dsn,
+        &[
+            "backfill",
+            "--table",
+            "public.orders",
+            "--from",
+            "2026-08-01",
+            "--to",
+            "2026-08-02",
+            "--allow-empty",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("wrote 1 partitions (0 rows)"), "{stdout}");
+    let target = db.client().await;
+    assert_eq!(
+        dump(&source, "orders").await,
+        dump(&target, "analytics.fact_orders").await
+    );
+}

@@ -237,6 +237,7 @@ pub async fn plan(
     let client = target::connect(p.dsn()).await?;
     let lineage = target::table_lineage(&client, &target.name).await?;
     let expected = expected_transform(config)?;
+    let stage_id = p.stage().stage_id().map_err(PipelineError::from)?;
     let mut names: BTreeMap<Partition, ()> = staged.keys().map(|k| (k.clone(), ())).collect();
     for name in lineage.keys() {
         names.insert(Partition::from_name(name), ());
@@ -271,6 +272,13 @@ pub async fn plan(
                 short(l.config_hash.as_deref()),
                 short(expected.1.as_deref())
             ),
+            Some(l)
+                if l.stage_id
+                    .as_deref()
+                    .is_some_and(|id| !id.is_empty() && id != stage_id) =>
+            {
+                "written from another stage".to_owned()
+            }
             Some(l) if l.stage_generation != generation as i64 => {
                 format!("generation {} -> {generation}", l.stage_generation)
             }

@@ -237,10 +237,12 @@ impl Pipeline {
         let (plugin_sha256, config_hash) = transform.lineage_ids();
         let label = transform.label();
         let source_id = self.config.source_id();
+        let stage_id = self.stage.stage_id()?;
         let metas = members
             .iter()
             .map(|m| PartitionMeta {
                 source_id: &source_id,
+                stage_id: &stage_id,
                 source_table: table,
                 partition: &partitions[m.at],
                 generation: m.head.generation,

@@ -205,8 +205,10 @@ impl Pipeline {
         let (plugin_sha256, config_hash) = transform.lineage_ids();
         let label = transform.label();
         let source_id = self.config.source_id();
+        let stage_id = self.stage.stage_id()?;
         let meta = PartitionMeta {
             source_id: &source_id,
+            stage_id: &stage_id,
             source_table: table,
             partition,
             generation: head.generation,

@@ -56,6 +56,9 @@ pub(super) const META_APPLYING: &[u8] = b"applying";
 /// A first-load part being ingested: its table files and its batch (see `bulk.rs`).
 pub(super) const META_LOADING: &[u8] = b"loading";
 pub(super) const META_SOURCE_STATE: &[u8] = b"source_state";
+/// This stage's identity, made when it was created (or first opened by a build that
+/// records one): lineage names the stage that wrote a partition.
+pub(super) const META_STAGE_ID: &[u8] = b"stage_id";
 /// The PostgreSQL publication's row versions when last read (`PublicationMark`).
 pub(super) const META_PUBLICATION_MARK: &[u8] = b"publication_mark";
 /// Present when the position is at or past everything this stage ever let its source

@@ -7,8 +7,8 @@ use super::error::{StageError, corrupt, db_err};
 use super::layout::{
     CF_BACKLOG, CF_CHANGED, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META, CF_POSITION, CF_ROWS,
     META_CONTRACT_PREFIX, META_FAILED_PREFIX, META_GENERATION, META_POSITION_COVERS_ACKS,
-    META_PUBLICATION_MARK, META_SOURCE_ID, META_SOURCE_STATE, POSITION_KEY, partition_key,
-    prefix_end, push_table, table_key,
+    META_PUBLICATION_MARK, META_SOURCE_ID, META_SOURCE_STATE, META_STAGE_ID, POSITION_KEY,
+    partition_key, prefix_end, push_table, table_key,
 };
 use super::{PartitionFailure, Stage, TableContract};
 use crate::feed::Position;
@@ -157,6 +157,15 @@ impl Stage {
         Ok(self
             .meta(META_SOURCE_ID)?
             .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// This stage's identity (empty for a stage no writable open has given one yet):
+    /// lineage records it, so that generations are compared only within one stage.
+    pub fn stage_id(&self) -> Result<String, StageError> {
+        Ok(self
+            .meta(META_STAGE_ID)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default())
     }
 
     /// The PostgreSQL publication's mark as last recorded (`None`: never).

@@ -10,7 +10,7 @@ use super::Stage;
 use super::error::{StageError, corrupt, db_err, open_hint};
 use super::layout::{
     CF_KEYS, CF_META, CF_ROWS, COLUMN_FAMILIES, FORMAT_VERSION, META_FORMAT_VERSION,
-    META_POSITION_COVERS_ACKS, META_SOURCE_ID,
+    META_POSITION_COVERS_ACKS, META_SOURCE_ID, META_STAGE_ID,
 };
 
 /// Memory budget of all memtables together. With the block cache this bounds what
@@ -147,6 +147,19 @@ fn tune_glibc_malloc() {
     }
 }
 
+/// A new stage's identity: 16 hex digits of a hash of its folder, the time and the
+/// process, different for every stage made (one made again in the same folder too).
+fn new_stage_id(path: &Path) -> String {
+    use sha2::Digest as _;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let digest = sha2::Sha256::digest(
+        format!("{}\0{nanos}\0{}", path.display(), std::process::id()).as_bytes(),
+    );
+    hex::encode(&digest[..8])
+}
+
 impl Stage {
     /// Opens (creating if missing) the stage for the feed `source_id`.
     pub fn open(path: &Path, source_id: &str) -> Result<Stage, StageError> {
@@ -194,6 +207,9 @@ impl Stage {
                     configured: source_id.to_owned(),
                 });
             }
+        }
+        if stage.meta(META_STAGE_ID)?.is_none() {
+            stage.put_meta(META_STAGE_ID, new_stage_id(path).as_bytes())?;
         }
         stage.recover_load()?;
         stage.recover_pending()?;

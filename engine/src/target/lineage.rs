@@ -16,7 +16,7 @@ use crate::pgerror::PgError;
 /// The columns of a lineage row, in the order [`PartitionLineage::from_row`] reads.
 const LINEAGE_COLUMNS: &str = "target_table, partition, stage_generation, source_position, transform, row_count, checksum, \
      plugin_sha256, config_hash, to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
-     (extract(epoch FROM written_at) * 1000000)::bigint, write_mode";
+     (extract(epoch FROM written_at) * 1000000)::bigint, write_mode, stage_id";
 
 /// What lineage says of one written partition: its row in `weir.partitions` (shown by
 /// `status`, compared with the config by `backfill`).
@@ -38,6 +38,8 @@ pub struct PartitionLineage {
     pub written_at_us: i64,
     /// `replace` or `merge` (a merged partition has no checksum).
     pub write_mode: String,
+    /// The stage that wrote it (`None`: a build before stages had an identity).
+    pub stage_id: Option<String>,
 }
 
 impl PartitionLineage {
@@ -56,6 +58,7 @@ impl PartitionLineage {
             written_at: r.get(9),
             written_at_us: r.get(10),
             write_mode: r.get(11),
+            stage_id: r.get(12),
         }
     }
 }
@@ -106,9 +109,9 @@ pub(super) async fn record(
     let position = i64::try_from(write.source_position).unwrap_or(i64::MAX);
     let rows = i64::try_from(summary.rows).unwrap_or(i64::MAX);
     tx.execute_typed(
-        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, written_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now()) \
-         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, \
+        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, stage_id, written_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now()) \
+         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, stage_id = EXCLUDED.stage_id, \
            stage_generation = EXCLUDED.stage_generation, source_position = EXCLUDED.source_position, \
            transform = EXCLUDED.transform, row_count = EXCLUDED.row_count, checksum = EXCLUDED.checksum, \
            plugin_sha256 = EXCLUDED.plugin_sha256, config_hash = EXCLUDED.config_hash, \
@@ -124,7 +127,8 @@ pub(super) async fn record(
             (&summary.checksum, text.clone()),
             (&write.plugin_sha256, text.clone()),
             (&write.config_hash, text.clone()),
-            (&mode.as_str(), text),
+            (&mode.as_str(), text.clone()),
+            (&write.stage_id, text),
         ],
     )
     .await
@@ -162,10 +166,10 @@ pub(super) async fn record_merges(
     let text = Type::TEXT;
     let target_table = table.name.to_string();
     tx.execute_typed(
-        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, written_at) \
-         SELECT $1, u.partition, $2, u.generation, u.position, $3, u.row_count, '', $4, $5, $6, now() \
+        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, stage_id, written_at) \
+         SELECT $1, u.partition, $2, u.generation, u.position, $3, u.row_count, '', $4, $5, $6, $11, now() \
          FROM unnest($7::text[], $8::bigint[], $9::bigint[], $10::bigint[]) AS u(partition, generation, position, row_count) \
-         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, \
+         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, stage_id = EXCLUDED.stage_id, \
            stage_generation = EXCLUDED.stage_generation, source_position = EXCLUDED.source_position, \
            transform = EXCLUDED.transform, row_count = EXCLUDED.row_count, checksum = EXCLUDED.checksum, \
            plugin_sha256 = EXCLUDED.plugin_sha256, config_hash = EXCLUDED.config_hash, \
@@ -181,6 +185,7 @@ pub(super) async fn record_merges(
             (&generations, Type::INT8_ARRAY),
             (&positions, Type::INT8_ARRAY),
             (&rows, Type::INT8_ARRAY),
+            (&first.stage_id, Type::TEXT),
         ],
     )
     .await

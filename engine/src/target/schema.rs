@@ -60,6 +60,8 @@ ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS plugin_sha256 text;
 ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS write_mode text NOT NULL DEFAULT 'replace';
 COMMENT ON COLUMN weir.partitions.write_mode IS 'replace: the partition was rewritten whole (checksum covers it); merge: only its changed keys were (checksum is empty).';
 CREATE INDEX IF NOT EXISTS dead_letter_rejected ON weir.dead_letter (target_table, partition) WHERE kind = 'rejected';
+ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS stage_id text;
+COMMENT ON COLUMN weir.partitions.stage_id IS 'the stage the partition was written from (NULL: by a build before stages had one); stage_generation counts in that stage.';
 CREATE TABLE IF NOT EXISTS weir.backfills (
     target_table text        NOT NULL,
     window_from  text        NOT NULL,

@@ -18,6 +18,10 @@ use crate::value::Value;
 pub struct PartitionMeta<'a> {
     /// The feed's identity (`Config::source_id`), recorded with rejections.
     pub source_id: &'a str,
+    /// The identity of the stage the rows were read from (`Stage::stage_id`), recorded
+    /// in lineage: generations of two stages are not compared, and a merge is only made
+    /// on top of what this stage wrote.
+    pub stage_id: &'a str,
     pub source_table: &'a str,
     pub partition: &'a Partition,
     /// The stage generation the rows were read at.

@@ -521,11 +521,17 @@ pub async fn open_replace<'c, 'a>(
         table,
         meta,
         &[],
-        "SELECT stage_generation FROM weir.partitions WHERE target_table = $1 AND partition = $2",
+        "SELECT stage_generation, stage_id FROM weir.partitions WHERE target_table = $1 AND partition = $2",
         |condition, _| format!("DELETE FROM {} WHERE {condition}", table.name.quoted()),
     )
     .await?;
+    // Generations count in one stage: one written from another stage (a stage made
+    // anew, or another folder) says nothing of this stage's.
     let newer = lineage
+        .filter(|r| {
+            r.get::<_, Option<String>>(1)
+                .is_none_or(|id| id.is_empty() || id == meta.stage_id)
+        })
         .map(|r| r.get::<_, i64>(0))
         .and_then(|g| u64::try_from(g).ok());
     if meta.skip_if_newer
@@ -558,7 +564,7 @@ pub async fn open_merge<'c, 'a>(
         table,
         meta,
         key_columns,
-        "SELECT row_count, transform, plugin_sha256, config_hash FROM weir.partitions \
+        "SELECT row_count, transform, plugin_sha256, config_hash, stage_id FROM weir.partitions \
          WHERE target_table = $1 AND partition = $2",
         |condition, first| delete_keys_sql(table, &keys, condition, first),
     )
@@ -745,9 +751,14 @@ pub(super) fn merge_base(
     at: usize,
     meta: &PartitionMeta<'_>,
 ) -> Option<u64> {
+    // A merge is made only on what the same transform wrote from this stage: a stage
+    // made anew may lack rows the target still holds (deleted while none ran).
     let same = row.get::<_, String>(at + 1) == meta.transform
         && row.get::<_, Option<String>>(at + 2).as_deref() == meta.plugin_sha256
-        && row.get::<_, Option<String>>(at + 3).as_deref() == meta.config_hash;
+        && row.get::<_, Option<String>>(at + 3).as_deref() == meta.config_hash
+        && row
+            .get::<_, Option<String>>(at + 4)
+            .is_none_or(|id| id == meta.stage_id);
     same.then(|| u64::try_from(row.get::<_, i64>(at)).unwrap_or(0))
 }
 
