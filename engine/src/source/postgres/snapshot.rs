@@ -17,7 +17,28 @@ use crate::source::{Row, SourceEvent};
 use crate::value::Value;
 
 mod reads;
-use reads::{key_literals, page_spans, rows_of};
+mod visibility;
+use reads::{key_literals, page_spans};
+use visibility::{XidSnapshot, snapshot_function};
+
+/// Which transaction stream events belong to, for [`Snapshot::observe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// A transaction sent after its commit, by its xid.
+    Xid(u32),
+    /// A transaction whose xid is not known (counted as unseen by the chunk's read).
+    Unknown,
+    /// An in-progress transaction streamed in blocks: it may still abort, so only its
+    /// changes between the watermarks count (as before its commit is known).
+    Streamed,
+}
+
+/// Transactions the stream decoded while no chunk was being read, remembered for the
+/// next chunk (see [`Snapshot::await_visible`]), at most this many.
+const RECENT_XIDS_MAX: usize = 4096;
+/// How long a chunk waits for the transactions the stream decoded to be visible to new
+/// snapshots (they are committed: it takes a moment), checking every millisecond.
+const VISIBLE_WAIT_TRIES: usize = 5000;
 
 /// Without a terminal, snapshot progress is logged this often.
 const SNAPSHOT_LOG_INTERVAL_S: u64 = 5;
@@ -47,9 +68,12 @@ pub(super) struct ChunkInFlight {
     high: u64,
     seen_low: bool,
     rows: Vec<Row>,
-    /// Keys of the table changed by transactions committed between the watermarks:
-    /// the stream's version of those rows wins over the chunk's.
+    /// Keys of the table changed by transactions committed between the watermarks, or
+    /// unseen by the chunk's read: the stream's version of those rows wins over the
+    /// chunk's.
     changed: std::collections::HashSet<Vec<u8>>,
+    /// The snapshots the chunk was read in (see `visibility`).
+    snapshots: Vec<XidSnapshot>,
     last_key: Option<Vec<Option<String>>>,
     /// A chunk of the pages the first load left: the pages it read, `from` inclusive,
     /// `to` exclusive (`None`: to the end). `None`: a chunk in key order.
@@ -127,6 +151,12 @@ pub(super) struct Snapshot {
     last_log: Instant,
     /// On a terminal, a progress bar.
     bar: Option<indicatif::ProgressBar>,
+    /// The SQL function giving the current snapshot on this server.
+    snapshot_function: &'static str,
+    /// The snapshots of the chunk being read, one per connection that read it.
+    read_snapshots: Vec<XidSnapshot>,
+    /// Transactions with changes the stream decoded since the last chunk began.
+    recent_xids: std::collections::VecDeque<u32>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -267,6 +297,9 @@ impl Snapshot {
             started: Instant::now(),
             last_log: Instant::now(),
             bar,
+            snapshot_function: snapshot_function(version),
+            read_snapshots: Vec::new(),
+            recent_xids: std::collections::VecDeque::new(),
         }))
     }
 
@@ -352,6 +385,8 @@ impl Snapshot {
             None
         };
         let emit = "SELECT pg_logical_emit_message(true, $1, $2)::text";
+        self.await_visible().await?;
+        self.read_snapshots.clear();
         let low: String = self
             .client
             .query_one(emit, &[&WATERMARK_PREFIX, &"low"])
@@ -368,12 +403,11 @@ impl Snapshot {
                     sql.push_str(&format!(" WHERE ({keys}) > ({after})"));
                 }
                 sql.push_str(&format!(" ORDER BY {keys} LIMIT {}", self.chunk_rows));
-                let rows = rows_of(
-                    self.client
-                        .simple_query(&sql)
-                        .await
-                        .map_err(query("read a snapshot chunk"))?,
-                );
+                let rows = self
+                    .read_at_once(vec![sql], "read a snapshot chunk")
+                    .await?
+                    .pop()
+                    .unwrap_or_default();
                 let more = rows.len() >= self.chunk_rows;
                 (rows, more)
             }
@@ -437,6 +471,7 @@ impl Snapshot {
             seen_low: false,
             rows: decoded,
             changed: std::collections::HashSet::new(),
+            snapshots: std::mem::take(&mut self.read_snapshots),
             index: keys,
             last_key: if more { last_key } else { None },
             pages: by_pages.and_then(|(spans, _)| {
@@ -552,12 +587,81 @@ impl Snapshot {
         }
     }
 
-    /// Notes the keys of the chunk's table that stream events between the watermarks
-    /// changed.
-    pub(super) fn observe(&mut self, events: &[SourceEvent]) {
-        if let Some(chunk) = self.in_flight.as_mut().filter(|c| c.seen_low) {
-            chunk.observe(events);
+    /// Notes the keys of the chunk's table that stream events of transaction `xid`
+    /// (top-level; `None` if unknown) changed, when the chunk's read cannot have seen
+    /// them: events between the watermarks, and those before the low watermark of a
+    /// transaction a snapshot of the read did not see (committed just before the low
+    /// watermark, visible only after the read began; an unknown one counts as unseen).
+    /// Dropping the chunk's row of such a key is safe: the stream staged that change.
+    pub(super) fn observe(&mut self, events: &[SourceEvent], seen: Seen) {
+        let xid = match seen {
+            Seen::Xid(xid) => Some(xid),
+            Seen::Unknown => None,
+            Seen::Streamed => {
+                if let Some(chunk) = self.in_flight.as_mut().filter(|c| c.seen_low) {
+                    chunk.observe(events);
+                }
+                return;
+            }
+        };
+        let changes = events
+            .iter()
+            .any(|e| matches!(e, SourceEvent::Transaction(_) | SourceEvent::Chunk(_)));
+        if !changes {
+            return;
         }
+        if let Some(xid) = xid
+            && self.recent_xids.back() != Some(&xid)
+        {
+            if self.recent_xids.len() >= RECENT_XIDS_MAX {
+                self.recent_xids.pop_front();
+            }
+            self.recent_xids.push_back(xid);
+        }
+        if let Some(chunk) = self.in_flight.as_mut() {
+            let unseen = xid.is_none_or(|x| chunk.snapshots.iter().any(|s| !s.sees(x)));
+            if chunk.seen_low || unseen {
+                chunk.observe(events);
+            }
+        }
+    }
+
+    /// Waits until every transaction the stream decoded since the last chunk began is
+    /// visible to new snapshots, so that the next chunk's read sees what the stream
+    /// staged before it: each is committed (its commit was decoded), and becomes
+    /// visible a moment after. Transactions decoded while the chunk is in flight are
+    /// judged by its snapshots instead ([`Self::observe`]).
+    async fn await_visible(&mut self) -> Result<(), PgSourceError> {
+        if self.recent_xids.is_empty() {
+            return Ok(());
+        }
+        let sql = format!("SELECT {}()::text", self.snapshot_function);
+        for _ in 0..VISIBLE_WAIT_TRIES {
+            let text: String = self
+                .client
+                .query_one(&sql, &[])
+                .await
+                .map_err(|source| PgSourceError::Query {
+                    what: "read the current snapshot",
+                    source,
+                })?
+                .get(0);
+            let snapshot = XidSnapshot::parse(&text).ok_or_else(|| PgSourceError::BadChange {
+                table: "the snapshot".into(),
+                reason: "the server's current snapshot could not be read".into(),
+            })?;
+            if self.recent_xids.iter().all(|x| snapshot.sees(*x)) {
+                self.recent_xids.clear();
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tracing::warn!(
+            transactions = self.recent_xids.len(),
+            "committed transactions are still not visible after 5 s; reading the chunk all the same"
+        );
+        self.recent_xids.clear();
+        Ok(())
     }
 
     /// At the high watermark: the chunk's rows not changed meanwhile, and the progress
@@ -717,6 +821,7 @@ mod tests {
             seen_low: true,
             rows: Vec::new(),
             changed: std::collections::HashSet::new(),
+            snapshots: Vec::new(),
             last_key: None,
             pages: None,
             index: HashMap::new(),

@@ -12,7 +12,7 @@ use super::replication::{
     ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream,
 };
 use super::setup::{PublicationMark, check_estate, connect};
-use super::snapshot::{RESYNC_PREFIX, ResyncSignal, Snapshot, WATERMARK_PREFIX, Watermark};
+use super::snapshot::{RESYNC_PREFIX, ResyncSignal, Seen, Snapshot, WATERMARK_PREFIX, Watermark};
 use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
 use crate::feed::StageChange;
@@ -113,6 +113,9 @@ pub struct PostgresSource {
     behind: Duration,
     /// A connection for heartbeats, opened when the first one is due.
     heartbeat_client: Option<tokio_postgres::Client>,
+    /// The transaction of the stream's current changes (a `Begin`'s), for the
+    /// snapshot's visibility checks.
+    xid: Option<u32>,
     /// The publication as the stage recorded it, and when it was last read again.
     publication_mark: PublicationMark,
     mark_checked: Instant,
@@ -302,6 +305,7 @@ impl PostgresSource {
             heartbeat_client: None,
             publication_mark,
             mark_checked: Instant::now(),
+            xid: None,
         })
     }
 
@@ -701,9 +705,24 @@ impl PostgresSource {
                             snapshot.unstaged(table, name, key, &staged)
                         }
                     };
+                    // A transaction sent whole after its commit is judged by the chunk's
+                    // snapshots; an in-progress one streamed in blocks (which may still
+                    // abort) counts only between the watermarks.
+                    let xid = match &message {
+                        PgOutputMessage::Begin(b) => {
+                            self.xid = Some(b.xid);
+                            Seen::Xid(b.xid)
+                        }
+                        PgOutputMessage::StreamStart(_)
+                        | PgOutputMessage::StreamStop
+                        | PgOutputMessage::StreamCommit(_)
+                        | PgOutputMessage::StreamAbort(_) => Seen::Streamed,
+                        m if m.stream_xid().is_some() => Seen::Streamed,
+                        _ => self.xid.map_or(Seen::Unknown, Seen::Xid),
+                    };
                     let events = self.assembler.handle(message, &lookup, &unstaged)?;
                     if let Some(snapshot) = self.snapshot.as_mut() {
-                        snapshot.observe(&events);
+                        snapshot.observe(&events, xid);
                         // A table no longer read by pages: staged with the transaction
                         // of the update that decided it, so a crash cannot forget it.
                         if self.assembler.in_transaction()

@@ -3,6 +3,7 @@
 //! order), each span or range on its own connection between the chunk's one pair of
 //! watermarks.
 
+use super::visibility::XidSnapshot;
 use super::{PgSourceError, Snapshot, reader};
 use crate::config::TableConfig;
 
@@ -137,9 +138,10 @@ impl Snapshot {
     }
 
     /// Runs each of `queries` on a connection of its own (`client`, then `readers`,
-    /// opened as needed), all at once; the rows of each, in order. `what` names the
-    /// read in an error.
-    async fn read_at_once(
+    /// opened as needed), all at once, each in a transaction whose snapshot is recorded
+    /// in `read_snapshots` (see `visibility`); the rows of each, in order. `what` names
+    /// the read in an error.
+    pub(super) async fn read_at_once(
         &mut self,
         queries: Vec<String>,
         what: &'static str,
@@ -147,15 +149,45 @@ impl Snapshot {
         while self.readers.len() + 1 < queries.len() {
             self.readers.push(reader(&self.dsn).await?);
         }
-        let clients = std::iter::once(&self.client).chain(self.readers.iter());
-        let reads = queries
+        let function = self.snapshot_function;
+        let wrapped: Vec<String> = queries
             .iter()
-            .zip(clients)
+            .map(|sql| {
+                format!(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT {function}()::text; {sql}; COMMIT"
+                )
+            })
+            .collect();
+        let clients: Vec<&tokio_postgres::Client> = std::iter::once(&self.client)
+            .chain(self.readers.iter())
+            .take(wrapped.len())
+            .collect();
+        let reads = wrapped
+            .iter()
+            .zip(&clients)
             .map(|(sql, client)| client.simple_query(sql));
-        let results = futures_util::future::try_join_all(reads)
-            .await
-            .map_err(|source| PgSourceError::Query { what, source })?;
-        Ok(results.into_iter().map(rows_of).collect())
+        let results = futures_util::future::join_all(reads).await;
+        if results.iter().any(Result::is_err) {
+            // A failed read leaves its transaction open and aborted.
+            for client in &clients {
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
+        }
+        let mut out = Vec::with_capacity(results.len());
+        for result in results {
+            let messages = result.map_err(|source| PgSourceError::Query { what, source })?;
+            let mut rows = rows_of(messages).into_iter();
+            let snapshot = rows
+                .next()
+                .and_then(|r| r.get(0).and_then(XidSnapshot::parse))
+                .ok_or_else(|| PgSourceError::BadChange {
+                    table: what.to_owned(),
+                    reason: "the read's snapshot could not be read".into(),
+                })?;
+            self.read_snapshots.push(snapshot);
+            out.push(rows.collect());
+        }
+        Ok(out)
     }
 }
 
