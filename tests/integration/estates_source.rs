@@ -988,3 +988,51 @@ async fn a_stage_made_anew_can_backfill_partitions_the_old_stage_wrote() {
         dump(&target, "analytics.fact_orders").await
     );
 }
+
+/// A slot someone else made under the configured name is refused at `init` unless Weir
+/// can stream from it (logical, `pgoutput`, this database), naming what is wrong, and
+/// the refused init leaves no publication behind.
+#[tokio::test]
+async fn init_refuses_a_slot_weir_cannot_stream_from() {
+    let db = TestDb::new("est_badslot_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_badslot",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);",
+    )
+    .await;
+    write_config(&db, "est_badslot", &orders("public.orders", &["id"], "day"));
+    for (make, says) in [
+        (
+            "SELECT pg_create_logical_replication_slot('est_badslot', 'test_decoding')",
+            "decodes with the output plugin `test_decoding`",
+        ),
+        (
+            "SELECT pg_create_physical_replication_slot('est_badslot')",
+            "is a physical slot",
+        ),
+    ] {
+        source.batch_execute(make).await.expect("make the slot");
+        let out = weir_pg(&db, &source_dsn, &["init"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("replication slot `est_badslot`") && stderr.contains(says),
+            "{stderr}"
+        );
+        let publications: i64 = source
+            .query_one(
+                "SELECT count(*) FROM pg_publication WHERE pubname = 'est_badslot'",
+                &[],
+            )
+            .await
+            .expect("publications")
+            .get(0);
+        assert_eq!(publications, 0, "a refused init makes nothing");
+        source
+            .batch_execute("SELECT pg_drop_replication_slot('est_badslot')")
+            .await
+            .expect("drop the slot");
+    }
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

@@ -164,7 +164,7 @@ impl Pipeline {
             );
         }
         let path = config.stage_path.clone();
-        if !path.join("CURRENT").exists() {
+        if !crate::stage::stage_exists(&path)? {
             return Err(StageError::Missing { path }.into());
         }
         let source_id = config.source_id();

@@ -53,6 +53,12 @@ pub enum StageError {
     },
     #[error("the stage at {} does not exist: run `weir init` first", path.display())]
     Missing { path: PathBuf },
+    #[error("cannot read the stage at {}: run Weir as the user that owns it, or give this user access to it", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(
         "the stage at {} was written by an older weir and lacks its `{family}` records: run `weir init` once (it adds them), then retry",
         path.display()
@@ -101,11 +107,32 @@ pub(super) fn corrupt(what: impl Into<String>) -> StageError {
 pub const DAMAGED_HINT: &str = "the stage is damaged (RocksDB reports corruption in its files): restore it with `weir checkpoint import` from an export into a new stage path, or rebuild it from the feed into a new stage path";
 
 /// The hint of [`StageError::Open`]: the damaged-stage advice when RocksDB reports
-/// corruption, `otherwise` else.
+/// corruption; what the system said of the folder (full, read-only, not this user's)
+/// when it said so; `otherwise` else.
 pub(super) fn open_hint(error: &rocksdb::Error, otherwise: &'static str) -> &'static str {
+    let text = error.to_string();
     if error.kind() == ErrorKind::Corruption {
         DAMAGED_HINT
+    } else if text.contains("No space left on device") {
+        "its disk is full: free space on it (nothing staged is lost), then run again"
+    } else if text.contains("Read-only file system") {
+        "its file system is mounted read-only: remount it read-write, or move the stage (`weir checkpoint export`/`import`)"
+    } else if text.contains("Permission denied") {
+        "this user may not write it: run Weir as the user that owns the stage folder, or give this user access to it"
     } else {
         otherwise
+    }
+}
+
+/// Whether a stage exists at `path` (its `CURRENT` file); a folder this user may not
+/// read is said so, not taken for a missing stage.
+pub fn stage_exists(path: &std::path::Path) -> Result<bool, StageError> {
+    match std::fs::metadata(path.join("CURRENT")) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(StageError::Unreadable {
+            path: path.to_owned(),
+            source,
+        }),
     }
 }

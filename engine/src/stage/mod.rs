@@ -74,7 +74,7 @@ use crate::feed::Position;
 use crate::partition::Partition;
 
 pub use bulk::PreparedLoad;
-pub use error::StageError;
+pub use error::{StageError, stage_exists};
 pub use layout::FORMAT_VERSION;
 pub use open::MEMORY_BUDGET_BYTES;
 pub use snapshot::{CHUNK_BYTES, CHUNK_ROWS, ChangedChunk, PartitionSnapshot, Survey};

@@ -237,7 +237,7 @@ impl Stage {
     /// Opens an existing stage read-only; works while another process writes it (it
     /// sees the state as of opening).
     pub fn open_read_only(path: &Path) -> Result<Stage, StageError> {
-        if !path.join("CURRENT").exists() {
+        if !super::error::stage_exists(path)? {
             return Err(StageError::Missing {
                 path: path.to_owned(),
             });

@@ -46,11 +46,11 @@ pub enum PgSourceError {
     )]
     UnknownStream { what: &'static str, xid: u32 },
     #[error(
-        "replication slot `{slot}` does not exist: run `weir init`, which creates it and takes a fresh snapshot; Weir never re-creates a slot silently, since changes made meanwhile are lost"
+        "replication slot `{slot}` does not exist, and the changes made since it went are lost to this stage (Weir never re-creates a slot silently): point `[stage] path` at a new folder, then run `weir init` (it creates the slot) and `weir run`, which loads the tables afresh; `weir backfill --allow-empty` then empties target partitions the new stage has no rows for"
     )]
     SlotMissing { slot: String },
     #[error(
-        "replication slot `{slot}` was invalidated by the server (wal_status = lost: it fell behind max_slot_wal_keep_size); changes are lost: drop the slot and run `weir init` for a fresh snapshot"
+        "replication slot `{slot}` was invalidated by the server (wal_status = lost: it fell behind max_slot_wal_keep_size); the changes it held are lost: drop it (`SELECT pg_drop_replication_slot('{slot}');`), point `[stage] path` at a new folder, then run `weir init` and `weir run`, which load the tables afresh; `weir backfill --allow-empty` then empties target partitions the new stage has no rows for"
     )]
     SlotInvalidated { slot: String },
     #[error(

@@ -214,6 +214,51 @@ pub async fn setup(
             ),
         });
     }
+    // A slot someone else made must be one Weir can stream from.
+    let found: Option<(String, Option<String>, Option<String>, String)> = client
+        .query_opt(
+            "SELECT slot_type::text, plugin::text, database::text, coalesce(wal_status, '') \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(query("look up the slot"))?
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
+    let slot_exists = found.is_some();
+    if let Some((kind, plugin, database, wal_status)) = found {
+        let here: String = client
+            .query_one("SELECT current_database()::text", &[])
+            .await
+            .map_err(query("read the database's name"))?
+            .get(0);
+        let problem = if kind != "logical" {
+            Some(format!(
+                "is a {kind} slot; Weir streams from a logical slot"
+            ))
+        } else if plugin.as_deref() != Some("pgoutput") {
+            Some(format!(
+                "decodes with the output plugin `{}`; Weir reads `pgoutput`",
+                plugin.unwrap_or_default()
+            ))
+        } else if database.as_deref() != Some(here.as_str()) {
+            Some(format!(
+                "belongs to the database `{}`, not `{here}` that the source DSN names",
+                database.unwrap_or_default()
+            ))
+        } else if wal_status == "lost" {
+            Some("was invalidated by the server (its WAL was removed, `max_slot_wal_keep_size`): the changes it held are gone".to_owned())
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(PgSourceError::Estate {
+                subject: format!("replication slot `{slot}`"),
+                problems: format!(
+                    "{problem}. Set another `slot` in the config (`weir init` makes it), or drop this one if nothing else uses it (`SELECT pg_drop_replication_slot('{slot}');`); a new slot streams from now on, so point `[stage] path` at a new folder too for a fresh snapshot"
+                ),
+            });
+        }
+    }
     let exists = publication_exists(writer, publication)
         .await
         .map_err(query("look up the publication"))?;
@@ -273,14 +318,6 @@ pub async fn setup(
         .map(|t| t.source.to_string())
         .zip(estate.identities.iter().cloned())
         .collect();
-    let slot_exists: bool = client
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
-            &[&slot],
-        )
-        .await
-        .map_err(query("look up the slot"))?
-        .get(0);
     let (version_num, version) = server_version(client).await?;
     let has_failover = version_num >= FAILOVER_SLOTS_SINCE;
     let on_standby = primary.is_some();
