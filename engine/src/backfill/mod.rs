@@ -321,6 +321,92 @@ pub async fn plan(
     Ok(out)
 }
 
+/// The partitions of `table` the stage holds rows of and wrote before (no dirty mark,
+/// no failure recorded) that the target's lineage does not know: the target table was
+/// made anew (dropped and `weir init` run again, or a new target database), or its
+/// lineage was removed. What [`rewrite_unrecorded`] writes again.
+pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, BackfillError> {
+    let (_, target, _) = p.table(table)?;
+    let stage: Arc<Stage> = p.stage_arc();
+    let t = table.to_owned();
+    let (staged, dirty, failed) = tokio::task::spawn_blocking(move || {
+        Ok::<_, crate::stage::StageError>((
+            stage.partitions(&t)?,
+            stage.dirty_partitions()?,
+            stage.failures()?,
+        ))
+    })
+    .await
+    .map_err(PipelineError::Task)?
+    .map_err(PipelineError::from)?;
+    let client = target::connect(p.dsn()).await?;
+    let lineage = target::table_lineage(&client, &target.name).await?;
+    let pending: HashSet<&Partition> = dirty
+        .iter()
+        .filter(|d| d.table == table)
+        .map(|d| &d.partition)
+        .chain(
+            failed
+                .iter()
+                .filter(|f| f.table == table)
+                .map(|f| &f.partition),
+        )
+        .collect();
+    Ok(staged
+        .iter()
+        .filter(|(partition, (_, rows))| {
+            *rows > 0
+                && !pending.contains(partition)
+                && !lineage.contains_key(partition.name().as_ref())
+        })
+        .map(|(partition, &(generation, staged_rows))| PlanEntry {
+            table: table.to_owned(),
+            target: target.name.to_string(),
+            partition: partition.name().into_owned(),
+            partition_value: partition.clone(),
+            staged_rows,
+            generation,
+            lineage: None,
+            change: "not in the target's lineage".to_owned(),
+        })
+        .collect())
+}
+
+/// Writes again, before a run streams, every partition [`unrecorded`] finds in any
+/// table (but those a resync is reading again): a target table made anew holds none of
+/// the rows the stage wrote to it before, and only partitions that change would be
+/// written otherwise. Returns how many were written.
+pub async fn rewrite_unrecorded(p: &Pipeline) -> Result<usize, BackfillError> {
+    let holds = p.resync_holds()?;
+    let mut entries = Vec::new();
+    for (table, _) in p.tables() {
+        if !holds.contains(table) {
+            entries.extend(unrecorded(p, table).await?);
+        }
+    }
+    if entries.is_empty() {
+        return Ok(0);
+    }
+    tracing::warn!(
+        partitions = entries.len(),
+        "partitions the stage wrote before are not in the target's lineage (a target table made anew, or its lineage removed): writing them again"
+    );
+    let parallel = p.config().engine.parallelism;
+    let report = backfill(
+        p,
+        &Scope::Stale,
+        entries,
+        parallel,
+        &|_| {},
+        std::future::pending(),
+    )
+    .await?;
+    if let Some((partition, error)) = report.failed.first() {
+        tracing::warn!(partition = %partition, error = %error, failed = report.failed.len(), "partitions not written again; `weir backfill` writes them");
+    }
+    Ok(report.written.len())
+}
+
 /// Adds to `entries` (the plan of a window of `table`) the partitions of the window
 /// that only the source table holds (neither staged nor written): what `verify
 /// --against-source` must report missing too (see [`Pipeline::source_partitions`]).

@@ -25,6 +25,15 @@ pub(crate) async fn run(
         "memory budget"
     );
     let pipeline = Pipeline::open(config, dsn).await?;
+    // A target table made anew (or a new target database) gets the partitions the
+    // stage wrote to it before, not only those that change from now on.
+    let rewritten = weir::backfill::rewrite_unrecorded(&pipeline).await?;
+    if rewritten > 0 {
+        tracing::info!(
+            partitions = rewritten,
+            "partitions missing from the target's lineage written again"
+        );
+    }
     // On a terminal, a status line under the logs (quiet otherwise).
     let mut status = super::progress::StatusLine::new();
     if status.is_some() {

@@ -190,6 +190,32 @@ pub async fn prepare_table(
             .await
             .map_err(query_err(format!("create {name}")))?;
         tracing::info!(table = %name, "created target table");
+        // Lineage and rejections of a table of this name that was dropped describe
+        // rows the new table does not hold: a merge on top of them would write only
+        // the changed keys. Without them, `weir run` writes the staged partitions
+        // again (`backfill::rewrite_unrecorded`).
+        let target_table = name.to_string();
+        let forgotten = client
+            .execute(
+                "DELETE FROM weir.partitions WHERE target_table = $1",
+                &[&target_table],
+            )
+            .await
+            .map_err(query_err(format!(
+                "remove the lineage of the dropped {name}"
+            )))?;
+        client
+            .execute(
+                "DELETE FROM weir.dead_letter WHERE kind = 'rejected' AND target_table = $1",
+                &[&target_table],
+            )
+            .await
+            .map_err(query_err(format!(
+                "remove the rejections of the dropped {name}"
+            )))?;
+        if forgotten > 0 {
+            tracing::warn!(table = %name, partitions = forgotten, "the target table was made anew: the lineage of the partitions it held before is removed, and `weir run` writes the partitions the stage holds again");
+        }
     }
     let partitioned: bool = client
         .query_one(
