@@ -332,7 +332,27 @@ pub(super) async fn resolve_tables(
     let client = postgres::connect(&source_dsn).await?;
     let mut out = Vec::with_capacity(config.tables.len());
     for table in &config.tables {
-        let mut columns = postgres::source_columns(&client, &table.source).await?;
+        let (mut columns, unsupported) =
+            postgres::source_columns_and_unsupported(&client, &table.source).await?;
+        // A column of a type Weir cannot write, added at the source since the target
+        // was made, is left out as a live run leaves it (the target cannot hold it);
+        // otherwise (`init`, or a plugin that would see it) it is refused.
+        if !unsupported.is_empty() {
+            let existing = match target {
+                Some(target) if table.plugin.is_none() => {
+                    target::column_names(target, &table.target).await?
+                }
+                _ => None,
+            };
+            match existing {
+                Some(existing) if unsupported.iter().all(|(c, _)| !existing.contains(c)) => {
+                    for (column, declared) in &unsupported {
+                        tracing::warn!(table = %table.source, column = %column, declared = %declared, "a source column of a type Weir cannot write, which the target does not have, is left out");
+                    }
+                }
+                _ => return Err(postgres::unsupported_columns(&table.source, &unsupported).into()),
+            }
+        }
         // Running against an existing target: its columns are the ones written. A source
         // column the target lacks (added since `init`) is staged, not written; a target
         // column the source lost stops the table. With a plugin the target holds the

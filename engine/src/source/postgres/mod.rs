@@ -111,7 +111,8 @@ pub use read::{distinct_values, read_rows};
 pub use resync::request_resync;
 pub use setup::{
     Estate, HostSlot, PublicationMark, SetupReport, SlotFailover, SlotStatus, check_estate,
-    connect, setup, slot_on_each_host, slot_status, source_columns, table_oid,
+    connect, setup, slot_on_each_host, slot_status, source_columns, source_columns_and_unsupported,
+    table_oid, unsupported_columns,
 };
 pub use snapshot::{RESYNC_PREFIX, ResyncSignal};
 pub use stage_port::{PortError, PreparedPart, StagePort};

@@ -17,11 +17,41 @@ pub async fn connect(dsn: &Dsn) -> Result<tokio_postgres::Client, PgSourceError>
     Ok(client)
 }
 
-/// The columns of a source table, in order, as Weir columns.
+/// The columns of a source table, in order, as Weir columns; a column of a type Weir
+/// cannot write is refused, every such column named.
 pub async fn source_columns(
     client: &tokio_postgres::Client,
     table: &TableName,
 ) -> Result<Vec<crate::config::Column>, PgSourceError> {
+    let (columns, unsupported) = source_columns_and_unsupported(client, table).await?;
+    if unsupported.is_empty() {
+        Ok(columns)
+    } else {
+        Err(unsupported_columns(table, &unsupported))
+    }
+}
+
+/// The error for `unsupported` columns (name, declared type) of `table`.
+pub fn unsupported_columns(table: &TableName, unsupported: &[(String, String)]) -> PgSourceError {
+    let list: Vec<String> = unsupported
+        .iter()
+        .map(|(name, declared)| format!("`{name}` has type {declared}"))
+        .collect();
+    PgSourceError::SourceTable {
+        table: table.to_string(),
+        problem: format!(
+            "column {}, which Weir cannot write yet (it writes smallint, integer, bigint, numeric, real, double precision, text, varchar, boolean, date, timestamp, timestamptz, uuid, json, jsonb and bytea): change the column to one of these at the source, or leave the table out of this pipeline",
+            list.join(", column ")
+        ),
+    }
+}
+
+/// [`source_columns`], with the columns of types Weir cannot write set apart (name,
+/// declared type) rather than refused.
+pub async fn source_columns_and_unsupported(
+    client: &tokio_postgres::Client,
+    table: &TableName,
+) -> Result<(Vec<crate::config::Column>, Vec<(String, String)>), PgSourceError> {
     let rows = client
         .query(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid, a.atttypmod, a.attgenerated <> '' \
@@ -36,7 +66,9 @@ pub async fn source_columns(
             problem: "does not exist (or has no columns): create it, or, if it was renamed (ALTER TABLE … RENAME or SET SCHEMA), set `source` to its new name in the config".into(),
         });
     }
-    rows.iter()
+    let mut unsupported = Vec::new();
+    let columns = rows
+        .iter()
         .filter(|r| {
             // A generated column is not in the stream (pgoutput leaves it out), so it
             // is not replicated at all: the first load would disagree with every change.
@@ -46,24 +78,22 @@ pub async fn source_columns(
             }
             !generated
         })
-        .map(|r| {
+        .filter_map(|r| {
             let (name, declared, oid, modifier): (String, String, u32, i32) =
                 (r.get(0), r.get(1), r.get(2), r.get(3));
-            let ty =
-                pgtypes::column_type(oid, modifier).ok_or_else(|| PgSourceError::SourceTable {
-                    table: table.to_string(),
-                    problem: format!(
-                        "column `{name}` has type {declared}, which Weir cannot write yet (it writes smallint, integer, bigint, numeric, real, double precision, text, varchar, boolean, date, timestamp, timestamptz, uuid, json, jsonb and bytea): change the column to one of these at the source, or leave the table out of this pipeline"
-                    ),
-                })?;
-            Ok(crate::config::Column {
+            let Some(ty) = pgtypes::column_type(oid, modifier) else {
+                unsupported.push((name, declared));
+                return None;
+            };
+            Some(crate::config::Column {
                 name,
                 declared,
                 ty,
                 epoch: None,
             })
         })
-        .collect()
+        .collect();
+    Ok((columns, unsupported))
 }
 
 /// What `weir init` set up in the source.
