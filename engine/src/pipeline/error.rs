@@ -105,6 +105,19 @@ impl PipelineError {
         )
     }
 
+    /// Whether the source went away part way through the first load (see
+    /// [`crate::source::postgres::PgSourceError::LoadInterrupted`]).
+    pub fn is_interrupted_load(&self) -> bool {
+        use crate::source::postgres::PgSourceError::LoadInterrupted;
+        match self {
+            PipelineError::PgSource(e) => matches!(e, LoadInterrupted(_)),
+            PipelineError::Source(crate::source::SourceError::Postgres(e)) => {
+                matches!(**e, LoadInterrupted(_))
+            }
+            _ => false,
+        }
+    }
+
     /// Whether this is a source that went away (see [`SourceError::is_transient`]).
     pub fn is_transient_source(&self) -> bool {
         match self {

@@ -62,7 +62,16 @@ impl Pipeline {
         shutdown: impl Future<Output = ()>,
     ) -> Result<RunReport, PipelineError> {
         // `None` only while intake is paused with the stream closed (see pause_intake).
-        let mut slot = Some(self.open_source(once).await?);
+        let mut slot = match self.open_source(once).await {
+            Ok(source) => Some(source),
+            // A live run whose first load lost the source (a restart) waits for it, as
+            // it does for a stream cut later; what the load staged stays.
+            Err(error) if !once && error.is_interrupted_load() => {
+                tracing::warn!(error = %error_chain(&error), "source lost during the first load; reconnecting");
+                None
+            }
+            Err(error) => return Err(error),
+        };
         let mut report = RunReport::default();
         let mut batch: Vec<Transaction> = Vec::new();
         // About the bytes of changes `batch` holds: staged at INTAKE_BATCH_BYTES.

@@ -31,6 +31,11 @@ pub enum PgSourceError {
         "TRUNCATE of {tables}: on_truncate = \"fail\" for it, so the source stops and nothing past the TRUNCATE is acknowledged; set on_truncate = \"apply\" on the table to remove its rows from the stage and the target"
     )]
     Truncate { tables: String },
+    /// The source went away during the first load (a restart, a cut connection):
+    /// what it staged stays, and a new run (or a live run's reconnect) goes on with the
+    /// ranges left.
+    #[error("the first load was interrupted (it goes on with what it has not staged)")]
+    LoadInterrupted(#[source] Box<PgSourceError>),
     #[error(
         "a change arrived outside a transaction ({what}): the replication stream is out of order"
     )]
@@ -181,6 +186,7 @@ impl PgSourceError {
                 other => other.code().is_some_and(transient_code),
             },
             PgSourceError::Connect(e) => e.is_transient(),
+            PgSourceError::LoadInterrupted(_) => true,
             PgSourceError::Query { source, .. } => {
                 source.is_closed()
                     || source

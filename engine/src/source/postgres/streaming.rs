@@ -215,7 +215,16 @@ impl PostgresSource {
                 range_rows: options.snapshot_chunk_rows,
                 watch: options.load_watch.clone(),
             };
-            if let Some(position) = first_load(dsn, &load, &tables, &stage).await? {
+            let loaded = first_load(dsn, &load, &tables, &stage)
+                .await
+                .map_err(|e| {
+                    if e.is_transient() {
+                        PgSourceError::LoadInterrupted(Box::new(e))
+                    } else {
+                        e
+                    }
+                })?;
+            if let Some(position) = loaded {
                 checkpoint = Some(Position {
                     position,
                     cursor: 0,
