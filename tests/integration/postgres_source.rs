@@ -1010,7 +1010,7 @@ async fn schema_changes_flow_through_or_stop_loudly() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(
-            "public.orders: the source table changed: column `status` was dropped or renamed"
+            "public.orders: the source table changed: column `status` is not in the stream: dropped or renamed"
         ),
         "{stderr}"
     );

@@ -534,7 +534,10 @@ impl Assembler {
                     None => {
                         return Err(PgSourceError::SchemaChanged {
                             table: name.to_string(),
-                            change: format!("column `{}` was dropped or renamed", column.name),
+                            change: format!(
+                                "column `{}` is not in the stream: dropped or renamed, or left out by a column list the publication was given (`ALTER PUBLICATION … SET TABLE t (columns)`: the slot then never sends it for these changes, so take a new snapshot: a new `slot` and `[stage] path`, `weir init`)",
+                                column.name
+                            ),
                         });
                     }
                     Some(c) => {
