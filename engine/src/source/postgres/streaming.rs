@@ -215,15 +215,13 @@ impl PostgresSource {
                 range_rows: options.snapshot_chunk_rows,
                 watch: options.load_watch.clone(),
             };
-            let loaded = first_load(dsn, &load, &tables, &stage)
-                .await
-                .map_err(|e| {
-                    if e.is_transient() {
-                        PgSourceError::LoadInterrupted(Box::new(e))
-                    } else {
-                        e
-                    }
-                })?;
+            let loaded = first_load(dsn, &load, &tables, &stage).await.map_err(|e| {
+                if e.is_transient() {
+                    PgSourceError::LoadInterrupted(Box::new(e))
+                } else {
+                    e
+                }
+            })?;
             if let Some(position) = loaded {
                 checkpoint = Some(Position {
                     position,
