@@ -287,8 +287,7 @@ fn an_unencoded_at_in_a_url_password_is_refused_without_showing_it() {
     let error = parse(&format!(
         "postgres://u:{SECRET}@tail-of-it@localhost:5432/app"
     ))
-    .err()
-    .expect("refused");
+    .expect_err("refused");
     let message = error.to_string();
     assert!(message.contains("%40"), "{message}");
     assert!(

@@ -61,6 +61,7 @@ pub(in crate::source::postgres) fn snapshot_function(version_num: i32) -> &'stat
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
