@@ -303,6 +303,14 @@ async fn a_publication_that_hides_changes_is_refused_with_its_fix() {
         .batch_execute("ALTER PUBLICATION est_pub SET TABLE orders")
         .await
         .expect("whole table");
+    // Put back, it is still a publication altered since the stage read it: the run
+    // waits for the user to accept it (nothing changed meanwhile here).
+    refused(
+        &weir(&["run", "--once"]),
+        "was altered since this stage last read it",
+    );
+    let out = weir(&["init", "--accept-publication"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let out = weir(&["run", "--once"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let target = db.client().await;

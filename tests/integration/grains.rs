@@ -322,3 +322,81 @@ async fn native_partitions_hold_exactly_what_a_plain_table_holds() {
         assert_eq!(contents[0], contents[1], "{name}: plain and native differ");
     }
 }
+
+/// The grain changed the way the contract error advises (a new stage path): lineage of
+/// the old grain's partitions is passed over by the new grain's backfill and verify,
+/// which used to fail on it for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn lineage_of_an_earlier_grain_does_not_stop_backfill_or_verify() {
+    let db = TestDb::new("grain_changed").await;
+    db.write_config("", "", "");
+    let (lines, model) = orders_workload(5, 500, 70);
+    db.write_feed(&lines);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let config = std::fs::read_to_string(db.config_path())
+        .expect("config")
+        .replace("grain = \"day\"", "grain = \"month\"")
+        .replace("path = \"stage\"", "path = \"stage_month\"");
+    std::fs::write(db.config_path(), config).expect("config");
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let window = [
+        "--table",
+        "public.orders",
+        "--from",
+        "2026-03",
+        "--to",
+        "2026-06",
+    ];
+    let out = db.weir(&[&["backfill"][..], &window[..]].concat());
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("lineage lists partitions that are not partitions of this grain"),
+        "{stderr}"
+    );
+    let out = db.weir(&[&["verify"][..], &window[..]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_target_matches(&db.client().await, "analytics.fact_orders", &model).await;
+}
+
+/// Rows in a target partition that neither the stage nor lineage knows (put there by
+/// hand) fail `verify` over its window, and a backfill with `--allow-empty` empties it.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_sees_a_target_partition_nothing_else_knows() {
+    let db = TestDb::new("grain_ghost").await;
+    db.write_config("", "", "");
+    let (lines, model) = orders_workload(5, 200, 30);
+    db.write_feed(&lines);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO analytics.fact_orders (id, customer, order_date, amount, status) \
+             VALUES (999999, 'ghost', '2026-10-01', 1, 'new')",
+        )
+        .await
+        .expect("a row by hand");
+    let window = [
+        "--table",
+        "public.orders",
+        "--from",
+        "2026-09-01",
+        "--to",
+        "2027-01-01",
+    ];
+    let out = db.weir(&[&["verify"][..], &window[..]].concat());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("2026-10-01"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = db.weir(&[&["backfill"][..], &window[..], &["--allow-empty"][..]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = db.weir(&[&["verify"][..], &window[..]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_target_matches(&db.client().await, "analytics.fact_orders", &model).await;
+}

@@ -239,8 +239,27 @@ pub async fn plan(
     let expected = expected_transform(config)?;
     let stage_id = p.stage().stage_id().map_err(PipelineError::from)?;
     let mut names: BTreeMap<Partition, ()> = staged.keys().map(|k| (k.clone(), ())).collect();
+    // Lineage of partitions of another grain (written from a stage of an earlier
+    // contract) names no partition of this one: passed over, and said once.
+    let ty = config.partition_column().ty;
+    let mut foreign = Vec::new();
     for name in lineage.keys() {
-        names.insert(Partition::from_name(name), ());
+        let partition = Partition::from_name(name);
+        if crate::partition::predicate(ty, config.grain, &partition).is_none() {
+            foreign.push(name.as_str());
+        } else {
+            names.insert(partition, ());
+        }
+    }
+    if let Some(first) = foreign.first() {
+        tracing::warn!(
+            table = %table,
+            target = %target.name,
+            partitions = foreign.len(),
+            first = %first,
+            grain = %config.grain,
+            "lineage lists partitions that are not partitions of this grain (written under an earlier one); passed over: remove them with `DELETE FROM weir.partitions WHERE target_table = '<target>' AND partition IN (…)` once the target no longer holds their rows"
+        );
     }
     let known = match (names.keys().next(), names.keys().next_back()) {
         (Some(first), Some(last)) => format!(
@@ -420,9 +439,40 @@ pub async fn add_source_partitions(
     let Scope::Window { from, to } = scope else {
         return Ok(());
     };
+    let found = p.source_partitions(table, from, to, source).await?;
+    add_partitions(p, table, scope, found, "only in the source", entries)
+}
+
+/// Adds to `entries` (the plan of a window of `table`) the partitions of the window
+/// the target table holds rows of that neither the stage nor lineage knows (rows put
+/// there by hand, or left by an earlier pipeline): what `verify` must report too.
+pub async fn add_target_partitions(
+    p: &Pipeline,
+    table: &str,
+    scope: &Scope,
+    entries: &mut Vec<PlanEntry>,
+) -> Result<(), BackfillError> {
+    let Scope::Window { from, to } = scope else {
+        return Ok(());
+    };
+    let found = p.target_partitions(table, from, to).await?;
+    add_partitions(p, table, scope, found, "only in the target", entries)
+}
+
+/// Adds the partitions `found` of the window that `entries` lacks, as `change`.
+fn add_partitions(
+    p: &Pipeline,
+    table: &str,
+    scope: &Scope,
+    found: Vec<Partition>,
+    change: &str,
+    entries: &mut Vec<PlanEntry>,
+) -> Result<(), BackfillError> {
+    let Scope::Window { from, to } = scope else {
+        return Ok(());
+    };
     let (config, target, _) = p.table(table)?;
     let integer_values = integer_values(config);
-    let found = p.source_partitions(table, from, to, source).await?;
     for partition in found {
         if !in_window(&partition, from, to, integer_values)
             || entries.iter().any(|e| e.partition_value == partition)
@@ -437,7 +487,7 @@ pub async fn add_source_partitions(
             staged_rows: 0,
             generation: 0,
             lineage: None,
-            change: "only in the source".to_owned(),
+            change: change.to_owned(),
         });
     }
     entries.sort_by(|a, b| a.partition_value.cmp(&b.partition_value));

@@ -50,7 +50,11 @@ async fn backfill_tables(
     let mut out = std::io::stdout();
     let mut failures = Vec::new();
     for table in tables {
-        let entries = backfill::plan(pipeline, &table, scope, allow_empty).await?;
+        let mut entries = backfill::plan(pipeline, &table, scope, allow_empty).await?;
+        if allow_empty {
+            // Partitions only the target holds rows of are emptied too.
+            backfill::add_target_partitions(pipeline, &table, scope, &mut entries).await?;
+        }
         if dry_run {
             writeln!(out, "{table}: {} partitions", entries.len())?;
             for e in &entries {

@@ -41,6 +41,7 @@ pub(crate) async fn run(
     let table = backfill::find_table(&pipeline, table)?.to_owned();
     let scope = backfill::Scope::Window { from, to };
     let mut entries = backfill::plan(&pipeline, &table, &scope, true).await?;
+    backfill::add_target_partitions(&pipeline, &table, &scope, &mut entries).await?;
     if let Some(source) = &source {
         backfill::add_source_partitions(&pipeline, &table, &scope, source, &mut entries).await?;
     }

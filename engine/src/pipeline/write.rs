@@ -423,8 +423,39 @@ impl Pipeline {
         to: &str,
         source_dsn: &Dsn,
     ) -> Result<Vec<Partition>, PipelineError> {
-        use crate::partition::{Grain, PartitionPredicate, partition_of, predicate};
         let (config, _, _) = self.table(table)?;
+        self.partitions_in(table, config, from, to, source_dsn)
+            .await
+    }
+
+    /// The partitions the target table of `table` holds rows of in `[from, to)`, as
+    /// [`Self::source_partitions`] finds the source's; none when its partition column
+    /// is not the source's (a plugin that renames it).
+    pub async fn target_partitions(
+        &self,
+        table: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<Partition>, PipelineError> {
+        let (config, target, _) = self.table(table)?;
+        if target.partition_column != config.partition_by {
+            return Ok(Vec::new());
+        }
+        let mut view = config.clone();
+        view.source = target.name.clone();
+        self.partitions_in(table, &view, from, to, &self.dsn).await
+    }
+
+    /// The distinct partitions of the table `config.source` names, at `dsn`.
+    async fn partitions_in(
+        &self,
+        table: &str,
+        config: &crate::config::TableConfig,
+        from: &str,
+        to: &str,
+        dsn: &Dsn,
+    ) -> Result<Vec<Partition>, PipelineError> {
+        use crate::partition::{Grain, PartitionPredicate, partition_of, predicate};
         let column = crate::config::quote_ident(&config.partition_by);
         let ty = config.partition_column().ty;
         let bad_window = || PipelineError::Table {
@@ -461,14 +492,9 @@ impl Pipeline {
                 )
             }
         };
-        let values = crate::source::postgres::distinct_values(
-            source_dsn,
-            config,
-            &expr,
-            &condition,
-            as_timestamp,
-        )
-        .await?;
+        let values =
+            crate::source::postgres::distinct_values(dsn, config, &expr, &condition, as_timestamp)
+                .await?;
         let out = values
             .iter()
             .filter_map(|v| partition_of(&config.partition_by, config.grain, v).ok())
