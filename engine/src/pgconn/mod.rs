@@ -254,11 +254,19 @@ impl TlsSetup {
                     )
                 })?;
                 builder.with_client_auth_cert(chain, key).map_err(|e| {
-                    file_error(
-                        "sslkey",
-                        &key_path,
-                        format!("does not fit sslcert {} ({e})", cert_path.display()),
-                    )
+                    if format!("{e:?}").contains("UnsupportedCertVersion") {
+                        file_error(
+                            "sslcert",
+                            &cert_path,
+                            "holds an X.509 version 1 certificate, which Weir does not accept: reissue it as version 3 (`openssl x509 -req … -extfile` with its extensions)".to_owned(),
+                        )
+                    } else {
+                        file_error(
+                            "sslkey",
+                            &key_path,
+                            format!("does not fit sslcert {} ({e})", cert_path.display()),
+                        )
+                    }
                 })?
             }
         };
@@ -322,6 +330,9 @@ impl TlsSetup {
                 CertificateError::NotValidForName => format!(
                     "host name mismatch: the server's certificate is not issued for {host}; connect with a name the certificate holds, or check the host"
                 ),
+                CertificateError::NotValidForNameContext { presented, .. } if presented.is_empty() => format!(
+                    "host name mismatch: the server's certificate names no host in its subjectAltName (a name only in its CN is not read, as by current TLS clients; libpq falls back to it): reissue it with `subjectAltName = DNS:{host}` (or `IP:` for an address), or use sslmode=verify-ca"
+                ),
                 CertificateError::NotValidForNameContext { presented, .. } => format!(
                     "host name mismatch: the server's certificate is not issued for {host} (it is for {}); connect with a name the certificate holds, or check the host",
                     presented.iter().map(|name| presented_name(name)).collect::<Vec<_>>().join(", ")
@@ -337,6 +348,9 @@ impl TlsSetup {
                 | CertificateError::UnsupportedSignatureAlgorithmContext { .. }
                 | CertificateError::UnsupportedSignatureAlgorithmForPublicKeyContext { .. } => {
                     "the server's certificate has a bad or unsupported signature".to_owned()
+                }
+                other if format!("{other:?}").contains("UnsupportedCertVersion") => {
+                    "the server's certificate is X.509 version 1, which Weir does not accept: reissue it as version 3 (`openssl x509 -req … -extfile` with a `subjectAltName`)".to_owned()
                 }
                 other => format!("the server's certificate cannot be used ({other:?})"),
             },

@@ -301,3 +301,53 @@ fn an_unencoded_at_in_a_url_password_is_refused_without_showing_it() {
         Some(format!("{SECRET}@tail").as_bytes())
     );
 }
+
+/// A client certificate made as PostgreSQL's documentation shows on OpenSSL 3 (`x509
+/// -req` without extensions: X.509 version 1) is named as such, under `sslcert`, not
+/// blamed on its key.
+#[test]
+fn a_version_1_client_certificate_is_named_as_such() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("openssl (apt-get install openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "ecparam",
+        "-name",
+        "prime256v1",
+        "-genkey",
+        "-noout",
+        "-out",
+        "k.pem",
+    ]);
+    openssl(&[
+        "pkcs8", "-topk8", "-nocrypt", "-in", "k.pem", "-out", "key.pem",
+    ]);
+    openssl(&[
+        "req", "-new", "-key", "key.pem", "-subj", "/CN=weir", "-out", "c.csr",
+    ]);
+    openssl(&[
+        "x509", "-req", "-in", "c.csr", "-signkey", "key.pem", "-days", "1", "-out", "c.pem",
+    ]);
+    let error = TlsSetup::new(&SslSettings {
+        mode: SslMode::Require,
+        cert: Some(dir.path().join("c.pem")),
+        key: Some(dir.path().join("key.pem")),
+        ..SslSettings::default()
+    })
+    .expect_err("a version 1 certificate")
+    .to_string();
+    assert!(
+        error.contains("sslcert") && error.contains("X.509 version 1"),
+        "{error}"
+    );
+}
