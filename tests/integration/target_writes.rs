@@ -1,8 +1,9 @@
 //! Target writes on real estates: values in SQL whatever `standard_conforming_strings`,
 //! native child names that cannot collide, readers that never see a partition empty or
 //! half-written, a `lock_timeout` that names the blocker and retries, no row value from
-//! a PostgreSQL error's DETAIL in any output, names over 63 bytes refused, and a verify
-//! that names the keys and columns that differ.
+//! a PostgreSQL error's DETAIL in any output, names over 63 bytes refused, a verify
+//! that names the keys and columns that differ, and time limits set on the target's
+//! database that do not fail Weir's writes.
 
 use std::time::{Duration, Instant};
 
@@ -397,6 +398,45 @@ async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
         people(&db).await,
         [(1, Some("EU".to_owned()), "shipped".to_owned())]
     );
+}
+
+/// Time limits a DBA set on the target's database (or Weir's role) do not fail Weir's
+/// writes and reads: a partition whose COPY takes longer than `statement_timeout` (a
+/// statement trigger that sleeps) is written, and verified, where it used to fail at
+/// every retry.
+#[tokio::test(flavor = "multi_thread")]
+async fn time_limits_of_the_target_database_do_not_fail_writes() {
+    let db = TestDb::new("tw_session_limits").await;
+    db.write_feed_config("", "", &people_table(false, ""));
+    db.write_feed(&[
+        person("c", 1, Some("EU"), "new"),
+        person("c", 2, Some("US"), "new"),
+    ]);
+    db.weir_ok(&["init"]);
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "CREATE FUNCTION public.slow() RETURNS trigger LANGUAGE plpgsql AS \
+               $$ BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$; \
+             CREATE TRIGGER slow AFTER INSERT ON analytics.people \
+               FOR EACH STATEMENT EXECUTE FUNCTION public.slow(); \
+             ALTER DATABASE {0} SET statement_timeout = '100ms'; \
+             ALTER DATABASE {0} SET lock_timeout = '100ms'; \
+             ALTER DATABASE {0} SET idle_in_transaction_session_timeout = '100ms'",
+            db.name
+        ))
+        .await
+        .expect("limits");
+    db.weir_ok(&["run", "--once"]);
+    assert_eq!(
+        people(&db).await,
+        [
+            (1, Some("EU".to_owned()), "new".to_owned()),
+            (2, Some("US".to_owned()), "new".to_owned())
+        ]
+    );
+    let verify = verify_people(&db);
+    assert!(verify.status.success(), "{}", text(&verify.stderr));
 }
 
 /// A row the target refuses (a check constraint): PostgreSQL's DETAIL holds the whole
