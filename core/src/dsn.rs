@@ -75,6 +75,17 @@ impl fmt::Display for RootCert {
     }
 }
 
+/// Server settings every connection of Weir's asks for at its start (the startup
+/// packet's `options`), before the DSN's own `options`, which win: a time limit a DBA
+/// set on the database or role (`ALTER ROLE weir SET statement_timeout = ...`) does
+/// not apply to Weir's sessions, as `pg_dump` lifts them for its own. A partition's COPY
+/// or a first load's read takes as long as its rows do, and a limit would fail the same
+/// work at every retry, for good; a walsender holding an exported snapshot is idle in a
+/// transaction by design. Weir bounds its own waits (`[target] lock_timeout_ms` for the
+/// target's table locks, `wal_sender_timeout` and its own time-outs for the rest).
+pub const NO_TIME_LIMITS: &str =
+    "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0";
+
 /// A DSN that cannot be used. Never holds the DSN, a value of it, or a parser's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DsnError {
@@ -299,6 +310,11 @@ impl PgSettings {
             ChannelBindingMode::Prefer => tokio_postgres::config::ChannelBinding::Prefer,
             ChannelBindingMode::Require => tokio_postgres::config::ChannelBinding::Require,
         });
+        let options = match config.get_options() {
+            Some(own) if !own.trim().is_empty() => format!("{NO_TIME_LIMITS} {own}"),
+            _ => NO_TIME_LIMITS.to_owned(),
+        };
+        config.options(&options);
         Ok(PgSettings { config, ssl })
     }
 

@@ -231,6 +231,39 @@ async fn the_first_load_reads_every_kind_of_table_while_writers_change_them() {
     assert_all_same(&source, &target).await;
 }
 
+/// Time limits a DBA set on the source's and the target's databases (a
+/// `statement_timeout` of 1 ms, which every range's `COPY` passes; a
+/// `idle_in_transaction_session_timeout` of 1 ms, which the walsender holding the
+/// exported snapshot and the workers between ranges pass) do not fail or degrade the
+/// first load: it is read from the exported snapshot and exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn time_limits_of_the_databases_do_not_fail_the_first_load() {
+    let (db, source_dsn, source) = loaded_estate("load_limits", 20_000, "").await;
+    for database in ["load_limits_source", "load_limits_target"] {
+        source
+            .batch_execute(&format!(
+                "ALTER DATABASE {database} SET statement_timeout = '1ms'; \
+                 ALTER DATABASE {database} SET lock_timeout = '1ms'; \
+                 ALTER DATABASE {database} SET idle_in_transaction_session_timeout = '1ms'"
+            ))
+            .await
+            .expect("limits");
+    }
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "run: {log}");
+    assert!(
+        log.contains("first load starts from an exported snapshot")
+            && !log.contains("initial snapshot starts"),
+        "the load read the exported snapshot, not watermarks:\n{log}"
+    );
+    source
+        .batch_execute("ALTER DATABASE load_limits_target RESET ALL")
+        .await
+        .expect("reset");
+    assert_all_same(&source, &db.client().await).await;
+}
+
 /// What a run logs of the rows it reads, with `weir::source::postgres=debug`.
 const READ_LOG: &str = "info,weir::source::postgres=debug";
 

@@ -67,6 +67,19 @@ fn tls_parameters_are_taken_out_and_the_rest_is_kept() {
         Some(RootCert::File(PathBuf::from("/tmp/ca.pem")))
     );
     assert_eq!(url.config().get_application_name(), Some("x"));
+    // Weir's own session settings come first; the DSN's `options` after them win.
+    assert_eq!(
+        url.config().get_options(),
+        Some(weir_core::dsn::NO_TIME_LIMITS)
+    );
+    let own = parse("host=db options='-c statement_timeout=5min'").expect("valid");
+    assert_eq!(
+        own.config().get_options().map(str::to_owned),
+        Some(format!(
+            "{} -c statement_timeout=5min",
+            weir_core::dsn::NO_TIME_LIMITS
+        ))
+    );
     assert_eq!(url.config().get_password(), Some(SECRET.as_bytes()));
     assert_eq!(url.hosts(), "db.example.com:5432");
     // A `?` in the password does not start the parameters.

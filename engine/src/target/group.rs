@@ -111,12 +111,12 @@ pub async fn open_group<'c, 'a>(
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let mut lock = String::from(super::write::NO_SESSION_LIMITS);
+    let mut lock = String::new();
     for key in keys {
-        lock.push_str(&format!(" SELECT pg_advisory_xact_lock({key});"));
+        lock.push_str(&format!("SELECT pg_advisory_xact_lock({key}); "));
     }
     lock.push_str(&format!(
-        " SET LOCAL lock_timeout = '{}ms'",
+        "SET LOCAL lock_timeout = '{}ms'",
         table.lock_timeout_ms
     ));
     let copy = copy_sql(table);

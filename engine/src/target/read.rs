@@ -63,10 +63,9 @@ pub async fn for_each_chunk(
     let what = || format!("read partition {partition} of {}", table.name);
     let tx = client.transaction().await.map_err(query_err(what()))?;
     tx.batch_execute(&format!(
-        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; {} \
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
          SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, MDY'; SET LOCAL extra_float_digits = 1; SET LOCAL bytea_output = 'hex'; \
          DECLARE weir_read NO SCROLL CURSOR FOR SELECT {cols} FROM {} WHERE {condition}",
-        super::write::NO_SESSION_LIMITS,
         table.name.quoted()
     ))
     .await

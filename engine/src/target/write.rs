@@ -162,25 +162,16 @@ impl std::fmt::Debug for Begun<'_> {
     }
 }
 
-/// What takes a partition's lock in its write transaction: [`NO_SESSION_LIMITS`], its
-/// advisory lock (waited for without a limit: it serializes Weir's own writers), then
-/// the `lock_timeout` that bounds the waits for table locks after it. Both are
-/// numbers, written in.
+/// What takes a partition's lock in its write transaction: its advisory lock (waited
+/// for without a limit: it serializes Weir's own writers), then the `lock_timeout`
+/// that bounds the waits for table locks after it. Both are numbers, written in.
 pub(super) fn lock_statements(table: &TargetTable, partition: &Partition) -> String {
     format!(
-        "{NO_SESSION_LIMITS} SELECT pg_advisory_xact_lock({}); SET LOCAL lock_timeout = '{}ms'",
+        "SELECT pg_advisory_xact_lock({}); SET LOCAL lock_timeout = '{}ms'",
         lock_key(&table.name, partition),
         table.lock_timeout_ms
     )
 }
-
-/// Lifts, for one transaction of Weir's, the time limits a role or database may set
-/// (`ALTER ROLE weir SET statement_timeout = ...`), as `pg_dump` and `pg_restore` do: a
-/// partition's COPY takes as long as its rows do, and a limit would fail the same
-/// write at every retry, for good. Weir bounds its own waits: `lock_timeout_ms` for
-/// table locks, its own time-outs for the rest.
-pub(super) const NO_SESSION_LIMITS: &str = "SET LOCAL statement_timeout = 0; \
-     SET LOCAL idle_in_transaction_session_timeout = 0; SET LOCAL lock_timeout = 0;";
 
 /// A write that ran out of `lock_timeout` becomes [`TargetError::LockTimeout`], named
 /// with the sessions that hold a conflicting lock on the table (or its children, or
