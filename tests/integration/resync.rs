@@ -141,7 +141,7 @@ async fn verify_against_source_names_the_damage_and_resync_repairs_it_under_a_wo
     assert!(!ok, "verify fails on a damaged target");
     assert_eq!(failed, ["2026-03-04", "2026-03-06", "2026-03-11"]);
 
-    // Bad input is refused by name, and asks for nothing.
+    // Bad input is refused by name (exit 2, a usage error), and asks for nothing.
     let out = weir_pg(
         &db,
         &source_dsn,
@@ -155,12 +155,14 @@ async fn verify_against_source_names_the_damage_and_resync_repairs_it_under_a_wo
     );
     let stderr = text(&out.stderr);
     assert!(
-        !out.status.success() && stderr.contains("`--where`") && stderr.contains("no_such_column"),
+        out.status.code() == Some(2)
+            && stderr.contains("`--where`")
+            && stderr.contains("no_such_column"),
         "a bad condition is named: {stderr}"
     );
     let out = weir_pg(&db, &source_dsn, &["resync", "--table", "public.nope"]);
     assert!(
-        !out.status.success() && text(&out.stderr).contains("public.nope"),
+        out.status.code() == Some(2) && text(&out.stderr).contains("public.nope"),
         "an unknown table is named: {}",
         text(&out.stderr)
     );

@@ -24,9 +24,9 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     if !matches!(config.source, SourceConfig::Postgres { .. }) {
-        anyhow::bail!(
-            "resync reads a table again from a PostgreSQL source; this config's source is JSON lines, which cannot be asked for a table's rows: feed the file again instead"
-        );
+        return Err(super::usage(
+            "resync reads a table again from a PostgreSQL source; this config's source is JSON lines, which cannot be asked for a table's rows: feed the file again instead".into(),
+        ));
     }
     let t = config
         .tables
@@ -37,11 +37,11 @@ pub(crate) async fn run(
                 || t.target.to_string() == table
                 || t.target.name == table
         })
-        .with_context(|| {
-            format!(
+        .ok_or_else(|| {
+            super::usage(format!(
                 "no [[table]] of {} reads or writes `{table}`: name a configured table by its source or target name",
                 config_path.display()
-            )
+            ))
         })?;
     let dsn = config
         .source_write_dsn()?

@@ -147,6 +147,7 @@ impl PgSourceError {
                 | PgSourceError::StandbyTooOld { .. }
                 | PgSourceError::Connect(crate::pgconn::ConnectError::Dsn(_))
                 | PgSourceError::SourceTable { .. }
+                | PgSourceError::ResyncFilter { .. }
         )
     }
 
