@@ -3,8 +3,9 @@
 //! `logical_decoding_work_mem` arrives in blocks before its commit, with other
 //! transactions committing in between. Weir keeps its changes out of sight until its
 //! commit, stages it whole then, drops it at its abort (and a rolled-back savepoint's
-//! changes at their rollback), is not stopped by DDL it then rolls back, and loses
-//! nothing when killed while one streams.
+//! changes at their rollback), is not stopped by DDL it then rolls back, loses
+//! nothing when killed while one streams, and keeps a resync's chunks exact when one
+//! commits or aborts while they are read.
 
 use std::time::Duration;
 
@@ -235,6 +236,81 @@ async fn a_kill_while_a_transaction_streams_loses_nothing() {
         6 + 6 * 5_000
     );
     wait_streamed(&source, "pg_stream_kill", 0).await;
+}
+
+/// A resync's chunk read while large transactions end around it: one that streamed
+/// blocks before the resync commits while the read (which cannot see it) sleeps, and
+/// another writes between the watermarks and rolls back. (A snapshot reads with the
+/// stream opened again without in-progress streaming, so both come whole after their
+/// end; `Snapshot::observe` would read the chunk again if a streamed one committed
+/// while it was in flight.) The target ends equal to the source.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resync_chunk_is_exact_around_large_transactions_that_commit_or_abort() {
+    let db = TestDb::new("pg_stream_resync_target").await;
+    let (dsn, source) =
+        streaming_source(&db, "pg_stream_resync", "snapshot_chunk_rows = 100000").await;
+    source
+        .batch_execute(
+            "INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 30, g, repeat('s', 100) FROM generate_series(1, 3000) g",
+        )
+        .await
+        .expect("rows");
+    run_once(&db, &dsn);
+    // Streamed before the resync's watermarks: still open.
+    let before = session(&dsn).await;
+    before
+        .batch_execute("BEGIN; UPDATE orders SET status = 'committed in the read' WHERE id <= 1500")
+        .await
+        .expect("a large transaction");
+    run_once(&db, &dsn);
+    wait_streamed(&source, "pg_stream_resync", 0).await;
+    let out = weir_pg(
+        &db,
+        &dsn,
+        &[
+            "resync",
+            "--table",
+            "public.orders",
+            "--where",
+            "id <> 1 OR pg_sleep(3) IS NOT NULL",
+        ],
+    );
+    assert!(out.status.success(), "resync: {}", text(&out.stderr));
+    let run = db
+        .weir_command(&["run", "--once"])
+        .env("WEIR_SOURCE_DSN", &dsn)
+        .env("RUST_LOG", "info,weir::source::postgres=debug")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run --once");
+    // The chunk's read has begun (its snapshot taken) and sleeps on its first row.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    before.batch_execute("COMMIT").await.expect("commit");
+    let between = session(&dsn).await;
+    between
+        .batch_execute(
+            "BEGIN; UPDATE orders SET status = 'rolled back' WHERE id > 1500; \
+             INSERT INTO orders SELECT g, 'c', '2026-03-02', g, repeat('r', 100) FROM generate_series(10001, 12000) g",
+        )
+        .await
+        .expect("a second large transaction");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    between.batch_execute("ROLLBACK").await.expect("rollback");
+    let out = run.wait_with_output().expect("run --once");
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "run: {log}");
+    run_once(&db, &dsn);
+    let target = db.client().await;
+    assert_same_rows(&source, "orders", &target, "analytics.orders").await;
+    assert_eq!(
+        count(
+            &target,
+            "SELECT count(*) FROM analytics.orders WHERE status = 'committed in the read'"
+        )
+        .await,
+        1500
+    );
 }
 
 /// Values arrive in binary format when every column of the configured tables has a

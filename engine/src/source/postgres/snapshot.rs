@@ -28,9 +28,13 @@ pub(super) enum Seen {
     Xid(u32),
     /// A transaction whose xid is not known (counted as unseen by the chunk's read).
     Unknown,
-    /// An in-progress transaction streamed in blocks: it may still abort, so only its
-    /// changes between the watermarks count (as before its commit is known).
-    Streamed,
+    /// A block of a transaction streamed while in progress (its top-level xid): it may
+    /// still abort, so its changes count only at its commit.
+    Block(u32),
+    /// The commit of a transaction streamed in blocks.
+    StreamCommit(u32),
+    /// The abort of a streamed transaction (`xid`), or of one of its subtransactions.
+    StreamAbort { xid: u32, subxact: u32 },
 }
 
 /// Transactions the stream decoded while no chunk was being read, remembered for the
@@ -72,6 +76,11 @@ pub(super) struct ChunkInFlight {
     /// unseen by the chunk's read: the stream's version of those rows wins over the
     /// chunk's.
     changed: std::collections::HashSet<Vec<u8>>,
+    /// A transaction streamed in blocks changed the table and committed where the
+    /// read may not have seen it: which of the chunk's rows it changed is not known
+    /// (its blocks may have come before the chunk), so none is staged and the same
+    /// range is read again.
+    read_again: bool,
     /// The snapshots the chunk was read in (see `visibility`).
     snapshots: Vec<XidSnapshot>,
     last_key: Option<Vec<Option<String>>>,
@@ -157,6 +166,9 @@ pub(super) struct Snapshot {
     read_snapshots: Vec<XidSnapshot>,
     /// Transactions with changes the stream decoded since the last chunk began.
     recent_xids: std::collections::VecDeque<u32>,
+    /// The tables each transaction streamed in blocks (by top-level xid) changed so far,
+    /// until its commit or abort.
+    streamed: HashMap<u32, std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -300,6 +312,7 @@ impl Snapshot {
             snapshot_function: snapshot_function(version),
             read_snapshots: Vec::new(),
             recent_xids: std::collections::VecDeque::new(),
+            streamed: HashMap::new(),
         }))
     }
 
@@ -471,6 +484,7 @@ impl Snapshot {
             seen_low: false,
             rows: decoded,
             changed: std::collections::HashSet::new(),
+            read_again: false,
             snapshots: std::mem::take(&mut self.read_snapshots),
             index: keys,
             last_key: if more { last_key } else { None },
@@ -593,14 +607,27 @@ impl Snapshot {
     /// transaction a snapshot of the read did not see (committed just before the low
     /// watermark, visible only after the read began; an unknown one counts as unseen).
     /// Dropping the chunk's row of such a key is safe: the stream staged that change.
+    ///
+    /// A transaction streamed in blocks counts at its commit alone (an aborted one
+    /// changed nothing, and its keys must not be dropped): if it changed the chunk's
+    /// table and the read may not have seen it, the chunk is read again.
     pub(super) fn observe(&mut self, events: &[SourceEvent], seen: Seen) {
         let xid = match seen {
             Seen::Xid(xid) => Some(xid),
             Seen::Unknown => None,
-            Seen::Streamed => {
-                if let Some(chunk) = self.in_flight.as_mut().filter(|c| c.seen_low) {
-                    chunk.observe(events);
+            Seen::Block(xid) => {
+                self.note_streamed(xid, events);
+                return;
+            }
+            Seen::StreamAbort { xid, subxact } => {
+                if xid == subxact {
+                    self.streamed.remove(&xid);
                 }
+                return;
+            }
+            Seen::StreamCommit(xid) => {
+                self.note_streamed(xid, events);
+                self.streamed_commit(xid);
                 return;
             }
         };
@@ -623,6 +650,48 @@ impl Snapshot {
             if chunk.seen_low || unseen {
                 chunk.observe(events);
             }
+        }
+    }
+
+    /// Notes the tables that `events` of streamed transaction `xid` change.
+    fn note_streamed(&mut self, xid: u32, events: &[SourceEvent]) {
+        for event in events {
+            let changes = match event {
+                SourceEvent::Transaction(t) => &t.changes,
+                SourceEvent::Chunk(c) => c,
+                _ => continue,
+            };
+            for change in changes {
+                if let StageChange::Upsert { table, .. }
+                | StageChange::UpsertUnchanged { table, .. }
+                | StageChange::Delete { table, .. }
+                | StageChange::Truncate { table } = change
+                {
+                    let tables = self.streamed.entry(xid).or_default();
+                    if !tables.contains(table) {
+                        tables.insert(table.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The commit of streamed transaction `xid`: the chunk in flight is read again if
+    /// the transaction changed its table after the watermark or unseen by the read;
+    /// the next chunk waits until the transaction is visible.
+    fn streamed_commit(&mut self, xid: u32) {
+        let Some(tables) = self.streamed.remove(&xid) else {
+            return;
+        };
+        if self.recent_xids.len() >= RECENT_XIDS_MAX {
+            self.recent_xids.pop_front();
+        }
+        self.recent_xids.push_back(xid);
+        if let Some(chunk) = self.in_flight.as_mut()
+            && tables.contains(&chunk.name)
+            && (chunk.seen_low || chunk.snapshots.iter().any(|s| !s.sees(xid)))
+        {
+            chunk.read_again = true;
         }
     }
 
@@ -678,6 +747,12 @@ impl Snapshot {
             })?;
         let table = &tables[chunk.table];
         let name = table.source.to_string();
+        if chunk.read_again {
+            tracing::debug!(table = %name, "snapshot chunk read again: a transaction streamed while in progress changed its table and committed while it was read");
+            self.take_key_order(&name)?;
+            let state = self.progress.encode(&name)?;
+            return Ok((chunk.table, Vec::new(), state));
+        }
         let mut rows = Vec::with_capacity(chunk.rows.len());
         for row in chunk.rows {
             let key_values: Option<Vec<&Value>> = table

@@ -116,6 +116,9 @@ pub struct PostgresSource {
     /// The transaction of the stream's current changes (a `Begin`'s), for the
     /// snapshot's visibility checks.
     xid: Option<u32>,
+    /// The top-level transaction of the streamed block being decoded (a Stream
+    /// Start's), likewise.
+    stream_block: Option<u32>,
     /// The publication as the stage recorded it, and when it was last read again.
     publication_mark: PublicationMark,
     mark_checked: Instant,
@@ -313,6 +316,7 @@ impl PostgresSource {
             publication_mark,
             mark_checked: Instant::now(),
             xid: None,
+            stream_block: None,
         })
     }
 
@@ -714,17 +718,27 @@ impl PostgresSource {
                     };
                     // A transaction sent whole after its commit is judged by the chunk's
                     // snapshots; an in-progress one streamed in blocks (which may still
-                    // abort) counts only between the watermarks.
+                    // abort) at its commit, by the tables its blocks changed.
                     let xid = match &message {
                         PgOutputMessage::Begin(b) => {
                             self.xid = Some(b.xid);
                             Seen::Xid(b.xid)
                         }
-                        PgOutputMessage::StreamStart(_)
-                        | PgOutputMessage::StreamStop
-                        | PgOutputMessage::StreamCommit(_)
-                        | PgOutputMessage::StreamAbort(_) => Seen::Streamed,
-                        m if m.stream_xid().is_some() => Seen::Streamed,
+                        PgOutputMessage::StreamStart(s) => {
+                            self.stream_block = Some(s.xid);
+                            Seen::Block(s.xid)
+                        }
+                        PgOutputMessage::StreamStop => {
+                            Seen::Block(self.stream_block.take().unwrap_or_default())
+                        }
+                        PgOutputMessage::StreamCommit(c) => Seen::StreamCommit(c.xid),
+                        PgOutputMessage::StreamAbort(a) => Seen::StreamAbort {
+                            xid: a.xid,
+                            subxact: a.subxact_xid,
+                        },
+                        m if m.stream_xid().is_some() => {
+                            Seen::Block(self.stream_block.unwrap_or_default())
+                        }
                         _ => self.xid.map_or(Seen::Unknown, Seen::Xid),
                     };
                     let events = self.assembler.handle(message, &lookup, &unstaged)?;
