@@ -896,6 +896,7 @@ mod tests {
             seen_low: true,
             rows: Vec::new(),
             changed: std::collections::HashSet::new(),
+            read_again: false,
             snapshots: Vec::new(),
             last_key: None,
             pages: None,
