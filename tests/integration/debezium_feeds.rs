@@ -217,3 +217,63 @@ async fn a_live_run_stops_when_its_file_is_rotated_away() {
     );
     assert_eq!(db.count(count).await, 3);
 }
+
+/// A followed file cut in place (same inode: `: > feed`, logrotate's copytruncate),
+/// then written again, shorter or longer than what was read: the run stops before
+/// reading on at its old offset, which skipped the new content's first records.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_run_stops_when_its_file_is_cut_in_place() {
+    for (case, new) in [("shorter", 4..=4), ("longer", 4..=9)] {
+        let db = TestDb::new(&format!("feed_cut_{case}")).await;
+        db.write_config("", "", "flush_interval_ms = 10");
+        db.write_feed(&orders(1..=3));
+        db.weir_ok(&["init"]);
+        let mut child = db
+            .weir_command(&["run"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn weir run");
+        let count = "SELECT count(*) FROM analytics.fact_orders";
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while db.count(count).await < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "the first lines were not written"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Cut and written again at once, as one `>` redirection does.
+        let lines: String = orders(new).concat();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(db.path("feed.jsonl"))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, lines.as_bytes()))
+            .expect("cut the feed in place");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{case}: weir run read on at its old offset"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let out = child.wait_with_output().expect("output");
+        let stderr = text(&out.stderr);
+        assert_eq!(status.code(), Some(1), "{case}: {stderr}");
+        assert!(
+            stderr.contains("was cut short or rewritten in place"),
+            "{case}: {stderr}"
+        );
+        assert_eq!(
+            db.count(count).await,
+            3,
+            "{case}: nothing of the new content"
+        );
+    }
+}

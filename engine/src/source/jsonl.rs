@@ -144,6 +144,9 @@ pub struct JsonlSource {
     /// A followed file's path and the identity (device, inode) of the file opened: at
     /// its end, a path that names another file (rotated, replaced) stops the source.
     followed: Option<(PathBuf, (u64, u64))>,
+    /// A followed file's last bytes read when its end was reached, checked before
+    /// reading on ([`follow`]).
+    tail_at_end: Option<follow::Tail>,
     /// Live stdin: hand on what was read when it pauses ([`STDIN_IDLE_MS`]).
     stdin_live: bool,
     /// A file read to its end once (`--once`): a last line without its line break may
@@ -301,6 +304,7 @@ impl JsonlSource {
             reader: BufReader::with_capacity(256 * 1024, reader),
             follow: follow && path.is_some(),
             followed,
+            tail_at_end: None,
             stdin_live: follow && path.is_none(),
             last_line_may_grow: !follow && path.is_some(),
             head: Head {
@@ -507,6 +511,45 @@ impl JsonlSource {
     }
 }
 
+impl JsonlSource {
+    /// Stops the source if the followed file no longer holds `tail` (see [`follow`]).
+    async fn check_tail(&mut self, tail: &follow::Tail) -> Result<(), SourceError> {
+        let Some((path, _)) = &self.followed else {
+            return Ok(());
+        };
+        match tail.still_in(path).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.cut()),
+            Err(source) => Err(SourceError::Io {
+                feed: self.feed.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// The tail read at the end of input, or the error for a file already cut.
+    fn tail_or_cut(
+        &self,
+        tail: std::io::Result<Option<follow::Tail>>,
+    ) -> Result<follow::Tail, SourceError> {
+        match tail {
+            Ok(Some(tail)) => Ok(tail),
+            Ok(None) => Err(self.cut()),
+            Err(source) => Err(SourceError::Io {
+                feed: self.feed.clone(),
+                source,
+            }),
+        }
+    }
+
+    fn cut(&self) -> SourceError {
+        SourceError::CutWhileFollowed {
+            feed: self.feed.clone(),
+            position: self.offset,
+        }
+    }
+}
+
 /// A file's identity: its device and inode.
 fn file_id(metadata: &std::fs::Metadata) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
@@ -546,6 +589,16 @@ impl ChangeSource for JsonlSource {
             let before = self.partial.len();
             let (complete, dropped) = self.read_line().await?;
             self.offset += (self.partial.len() - before) as u64 + dropped;
+            // Read on past the end reached earlier: the bytes before it must be the
+            // ones read, or these are another file's.
+            if self
+                .tail_at_end
+                .as_ref()
+                .is_some_and(|t| self.offset > t.end())
+                && let Some(tail) = self.tail_at_end.take()
+            {
+                self.check_tail(&tail).await?;
+            }
             if complete {
                 self.line += 1;
                 // The line's buffer is kept for the next line (unless a long line grew
@@ -568,11 +621,22 @@ impl ChangeSource for JsonlSource {
                 // now names another file, that file's records would never be read.
                 if let Some((path, id)) = &self.followed
                     && let Ok(now) = tokio::fs::metadata(path).await
-                    && file_id(&now) != *id
                 {
-                    return Err(SourceError::Rotated {
-                        feed: self.feed.clone(),
-                    });
+                    if file_id(&now) != *id {
+                        return Err(SourceError::Rotated {
+                            feed: self.feed.clone(),
+                        });
+                    }
+                    match self.tail_at_end.take() {
+                        Some(tail) if tail.end() == self.offset => {
+                            self.check_tail(&tail).await?;
+                            self.tail_at_end = Some(tail);
+                        }
+                        _ => {
+                            let tail = follow::Tail::read(path, self.offset).await;
+                            self.tail_at_end = Some(self.tail_or_cut(tail)?);
+                        }
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(FOLLOW_POLL_MS)).await;
                 return Ok(SourceEvent::Idle);
@@ -587,6 +651,8 @@ impl ChangeSource for JsonlSource {
         Ok(())
     }
 }
+
+mod follow;
 
 #[cfg(test)]
 mod tests {

@@ -115,6 +115,10 @@ pub enum SourceError {
         "the change feed {feed} was replaced while Weir read it (its path now names another file: rotated or rewritten). Weir read the file it had open to its end and stops here, since it resumes one growing file by byte offset: append new records to the original file rather than rotating it, or start a new stage for the new file"
     )]
     Rotated { feed: String },
+    #[error(
+        "the change feed {feed} was cut short or rewritten in place while Weir followed it: the bytes before the {position} read are no longer there (`: > file`, logrotate's copytruncate, or a writer that truncates it). Weir stops before reading on at that offset, which would skip the new content's first records: append new records to the original file rather than truncating it, or start a new stage for the new file"
+    )]
+    CutWhileFollowed { feed: String, position: u64 },
     #[error("PostgreSQL source")]
     Postgres(#[source] Box<postgres::PgSourceError>),
 }

@@ -1,0 +1,51 @@
+//! A followed feed file cut or rewritten in place (`: > feed`, logrotate's
+//! `copytruncate`, a writer that opens it with `O_TRUNC`): the file keeps its inode, so
+//! the path check of [`super::JsonlSource`] does not see it, and reading on at the byte
+//! offset reached would skip the new file's first records.
+//!
+//! At the end of the input the last bytes read are remembered ([`Tail::read`]); at each
+//! later poll, and before any byte read after that end is handed on, they are read
+//! again from the path: a file now shorter than the offset, or other bytes there, stops
+//! the source.
+
+use std::io::SeekFrom;
+use std::path::Path;
+
+use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+
+/// How many bytes before the offset are compared.
+const TAIL_BYTES: u64 = 256;
+
+/// The bytes of a followed file just before `end`, as they were at the end of input.
+#[derive(Debug)]
+pub(super) struct Tail {
+    end: u64,
+    bytes: Vec<u8>,
+}
+
+impl Tail {
+    /// The bytes of `path` before `end`; `None` if the file is shorter than `end`.
+    pub(super) async fn read(path: &Path, end: u64) -> std::io::Result<Option<Tail>> {
+        let from = end.saturating_sub(TAIL_BYTES);
+        let mut file = tokio::fs::File::open(path).await?;
+        if file.metadata().await?.len() < end {
+            return Ok(None);
+        }
+        file.seek(SeekFrom::Start(from)).await?;
+        let mut bytes = vec![0; usize::try_from(end - from).unwrap_or(0)];
+        file.read_exact(&mut bytes).await?;
+        Ok(Some(Tail { end, bytes }))
+    }
+
+    /// The offset these bytes end at.
+    pub(super) fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Whether `path` still holds these bytes before [`Tail::end`].
+    pub(super) async fn still_in(&self, path: &Path) -> std::io::Result<bool> {
+        Ok(Tail::read(path, self.end)
+            .await?
+            .is_some_and(|now| now.bytes == self.bytes))
+    }
+}
