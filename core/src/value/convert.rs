@@ -137,6 +137,34 @@ impl Value {
         }
     }
 
+    /// The document of a `json` or `jsonb` column given as JSON text `text` (`None`:
+    /// `text` is not JSON). A `json` column keeps the text exactly; `jsonb` is stored
+    /// normalised, as PostgreSQL normalises it. JSON text the parser cannot read though
+    /// PostgreSQL may (nested deeper than 128 levels, a lone surrogate escape) is kept
+    /// as it is for `json`, whose input PostgreSQL checks, and refused for `jsonb`,
+    /// which Weir could not normalise: never taken for a string that is not JSON.
+    pub fn json_document(ty: ColumnType, text: &str) -> Result<Option<Value>, ConvertError> {
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(_) if ty == ColumnType::Json => Ok(Some(Value::Json(text.to_owned()))),
+            Ok(doc) => Ok(Some(Value::Json(doc.to_string()))),
+            Err(e) => {
+                let message = e.to_string();
+                let unreadable = message.starts_with("recursion limit exceeded")
+                    || message.contains("surrogate")
+                    || message.starts_with("unexpected end of hex escape")
+                    || message.starts_with("invalid unicode code point");
+                match (unreadable, ty) {
+                    (false, _) => Ok(None),
+                    (true, ColumnType::Json) => Ok(Some(Value::Json(text.to_owned()))),
+                    (true, _) => Err(ConvertError::Invalid {
+                        text: text.to_owned(),
+                        expected: "jsonb Weir can normalise (nested at most 128 levels deep, no lone surrogate escape)",
+                    }),
+                }
+            }
+        }
+    }
+
     /// The value of JSON text in one of the plain forms [`Value::from_json_text`] reads
     /// itself, before [`Value::conform`]; `None` for any other text or a value refused.
     fn plain_json(ty: ColumnType, text: &str) -> Option<Value> {
@@ -332,10 +360,12 @@ impl Value {
                 // A `json` column keeps its text exactly as PostgreSQL's `json` does
                 // (spacing, key order, duplicate keys, number spelling); `jsonb` is
                 // stored normalised, as PostgreSQL normalises it.
-                J::String(s) => match serde_json::from_str::<serde_json::Value>(s) {
-                    Ok(_) if ty == ColumnType::Json => Ok(Value::Json(s.clone())),
-                    Ok(doc) => Ok(Value::Json(doc.to_string())),
-                    Err(_) => Ok(Value::Json(v.to_string())),
+                // A string holding JSON text is that document (Debezium's form); a
+                // string that is not JSON text is itself the value, a JSON string.
+                J::String(s) => match Value::json_document(ty, s) {
+                    Ok(Some(value)) => Ok(value),
+                    Ok(None) => Ok(Value::Json(v.to_string())),
+                    Err(e) => Err(e),
                 },
                 other => Ok(Value::Json(other.to_string())),
             },

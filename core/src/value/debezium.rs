@@ -24,7 +24,14 @@ pub enum Logical {
     Decimal { scale: i32 },
     /// `io.debezium.data.VariableScaleDecimal`: `{"scale": s, "value": base64}`.
     VariableScaleDecimal,
+    /// `io.debezium.data.Json`: a `json` or `jsonb` value as its JSON text.
+    Json,
 }
+
+/// What Debezium's PostgreSQL connector sends for a timestamp of `infinity` and
+/// `-infinity`, in every unit (its documentation's values).
+const DEBEZIUM_INFINITY: i64 = 9_223_372_036_825_200_000;
+const DEBEZIUM_MINUS_INFINITY: i64 = -9_223_372_036_832_400_000;
 
 /// Longest unscaled decimal accepted, in bytes (PostgreSQL's widest `numeric(1000)`
 /// needs 416).
@@ -52,6 +59,7 @@ impl Logical {
             "io.debezium.time.ZonedTimestamp" => Logical::ZonedTimestamp,
             "io.debezium.time.ZonedTime" => Logical::ZonedTime,
             "io.debezium.data.VariableScaleDecimal" => Logical::VariableScaleDecimal,
+            "io.debezium.data.Json" => Logical::Json,
             "org.apache.kafka.connect.data.Decimal" => {
                 let scale = parameters
                     .and_then(|p| p.get("scale"))
@@ -81,6 +89,7 @@ impl Logical {
             Logical::ZonedTime => "io.debezium.time.ZonedTime",
             Logical::Decimal { .. } => "org.apache.kafka.connect.data.Decimal",
             Logical::VariableScaleDecimal => "io.debezium.data.VariableScaleDecimal",
+            Logical::Json => "io.debezium.data.Json",
         }
     }
 }
@@ -132,7 +141,35 @@ impl Value {
                 if !ty.is_temporal() {
                     return Err(unsuited("a timestamp"));
                 }
-                Value::from_json_unit(ty, Some(unit), v)
+                // Debezium's `infinity` and `-infinity`, not a time in year 294247.
+                let positive = match v.as_i64() {
+                    Some(DEBEZIUM_INFINITY) => Some(true),
+                    Some(DEBEZIUM_MINUS_INFINITY) => Some(false),
+                    _ => None,
+                };
+                match (positive, ty) {
+                    (Some(p), ColumnType::Date) => {
+                        Ok(Value::Date(if p { i32::MAX } else { i32::MIN }))
+                    }
+                    (Some(p), _) => Ok(Value::Timestamp(if p { i64::MAX } else { i64::MIN })),
+                    (None, _) => Value::from_json_unit(ty, Some(unit), v),
+                }
+            }
+            Logical::Json => {
+                if !matches!(ty, ColumnType::Json | ColumnType::Jsonb) {
+                    return Value::from_json_unit(ty, None, v);
+                }
+                match v {
+                    J::String(text) => Value::json_document(ty, text)?
+                        .ok_or_else(|| ConvertError::Invalid {
+                            text: text.clone(),
+                            expected: "JSON text (the schema says io.debezium.data.Json)",
+                        })?
+                        .conform(ty),
+                    _ => Err(ConvertError::Schema(
+                        "io.debezium.data.Json must be JSON text in a string".into(),
+                    )),
+                }
             }
             Logical::ZonedTimestamp => {
                 if !ty.is_temporal() {

@@ -801,3 +801,67 @@ fn kafka_connect_logical_types_decide_the_unit() {
         Ok(Value::Text("01:02:03.5".into()))
     );
 }
+
+/// JSON text in a string that the parser cannot read though PostgreSQL may is never
+/// taken for a JSON string: kept as written for `json`, refused for `jsonb`; with
+/// Debezium's `io.debezium.data.Json` a string that is not JSON text is refused.
+#[test]
+fn json_text_the_parser_cannot_read_is_not_made_a_string() {
+    use serde_json::json;
+    let deep = format!("{}1{}", "[".repeat(130), "]".repeat(130));
+    let lone = r#"{"a":"\ud83d"}"#;
+    for text in [deep.as_str(), lone] {
+        assert_eq!(
+            Value::from_json(ColumnType::Json, &json!(text)),
+            Ok(Value::Json(text.to_owned())),
+            "{text}"
+        );
+        assert!(
+            matches!(
+                Value::from_json(ColumnType::Jsonb, &json!(text)),
+                Err(ConvertError::Invalid { .. })
+            ),
+            "{text}"
+        );
+    }
+    // Not JSON text: the string itself, as before; with the schema's word, refused.
+    assert_eq!(
+        Value::from_json(ColumnType::Jsonb, &json!("hello")),
+        Ok(Value::Json("\"hello\"".into()))
+    );
+    let json_logical = logical("io.debezium.data.Json", json!(null));
+    assert!(matches!(
+        Value::from_debezium(ColumnType::Jsonb, json_logical, &json!("{\"a\":")),
+        Err(ConvertError::Invalid { .. })
+    ));
+    assert_eq!(
+        Value::from_debezium(ColumnType::Jsonb, json_logical, &json!("{\"b\": 1}")),
+        Ok(Value::Json("{\"b\":1}".into()))
+    );
+}
+
+/// Debezium's values for `infinity` and `-infinity` timestamps are those, not times in
+/// year 294247.
+#[test]
+fn debeziums_infinite_timestamps_are_infinity() {
+    use serde_json::json;
+    for name in [
+        "io.debezium.time.Timestamp",
+        "io.debezium.time.MicroTimestamp",
+        "io.debezium.time.NanoTimestamp",
+    ] {
+        let at = |ty, v: i64| Value::from_debezium(ty, logical(name, json!(null)), &json!(v));
+        assert_eq!(
+            at(ColumnType::Timestamp, 9_223_372_036_825_200_000),
+            Ok(Value::Timestamp(i64::MAX))
+        );
+        assert_eq!(
+            at(ColumnType::TimestampTz, -9_223_372_036_832_400_000),
+            Ok(Value::Timestamp(i64::MIN))
+        );
+        assert_eq!(
+            at(ColumnType::Date, 9_223_372_036_825_200_000),
+            Ok(Value::Date(i32::MAX))
+        );
+    }
+}
