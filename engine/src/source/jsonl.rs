@@ -411,9 +411,15 @@ impl JsonlSource {
                     self.close_pending();
                 }
             }
-            Err(_) if self.last_line_may_grow && !raw.ends_with(b"\n") => {
-                // A file's last line, without its line break, that is not a whole
-                // record: its writer may be writing it. It is left for the next run,
+            Err(_)
+                if self.last_line_may_grow
+                    && !raw.ends_with(b"\n")
+                    && raw.len() <= LINE_BYTES_MAX
+                    && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() =>
+            {
+                // A file's last line, without its line break, that is not whole JSON
+                // (an over-long line or a whole object with a bad value is a bad
+                // record): its writer may be writing it. It is left for the next run,
                 // with the transaction it may belong to (nothing of which is staged).
                 tracing::warn!(
                     feed = %self.feed,
@@ -507,45 +513,6 @@ impl JsonlSource {
             self.ready.push_back(Ok(SourceEvent::Transaction(txn)));
             self.pending_chunked = false;
             self.pending_bytes = 0;
-        }
-    }
-}
-
-impl JsonlSource {
-    /// Stops the source if the followed file no longer holds `tail` (see [`follow`]).
-    async fn check_tail(&mut self, tail: &follow::Tail) -> Result<(), SourceError> {
-        let Some((path, _)) = &self.followed else {
-            return Ok(());
-        };
-        match tail.still_in(path).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(self.cut()),
-            Err(source) => Err(SourceError::Io {
-                feed: self.feed.clone(),
-                source,
-            }),
-        }
-    }
-
-    /// The tail read at the end of input, or the error for a file already cut.
-    fn tail_or_cut(
-        &self,
-        tail: std::io::Result<Option<follow::Tail>>,
-    ) -> Result<follow::Tail, SourceError> {
-        match tail {
-            Ok(Some(tail)) => Ok(tail),
-            Ok(None) => Err(self.cut()),
-            Err(source) => Err(SourceError::Io {
-                feed: self.feed.clone(),
-                source,
-            }),
-        }
-    }
-
-    fn cut(&self) -> SourceError {
-        SourceError::CutWhileFollowed {
-            feed: self.feed.clone(),
-            position: self.offset,
         }
     }
 }
@@ -956,6 +923,18 @@ columns = { id = "bigint", day = "date", amount = "numeric(12,2)" }
         let out = run(&format!("{whole}{partial}"), OnBadRecord::DeadLetter).await;
         // Its transaction may go on in the line: nothing of it is delivered.
         assert!(out.is_empty(), "{out:?}");
+        // A whole record with a bad value, or a line over the limit, is not one being
+        // written: a bad record, after the transaction before it.
+        let bad_value = line("c", Some(6), 2, "2026-13-45");
+        let too_long = format!(
+            "{{\"op\":\"c\",\"pad\":\"{}\"}}",
+            "x".repeat(LINE_BYTES_MAX)
+        );
+        for last in [bad_value.trim_end(), too_long.as_str()] {
+            let out = run(&format!("{whole}{last}"), OnBadRecord::Fail).await;
+            let failed = out.last().and_then(|r| r.as_ref().err());
+            assert!(failed.is_some_and(|e| e.contains(":2: ")), "{failed:?}");
+        }
         // Tombstones and transaction metadata pass like blank lines.
         let feed = format!(
             "null\n{whole}{{\"status\":\"END\",\"id\":\"5\",\"event_count\":1}}\n{}",

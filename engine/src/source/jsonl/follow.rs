@@ -13,6 +13,9 @@ use std::path::Path;
 
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 
+use super::JsonlSource;
+use crate::source::SourceError;
+
 /// How many bytes before the offset are compared.
 const TAIL_BYTES: u64 = 256;
 
@@ -47,5 +50,44 @@ impl Tail {
         Ok(Tail::read(path, self.end)
             .await?
             .is_some_and(|now| now.bytes == self.bytes))
+    }
+}
+
+impl JsonlSource {
+    /// Stops the source if the followed file no longer holds `tail` (see [`follow`]).
+    pub(super) async fn check_tail(&mut self, tail: &Tail) -> Result<(), SourceError> {
+        let Some((path, _)) = &self.followed else {
+            return Ok(());
+        };
+        match tail.still_in(path).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.cut()),
+            Err(source) => Err(SourceError::Io {
+                feed: self.feed.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// The tail read at the end of input, or the error for a file already cut.
+    pub(super) fn tail_or_cut(
+        &self,
+        tail: std::io::Result<Option<Tail>>,
+    ) -> Result<Tail, SourceError> {
+        match tail {
+            Ok(Some(tail)) => Ok(tail),
+            Ok(None) => Err(self.cut()),
+            Err(source) => Err(SourceError::Io {
+                feed: self.feed.clone(),
+                source,
+            }),
+        }
+    }
+
+    fn cut(&self) -> SourceError {
+        SourceError::CutWhileFollowed {
+            feed: self.feed.clone(),
+            position: self.offset,
+        }
     }
 }
