@@ -419,9 +419,13 @@ fn image(
     let mut row = Vec::with_capacity(table.columns.len());
     let mut unavailable = Vec::new();
     for (column, json) in table.columns.iter().zip(given) {
-        // An absent column stays absent (the key and partition checks name it); the
-        // transform reads it as NULL.
+        // An absent key or partition column stays absent (their checks name it); any
+        // other is NULL, as the target and a transform read it (a transform's `none`
+        // is for rows staged before a column existed).
         let Some(json) = json else {
+            if !table.key.contains(&column.name) && column.name != table.partition_by {
+                row.push((column.name.clone(), Value::Null));
+            }
             continue;
         };
         if is_unavailable(column.ty, json.get()) {
@@ -621,6 +625,9 @@ columns = { id = "bigint", at = "timestamp", day = "date", amount = "numeric(12,
         ))
         .expect("good");
         assert_eq!(value(&row, "id"), Value::Int(2));
+        // A column left out of `after` is NULL, for the target and a transform alike.
+        assert_eq!(value(&row, "note"), Value::Null);
+        assert_eq!(value(&row, "amount"), Value::Null);
         // What is not an object where one is needed is named.
         for (line, reason) in [
             ("[1, 2]", "a line must be a JSON object"),
