@@ -1589,4 +1589,18 @@ async fn a_generated_project_builds_and_passes_its_cases_in_every_language() {
     let (code, _, err) = weir(&["plugin", "build"], dir.path());
     assert_ne!(code, Some(0));
     assert!(err.contains("has no build.sh"), "{err}");
+    // A build that fails shows what its tools said.
+    let broken = dir.path().join("broken");
+    std::fs::create_dir(&broken).expect("dir");
+    std::fs::write(
+        broken.join("build.sh"),
+        "echo 'app.py line 81: SyntaxError' >&2\nexit 1\n",
+    )
+    .expect("build.sh");
+    let (code, _, err) = weir(&["plugin", "build"], &broken);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("app.py line 81: SyntaxError") && err.contains("its output is above"),
+        "{err}"
+    );
 }

@@ -463,11 +463,17 @@ pub(crate) async fn build(dir: &Path) -> anyhow::Result<()> {
             dir.display()
         );
     }
+    // Its progress and errors go to the terminal as they come; only stdout (whose
+    // last line names the component) is read. (tokio's `output()` would capture
+    // stderr whatever it was set to, and the errors were never shown.)
     let out = tokio::process::Command::new("sh")
         .arg("build.sh")
         .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
-        .output()
+        .spawn()
+        .with_context(|| format!("run {}", script.display()))?
+        .wait_with_output()
         .await
         .with_context(|| format!("run {}", script.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
