@@ -467,6 +467,34 @@ impl Value {
     }
 }
 
+impl Value {
+    /// Whether PostgreSQL can store the value in a column of its kind: no NUL in text
+    /// or JSON, a date or timestamp within PostgreSQL's range. The checks of
+    /// [`Value::conform`] that need no column type, for values made elsewhere (a
+    /// plugin's output), which would otherwise fail the partition's COPY.
+    pub fn check_storable(&self) -> Result<(), ConvertError> {
+        match self {
+            Value::Text(s) if s.contains('\0') => Err(ConvertError::Nul {
+                column_type: "text",
+            }),
+            Value::Json(s) if json_has_nul(s) => Err(ConvertError::Nul {
+                column_type: "json or jsonb",
+            }),
+            Value::Date(d)
+                if *d != i32::MAX
+                    && *d != i32::MIN
+                    && !(PG_DATE_MIN_DAYS..=PG_DATE_MAX_DAYS).contains(d) =>
+            {
+                Err(ConvertError::DateRange("date"))
+            }
+            Value::Timestamp(us) if *us != i64::MIN && *us < PG_TIMESTAMP_MIN_MICROS => {
+                Err(ConvertError::DateRange("timestamp"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A date from a number of `unit`s since 1970-01-01: a whole day, or an error.
 fn date_of_epoch(n: i64, unit: EpochUnit) -> Result<Value, ConvertError> {
     let days = if unit == EpochUnit::Days {

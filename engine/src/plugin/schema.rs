@@ -216,6 +216,9 @@ fn check_value(column: &OutputColumn, value: &Value) -> Result<(), String> {
             column.ty.ddl()
         )
     };
+    // What PostgreSQL cannot store (a NUL, a date past its range) is named here, with
+    // the column, not left to fail the partition's COPY.
+    value.check_storable().map_err(|e| e.to_string())?;
     match (column.ty, value) {
         (_, Value::Null) if column.nullable => Ok(()),
         (_, Value::Null) => Err("null in a column declared not nullable".into()),
@@ -408,6 +411,46 @@ mod tests {
         );
         assert!(check_value(&unbounded, &Value::Decimal("-Infinity".into())).is_ok());
         assert!(check_value(&unbounded, &Value::Decimal("123456789.123456789".into())).is_ok());
+    }
+
+    /// What PostgreSQL cannot store is refused here, naming why, rather than failing
+    /// the partition's COPY with neither column nor key.
+    #[test]
+    fn values_postgresql_cannot_store_are_refused() {
+        let cases = [
+            (
+                col("t", OutputType::Text, true),
+                Value::Text("a\0b".into()),
+                "NUL",
+            ),
+            (
+                col("j", OutputType::Jsonb, true),
+                Value::Json("\"\\u0000\"".into()),
+                "NUL",
+            ),
+            (
+                col("d", OutputType::Date, true),
+                Value::Date(2_147_483_000),
+                "range",
+            ),
+            (
+                col("d", OutputType::Date, true),
+                Value::Date(-2_451_546),
+                "range",
+            ),
+            (
+                col("ts", OutputType::Timestamp, true),
+                Value::Timestamp(-212_760_172_800_000_001),
+                "range",
+            ),
+        ];
+        for (column, value, why) in cases {
+            let message = check_value(&column, &value).expect_err("refused");
+            assert!(message.contains(why), "{message}");
+        }
+        for fine in [Value::Date(i32::MAX), Value::Date(i32::MIN), Value::Date(0)] {
+            assert!(check_value(&col("d", OutputType::Date, true), &fine).is_ok());
+        }
     }
 
     #[test]
