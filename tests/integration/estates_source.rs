@@ -647,10 +647,26 @@ async fn full_identity_keys_generated_columns_and_timestamp_precision_are_checke
         .expect("publications")
         .get(0);
     assert_eq!(publications, 0);
+    // Unique only by a DEFERRABLE constraint: two rows may hold a key inside a
+    // transaction (a swap in one UPDATE lost a row), so it is refused.
     source
-        .batch_execute("ALTER TABLE orders ALTER COLUMN id SET NOT NULL")
+        .batch_execute(
+            "ALTER TABLE orders ALTER COLUMN id SET NOT NULL;
+             ALTER TABLE orders ADD CONSTRAINT orders_id_deferred UNIQUE (id) DEFERRABLE",
+        )
         .await
-        .expect("not null");
+        .expect("not null, deferrable");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is unique only by a DEFERRABLE constraint"),
+        "{stderr}"
+    );
+    source
+        .batch_execute("ALTER TABLE orders DROP CONSTRAINT orders_id_deferred")
+        .await
+        .expect("drop the deferrable constraint");
     let out = weir_pg(&db, &source_dsn, &["init"]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");

@@ -445,7 +445,7 @@ async fn full_identity_key(
 ) -> Result<bool, PgSourceError> {
     let row = client
         .query_one(
-            "SELECT coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a                  WHERE a.attrelid = to_regclass($1) AND a.attname = ANY($2::text[]) AND NOT a.attnotnull), '{}'),                coalesce((SELECT bool_or(i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL                  AND (SELECT array_agg(a.attname::text) FROM pg_attribute a                       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) <@ $2::text[])                  FROM pg_index i WHERE i.indrelid = to_regclass($1)), false)",
+            "SELECT coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a                  WHERE a.attrelid = to_regclass($1) AND a.attname = ANY($2::text[]) AND NOT a.attnotnull), '{}'),                coalesce((SELECT bool_or(i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indimmediate                  AND (SELECT array_agg(a.attname::text) FROM pg_attribute a                       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) <@ $2::text[])                  FROM pg_index i WHERE i.indrelid = to_regclass($1)), false),                coalesce((SELECT bool_or(i.indisunique AND NOT i.indimmediate                  AND (SELECT array_agg(a.attname::text) FROM pg_attribute a                       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) <@ $2::text[])                  FROM pg_index i WHERE i.indrelid = to_regclass($1)), false)",
             &[&table.source.quoted(), &table.key],
         )
         .await
@@ -453,7 +453,20 @@ async fn full_identity_key(
             what: "read a source table's key columns",
             source,
         })?;
-    let (nullable, unique): (Vec<String>, bool) = (row.get(0), row.get(1));
+    let (nullable, unique, deferrable): (Vec<String>, bool, bool) =
+        (row.get(0), row.get(1), row.get(2));
+    if deferrable && !unique {
+        // Checked at commit, the key may be held by two rows inside a transaction (a
+        // swap of keys in one UPDATE): an update moving a row onto a key another row
+        // still holds would overwrite that row in the stage, and its own move or
+        // delete would then remove the moved one.
+        problems.push(format!(
+            "the key ({}) of {} is unique only by a DEFERRABLE constraint: rows may share a key inside a transaction, which Weir's stage (one row per key) cannot follow. Make the constraint NOT DEFERRABLE (`ALTER TABLE {} ALTER CONSTRAINT <name> NOT DEFERRABLE;`), or add a unique index that is not deferrable",
+            table.key.join(", "),
+            table.source,
+            table.source.quoted()
+        ));
+    }
     if !nullable.is_empty() {
         problems.push(format!(
             "key column{} {} of {} may be NULL (REPLICA IDENTITY FULL, no primary key): a row with a NULL key can be neither staged nor deleted; run {}",
