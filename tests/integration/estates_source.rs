@@ -1116,3 +1116,55 @@ async fn unsupported_columns_are_all_named_and_one_added_later_is_left_out() {
         2
     );
 }
+
+/// A table added to the config after the first load completed gets its own first load
+/// (its rows were never read; only its later changes reached the target, silently).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_added_to_the_config_later_is_loaded_whole() {
+    let db = TestDb::new("est_added_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_added",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         CREATE TABLE refunds (LIKE orders INCLUDING ALL);
+         INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 3, g, 'new' FROM generate_series(1, 20) g;
+         INSERT INTO refunds SELECT g, 'r', DATE '2026-03-01' + g % 3, g, 'new' FROM generate_series(1, 30) g;",
+    )
+    .await;
+    write_config(&db, "est_added", &orders("public.orders", &["id"], "day"));
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    source
+        .batch_execute(
+            "UPDATE refunds SET status = 'late' WHERE id = 1;
+             ALTER PUBLICATION est_added ADD TABLE refunds;
+             UPDATE refunds SET status = 'later' WHERE id = 2;",
+        )
+        .await
+        .expect("changes before and after the table is published");
+    let refunds = OrdersTable::postgres("analytics.fact_refunds")
+        .source("public.refunds")
+        .body();
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            "est_added",
+            "[engine]\nflush_interval_ms = 100",
+            &format!(
+                "[[table]]\n{}\n[[table]]\n{refunds}\n",
+                orders("public.orders", &["id"], "day")
+            ),
+        ),
+    )
+    .expect("config");
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    let target = db.client().await;
+    crate::postgres_source::assert_same_rows(&source, "refunds", &target, "analytics.fact_refunds")
+        .await;
+    crate::postgres_source::assert_same_rows(&source, "orders", &target, "analytics.fact_orders")
+        .await;
+}

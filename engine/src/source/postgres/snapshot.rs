@@ -224,6 +224,17 @@ impl Snapshot {
             .flatten()
             .and_then(|bytes| SnapshotProgress::decode(&bytes))
             .unwrap_or_default();
+        // A table added to the config since the snapshot completed has not been read:
+        // it gets its snapshot (by watermarks, the stream going on meanwhile).
+        let added: Vec<String> = tables
+            .iter()
+            .map(|t| t.source.to_string())
+            .filter(|name| !progress.done.contains(name))
+            .collect();
+        if progress.complete && !added.is_empty() {
+            tracing::info!(tables = ?added, "tables added to the config since the snapshot completed are read now");
+            progress.complete = false;
+        }
         if progress.complete || tables.is_empty() {
             return Ok(None);
         }
