@@ -571,7 +571,7 @@ impl Assembler {
                     .map(|c| c.name.as_str())
                     .collect();
                 if !added.is_empty() {
-                    tracing::warn!(table = %name, columns = %added.join(", "), "source table gained columns; they are staged, and written once the target has them");
+                    tracing::warn!(table = %name, columns = %added.join(", "), "source table gained columns; they are staged, and written once the target has them. Rows staged before have no value for them (NULL when written, whatever the column's default): `weir resync --table` the table to read them again");
                 }
             }
         }

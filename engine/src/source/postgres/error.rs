@@ -11,7 +11,7 @@ pub enum PgSourceError {
     #[error(transparent)]
     Injected(#[from] crate::faults::InjectedFault),
     #[error(
-        "{table}: the source table changed: {change}. Nothing past this transaction was acknowledged; alter the target to match and restart, or take a new snapshot"
+        "{table}: the source table changed: {change}. Nothing past this transaction was acknowledged; alter the target to match and restart, then run `weir resync --table {table}`: rows staged before the change still hold the old column (a renamed column's values would be written as NULL, a retyped one's in the old form), or take a new snapshot"
     )]
     SchemaChanged { table: String, change: String },
     #[error("{table}: {reason}")]
