@@ -151,7 +151,15 @@ pub fn partition_of(
         (Grain::Value, Value::Int(i)) => Ok(Partition::Key(i.to_string())),
         (Grain::Value, Value::Text(s)) => Ok(Partition::Key(s.clone())),
         (Grain::Value, Value::Bool(b)) => Ok(Partition::Key(b.to_string())),
-        (Grain::Value, v @ Value::Date(_)) => Ok(Partition::Key(v.to_string())),
+        // Named as chrono writes a date (a signed year past 9999 or before 1), as stages
+        // and lineage have always named them; `predicate` reads that form back.
+        (Grain::Value, Value::Date(d @ (i32::MAX | i32::MIN))) => Ok(Partition::Key(
+            if *d > 0 { "infinity" } else { "-infinity" }.to_owned(),
+        )),
+        (Grain::Value, Value::Date(d)) => {
+            let date = date_from_days(*d).ok_or_else(range)?;
+            Ok(Partition::Key(date.format("%Y-%m-%d").to_string()))
+        }
         (Grain::Day | Grain::Month, Value::Date(d @ (i32::MAX | i32::MIN))) => Ok(Partition::Key(
             if *d > 0 { "infinity" } else { "-infinity" }.to_owned(),
         )),

@@ -617,3 +617,37 @@ async fn a_target_table_made_anew_gets_every_staged_partition_back() {
     let verify = verify_people(&db);
     assert!(verify.status.success(), "{}", text(&verify.stdout));
 }
+
+/// Native children of the last day PostgreSQL's `date` commonly holds (`9999-12-31`,
+/// whose upper bound is in year 10000) are made with bounds PostgreSQL reads: they were
+/// written `+10000-01-01`, refused, and the partition failed for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn native_children_of_the_last_days_are_made() {
+    let db = TestDb::new("tw_native_far").await;
+    db.write_feed_config(
+        "",
+        "",
+        &weir_core::fixtures::OrdersTable::jsonl("analytics.fact_orders")
+            .extra("target_partitioning = \"native\"")
+            .to_string(),
+    );
+    let line = |id: i64, day: &str| {
+        let after = json!({"id": id, "customer": "c", "order_date": day, "amount": "1.00", "status": "new"});
+        format!(
+            "{}\n",
+            json!({"op": "c", "before": null, "after": after, "source": {"schema": "public", "table": "orders"}})
+        )
+    };
+    db.write_feed(&[line(1, "9999-12-31"), line(2, "2026-03-01")]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders WHERE order_date = '9999-12-31'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders").await,
+        2
+    );
+}

@@ -488,6 +488,18 @@ fn values_render_as_postgres_text() {
         "2026-03-01 00:00:00"
     );
     assert_eq!(Value::Float(f64::NAN).to_string(), "NaN");
+    // Years past 9999 and before 1 as PostgreSQL writes (and reads) them.
+    let day = |y, m, d| {
+        days_from_date(chrono::NaiveDate::from_ymd_opt(y, m, d).expect("date")).expect("days")
+    };
+    assert_eq!(Value::Date(day(10_000, 1, 1)).to_string(), "10000-01-01");
+    assert_eq!(Value::Date(day(-43, 3, 15)).to_string(), "0044-03-15 BC");
+    assert_eq!(Value::Date(day(0, 12, 31)).to_string(), "0001-12-31 BC");
+    let at = i64::from(day(-43, 3, 15)) * 86_400_000_000 + 43_200_500_000;
+    assert_eq!(
+        Value::Timestamp(at).to_string(),
+        "0044-03-15 12:00:00.500 BC"
+    );
 }
 
 proptest::proptest! {

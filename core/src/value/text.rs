@@ -57,18 +57,45 @@ impl fmt::Display for Value {
             Value::Date(i32::MAX) => f.write_str("infinity"),
             Value::Date(i32::MIN) => f.write_str("-infinity"),
             Value::Date(d) => match date_from_days(*d) {
-                Some(date) => write!(f, "{}", date.format("%Y-%m-%d")),
+                Some(date) => {
+                    write_pg_date(f, date)?;
+                    f.write_str(era(date))
+                }
                 None => write!(f, "date({d})"),
             },
             Value::Timestamp(i64::MAX) => f.write_str("infinity"),
             Value::Timestamp(i64::MIN) => f.write_str("-infinity"),
             Value::Timestamp(us) => match DateTime::from_timestamp_micros(*us) {
-                Some(ts) => write!(f, "{}", ts.naive_utc().format("%Y-%m-%d %H:%M:%S%.f")),
+                Some(ts) => {
+                    let ts = ts.naive_utc();
+                    write_pg_date(f, ts.date())?;
+                    write!(f, " {}", ts.format("%H:%M:%S%.f"))?;
+                    f.write_str(era(ts.date()))
+                }
                 None => write!(f, "timestamp({us})"),
             },
             Value::Unsupported { text, .. } => f.write_str(text),
         }
     }
+}
+
+/// A date as PostgreSQL writes it: a year past 9999 without chrono's `+`, a year
+/// before 1 as its year BC (`0044-03-15` of [`era`]'s ` BC`), not astronomical
+/// (`-0043`), which PostgreSQL cannot read back.
+fn write_pg_date(f: &mut fmt::Formatter<'_>, date: NaiveDate) -> fmt::Result {
+    use chrono::Datelike as _;
+    let year = if date.year() <= 0 {
+        1 - date.year()
+    } else {
+        date.year()
+    };
+    write!(f, "{year:04}-{:02}-{:02}", date.month(), date.day())
+}
+
+/// ` BC` after a date before year 1, as PostgreSQL writes it.
+fn era(date: NaiveDate) -> &'static str {
+    use chrono::Datelike as _;
+    if date.year() <= 0 { " BC" } else { "" }
 }
 
 pub(super) fn parse_special_float(s: &str) -> Option<f64> {
