@@ -208,6 +208,15 @@ impl Pipeline {
                     // What came before the error is whole and good: keep it.
                     self.stage_batch(source, &mut in_flight, &mut batch, &mut report)
                         .await?;
+                    if std::mem::take(&mut chunked) {
+                        // The transaction whose chunks the pending area holds was cut
+                        // off: the source opened again sends it again, whole or
+                        // streamed (a stream's commit found these chunks and stopped
+                        // the run as if the stage were corrupt).
+                        self.settle(source, &mut in_flight, &mut report).await?;
+                        let stage = Arc::clone(&self.stage);
+                        blocking(move || stage.discard_pending()).await?;
+                    }
                     if e.needs_reopen() {
                         // A resync was asked for: its signal is staged above, and the
                         // source opened again reads the table.
