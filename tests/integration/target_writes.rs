@@ -651,3 +651,41 @@ async fn native_children_of_the_last_days_are_made() {
         2
     );
 }
+
+/// A trigger on the target that drops rows (BEFORE INSERT returning NULL) fails the
+/// write, rolled back and named, where lineage used to count rows the table did not
+/// hold; once it is gone the partition is written whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_trigger_that_drops_rows_fails_the_write() {
+    let db = TestDb::new("tw_dropping_trigger").await;
+    db.write_feed_config("", "", &people_table(false, ""));
+    db.write_feed(&[
+        person("c", 1, Some("EU"), "new"),
+        person("c", 2, Some("EU"), "skip"),
+    ]);
+    db.weir_ok(&["init"]);
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE FUNCTION public.skip() RETURNS trigger LANGUAGE plpgsql AS \
+               $$ BEGIN IF NEW.status = 'skip' THEN RETURN NULL; END IF; RETURN NEW; END $$; \
+             CREATE TRIGGER skip BEFORE INSERT ON analytics.people \
+               FOR EACH ROW EXECUTE FUNCTION public.skip();",
+        )
+        .await
+        .expect("trigger");
+    let out = db.weir(&["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("kept 1 of the 2 rows Weir copied into it"),
+        "{stderr}"
+    );
+    assert!(people(&db).await.is_empty(), "rolled back");
+    client
+        .batch_execute("DROP TRIGGER skip ON analytics.people")
+        .await
+        .expect("drop trigger");
+    db.weir_ok(&["run", "--once"]);
+    assert_eq!(people(&db).await.len(), 2);
+}

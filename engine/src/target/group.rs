@@ -53,6 +53,8 @@ pub struct GroupWriter<'c, 'a> {
     buf: BytesMut,
     value_bytes: Vec<u8>,
     insert_rejection: Option<Statement>,
+    /// The rows the target kept of those copied, as its COPYs' answers counted them.
+    kept: u64,
 }
 
 impl std::fmt::Debug for GroupWriter<'_, '_> {
@@ -184,6 +186,7 @@ pub async fn open_group<'c, 'a>(
         buf: BytesMut::new(),
         value_bytes: Vec::new(),
         insert_rejection: None,
+        kept: 0,
     };
     Ok((writer, mergeable))
 }
@@ -316,7 +319,7 @@ impl GroupWriter<'_, '_> {
             return Ok(());
         }
         if let Some(end) = self.copy_trailer().await? {
-            end.await?;
+            self.kept += end.await?;
         }
         let m = &mut self.members[member];
         record_rejections(
@@ -336,7 +339,7 @@ impl GroupWriter<'_, '_> {
     async fn copy_trailer(
         &mut self,
     ) -> Result<
-        Option<impl std::future::Future<Output = Result<(), TargetError>> + use<>>,
+        Option<impl std::future::Future<Output = Result<u64, TargetError>> + use<>>,
         TargetError,
     > {
         let Some(sink) = self.sink.take() else {
@@ -344,9 +347,9 @@ impl GroupWriter<'_, '_> {
         };
         let end = copy_trailer(sink, &mut self.buf, self.table).await?;
         Ok(Some(async move {
-            end.await?;
+            let kept = end.await?;
             crate::failpoint!("target-after-copy");
-            Ok(())
+            Ok(kept)
         }))
     }
 
@@ -375,9 +378,11 @@ impl GroupWriter<'_, '_> {
             .collect();
         let records = lineage::record_merges(&self.tx, self.table, &written);
         match copy_end {
-            Some(copy_end) => try_join(copy_end, records).await.map(drop)?,
+            Some(copy_end) => self.kept += try_join(copy_end, records).await?.0,
             None => records.await?,
         }
+        let sent = self.members.iter().map(|m| m.copied).sum();
+        super::writer::check_kept(self.table, sent, self.kept)?;
         self.tx.commit().await.map_err(query_err(format!(
             "commit a group of {} partitions of {}",
             self.members.len(),

@@ -58,6 +58,14 @@ pub enum TargetError {
     },
     #[error("target table {table} does not exist: run `weir init` to create it")]
     MissingTable { table: TableName },
+    #[error(
+        "the target table {table} kept {kept} of the {sent} rows Weir copied into it: a trigger or rule on it drops rows (a BEFORE INSERT trigger returning NULL). The write was rolled back; drop or change the trigger (filter rows in a plugin instead) and the partition is written again"
+    )]
+    RowsNotKept {
+        table: TableName,
+        sent: u64,
+        kept: u64,
+    },
     #[error("target table {table} does not match the configured columns:\n  {}\nalter the table, or point `target` at a new table and run `weir init`", differences.join("\n  "))]
     SchemaMismatch {
         table: TableName,

@@ -48,6 +48,8 @@ pub struct PartitionWriter<'c, 'a> {
     value_bytes: Vec<u8>,
     insert_rejection: Option<Statement>,
     copied: u64,
+    /// The rows the target kept of those copied, as its COPYs' answers counted them.
+    kept: u64,
     deleted: u64,
     rejected: u64,
     /// Merge: the partition's rows before this write, as lineage says.
@@ -112,6 +114,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
             value_bytes: Vec::new(),
             insert_rejection: None,
             copied: 0,
+            kept: 0,
             deleted: 0,
             rejected: 0,
             previous_rows: 0,
@@ -359,7 +362,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
     /// Ends the COPY in progress, if any.
     async fn end_copy(&mut self) -> Result<(), TargetError> {
         if let Some(end) = self.copy_trailer().await? {
-            end.await?;
+            self.kept += end.await?;
         }
         Ok(())
     }
@@ -369,7 +372,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
     async fn copy_trailer(
         &mut self,
     ) -> Result<
-        Option<impl std::future::Future<Output = Result<(), TargetError>> + use<>>,
+        Option<impl std::future::Future<Output = Result<u64, TargetError>> + use<>>,
         TargetError,
     > {
         let Some((into, sink)) = self.sink.take() else {
@@ -377,11 +380,12 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         };
         let end = copy_trailer(sink, &mut self.buf, self.table).await?;
         Ok(Some(async move {
-            end.await?;
+            let kept = end.await?;
             if into == CopyInto::Target {
                 crate::failpoint!("target-after-copy");
+                return Ok(kept);
             }
-            Ok(())
+            Ok(0)
         }))
     }
 
@@ -424,9 +428,10 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         // The COPY's end and lineage in one round trip: the server runs them in order.
         let record = lineage::record(&self.tx, self.table, &self.meta, &summary, self.mode);
         match copy_end {
-            Some(copy_end) => try_join(copy_end, record).await.map(drop)?,
+            Some(copy_end) => self.kept += try_join(copy_end, record).await?.0,
             None => record.await?,
         }
+        check_kept(self.table, self.copied, self.kept)?;
         self.tx.commit().await.map_err(query_err(format!(
             "commit partition {} of {}",
             self.partition_name, self.table.name
@@ -785,12 +790,12 @@ pub(super) fn copy_header(buf: &mut BytesMut) {
 }
 
 /// Sends the rest of a COPY (`buf`) with its trailer; the returned future ends it (the
-/// server's answer), so that a next statement can go with it.
+/// server's answer: the rows it kept), so that a next statement can go with it.
 pub(super) async fn copy_trailer(
     mut sink: Pin<Box<CopyInSink<Bytes>>>,
     buf: &mut BytesMut,
     table: &TargetTable,
-) -> Result<impl std::future::Future<Output = Result<(), TargetError>> + use<>, TargetError> {
+) -> Result<impl std::future::Future<Output = Result<u64, TargetError>> + use<>, TargetError> {
     buf.put_i16(-1); // trailer
     let what = format!("COPY into {}", table.name);
     sink.as_mut()
@@ -801,7 +806,21 @@ pub(super) async fn copy_trailer(
         sink.as_mut()
             .finish()
             .await
-            .map_err(query_err(format!("finish {what}")))?;
-        Ok(())
+            .map_err(query_err(format!("finish {what}")))
+    })
+}
+
+/// The rows a partition's COPYs sent (`sent`) against those the target kept (`kept`, as
+/// the server counted them): a trigger or rule on the target that drops rows (a
+/// `BEFORE INSERT` trigger returning NULL) would otherwise leave lineage counting rows
+/// the table does not hold.
+pub(super) fn check_kept(table: &TargetTable, sent: u64, kept: u64) -> Result<(), TargetError> {
+    if sent == kept {
+        return Ok(());
+    }
+    Err(TargetError::RowsNotKept {
+        table: table.name.clone(),
+        sent,
+        kept,
     })
 }
