@@ -689,3 +689,36 @@ async fn a_target_trigger_that_drops_rows_fails_the_write() {
     db.weir_ok(&["run", "--once"]);
     assert_eq!(people(&db).await.len(), 2);
 }
+
+/// A target column retyped by a DBA while `weir run` streams stops that table's writes,
+/// named, rather than let the binary COPY's values be read as the new type (an `int8`'s
+/// bytes as a `float8`, a decimal rounded to a narrower scale).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_column_retyped_while_running_stops_its_writes() {
+    let db = TestDb::new("tw_retyped_live").await;
+    db.write_feed_config("", "flush_interval_ms = 50", &people_table(false, ""));
+    db.write_feed(&[person("c", 1, Some("EU"), "new")]);
+    db.weir_ok(&["init"]);
+    let log = db.path("run.log");
+    let _run = db.spawn_live(&[], &log);
+    db.wait_caught_up(60).await;
+    db.client()
+        .await
+        .batch_execute("ALTER TABLE analytics.people ALTER COLUMN status TYPE varchar(40)")
+        .await
+        .expect("retype");
+    db.append_feed(&[person("u", 1, Some("EU"), "shipped")]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if logged.contains("the columns of the target table analytics.people changed") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no stop was logged:\n{logged}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        people(&db).await,
+        [(1, Some("EU".to_owned()), "new".to_owned())]
+    );
+}

@@ -159,9 +159,13 @@ pub async fn open_group<'c, 'a>(
             tx.prepare(sql)
                 .map_err(query_err(format!("prepare the delete of {}", table.name)))
         }));
+        let columns = super::schema::check_columns(&tx, table);
         // In this order on the connection: the locks first, all the rest under them.
-        let ((((), lineage), copy), statements) =
-            try_join(try_join(try_join(lock, lineage), copy), prepares).await?;
+        let (((((), lineage), copy), statements), ()) = try_join(
+            try_join(try_join(try_join(lock, lineage), copy), prepares),
+            columns,
+        )
+        .await?;
         ((lineage, copy), statements)
     };
     let deletes: HashMap<String, Statement> = shapes.into_iter().zip(statements).collect();

@@ -59,6 +59,10 @@ pub enum TargetError {
     #[error("target table {table} does not exist: run `weir init` to create it")]
     MissingTable { table: TableName },
     #[error(
+        "the columns of the target table {table} changed since Weir checked them at start (a column retyped, added, dropped or renamed): its writes stop rather than let PostgreSQL read the values as the new types say. Restart `weir run`, which checks the table again and names what differs"
+    )]
+    ColumnsChanged { table: TableName },
+    #[error(
         "the target table {table} kept {kept} of the {sent} rows Weir copied into it: a trigger or rule on it drops rows (a BEFORE INSERT trigger returning NULL). The write was rolled back; drop or change the trigger (filter rows in a plugin instead) and the partition is written again"
     )]
     RowsNotKept {
@@ -142,6 +146,9 @@ pub struct TargetTable {
     pub partitioning: TargetPartitioning,
     /// `[target] lock_timeout_ms`: how long a partition write waits for a lock.
     pub lock_timeout_ms: u64,
+    /// The table's columns as checked (`schema::COLUMNS_SIGNATURE`), compared under
+    /// each write's lock.
+    pub columns_signature: String,
 }
 
 impl TargetTable {

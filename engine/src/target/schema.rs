@@ -289,6 +289,17 @@ pub async fn prepare_table(
         });
     }
     let columns = expected.into_iter().map(|(c, _, ty)| (c, ty)).collect();
+    let columns_signature = client
+        .query_typed_one(
+            COLUMNS_SIGNATURE,
+            &[(
+                &name.quoted() as &(dyn postgres_types::ToSql + Sync),
+                postgres_types::Type::TEXT,
+            )],
+        )
+        .await
+        .map_err(query_err(format!("read the columns of {name}")))?
+        .get(0);
     Ok(TargetTable {
         name: name.clone(),
         columns,
@@ -297,8 +308,43 @@ pub async fn prepare_table(
         grain: table.grain,
         partitioning: table.target_partitioning,
         lock_timeout_ms: crate::config::limits::LOCK_TIMEOUT_MS_DEFAULT,
+        columns_signature,
     })
 }
+
+/// Fails a write (its transaction, `tx`, holding the partition's lock) if the target
+/// table's columns are no longer those checked at start ([`COLUMNS_SIGNATURE`]).
+pub(super) async fn check_columns(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &TargetTable,
+) -> Result<(), TargetError> {
+    let now: String = tx
+        .query_typed_one(
+            COLUMNS_SIGNATURE,
+            &[(
+                &table.name.quoted() as &(dyn postgres_types::ToSql + Sync),
+                postgres_types::Type::TEXT,
+            )],
+        )
+        .await
+        .map_err(query_err(format!("read the columns of {}", table.name)))?
+        .get(0);
+    if now == table.columns_signature {
+        Ok(())
+    } else {
+        Err(TargetError::ColumnsChanged {
+            table: table.name.clone(),
+        })
+    }
+}
+
+/// The target table's columns as the catalog has them (name, type, type modifier, in
+/// order), read when the table is checked and again under each write's lock: a column a
+/// DBA retyped, added or dropped since would otherwise take the binary COPY's values as
+/// its own type says (an `int8`'s bytes read as a `float8`, a decimal rounded to a
+/// narrower scale), silently. `$1`: the quoted table name.
+pub(super) const COLUMNS_SIGNATURE: &str = "SELECT coalesce(string_agg(attname || ' ' || atttypid || ' ' || atttypmod, ',' ORDER BY attnum), '') \
+     FROM pg_attribute WHERE attrelid = $1::text::regclass AND attnum > 0 AND NOT attisdropped";
 
 fn column_ddl(columns: &[Column]) -> String {
     columns

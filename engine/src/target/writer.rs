@@ -471,29 +471,32 @@ async fn open<'c, 'a>(
     let copy = copy_sql(table);
     let target_name = table.name.to_string();
     let partition_name = meta.partition.name();
-    let (_, row, delete_statement, copy_statement) = try_join4(
-        tx.batch_execute(&lock_statements(table, meta.partition))
-            .map_err(query_err("take the partition lock")),
-        tx.query_typed_opt(
-            lineage,
-            &[
-                (&target_name as &(dyn ToSql + Sync), Type::TEXT),
-                (&partition_name, Type::TEXT),
-            ],
-        )
-        .map_err(|source| match source.code() {
-            Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => {
-                TargetError::MissingWeirSchema
-            }
-            _ => TargetError::Query {
-                what: "read the partition's lineage".into(),
-                source: PgError(source),
-            },
-        }),
-        tx.prepare(&delete)
-            .map_err(query_err(format!("prepare the delete of {}", table.name))),
-        tx.prepare(&copy)
-            .map_err(query_err(format!("prepare the COPY into {}", table.name))),
+    let ((_, row, delete_statement, copy_statement), ()) = try_join(
+        try_join4(
+            tx.batch_execute(&lock_statements(table, meta.partition))
+                .map_err(query_err("take the partition lock")),
+            tx.query_typed_opt(
+                lineage,
+                &[
+                    (&target_name as &(dyn ToSql + Sync), Type::TEXT),
+                    (&partition_name, Type::TEXT),
+                ],
+            )
+            .map_err(|source| match source.code() {
+                Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => {
+                    TargetError::MissingWeirSchema
+                }
+                _ => TargetError::Query {
+                    what: "read the partition's lineage".into(),
+                    source: PgError(source),
+                },
+            }),
+            tx.prepare(&delete)
+                .map_err(query_err(format!("prepare the delete of {}", table.name))),
+            tx.prepare(&copy)
+                .map_err(query_err(format!("prepare the COPY into {}", table.name))),
+        ),
+        super::schema::check_columns(&tx, table),
     )
     .await?;
     let opening = Opening {
