@@ -722,3 +722,40 @@ async fn a_target_column_retyped_while_running_stops_its_writes() {
         [(1, Some("EU".to_owned()), "new".to_owned())]
     );
 }
+
+/// A target table truncated by hand is written whole again at the next run, the
+/// partitions with changes since included: merges trusted lineage's rows and wrote
+/// only the changed keys, for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_truncated_target_table_is_written_whole_again() {
+    let db = TestDb::new("tw_truncated").await;
+    db.write_feed_config("", "", &people_table(false, "write = \"merge\""));
+    db.write_feed(&[
+        person("c", 1, Some("EU"), "new"),
+        person("c", 2, Some("US"), "new"),
+        person("c", 3, Some("EU"), "new"),
+    ]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    db.client()
+        .await
+        .batch_execute("TRUNCATE analytics.people")
+        .await
+        .expect("truncate");
+    db.append_feed(&[person("u", 1, Some("EU"), "shipped")]);
+    let out = db.weir(&["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("holds no rows while its lineage recorded rows"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        people(&db).await,
+        [
+            (1, Some("EU".to_owned()), "shipped".to_owned()),
+            (2, Some("US".to_owned()), "new".to_owned()),
+            (3, Some("EU".to_owned()), "new".to_owned())
+        ]
+    );
+}

@@ -359,6 +359,12 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
     .map_err(PipelineError::Task)?
     .map_err(PipelineError::from)?;
     let client = target::connect(p.dsn()).await?;
+    // A table truncated or made anew by hand holds none of the rows lineage records:
+    // a merge would then write only the keys changed since, for good.
+    let forgotten = target::forget_lineage_of_empty(&client, &target.name).await?;
+    if forgotten > 0 {
+        tracing::warn!(table = %target.name, partitions = forgotten, "the target table holds no rows while its lineage recorded rows (truncated, or made anew): its partitions are written again");
+    }
     let lineage = target::table_lineage(&client, &target.name).await?;
     let pending: HashSet<&Partition> = dirty
         .iter()

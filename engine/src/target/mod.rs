@@ -36,7 +36,9 @@ pub use lineage::{
     table_lineage,
 };
 pub use read::read_partition;
-pub use schema::{Prepare, column_names, ensure_weir_schema, prepare_table};
+pub use schema::{
+    Prepare, column_names, ensure_weir_schema, forget_lineage_of_empty, prepare_table,
+};
 pub use write::{
     Begun, Checksum, MergeKeys, PartitionMeta, PartitionWrite, RejectedRow, WriteSummary,
     begin_partition_write, checksum, explain_lock_error, explain_lock_timeout, merge_partition,

@@ -354,6 +354,27 @@ fn column_ddl(columns: &[Column]) -> String {
         .join(", ")
 }
 
+/// Removes the lineage of a target table that holds no row at all (truncated or made
+/// anew by hand) while its lineage records rows: a merge trusting that lineage would
+/// write only the keys changed since, for good. Returns the lineage rows removed.
+pub async fn forget_lineage_of_empty(
+    client: &Client,
+    table: &TableName,
+) -> Result<u64, TargetError> {
+    client
+        .execute(
+            &format!(
+                "DELETE FROM weir.partitions WHERE target_table = $1 \
+                 AND EXISTS (SELECT 1 FROM weir.partitions WHERE target_table = $1 AND row_count > 0) \
+                 AND NOT EXISTS (SELECT 1 FROM {})",
+                table.quoted()
+            ),
+            &[&table.to_string()],
+        )
+        .await
+        .map_err(query_err(format!("read whether {table} holds rows")))
+}
+
 /// The column names of a target table, or `None` if it does not exist.
 pub async fn column_names(
     client: &Client,
