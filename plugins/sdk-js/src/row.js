@@ -158,6 +158,9 @@ const TAKES = {
   bytes: 'a Uint8Array',
 };
 
+/** Half of a UTF-16 surrogate pair, alone. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 /**
  * The converter of one declared column: a function from a JavaScript value to the
  * WIT value, throwing a `PluginError` (`other`) naming the column.
@@ -169,13 +172,21 @@ function converter(column) {
   const fail = (what) => new PluginError('other', `${label} ${what}`);
   const natural = naturalConverter(witCase, type, fail);
   const checkPayload = WIT_PAYLOAD_CHECKS[witCase];
+  // Text the component would encode with U+FFFD in place of half a character: a
+  // silent change of the value, refused instead.
+  const wellFormed = (wit) => {
+    if ((wit.tag === 'text' || wit.tag === 'json') && LONE_SURROGATE.test(wit.val)) {
+      throw fail('takes well-formed text, not one holding half of a character (a lone UTF-16 surrogate, as slicing a string between the halves of an emoji leaves)');
+    }
+    return wit;
+  };
   return (value) => {
     if (value === null) {
       return NULL;
     }
     const converted = natural(value);
     if (converted !== undefined) {
-      return converted;
+      return wellFormed(converted);
     }
     if (value === undefined) {
       throw fail('is undefined (null is SQL NULL)');
@@ -187,7 +198,7 @@ function converter(column) {
       if (value.tag !== witCase || !checkPayload(value.val)) {
         throw fail(`takes ${TAKES[witCase]} or a WIT ${witCase} value, not ${describeValue(value)}${value.tag === witCase ? ' with an invalid payload' : ''}`);
       }
-      return value;
+      return wellFormed(value);
     }
     throw fail(`takes ${TAKES[witCase]}, not ${describeValue(value)}`);
   };

@@ -168,3 +168,12 @@ test('values made in another realm (as ComponentizeJS bindings make them) conver
   assert.equal(y.val, foreign[1]);
   assert.equal(z, foreign[2]);
 });
+
+test('text holding half of a character is refused, not encoded with U+FFFD', () => {
+  const columns = { t: ColumnType.text };
+  const sliced = 'ab😀cd'.slice(0, 3);
+  assert.match(failure(columns, new Row({ t: sliced })), /output column `t` \(text\) takes well-formed text/);
+  assert.match(failure(columns, new Row({ t: '\udc00x' })), /lone UTF-16 surrogate/);
+  assert.match(failure(columns, new Row({ t: { tag: 'text', val: '\ud800' } })), /well-formed/);
+  assert.deepEqual(values(columns, new Row({ t: 'ab😀' })), [{ tag: 'text', val: 'ab😀' }]);
+});
