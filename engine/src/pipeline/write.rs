@@ -56,11 +56,20 @@ impl Pipeline {
             let pieces = self.stream(table, partition, columns, only_if_dirty, None)?;
             match self
                 .write_stream(table, partition, &key_columns, only_if_dirty, pieces)
-                .await?
+                .await
             {
-                Written::Done(summary) => return Ok(Some(summary)),
-                Written::Skipped => return Ok(None),
-                Written::Refused => merge = false,
+                Ok(Written::Done(summary)) => return Ok(Some(summary)),
+                Ok(Written::Skipped) => return Ok(None),
+                Ok(Written::Refused) => merge = false,
+                // `auto` chose a merge the plugin's output cannot take (a row keyed
+                // otherwise than its input): the write was rolled back; replace.
+                Err(error @ PipelineError::MergeKey { .. })
+                    if merge && table_config.write == WriteMode::Auto =>
+                {
+                    tracing::debug!(table, partition = %partition, error = %crate::errors::error_chain(&error), "write = \"auto\" replaces a partition it could not merge");
+                    merge = false;
+                }
+                Err(error) => return Err(error),
             }
         }
     }
