@@ -155,6 +155,14 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
     }
     match target::connect(dsn).await {
         Ok(client) => {
+            // A lineage table locked by someone else (a `VACUUM FULL`, a `LOCK`) is
+            // reported, not waited for: status is what one runs to find out why.
+            if let Err(e) = client
+                .batch_execute("SET lock_timeout = '3s'; SET statement_timeout = '30s'")
+                .await
+            {
+                status.target_error = Some(e.to_string());
+            }
             match target::recent_writes(&client, last_writes).await {
                 Ok(rows) => status.last_writes = rows,
                 Err(e) => status.target_error = Some(error_chain(&e)),
