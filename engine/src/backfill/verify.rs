@@ -580,7 +580,10 @@ async fn differences(
                     .iter()
                     .zip(b)
                     .zip(columns)
-                    .filter(|((x, y), _)| x != y)
+                    // NaN is equal to itself here, as in PostgreSQL's ordering.
+                    .filter(|((x, y), _)| {
+                        x != y && !matches!((x, y), (Value::Float(a), Value::Float(b)) if a.is_nan() && b.is_nan())
+                    })
                     .map(|(_, c)| (*c).to_owned())
                     .collect(),
                 _ => Vec::new(),
