@@ -759,3 +759,53 @@ async fn a_truncated_target_table_is_written_whole_again() {
         ]
     );
 }
+
+/// A second pipeline (another source table, another stage) configured into a target
+/// table another one writes is refused at `init` and `run`, naming the other source:
+/// its writes replaced the first one's partitions, silently.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_pipeline_into_the_same_target_table_is_refused() {
+    let db = TestDb::new("tw_two_pipelines").await;
+    db.write_feed_config("", "", &people_table(false, ""));
+    db.write_feed(&[person("c", 1, Some("EU"), "new")]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    // The other pipeline: its own folder, feed and stage, `public.customers` into the
+    // same `analytics.people`.
+    let other = db.path("other");
+    std::fs::create_dir(&other).expect("dir");
+    let config = std::fs::read_to_string(db.config_path())
+        .expect("config")
+        .replace(
+            "source = \"public.people\"",
+            "source = \"public.customers\"",
+        );
+    std::fs::write(other.join("weir.toml"), config).expect("config");
+    std::fs::write(
+        other.join("feed.jsonl"),
+        person("c", 2, Some("EU"), "other").replace("\"people\"", "\"customers\""),
+    )
+    .expect("feed");
+    let weir_other = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("--config")
+            .arg(other.join("weir.toml"))
+            .args(args)
+            .env("WEIR_TARGET_DSN", &db.dsn)
+            .output()
+            .expect("weir")
+    };
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_other(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("holds 1 partitions another pipeline wrote, from public.people"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(
+        people(&db).await,
+        [(1, Some("EU".to_owned()), "new".to_owned())]
+    );
+}

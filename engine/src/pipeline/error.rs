@@ -58,6 +58,14 @@ pub enum PipelineError {
         differences: String,
     },
     #[error(
+        "target table {target} holds {partitions} partitions another pipeline wrote, from {source_table} (another stage): two pipelines writing one target table replace each other's partitions. Give this [[table]] another target; or, if that pipeline is gone for good, remove its lineage: DELETE FROM weir.partitions WHERE target_table = '{target}' AND source_table = '{source_table}'"
+    )]
+    ForeignLineage {
+        target: String,
+        source_table: String,
+        partitions: i64,
+    },
+    #[error(
         "{table}, partition {partition}: write = \"merge\": the plugin output a row with grain key {key}, which is not the key of a changed input row; merge needs each output row's grain key to be its input row's key (use write = \"replace\")"
     )]
     MergeKey {
@@ -88,7 +96,9 @@ impl PipelineError {
     /// replica identity that would hide changes.
     pub fn is_usage(&self) -> bool {
         match self {
-            PipelineError::Contract { .. } | PipelineError::Config(_) => true,
+            PipelineError::Contract { .. }
+            | PipelineError::Config(_)
+            | PipelineError::ForeignLineage { .. } => true,
             PipelineError::PgSource(e) => e.is_usage(),
             PipelineError::Source(crate::source::SourceError::Postgres(e)) => e.is_usage(),
             _ => false,

@@ -105,6 +105,10 @@ pub async fn init_with(
     let source_id = config.source_id();
     let stage = blocking(move || Stage::open(&path, &source_id)).await?;
     reconcile_contracts(config, &stage, &contracts, true)?;
+    let stage_id = stage.stage_id()?;
+    for table in &resolved {
+        refuse_foreign_lineage(&client, table, &stage_id).await?;
+    }
     if let Some((publication, mark)) = publication_mark {
         let changed = stage
             .publication_mark()?
@@ -395,4 +399,40 @@ pub(super) async fn resolve_tables(
         );
     }
     Ok(out)
+}
+
+/// Refuses a table whose target holds partitions another pipeline wrote: lineage from
+/// another source table and another stage (a stage made anew for the same source, or
+/// a source table renamed in the config, is this pipeline's). Two pipelines writing
+/// one target table would replace each other's partitions.
+pub(super) async fn refuse_foreign_lineage(
+    client: &tokio_postgres::Client,
+    table: &TableConfig,
+    stage_id: &str,
+) -> Result<(), PipelineError> {
+    let row = client
+        .query_opt(
+            "SELECT source_table, count(*) FROM weir.partitions \
+             WHERE target_table = $1 AND source_table <> $2 \
+               AND coalesce(stage_id, '') NOT IN ('', $3) \
+             GROUP BY 1 ORDER BY 2 DESC LIMIT 1",
+            &[
+                &table.target.to_string(),
+                &table.source.to_string(),
+                &stage_id,
+            ],
+        )
+        .await
+        .map_err(|source| target::TargetError::Query {
+            what: format!("read the lineage of {}", table.target),
+            source: crate::pgerror::PgError(source),
+        })?;
+    match row {
+        None => Ok(()),
+        Some(row) => Err(PipelineError::ForeignLineage {
+            target: table.target.to_string(),
+            source_table: row.get(0),
+            partitions: row.get(1),
+        }),
+    }
 }

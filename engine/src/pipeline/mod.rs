@@ -27,7 +27,10 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 use tokio_postgres::Client;
 
-use self::init::{check_write_mode, contract_of, reconcile_contracts, resolve_tables, source_oids};
+use self::init::{
+    check_write_mode, contract_of, reconcile_contracts, refuse_foreign_lineage, resolve_tables,
+    source_oids,
+};
 use crate::config::{Config, Dsn, SourceConfig, TableConfig};
 use crate::partition::Partition;
 use crate::plugin::PluginHost;
@@ -185,6 +188,13 @@ impl Pipeline {
             // before it touches the target): a target `init` prepared with an older
             // build gains the lineage columns added since.
             target::ensure_weir_schema(client).await?;
+            let stage_id = {
+                let stage = Arc::clone(&stage);
+                blocking(move || stage.stage_id()).await?
+            };
+            for (table, _, _) in tables.values() {
+                refuse_foreign_lineage(client, table, &stage_id).await?;
+            }
         }
         let write_wake = Arc::new(tokio::sync::Notify::new());
         let live: Arc<live::LiveCounters> = Arc::default();
