@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 use crate::config::{OnTruncate, TableConfig, TableName};
 use crate::feed::{Op, Row, StageChange, keyed_changes, with_unchanged};
-use crate::value::{ColumnType, Logical, Value};
+use crate::value::{BinaryEncoding, ColumnType, ConvertError, Logical, Value};
 
 /// A transaction's identity in the feed (`source.txId`).
 pub type TxId = Option<String>;
@@ -345,6 +345,20 @@ impl BadLine {
     }
 }
 
+/// A `bytea` column's value in the encoding its column declares (`None`: base64).
+fn binary(encoding: Option<BinaryEncoding>, v: &Json) -> Result<Value, ConvertError> {
+    match v {
+        Json::Null => Ok(Value::Null),
+        Json::String(s) => encoding
+            .unwrap_or(BinaryEncoding::Base64)
+            .decode(s)
+            .map(Value::Bytes),
+        _ => Err(ConvertError::Schema(
+            "a bytea value must be a string of its encoded bytes".into(),
+        )),
+    }
+}
+
 /// The Debezium logical types of the fields of the `before` or `after` image, from the
 /// envelope's `schema` (Debezium's JSON converter with schemas on): the field named
 /// `which` of the envelope's struct, whose own `fields` name each column's `field`,
@@ -366,10 +380,13 @@ pub fn image_schema(schema: Option<&Json>, which: &str) -> Result<Vec<(String, L
     };
     let mut out = Vec::new();
     for field in fields {
-        let (Some(column), Some(name)) = (
-            field.get("field").and_then(Json::as_str),
-            field.get("name").and_then(Json::as_str),
-        ) else {
+        let Some(column) = field.get("field").and_then(Json::as_str) else {
+            continue;
+        };
+        let Some(name) = field.get("name").and_then(Json::as_str) else {
+            if field.get("type").and_then(Json::as_str) == Some("string") {
+                out.push((column.to_owned(), Logical::PlainString));
+            }
             continue;
         };
         let logical = Logical::from_schema(name, field.get("parameters"))
@@ -438,9 +455,20 @@ fn image(
             unavailable.push(column.name.clone());
             continue;
         }
-        let converted = match logical.iter().find(|(c, _)| *c == column.name) {
-            Some((_, logical)) => Value::from_debezium(column.ty, *logical, &parsed(json)),
-            None => Value::from_json_text(column.ty, column.epoch, json.get()),
+        let converted = match (logical.iter().find(|(c, _)| *c == column.name), column.ty) {
+            (Some((_, Logical::PlainString)), ColumnType::Bytea) if column.encoding.is_none() => {
+                Err(ConvertError::Schema(format!(
+                    "the schema says string for a bytea column: Debezium's binary.handling.mode base64, base64-url-safe or hex, which Weir cannot tell apart; declare it as `{} = {{ type = \"bytea\", encoding = \"hex\" }}` (or \"base64\", \"base64-url-safe\")",
+                    column.name
+                )))
+            }
+            (_, ColumnType::Bytea) if column.encoding.is_some() => {
+                binary(column.encoding, &parsed(json))
+            }
+            (Some((_, Logical::PlainString)), _) | (None, _) => {
+                Value::from_json_text(column.ty, column.epoch, json.get())
+            }
+            (Some((_, logical)), _) => Value::from_debezium(column.ty, *logical, &parsed(json)),
         };
         let value = converted.map_err(|e| {
             format!(
@@ -534,6 +562,63 @@ columns = { id = "bigint", at = "timestamp", day = "date", amount = "numeric(12,
             ]},
             "payload": {"op": "c", "before": null, "after": after, "source": {"schema": "public", "table": "orders"}}
         })
+    }
+
+    /// A `bytea` column's encoding: base64 by default; a schema that says `string`
+    /// (Debezium's base64, base64-url-safe or hex modes, which cannot be told apart) is
+    /// refused unless the column declares its encoding, which then decides.
+    #[test]
+    fn a_bytea_column_reads_the_encoding_it_declares() {
+        let config = |encoding: &str| {
+            format!(
+                r#"
+[source]
+kind = "jsonl"
+path = "feed.jsonl"
+[stage]
+path = "s"
+[target]
+kind = "postgres"
+dsn_env = "X"
+[[table]]
+source = "public.orders"
+target = "public.t"
+key = ["id"]
+partition_by = "id"
+grain = "value"
+columns = {{ id = "bigint", b = {encoding} }}
+"#
+            )
+        };
+        let decode = |encoding: &str, line: &serde_json::Value| -> Result<Value, String> {
+            let tables = Config::parse(&config(encoding), std::path::Path::new("weir.toml"))
+                .expect("config")
+                .tables;
+            let decoded = decode_line(&tables, line.to_string().as_bytes(), 1)
+                .map_err(|bad| bad.reason)?
+                .expect("a change");
+            match decoded.changes.as_slice() {
+                [StageChange::Upsert { row, .. }] => Ok(value(&row.values, "b")),
+                other => panic!("one upsert, got {other:?}"),
+            }
+        };
+        let bare = json!({"op": "c", "after": {"id": 1, "b": "00ff"}, "source": {"schema": "public", "table": "orders"}});
+        let hex = r#"{ type = "bytea", encoding = "hex" }"#;
+        assert_eq!(decode(hex, &bare), Ok(Value::Bytes(vec![0, 255])));
+        assert_eq!(
+            decode("\"bytea\"", &bare),
+            Ok(Value::Bytes(vec![0xd3, 0x47, 0xdf]))
+        );
+        let as_string = schemad(
+            vec![field("id", "int64", None), field("b", "string", None)],
+            json!({"id": 1, "b": "00ff"}),
+        );
+        let refused = decode("\"bytea\"", &as_string).expect_err("ambiguous");
+        assert!(refused.contains("binary.handling.mode"), "{refused}");
+        assert_eq!(decode(hex, &as_string), Ok(Value::Bytes(vec![0, 255])));
+        let url_safe = r#"{ type = "bytea", encoding = "base64-url-safe" }"#;
+        let line = json!({"op": "c", "after": {"id": 1, "b": "_-8"}, "source": {"schema": "public", "table": "orders"}});
+        assert_eq!(decode(url_safe, &line), Ok(Value::Bytes(vec![0xff, 0xef])));
     }
 
     #[test]

@@ -105,6 +105,7 @@ pub(super) struct RawColumnSpec {
     #[serde(rename = "type")]
     pub(super) ty: String,
     pub(super) epoch: Option<String>,
+    pub(super) encoding: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

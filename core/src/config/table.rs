@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::raw::{RawColumn, RawTable};
 use super::{ConfigError, PluginConfig, Validator};
 use crate::partition::Grain;
-use crate::value::{ColumnType, EpochUnit};
+use crate::value::{BinaryEncoding, ColumnType, EpochUnit};
 
 /// What to do with a row whose partition column is NULL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -88,6 +88,10 @@ pub struct Column {
     /// not say (`columns = { at = { type = "timestamp", epoch = "ms" } }`); `None`: a
     /// number is a bad record.
     pub epoch: Option<EpochUnit>,
+    /// How a `bytea` column's values are written in the feed
+    /// (`columns = { b = { type = "bytea", encoding = "hex" } }`); `None`: base64, and a
+    /// schema that says `string` is refused as ambiguous.
+    pub encoding: Option<BinaryEncoding>,
 }
 
 #[derive(Debug, Clone)]
@@ -280,9 +284,9 @@ impl Validator<'_> {
         }
         let mut columns = Vec::with_capacity(raw.columns.len());
         for (name, raw_column) in raw.columns {
-            let (declared, epoch) = match raw_column {
-                RawColumn::Type(declared) => (declared, None),
-                RawColumn::Full(spec) => (spec.ty, spec.epoch),
+            let (declared, epoch, encoding) = match raw_column {
+                RawColumn::Type(declared) => (declared, None, None),
+                RawColumn::Full(spec) => (spec.ty, spec.epoch, spec.encoding),
             };
             let ty = declared
                 .parse::<ColumnType>()
@@ -302,6 +306,19 @@ impl Validator<'_> {
                         .map_err(|e| self.invalid(format!("table[{i}].columns.{name}.epoch"), e))?,
                 ),
             };
+            let encoding =
+                match encoding {
+                    None => None,
+                    Some(_) if ty != ColumnType::Bytea => {
+                        return Err(self.invalid(
+                            format!("table[{i}].columns.{name}.encoding"),
+                            format!("an encoding is for bytea columns; `{name}` is {declared}"),
+                        ));
+                    }
+                    Some(e) => Some(e.parse::<BinaryEncoding>().map_err(|e| {
+                        self.invalid(format!("table[{i}].columns.{name}.encoding"), e)
+                    })?),
+                };
             if name.is_empty() || name.contains('\0') {
                 return Err(self.invalid(field("columns"), "column names must be non-empty"));
             }
@@ -310,6 +327,7 @@ impl Validator<'_> {
                 declared,
                 ty,
                 epoch,
+                encoding,
             });
         }
         if raw.key.is_empty() {

@@ -26,6 +26,10 @@ pub enum Logical {
     VariableScaleDecimal,
     /// `io.debezium.data.Json`: a `json` or `jsonb` value as its JSON text.
     Json,
+    /// A field of type `string` without a logical name: it decides only how a `bytea`
+    /// column's value is read (Debezium's `binary.handling.mode` base64, base64-url-safe
+    /// or hex, which cannot be told apart); any other column reads it by its own type.
+    PlainString,
 }
 
 /// What Debezium's PostgreSQL connector sends for a timestamp of `infinity` and
@@ -90,6 +94,7 @@ impl Logical {
             Logical::Decimal { .. } => "org.apache.kafka.connect.data.Decimal",
             Logical::VariableScaleDecimal => "io.debezium.data.VariableScaleDecimal",
             Logical::Json => "io.debezium.data.Json",
+            Logical::PlainString => "string",
         }
     }
 }
@@ -155,6 +160,7 @@ impl Value {
                     (None, _) => Value::from_json_unit(ty, Some(unit), v),
                 }
             }
+            Logical::PlainString => Value::from_json_unit(ty, None, v),
             Logical::Json => {
                 if !matches!(ty, ColumnType::Json | ColumnType::Jsonb) {
                     return Value::from_json_unit(ty, None, v);

@@ -192,6 +192,59 @@ impl FromStr for EpochUnit {
     }
 }
 
+/// How a `bytea` value is written as a JSON string: Debezium's `binary.handling.mode`
+/// (`bytes`, its default, and `base64` are both standard base64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryEncoding {
+    Base64,
+    Base64UrlSafe,
+    Hex,
+}
+
+impl FromStr for BinaryEncoding {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "base64" => BinaryEncoding::Base64,
+            "base64-url-safe" => BinaryEncoding::Base64UrlSafe,
+            "hex" => BinaryEncoding::Hex,
+            other => {
+                return Err(format!(
+                    "unknown encoding `{other}`: use \"base64\", \"base64-url-safe\" or \"hex\" (Debezium's binary.handling.mode; its default, bytes, is base64)"
+                ));
+            }
+        })
+    }
+}
+
+impl BinaryEncoding {
+    /// The bytes of `text` in this encoding.
+    pub fn decode(self, text: &str) -> Result<Vec<u8>, ConvertError> {
+        use base64::Engine as _;
+        let invalid = |expected| ConvertError::Invalid {
+            text: text.to_owned(),
+            expected,
+        };
+        match self {
+            BinaryEncoding::Base64 => base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|_| invalid("base64 bytes")),
+            BinaryEncoding::Base64UrlSafe => {
+                let engine = base64::engine::GeneralPurpose::new(
+                    &base64::alphabet::URL_SAFE,
+                    base64::engine::GeneralPurposeConfig::new()
+                        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+                );
+                engine
+                    .decode(text)
+                    .map_err(|_| invalid("URL-safe base64 bytes"))
+            }
+            BinaryEncoding::Hex => hex::decode(text).map_err(|_| invalid("hex bytes")),
+        }
+    }
+}
+
 /// A column type name that Weir does not understand.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

@@ -82,6 +82,7 @@ impl Transform {
                     },
                     ty: c.ty.engine_type(),
                     epoch: None,
+                    encoding: None,
                 })
                 .collect(),
             partition_by: d.partition_column.clone(),

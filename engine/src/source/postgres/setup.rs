@@ -90,6 +90,7 @@ pub async fn source_columns_and_unsupported(
                 declared,
                 ty,
                 epoch: None,
+                encoding: None,
             })
         })
         .collect();
