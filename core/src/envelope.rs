@@ -50,6 +50,14 @@ pub fn decode_line<'a>(
         });
     }
     let line: Envelope = serde_json::from_str(text).map_err(malformed)?;
+    // A tombstone (the record Debezium sends after a delete, for Kafka's compaction) as
+    // the JSON converter with schemas on writes it: no change, as a `null` line.
+    if line.payload.is_some_and(|p| p.get().trim() == "null")
+        && line.op.is_none()
+        && line.source.is_none()
+    {
+        return Ok(None);
+    }
     // With Debezium's schemas on, the envelope is the `payload` beside its `schema`.
     let (envelope, schema) = match (line.schema, line.payload) {
         (Some(schema), Some(payload)) if is_object(payload.get()) => (
@@ -65,6 +73,10 @@ pub fn decode_line<'a>(
             .and_then(string_of)
             .is_some_and(|s| s == "BEGIN" || s == "END")
     {
+        return Ok(None);
+    }
+    // A logical decoding message (`pg_logical_emit_message`, op `m`) is no row's change.
+    if envelope.op.and_then(string_of).is_some_and(|op| op == "m") {
         return Ok(None);
     }
     let source: Source = match envelope.source {
@@ -562,6 +574,23 @@ columns = { id = "bigint", at = "timestamp", day = "date", amount = "numeric(12,
             ]},
             "payload": {"op": "c", "before": null, "after": after, "source": {"schema": "public", "table": "orders"}}
         })
+    }
+
+    /// A tombstone as the JSON converter with schemas on writes it, and a logical
+    /// decoding message (op `m`), are no change; an object of neither is still refused.
+    #[test]
+    fn tombstones_with_schemas_and_messages_are_no_change() {
+        for line in [
+            r#"{"schema":null,"payload":null}"#,
+            r#"{"op":"m","ts_ms":1,"source":{"schema":"","table":""},"message":{"prefix":"p","content":"YQ=="}}"#,
+        ] {
+            assert!(
+                matches!(decode_line(&tables(), line.as_bytes(), 1), Ok(None)),
+                "{line}"
+            );
+        }
+        assert!(decode_line(&tables(), br#"{"payload":1}"#, 1).is_err());
+        assert!(decode_line(&tables(), br#"{"foo":1}"#, 1).is_err());
     }
 
     /// A `bytea` column's encoding: base64 by default; a schema that says `string`
