@@ -146,7 +146,10 @@ impl Value {
     pub fn json_document(ty: ColumnType, text: &str) -> Result<Option<Value>, ConvertError> {
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(_) if ty == ColumnType::Json => Ok(Some(Value::Json(text.to_owned()))),
-            Ok(doc) => Ok(Some(Value::Json(doc.to_string()))),
+            Ok(mut doc) => {
+                jsonb_numbers(&mut doc)?;
+                Ok(Some(Value::Json(doc.to_string())))
+            }
             Err(e) => {
                 let message = e.to_string();
                 let unreadable = message.starts_with("recursion limit exceeded")
@@ -367,6 +370,11 @@ impl Value {
                     Ok(None) => Ok(Value::Json(v.to_string())),
                     Err(e) => Err(e),
                 },
+                other if ty == ColumnType::Jsonb => {
+                    let mut doc = other.clone();
+                    jsonb_numbers(&mut doc)?;
+                    Ok(Value::Json(doc.to_string()))
+                }
                 other => Ok(Value::Json(other.to_string())),
             },
             ColumnType::Bytea => match v {
@@ -492,6 +500,34 @@ impl Value {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// A `jsonb` document's numbers as PostgreSQL stores them (its `numeric`: `1e2` is
+/// `100`, `-0` is `0`, `100e-2` is `1.00`), so that the stage, lineage checksums and
+/// `verify` see what the target holds; an exponent past ±1000 is refused, as
+/// PostgreSQL refuses it (the partition's COPY would fail for good).
+fn jsonb_numbers(doc: &mut serde_json::Value) -> Result<(), ConvertError> {
+    match doc {
+        serde_json::Value::Number(n) => {
+            let text = n.to_string();
+            let canonical = canonical_decimal(&text)
+                .filter(|c| !matches!(c.as_str(), "NaN" | "Infinity" | "-Infinity"))
+                .ok_or_else(|| ConvertError::Invalid {
+                    text: text.clone(),
+                    expected: "a number jsonb can hold (an exponent of at most 1000 either way)",
+                })?;
+            if canonical != text {
+                *n = canonical.parse().map_err(|_| ConvertError::Invalid {
+                    text,
+                    expected: "a number jsonb can hold",
+                })?;
+            }
+            Ok(())
+        }
+        serde_json::Value::Array(items) => items.iter_mut().try_for_each(jsonb_numbers),
+        serde_json::Value::Object(fields) => fields.values_mut().try_for_each(jsonb_numbers),
+        _ => Ok(()),
     }
 }
 

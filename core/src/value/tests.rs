@@ -877,3 +877,25 @@ fn debeziums_infinite_timestamps_are_infinity() {
         );
     }
 }
+
+/// `jsonb` numbers are staged as PostgreSQL stores them (its numeric's text), so that
+/// `verify` and checksums agree with the target; one PostgreSQL cannot hold is refused.
+#[test]
+fn jsonb_numbers_are_staged_as_postgresql_stores_them() {
+    use serde_json::json;
+    let jsonb = |text: &str| Value::from_json(ColumnType::Jsonb, &json!(text));
+    for (given, stored) in [
+        (r#"{"c":1e2}"#, r#"{"c":100}"#),
+        (r#"{"d":-0}"#, r#"{"d":0}"#),
+        (r#"[1E-3, 1.0e1, -0.0, 1.5e-7, 100e-2]"#, r#"[0.001,10,0.0,0.00000015,1.00]"#),
+        (r#"{"n":12.50}"#, r#"{"n":12.50}"#),
+    ] {
+        assert_eq!(jsonb(given), Ok(Value::Json(stored.into())), "{given}");
+    }
+    assert!(matches!(jsonb("[1e999999]"), Err(ConvertError::Invalid { .. })));
+    // `json` keeps its text.
+    assert_eq!(
+        Value::from_json(ColumnType::Json, &json!(r#"{"c":1e2}"#)),
+        Ok(Value::Json(r#"{"c":1e2}"#.into()))
+    );
+}
