@@ -274,7 +274,7 @@ impl JobSession<'_> {
             let (kind, message) = match e {
                 wty::Error::InvalidConfig(m) => ("invalid config", m),
                 wty::Error::InvalidInput(m) => ("invalid input", m),
-                wty::Error::Other(m) => ("error", m),
+                wty::Error::Other(m) => ("", m),
             };
             PluginError::Guest {
                 job: self.job.clone(),

@@ -123,7 +123,7 @@ pub enum PluginError {
     StackOverflow { job: String, limit: usize },
     #[error("{job}: the plugin trapped: {message}")]
     Trap { job: String, message: String },
-    #[error("{job}: the plugin returned an error: {kind}: {message}")]
+    #[error("{job}: the plugin returned an error{}: {message}", if kind.is_empty() { String::new() } else { format!(" ({kind})") })]
     Guest {
         job: String,
         kind: &'static str,
