@@ -1059,6 +1059,30 @@ async fn init_refuses_a_slot_weir_cannot_stream_from() {
     }
     let out = weir_pg(&db, &source_dsn, &["init"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // Once the stage streamed from it, a slot dropped by hand is not made again by
+    // `init` (the changes made since are lost to this stage; a new slot would hold WAL
+    // for a stage `run` refuses).
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    source
+        .batch_execute("SELECT pg_drop_replication_slot('est_badslot')")
+        .await
+        .expect("drop the slot");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("never re-creates a slot silently"),
+        "{stderr}"
+    );
+    let slots: i64 = source
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'est_badslot'",
+            &[],
+        )
+        .await
+        .expect("slots")
+        .get(0);
+    assert_eq!(slots, 0);
 }
 
 /// Columns of types Weir cannot write are all named at `init`; one added at the source

@@ -887,12 +887,18 @@ fn jsonb_numbers_are_staged_as_postgresql_stores_them() {
     for (given, stored) in [
         (r#"{"c":1e2}"#, r#"{"c":100}"#),
         (r#"{"d":-0}"#, r#"{"d":0}"#),
-        (r#"[1E-3, 1.0e1, -0.0, 1.5e-7, 100e-2]"#, r#"[0.001,10,0.0,0.00000015,1.00]"#),
+        (
+            r#"[1E-3, 1.0e1, -0.0, 1.5e-7, 100e-2]"#,
+            r#"[0.001,10,0.0,0.00000015,1.00]"#,
+        ),
         (r#"{"n":12.50}"#, r#"{"n":12.50}"#),
     ] {
         assert_eq!(jsonb(given), Ok(Value::Json(stored.into())), "{given}");
     }
-    assert!(matches!(jsonb("[1e999999]"), Err(ConvertError::Invalid { .. })));
+    assert!(matches!(
+        jsonb("[1e999999]"),
+        Err(ConvertError::Invalid { .. })
+    ));
     // `json` keeps its text.
     assert_eq!(
         Value::from_json(ColumnType::Json, &json!(r#"{"c":1e2}"#)),

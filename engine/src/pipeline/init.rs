@@ -45,6 +45,7 @@ pub async fn init_with(
     {
         let source_dsn = postgres_dsn(config)?;
         let client = postgres::connect(&source_dsn).await?;
+        refuse_lost_slot(config, &client, slot).await?;
         let primary = postgres::write_server(&client, primary_dsn(config)?.as_ref()).await?;
         let report =
             postgres::setup(&client, primary.as_ref(), slot, publication, &resolved).await?;
@@ -435,4 +436,40 @@ pub(super) async fn refuse_foreign_lineage(
             partitions: row.get(1),
         }),
     }
+}
+
+/// Refuses to make a slot for a stage that streamed from one before: the slot went
+/// (dropped by hand), and with it the changes made since; a new one would start at the
+/// server's current position, which `weir run` then refuses, while it held WAL.
+async fn refuse_lost_slot(
+    config: &Config,
+    client: &tokio_postgres::Client,
+    slot: &str,
+) -> Result<(), PipelineError> {
+    if !crate::stage::stage_exists(&config.stage_path)? {
+        return Ok(());
+    }
+    let path = config.stage_path.clone();
+    let position = blocking(move || Stage::open_read_only(&path)?.checkpoint()).await?;
+    if position.is_none_or(|p| p.position == 0) {
+        return Ok(());
+    }
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|source| postgres::PgSourceError::Query {
+            what: "look up the replication slot",
+            source,
+        })?
+        .is_some();
+    if exists {
+        return Ok(());
+    }
+    Err(postgres::PgSourceError::SlotMissing {
+        slot: slot.to_owned(),
+    }
+    .into())
 }
