@@ -226,14 +226,18 @@ pub async fn explain_lock_error(
     }))
 }
 
-/// The sessions holding a lock that a partition write waits on: a lock stronger than
-/// ROW EXCLUSIVE on the table, one of its children, or Weir's lineage tables.
+/// The sessions a partition write may wait on: those holding a lock stronger than ROW
+/// EXCLUSIVE on the table, one of its children, or Weir's lineage tables; those queued
+/// for one (an `ALTER TABLE` waiting behind a long read makes later writers wait
+/// behind it); and those holding rows of it for update (`SELECT … FOR UPDATE`, whose
+/// row locks a DELETE waits on).
 async fn lock_holders(client: &Client, table: &TableName) -> Result<Vec<i32>, TargetError> {
     let rows = client
         .query(
             "SELECT DISTINCT l.pid FROM pg_locks l \
-             WHERE l.granted AND l.pid <> pg_backend_pid() AND l.locktype = 'relation' \
-               AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') \
+             WHERE l.pid <> pg_backend_pid() AND l.locktype = 'relation' \
+               AND (l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') \
+                    OR (l.granted AND l.mode = 'RowShareLock')) \
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                AND (l.relation = $1::text::regclass::oid \
                     OR l.relation IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::text::regclass) \
