@@ -104,7 +104,7 @@ pub enum TargetError {
 /// [`TargetError::LockTimeout`]: it is the largest error of a write).
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "partition {partition} of {table}: {what} waited longer than lock_timeout_ms = {timeout_ms} for a lock held by {}; it is retried (end the blocking session, or raise [target] lock_timeout_ms)",
+    "partition {partition} of {table}: {what} waited longer than lock_timeout_ms = {timeout_ms} for a lock held by {}; a live `weir run` retries it, `run --once` and `backfill` are run again (end the blocking session, or raise [target] lock_timeout_ms)",
     if blockers.is_empty() { "another session".to_owned() } else { format!("the session(s) with pid {}", blockers.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")) }
 )]
 pub struct LockWait {
