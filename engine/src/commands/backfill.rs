@@ -100,7 +100,7 @@ async fn backfill_tables(
                 String::new()
             } else {
                 format!(
-                    "; {} left to the live engine's newer writes ({})",
+                    "; {} left to the live engine's newer writes ({}): a write it merged holds only the keys changed since, so to repair rows damaged by hand in them, run this backfill again once they are quiet",
                     report.superseded.len(),
                     report.superseded.join(", ")
                 )
