@@ -75,6 +75,17 @@ pub fn decode_line<'a>(
     {
         return Ok(None);
     }
+    // A heartbeat (only `ts_ms`) and a schema change event (`ddl`, `tableChanges`, no
+    // `op`) are no row's change either.
+    if envelope.op.is_none()
+        && envelope.before.is_none()
+        && envelope.after.is_none()
+        && (envelope.ddl.is_some()
+            || envelope.table_changes.is_some()
+            || (envelope.source.is_none() && envelope.ts_ms.is_some()))
+    {
+        return Ok(None);
+    }
     // A logical decoding message (`pg_logical_emit_message`, op `m`) is no row's change.
     if envelope.op.and_then(string_of).is_some_and(|op| op == "m") {
         return Ok(None);
@@ -225,6 +236,11 @@ struct Envelope<'a> {
     /// A transaction metadata record's `BEGIN` or `END`.
     #[serde(borrow, default, deserialize_with = "present")]
     status: Option<&'a RawValue>,
+    /// A schema change event's statement (MySQL, SQL Server, Oracle connectors).
+    #[serde(borrow, default, deserialize_with = "present")]
+    ddl: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present", rename = "tableChanges")]
+    table_changes: Option<&'a RawValue>,
 }
 
 /// The fields of `source` Weir reads, as [`Envelope`]'s.
@@ -396,8 +412,10 @@ pub fn image_schema(schema: Option<&Json>, which: &str) -> Result<Vec<(String, L
             continue;
         };
         let Some(name) = field.get("name").and_then(Json::as_str) else {
-            if field.get("type").and_then(Json::as_str) == Some("string") {
-                out.push((column.to_owned(), Logical::PlainString));
+            match field.get("type").and_then(Json::as_str) {
+                Some("string") => out.push((column.to_owned(), Logical::PlainString)),
+                Some("bytes") => out.push((column.to_owned(), Logical::PlainBytes)),
+                _ => {}
             }
             continue;
         };
@@ -474,10 +492,13 @@ fn image(
                     column.name
                 )))
             }
+            (Some((_, Logical::PlainBytes)), ColumnType::Bytea) => {
+                binary(Some(BinaryEncoding::Base64), &parsed(json))
+            }
             (_, ColumnType::Bytea) if column.encoding.is_some() => {
                 binary(column.encoding, &parsed(json))
             }
-            (Some((_, Logical::PlainString)), _) | (None, _) => {
+            (Some((_, Logical::PlainString | Logical::PlainBytes)), _) | (None, _) => {
                 Value::from_json_text(column.ty, column.epoch, json.get())
             }
             (Some((_, logical)), _) => Value::from_debezium(column.ty, *logical, &parsed(json)),
@@ -494,13 +515,20 @@ fn image(
 }
 
 /// Whether a value's JSON text is Debezium's placeholder for a value it did not have:
-/// the text itself, or for `bytea` its bytes in base64.
+/// the text itself, or for `bytea` its bytes in base64 or hex.
 fn is_unavailable(ty: ColumnType, json: &str) -> bool {
     let Some(text) = json.strip_prefix('"').and_then(|j| j.strip_suffix('"')) else {
         return false;
     };
     match ty {
-        ColumnType::Bytea => text == UNAVAILABLE_BYTES_BASE64,
+        // The placeholder's bytes in any encoding Debezium may give them (it encodes the
+        // placeholder as it encodes the column's values): base64, URL-safe base64 with
+        // or without padding, or hex. No other value has these texts.
+        ColumnType::Bytea => {
+            text.trim_end_matches('=') == UNAVAILABLE_BYTES_BASE64.trim_end_matches('=')
+                || (text.len() == 2 * UNAVAILABLE_VALUE.len()
+                    && hex::decode(text).is_ok_and(|b| b == UNAVAILABLE_VALUE.as_bytes()))
+        }
         _ => text == UNAVAILABLE_VALUE,
     }
 }
@@ -583,6 +611,9 @@ columns = { id = "bigint", at = "timestamp", day = "date", amount = "numeric(12,
         for line in [
             r#"{"schema":null,"payload":null}"#,
             r#"{"op":"m","ts_ms":1,"source":{"schema":"","table":""},"message":{"prefix":"p","content":"YQ=="}}"#,
+            r#"{"ts_ms":1772323200000}"#,
+            r#"{"schema":{"type":"struct","name":"io.debezium.connector.common.Heartbeat","fields":[]},"payload":{"ts_ms":1}}"#,
+            r#"{"source":{"db":"inventory","table":"orders"},"databaseName":"inventory","ddl":"ALTER TABLE orders ADD c int","tableChanges":[]}"#,
         ] {
             assert!(
                 matches!(decode_line(&tables(), line.as_bytes(), 1), Ok(None)),
@@ -645,6 +676,28 @@ columns = {{ id = "bigint", b = {encoding} }}
         let refused = decode("\"bytea\"", &as_string).expect_err("ambiguous");
         assert!(refused.contains("binary.handling.mode"), "{refused}");
         assert_eq!(decode(hex, &as_string), Ok(Value::Bytes(vec![0, 255])));
+        // The JSON converter writes a `bytes` field as base64, whatever the column says.
+        let as_bytes = schemad(
+            vec![field("id", "int64", None), field("b", "bytes", None)],
+            json!({"id": 1, "b": "abcd"}),
+        );
+        assert_eq!(
+            decode(hex, &as_bytes),
+            Ok(Value::Bytes(vec![0x69, 0xb7, 0x1d]))
+        );
+        // Debezium's placeholder, in any encoding it gives bytes in.
+        for placeholder in [
+            "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
+            "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ",
+            "5f5f646562657a69756d5f756e617661696c61626c655f76616c7565",
+            "5F5F646562657A69756D5F756E617661696C61626C655F76616C7565",
+        ] {
+            assert!(
+                is_unavailable(ColumnType::Bytea, &format!("\"{placeholder}\"")),
+                "{placeholder}"
+            );
+        }
+        assert!(!is_unavailable(ColumnType::Bytea, "\"cafebabe\""));
         let url_safe = r#"{ type = "bytea", encoding = "base64-url-safe" }"#;
         let line = json!({"op": "c", "after": {"id": 1, "b": "_-8"}, "source": {"schema": "public", "table": "orders"}});
         assert_eq!(decode(url_safe, &line), Ok(Value::Bytes(vec![0xff, 0xef])));

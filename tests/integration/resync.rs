@@ -160,6 +160,24 @@ async fn verify_against_source_names_the_damage_and_resync_repairs_it_under_a_wo
             && stderr.contains("no_such_column"),
         "a bad condition is named: {stderr}"
     );
+    // A condition PostgreSQL plans but fails on the rows: refused now, not by every
+    // read of the resync (and so every run) later.
+    let out = weir_pg(
+        &db,
+        &source_dsn,
+        &[
+            "resync",
+            "--table",
+            "public.orders",
+            "--where",
+            "1 / (id - 5) = 0",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        out.status.code() == Some(2) && stderr.contains("fails it on the table's rows"),
+        "a condition failing on the rows is refused: {stderr}"
+    );
     let out = weir_pg(&db, &source_dsn, &["resync", "--table", "public.nope"]);
     assert!(
         out.status.code() == Some(2) && text(&out.stderr).contains("public.nope"),

@@ -761,8 +761,9 @@ async fn a_truncated_target_table_is_written_whole_again() {
 }
 
 /// A second pipeline (another source table, another stage) configured into a target
-/// table another one writes is refused at `init` and `run`, naming the other source:
-/// its writes replaced the first one's partitions, silently.
+/// table another one writes is refused at `init` (and at every start), naming the other
+/// source, before it makes anything: its writes replaced the first one's partitions,
+/// silently.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_pipeline_into_the_same_target_table_is_refused() {
     let db = TestDb::new("tw_two_pipelines").await;
@@ -795,15 +796,85 @@ async fn a_second_pipeline_into_the_same_target_table_is_refused() {
             .output()
             .expect("weir")
     };
-    for args in [&["init"][..], &["run", "--once"]] {
-        let out = weir_other(args);
-        let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("holds 1 partitions another pipeline wrote, from public.people"),
-            "{stderr}"
+    let out = weir_other(&["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("holds 1 partitions another pipeline wrote, from public.people"),
+        "{stderr}"
+    );
+    // Refused before it made anything (its stage, a slot of a PostgreSQL source).
+    assert!(!other.join("stage").exists());
+    assert_eq!(
+        people(&db).await,
+        [(1, Some("EU".to_owned()), "new".to_owned())]
+    );
+}
+
+/// Two pipelines started together into one target table (each passed its checks while
+/// the other had written nothing): a write of a partition the other pipeline wrote is
+/// refused, rolled back and named, rather than replace its rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_another_pipeline_wrote_is_not_replaced() {
+    let db = TestDb::new("tw_two_live").await;
+    db.write_feed_config("", "", &people_table(false, ""));
+    db.write_feed(&[]);
+    let other = db.path("other");
+    std::fs::create_dir(&other).expect("dir");
+    let config = std::fs::read_to_string(db.config_path())
+        .expect("config")
+        .replace(
+            "source = \"public.people\"",
+            "source = \"public.customers\"",
         );
+    std::fs::write(other.join("weir.toml"), config).expect("config");
+    std::fs::write(other.join("feed.jsonl"), "").expect("feed");
+    let weir_other = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.arg("--config")
+            .arg(other.join("weir.toml"))
+            .args(args)
+            .env("WEIR_TARGET_DSN", &db.dsn);
+        cmd
+    };
+    db.weir_ok(&["init"]);
+    let out = weir_other(&["init"]).output().expect("init");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = other.join("run.log");
+    let mut live = crate::harness::Reaped(
+        weir_other(&["run"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("run"),
+    );
+    db.append_feed(&[person("c", 1, Some("EU"), "new")]);
+    db.weir_ok(&["run", "--once"]);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(other.join("feed.jsonl"))
+        .and_then(|mut f| {
+            std::io::Write::write_all(
+                &mut f,
+                person("c", 2, Some("EU"), "other")
+                    .replace("\"people\"", "\"customers\"")
+                    .as_bytes(),
+            )
+        })
+        .expect("feed");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if logged.contains("was written by another pipeline, from public.people") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no refusal was logged:\n{logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let _ = live.0.kill();
     assert_eq!(
         people(&db).await,
         [(1, Some("EU".to_owned()), "new".to_owned())]

@@ -139,10 +139,10 @@ impl Value {
 
     /// The document of a `json` or `jsonb` column given as JSON text `text` (`None`:
     /// `text` is not JSON). A `json` column keeps the text exactly; `jsonb` is stored
-    /// normalised, as PostgreSQL normalises it. JSON text the parser cannot read though
-    /// PostgreSQL may (nested deeper than 128 levels, a lone surrogate escape) is kept
-    /// as it is for `json`, whose input PostgreSQL checks, and refused for `jsonb`,
-    /// which Weir could not normalise: never taken for a string that is not JSON.
+    /// normalised, as PostgreSQL normalises it. JSON text the parser cannot read
+    /// (nested deeper than 128 levels, a lone surrogate escape) is refused: it cannot be
+    /// checked whole (PostgreSQL would refuse the partition's COPY for good if it is
+    /// broken further on), and is never taken for a string that is not JSON.
     pub fn json_document(ty: ColumnType, text: &str) -> Result<Option<Value>, ConvertError> {
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(_) if ty == ColumnType::Json => Ok(Some(Value::Json(text.to_owned()))),
@@ -156,13 +156,13 @@ impl Value {
                     || message.contains("surrogate")
                     || message.starts_with("unexpected end of hex escape")
                     || message.starts_with("invalid unicode code point");
-                match (unreadable, ty) {
-                    (false, _) => Ok(None),
-                    (true, ColumnType::Json) => Ok(Some(Value::Json(text.to_owned()))),
-                    (true, _) => Err(ConvertError::Invalid {
+                if unreadable {
+                    Err(ConvertError::Invalid {
                         text: text.to_owned(),
-                        expected: "jsonb Weir can normalise (nested at most 128 levels deep, no lone surrogate escape)",
-                    }),
+                        expected: "JSON Weir can read (nested at most 128 levels deep, no lone surrogate escape)",
+                    })
+                } else {
+                    Ok(None)
                 }
             }
         }
@@ -511,12 +511,10 @@ fn jsonb_numbers(doc: &mut serde_json::Value) -> Result<(), ConvertError> {
     match doc {
         serde_json::Value::Number(n) => {
             let text = n.to_string();
-            let canonical = canonical_decimal(&text)
-                .filter(|c| !matches!(c.as_str(), "NaN" | "Infinity" | "-Infinity"))
-                .ok_or_else(|| ConvertError::Invalid {
-                    text: text.clone(),
-                    expected: "a number jsonb can hold (an exponent of at most 1000 either way)",
-                })?;
+            let canonical = jsonb_number(&text).ok_or_else(|| ConvertError::Invalid {
+                text: text.clone(),
+                expected: "a number jsonb can hold (PostgreSQL's numeric: at most 131072 digits before the point and 16383 after)",
+            })?;
             if canonical != text {
                 *n = canonical.parse().map_err(|_| ConvertError::Invalid {
                     text,
@@ -529,6 +527,57 @@ fn jsonb_numbers(doc: &mut serde_json::Value) -> Result<(), ConvertError> {
         serde_json::Value::Object(fields) => fields.values_mut().try_for_each(jsonb_numbers),
         _ => Ok(()),
     }
+}
+
+/// A JSON number (as serde_json checked it) as PostgreSQL's `numeric` writes it: the
+/// exponent applied, leading zeros dropped, the scale kept (`100e-2` is `1.00`), no
+/// sign on zero; `None` past `numeric`'s limits (131072 digits before the point, 16383
+/// after), which PostgreSQL refuses.
+fn jsonb_number(text: &str) -> Option<String> {
+    const INT_DIGITS_MAX: usize = 131_072;
+    const FRAC_DIGITS_MAX: usize = 16_383;
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(i) => (&rest[..i], rest[i + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if exponent.unsigned_abs() > (INT_DIGITS_MAX + FRAC_DIGITS_MAX) as u64 + mantissa.len() as u64 {
+        return None;
+    }
+    let mut digits = format!("{int_part}{frac_part}");
+    let mut point = int_part.len() as i64 + exponent;
+    if point < 0 {
+        digits.insert_str(0, &"0".repeat(point.unsigned_abs() as usize));
+        point = 0;
+    }
+    let point = point as usize;
+    if point > digits.len() {
+        digits.push_str(&"0".repeat(point - digits.len()));
+    }
+    let (int_digits, frac_digits) = digits.split_at(point);
+    let int_digits = int_digits.trim_start_matches('0');
+    if int_digits.len() > INT_DIGITS_MAX || frac_digits.len() > FRAC_DIGITS_MAX {
+        return None;
+    }
+    let zero = int_digits.is_empty() && frac_digits.bytes().all(|d| d == b'0');
+    let mut out = String::with_capacity(int_digits.len() + frac_digits.len() + 3);
+    if negative && !zero {
+        out.push('-');
+    }
+    out.push_str(if int_digits.is_empty() {
+        "0"
+    } else {
+        int_digits
+    });
+    if !frac_digits.is_empty() {
+        out.push('.');
+        out.push_str(frac_digits);
+    }
+    Some(out)
 }
 
 /// A date from a number of `unit`s since 1970-01-01: a whole day, or an error.

@@ -30,6 +30,9 @@ pub enum Logical {
     /// column's value is read (Debezium's `binary.handling.mode` base64, base64-url-safe
     /// or hex, which cannot be told apart); any other column reads it by its own type.
     PlainString,
+    /// A field of type `bytes` without a logical name: the JSON converter writes bytes
+    /// as base64, whatever a `bytea` column's declared encoding says.
+    PlainBytes,
 }
 
 /// What Debezium's PostgreSQL connector sends for a timestamp of `infinity` and
@@ -95,6 +98,7 @@ impl Logical {
             Logical::VariableScaleDecimal => "io.debezium.data.VariableScaleDecimal",
             Logical::Json => "io.debezium.data.Json",
             Logical::PlainString => "string",
+            Logical::PlainBytes => "bytes",
         }
     }
 }
@@ -160,7 +164,7 @@ impl Value {
                     (None, _) => Value::from_json_unit(ty, Some(unit), v),
                 }
             }
-            Logical::PlainString => Value::from_json_unit(ty, None, v),
+            Logical::PlainString | Logical::PlainBytes => Value::from_json_unit(ty, None, v),
             Logical::Json => {
                 if !matches!(ty, ColumnType::Json | ColumnType::Jsonb) {
                     return Value::from_json_unit(ty, None, v);

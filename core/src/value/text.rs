@@ -265,6 +265,11 @@ impl ParsedDecimal<'_> {
 
 pub fn parse_date(s: &str) -> Option<i32> {
     let s = s.trim();
+    match s {
+        "infinity" => return Some(i32::MAX),
+        "-infinity" => return Some(i32::MIN),
+        _ => {}
+    }
     let date = iso_date(s).or_else(|| NaiveDate::parse_from_str(s, "%Y-%m-%d").ok())?;
     days_from_date(date)
 }

@@ -546,12 +546,21 @@ pub async fn backfill(
     let mut todo = entries;
     let mut window_run = None;
     if let (Scope::Window { from, to }, Some(first)) = (scope, todo.first()) {
-        let (_, target, _) = p.table(&first.table)?;
+        let (table_config, target, _) = p.table(&first.table)?;
         let client = target::connect(p.dsn()).await?;
         let (started, resumed) = target::begin_backfill(&client, &target.name, from, to).await?;
         if resumed {
             let before = todo.len();
-            todo.retain(|e| e.lineage.as_ref().is_none_or(|l| l.written_at_us < started));
+            // Done by the interrupted run: replaced whole since it started, with the
+            // transform and config of now. A live engine's merge since (the keys it
+            // changed only) or a write under another plugin config is not.
+            let expected = target::expected_transform(table_config).ok();
+            let done = |l: &target::PartitionLineage| {
+                l.written_at_us >= started
+                    && l.write_mode == "replace"
+                    && expected.as_ref().is_some_and(|e| !target::is_stale(l, e))
+            };
+            todo.retain(|e| e.lineage.as_ref().is_none_or(|l| !done(l)));
             report.already_done = before - todo.len();
             tracing::info!(
                 done = report.already_done,

@@ -38,6 +38,20 @@ pub async fn init_with(
     let mut source_lines = Vec::new();
     let mut publication_mark = None;
     let resolved = resolve_tables(config, None).await?;
+    // Before anything is made in the source: a target table another pipeline writes.
+    {
+        let target = target::connect(dsn).await?;
+        target::ensure_weir_schema(&target).await?;
+        let stage_id = if crate::stage::stage_exists(&config.stage_path)? {
+            let path = config.stage_path.clone();
+            blocking(move || Stage::open_read_only(&path)?.stage_id()).await?
+        } else {
+            String::new()
+        };
+        for table in &resolved {
+            refuse_foreign_lineage(&target, table, &stage_id).await?;
+        }
+    }
     let mut oids = vec![None; resolved.len()];
     if let SourceConfig::Postgres {
         slot, publication, ..
@@ -106,10 +120,6 @@ pub async fn init_with(
     let source_id = config.source_id();
     let stage = blocking(move || Stage::open(&path, &source_id)).await?;
     reconcile_contracts(config, &stage, &contracts, true)?;
-    let stage_id = stage.stage_id()?;
-    for table in &resolved {
-        refuse_foreign_lineage(&client, table, &stage_id).await?;
-    }
     if let Some((publication, mark)) = publication_mark {
         let changed = stage
             .publication_mark()?

@@ -61,6 +61,14 @@ pub enum TargetError {
     #[error("target table {table} does not exist: run `weir init` to create it")]
     MissingTable { table: TableName },
     #[error(
+        "partition {partition} of the target table {table} was written by another pipeline, from {source_table} (another stage): two pipelines writing one target table replace each other's partitions; nothing was written. Give this [[table]] another target"
+    )]
+    ForeignPartition {
+        table: TableName,
+        partition: String,
+        source_table: String,
+    },
+    #[error(
         "the columns of the target table {table} changed since Weir checked them at start (a column retyped, added, dropped or renamed): its writes stop rather than let PostgreSQL read the values as the new types say. Restart `weir run`, which checks the table again and names what differs"
     )]
     ColumnsChanged { table: TableName },

@@ -529,10 +529,26 @@ pub async fn open_replace<'c, 'a>(
         table,
         meta,
         &[],
-        "SELECT stage_generation, stage_id FROM weir.partitions WHERE target_table = $1 AND partition = $2",
+        "SELECT stage_generation, stage_id, source_table FROM weir.partitions WHERE target_table = $1 AND partition = $2",
         |condition, _| format!("DELETE FROM {} WHERE {condition}", table.name.quoted()),
     )
     .await?;
+    // Written by another pipeline (another stage, from another source table): two
+    // pipelines writing one target table would replace each other's partitions.
+    if let Some(r) = &lineage {
+        let stage_id: Option<String> = r.get(1);
+        let source_table: String = r.get(2);
+        if stage_id.is_some_and(|id| !id.is_empty() && id != meta.stage_id)
+            && source_table != meta.source_table
+        {
+            opening.tx.rollback().await.map_err(query_err("rollback"))?;
+            return Err(TargetError::ForeignPartition {
+                table: table.name.clone(),
+                partition: meta.partition.name().into_owned(),
+                source_table,
+            });
+        }
+    }
     // Generations count in one stage: one written from another stage (a stage made
     // anew, or another folder) says nothing of this stage's.
     let newer = lineage

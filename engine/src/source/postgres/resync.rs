@@ -52,6 +52,22 @@ pub async fn request_resync(
                 problem: "PostgreSQL refuses it".into(),
                 source: Some(source),
             })?;
+        // Run once over the rows it selects now: a condition that fails on them (a
+        // division by zero) would fail every read of the resync, and so every run.
+        client
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM (SELECT * FROM {} WHERE {filter}) AS weir_resync",
+                    table.quoted()
+                ),
+                &[],
+            )
+            .await
+            .map_err(|source| PgSourceError::ResyncFilter {
+                table: table.to_string(),
+                problem: "PostgreSQL fails it on the table's rows".into(),
+                source: Some(source),
+            })?;
     }
     let signal = ResyncSignal {
         table: table.to_string(),
