@@ -91,6 +91,7 @@ mod load;
 // Ranges of pages are indexed where they were just found.
 #[allow(clippy::indexing_slicing)]
 mod progress;
+mod publication;
 mod setup;
 #[allow(
     clippy::indexing_slicing,
@@ -107,12 +108,13 @@ pub use assembler::{Assembler, Unstaged};
 pub use error::PgSourceError;
 pub use load::LoadWatch;
 pub use progress::{SnapshotTable, resync_holds, snapshot_tables};
+pub use publication::PublicationMark;
 pub use read::{distinct_values, read_rows};
 pub use resync::request_resync;
 pub use setup::{
-    Estate, HostSlot, PublicationMark, SetupReport, SlotFailover, SlotStatus, check_estate,
-    connect, setup, slot_on_each_host, slot_status, source_columns, source_columns_and_unsupported,
-    table_oid, unsupported_columns,
+    Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
+    slot_on_each_host, slot_status, source_columns, source_columns_and_unsupported, table_oid,
+    unsupported_columns,
 };
 pub use snapshot::{RESYNC_PREFIX, ResyncSignal};
 pub use stage_port::{PortError, PreparedPart, StagePort};

@@ -8,10 +8,11 @@ use super::assembler::{Assembler, Unstaged};
 use super::error::PgSourceError;
 use super::load::{LoadOptions, LoadWatch, first_load};
 use super::progress::SnapshotProgress;
+use super::publication::PublicationMark;
 use super::replication::{
     ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream,
 };
-use super::setup::{PublicationMark, check_estate, connect};
+use super::setup::{check_estate, connect};
 use super::snapshot::{RESYNC_PREFIX, ResyncSignal, Seen, Snapshot, WATERMARK_PREFIX, Watermark};
 use super::stage_port::StagePort;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
