@@ -3,7 +3,7 @@
 //! store as given.
 
 use super::text::{
-    canonical_decimal, fit_decimal, has_sub_micros, parse_date, parse_special_float,
+    ParsedDecimal, canonical_decimal, fit_decimal, has_sub_micros, parse_date, parse_special_float,
     parse_timestamp, parse_uuid,
 };
 use super::{
@@ -536,48 +536,11 @@ fn jsonb_numbers(doc: &mut serde_json::Value) -> Result<(), ConvertError> {
 fn jsonb_number(text: &str) -> Option<String> {
     const INT_DIGITS_MAX: usize = 131_072;
     const FRAC_DIGITS_MAX: usize = 16_383;
-    let (negative, rest) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text),
-    };
-    let (mantissa, exponent) = match rest.find(['e', 'E']) {
-        Some(i) => (&rest[..i], rest[i + 1..].parse::<i64>().ok()?),
-        None => (rest, 0),
-    };
-    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    if exponent.unsigned_abs() > (INT_DIGITS_MAX + FRAC_DIGITS_MAX) as u64 + mantissa.len() as u64 {
-        return None;
-    }
-    let mut digits = format!("{int_part}{frac_part}");
-    let mut point = int_part.len() as i64 + exponent;
-    if point < 0 {
-        digits.insert_str(0, &"0".repeat(point.unsigned_abs() as usize));
-        point = 0;
-    }
-    let point = point as usize;
-    if point > digits.len() {
-        digits.push_str(&"0".repeat(point - digits.len()));
-    }
-    let (int_digits, frac_digits) = digits.split_at(point);
-    let int_digits = int_digits.trim_start_matches('0');
-    if int_digits.len() > INT_DIGITS_MAX || frac_digits.len() > FRAC_DIGITS_MAX {
-        return None;
-    }
-    let zero = int_digits.is_empty() && frac_digits.bytes().all(|d| d == b'0');
-    let mut out = String::with_capacity(int_digits.len() + frac_digits.len() + 3);
-    if negative && !zero {
-        out.push('-');
-    }
-    out.push_str(if int_digits.is_empty() {
-        "0"
-    } else {
-        int_digits
-    });
-    if !frac_digits.is_empty() {
-        out.push('.');
-        out.push_str(frac_digits);
-    }
-    Some(out)
+    // No exponent further out can give a number within both limits.
+    const EXPONENT_MAX: u32 = 131_072 + 16_383;
+    let parsed = ParsedDecimal::parse_within(text, EXPONENT_MAX)?;
+    (parsed.int_digits.len() <= INT_DIGITS_MAX && parsed.frac_digits.len() <= FRAC_DIGITS_MAX)
+        .then(|| parsed.canonical())
 }
 
 /// A date from a number of `unit`s since 1970-01-01: a whole day, or an error.

@@ -116,27 +116,7 @@ pub fn canonical_decimal(text: &str) -> Option<String> {
         "-Infinity" | "-inf" => return Some("-Infinity".into()),
         _ => {}
     }
-    let parsed = ParsedDecimal::parse(text)?;
-    let mut out = String::with_capacity(text.len());
-    if parsed.negative
-        && parsed
-            .int_digits
-            .bytes()
-            .chain(parsed.frac_digits.bytes())
-            .any(|d| d != b'0')
-    {
-        out.push('-');
-    }
-    out.push_str(if parsed.int_digits.is_empty() {
-        "0"
-    } else {
-        &parsed.int_digits
-    });
-    if !parsed.frac_digits.is_empty() {
-        out.push('.');
-        out.push_str(&parsed.frac_digits);
-    }
-    Some(out)
+    ParsedDecimal::parse(text).map(|parsed| parsed.canonical())
 }
 
 /// Decimal text (any form [`canonical_decimal`] reads) as `numeric(p,s)` stores it:
@@ -208,9 +188,40 @@ pub(super) struct ParsedDecimal<'a> {
 }
 
 impl ParsedDecimal<'_> {
+    /// The decimal as PostgreSQL's `numeric` writes it: no `+`, no leading zeros, no
+    /// sign on zero, the scale kept.
+    pub(super) fn canonical(&self) -> String {
+        let mut out = String::with_capacity(self.int_digits.len() + self.frac_digits.len() + 2);
+        if self.negative
+            && self
+                .int_digits
+                .bytes()
+                .chain(self.frac_digits.bytes())
+                .any(|d| d != b'0')
+        {
+            out.push('-');
+        }
+        out.push_str(if self.int_digits.is_empty() {
+            "0"
+        } else {
+            &self.int_digits
+        });
+        if !self.frac_digits.is_empty() {
+            out.push('.');
+            out.push_str(&self.frac_digits);
+        }
+        out
+    }
+
     /// Reads decimal text; the digits are borrowed from it unless an exponent moves
-    /// the point.
+    /// the point. An exponent past ±1000 is refused (`numeric(p,s)` holds at most 1000
+    /// digits).
     pub(super) fn parse(text: &str) -> Option<ParsedDecimal<'_>> {
+        ParsedDecimal::parse_within(text, 1000)
+    }
+
+    /// [`Self::parse`] with exponents up to `exponent_max` either way.
+    pub(super) fn parse_within(text: &str, exponent_max: u32) -> Option<ParsedDecimal<'_>> {
         let (negative, rest) = match text.as_bytes().first()? {
             b'-' => (true, &text[1..]),
             b'+' => (false, &text[1..]),
@@ -241,7 +252,7 @@ impl ParsedDecimal<'_> {
                 frac_digits: Cow::Borrowed(frac_part),
             });
         }
-        if exponent.unsigned_abs() > 1000 {
+        if exponent.unsigned_abs() > exponent_max {
             return None;
         }
         let mut digits = format!("{int_part}{frac_part}");

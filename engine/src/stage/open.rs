@@ -18,6 +18,8 @@ use super::layout::{
 const MEMTABLES_BYTES_MAX: usize = 128 << 20;
 /// One column family's memtable before it is flushed to an SST file.
 const MEMTABLE_BYTES: usize = 32 << 20;
+/// At most this much of the write-ahead log is kept (see `db_options`).
+const WAL_BYTES_MAX: u64 = 128 << 20;
 /// How old a table file at the bottom of its family must be before RocksDB rewrites
 /// it only to clear its sequence numbers and the versions that released snapshots kept
 /// (RocksDB's "BottommostFiles" compactions). Without a delay, every file a flush writes
@@ -67,6 +69,11 @@ fn db_options(cache: &Cache, memtables: &rocksdb::WriteBufferManager) -> Options
     // intake piled up flushing memtables far past it.
     opts.set_write_buffer_manager(memtables);
     opts.set_write_buffer_size(MEMTABLE_BYTES);
+    // The log files are kept until every family holding writes in them is flushed: a
+    // family written rarely (the position's, the dead letters') held them all, and a
+    // live run's stage grew by its whole write volume until a restart. Past this size
+    // RocksDB flushes the families holding the oldest log.
+    opts.set_max_total_wal_size(WAL_BYTES_MAX);
     opts.set_max_background_jobs(2);
     opts.set_level_compaction_dynamic_level_bytes(true);
     opts.set_bytes_per_sync(1 << 20);

@@ -1407,3 +1407,22 @@ fn a_dirty_partition_without_changed_keys_stays_changed_whole_when_a_key_changes
         .expect("apply");
     assert_eq!(changed_ids(&stage, "d1"), (true, vec![(3, true)]));
 }
+
+/// The write-ahead log is bounded: a family written rarely (the position's) kept every
+/// log file alive, and a live run's stage grew by all it wrote until a restart.
+#[test]
+fn the_write_ahead_log_is_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _stage = Stage::open(dir.path(), "test").expect("open");
+    let options = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("OPTIONS-"))
+        .map(|e| std::fs::read_to_string(e.path()).expect("options"))
+        .last()
+        .expect("an OPTIONS file");
+    assert!(
+        options.contains("max_total_wal_size=134217728"),
+        "{options}"
+    );
+}
