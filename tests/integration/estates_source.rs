@@ -1143,6 +1143,85 @@ async fn unsupported_columns_are_all_named_and_one_added_later_is_left_out() {
 
 /// A table added to the config after the first load completed gets its own first load
 /// (its rows were never read; only its later changes reached the target, silently).
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_taken_out_of_the_config_and_put_back_is_read_again() {
+    let db = TestDb::new("est_back_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_back",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         CREATE TABLE refunds (LIKE orders INCLUDING ALL);
+         INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 3, g, 'new' FROM generate_series(1, 20) g;
+         INSERT INTO refunds SELECT g, 'r', DATE '2026-03-01' + g % 3, g, 'new' FROM generate_series(1, 30) g;
+         CREATE PUBLICATION est_back FOR TABLE orders, refunds;",
+    )
+    .await;
+    let refunds = OrdersTable::postgres("analytics.fact_refunds")
+        .source("public.refunds")
+        .body();
+    let both = postgres_config(
+        "est_back",
+        "",
+        &format!(
+            "[[table]]\n{}\n[[table]]\n{refunds}\n",
+            orders("public.orders", &["id"], "day")
+        ),
+    );
+    std::fs::write(db.config_path(), &both).expect("config");
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    // Refunds out of the config: a run passes its changes over.
+    write_config(&db, "est_back", &orders("public.orders", &["id"], "day"));
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no longer in the config"),
+        "{}",
+        text(&out.stderr)
+    );
+    source
+        .batch_execute(
+            "UPDATE refunds SET status = 'late', order_date = DATE '2026-03-05' WHERE id = 1;
+             DELETE FROM refunds WHERE id IN (2, 3);
+             INSERT INTO refunds VALUES (31, 'r', DATE '2026-03-02', 31, 'new');
+             UPDATE orders SET status = 'paid' WHERE id = 4;",
+        )
+        .await
+        .expect("changes while refunds is out of the config");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Put back: read whole again, this run.
+    std::fs::write(db.config_path(), &both).expect("config");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("back in the config"),
+        "{}",
+        text(&out.stderr)
+    );
+    let target = db.client().await;
+    crate::postgres_source::assert_same_rows(&source, "refunds", &target, "analytics.fact_refunds")
+        .await;
+    crate::postgres_source::assert_same_rows(&source, "orders", &target, "analytics.fact_orders")
+        .await;
+    // Asked once: the next run reads it as usual.
+    source
+        .batch_execute("UPDATE refunds SET status = 'again' WHERE id = 5;")
+        .await
+        .expect("a later change");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("back in the config"),
+        "{}",
+        text(&out.stderr)
+    );
+    crate::postgres_source::assert_same_rows(&source, "refunds", &target, "analytics.fact_refunds")
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_table_added_to_the_config_later_is_loaded_whole() {
     let db = TestDb::new("est_added_target").await;

@@ -119,7 +119,9 @@ pub async fn init_with(
     let path = config.stage_path.clone();
     let source_id = config.source_id();
     let stage = blocking(move || Stage::open(&path, &source_id)).await?;
-    reconcile_contracts(config, &stage, &contracts, true)?;
+    for table in reconcile_contracts(config, &stage, &contracts, true)? {
+        tracing::info!(table = %table, "the table is back in the config: `weir run` reads it whole again as it starts");
+    }
     if let Some((publication, mark)) = publication_mark {
         let changed = stage
             .publication_mark()?
@@ -170,6 +172,7 @@ pub(super) fn contract_of(
         partition_by: table.partition_by.clone(),
         grain: table.grain.to_string(),
         transform: transform.contract_id(),
+        out_of_config: false,
     }
 }
 
@@ -190,16 +193,22 @@ enum ContractStep {
 /// stale by lineage; `weir backfill --stale` rewrites them: a plugin upgrade is a
 /// normal operation, not a new feed), and carries a renamed table's staged entries
 /// to its new name (same relation OID). `writable`: `false` only checks.
+///
+/// A staged table the config no longer reads is marked out of the config: its changes
+/// are passed over from now on. Returns the configured tables so marked, put back in
+/// the config since: they stay marked until the caller has asked for them to be read
+/// whole again ([`readmit`]), so that a crash in between asks again.
 pub(super) fn reconcile_contracts(
     config: &Config,
     stage: &Stage,
     wanted: &[TableContract],
     writable: bool,
-) -> Result<(), PipelineError> {
+) -> Result<Vec<String>, PipelineError> {
     let existing = stage.contracts()?;
     let mut steps = Vec::new();
     let mut differences = Vec::new();
     let mut tables = Vec::new();
+    let mut readmitted = Vec::new();
     let compare = |have: &TableContract, want: &TableContract, out: &mut Vec<String>| {
         let mut d = Vec::new();
         if have.target != want.target {
@@ -242,9 +251,13 @@ pub(super) fn reconcile_contracts(
             if have.transform != want.transform {
                 tracing::info!(table = %want.source, "the table's transform changed (plugin or its config): partitions written by the previous one are stale in lineage; `weir backfill --stale` rewrites them");
             }
+            if have.out_of_config {
+                readmitted.push(want.source.clone());
+            }
             if have != want {
                 steps.push(ContractStep::Put(TableContract {
                     source_oid: want.source_oid.or(have.source_oid),
+                    out_of_config: have.out_of_config,
                     ..want.clone()
                 }));
             }
@@ -262,8 +275,14 @@ pub(super) fn reconcile_contracts(
             }
             steps.push(ContractStep::Rename {
                 from: have.source.clone(),
-                to: want.clone(),
+                to: TableContract {
+                    out_of_config: have.out_of_config,
+                    ..want.clone()
+                },
             });
+            if have.out_of_config {
+                readmitted.push(want.source.clone());
+            }
         } else {
             steps.push(ContractStep::Put(want.clone()));
         }
@@ -280,7 +299,26 @@ pub(super) fn reconcile_contracts(
         });
     }
     if !writable {
-        return Ok(());
+        return Ok(readmitted);
+    }
+    // Staged tables the config no longer reads (nor renames).
+    let renamed: Vec<String> = steps
+        .iter()
+        .filter_map(|s| match s {
+            ContractStep::Rename { from, .. } => Some(from.clone()),
+            ContractStep::Put(_) => None,
+        })
+        .collect();
+    for have in existing.iter().filter(|have| {
+        !have.out_of_config
+            && !wanted.iter().any(|w| w.source == have.source)
+            && !renamed.contains(&have.source)
+    }) {
+        tracing::warn!(table = %have.source, "a staged table is no longer in the config: its changes are passed over from now on, and its target partitions are left as they are; put back in the config, it is read whole again");
+        steps.push(ContractStep::Put(TableContract {
+            out_of_config: true,
+            ..have.clone()
+        }));
     }
     for step in steps {
         match step {
@@ -290,6 +328,50 @@ pub(super) fn reconcile_contracts(
                 tracing::warn!(from = %from, to = %to.source, entries = moved, "source table renamed: its staged rows now go by its new name");
             }
         }
+    }
+    Ok(readmitted)
+}
+
+/// Has the tables put back in the config read whole again: their changes while they
+/// were out of it were passed over. Of a PostgreSQL source, a whole-table resync is
+/// asked for each (its signal is written into the source's WAL, so the stream reads
+/// it in order, this run or the next); a JSON-lines feed cannot be asked again (its
+/// lines of the table were bad records meanwhile). Then their mark is cleared.
+pub(super) async fn read_again_whole(
+    config: &Config,
+    stage: &Stage,
+    tables: &[String],
+) -> Result<(), PipelineError> {
+    if matches!(config.source, SourceConfig::Postgres { .. }) {
+        let dsn = config.source_write_dsn()?;
+        for table in config
+            .tables
+            .iter()
+            .filter(|t| tables.contains(&t.source.to_string()))
+        {
+            if let Some(dsn) = &dsn {
+                let at = postgres::request_resync(dsn, &table.source, None).await?;
+                tracing::warn!(table = %table.source, signal = %postgres::format_lsn(at), "the table is back in the config: its changes while it was out were passed over, so it is read whole again (a resync), and its partitions rewritten");
+            }
+        }
+    } else {
+        for table in tables {
+            tracing::warn!(table = %table, "the table is back in the config: the feed's lines of it while it was out were bad records (see the bad-record log); feed them again");
+        }
+    }
+    readmit(stage, tables)
+}
+
+/// Clears the mark of tables put back in the config once they were asked to be read
+/// whole again (see [`reconcile_contracts`]).
+fn readmit(stage: &Stage, tables: &[String]) -> Result<(), PipelineError> {
+    for mut contract in stage
+        .contracts()?
+        .into_iter()
+        .filter(|c| c.out_of_config && tables.contains(&c.source))
+    {
+        contract.out_of_config = false;
+        stage.put_contract(&contract)?;
     }
     Ok(())
 }

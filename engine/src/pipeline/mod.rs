@@ -28,8 +28,8 @@ use tokio::sync::Mutex;
 use tokio_postgres::Client;
 
 use self::init::{
-    check_write_mode, contract_of, reconcile_contracts, refuse_foreign_lineage, resolve_tables,
-    source_oids,
+    check_write_mode, contract_of, read_again_whole, reconcile_contracts, refuse_foreign_lineage,
+    resolve_tables, source_oids,
 };
 use crate::config::{Config, Dsn, SourceConfig, TableConfig};
 use crate::partition::Partition;
@@ -181,7 +181,10 @@ impl Pipeline {
             })
             .await?,
         );
-        reconcile_contracts(&config, &stage, &contracts, writable)?;
+        let readmitted = reconcile_contracts(&config, &stage, &contracts, writable)?;
+        if writable && !readmitted.is_empty() {
+            read_again_whole(&config, &stage, &readmitted).await?;
+        }
         if writable && let Some(client) = clients.first() {
             // The weir schema as this build writes it, once the tables passed their
             // checks and the stage is this process's (a second `weir run` is refused

@@ -108,6 +108,11 @@ pub struct TableContract {
     pub grain: String,
     /// `identity`, or the plugin's `sha256:…` and `config:…` hash.
     pub transform: String,
+    /// The table was taken out of the config at a start since it was staged: its
+    /// changes were passed over from then, so a config that puts it back reads it
+    /// whole again (see `pipeline::init::reconcile_contracts`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_config: bool,
 }
 
 /// A partition with unwritten changes.

@@ -176,6 +176,7 @@ fn contract(source: &str, oid: u32) -> TableContract {
         partition_by: "day".into(),
         grain: "value".into(),
         transform: "identity".into(),
+        out_of_config: false,
     }
 }
 
