@@ -83,8 +83,11 @@ impl fmt::Display for RootCert {
 /// work at every retry, for good; a walsender holding an exported snapshot is idle in a
 /// transaction by design. Weir bounds its own waits (`[target] lock_timeout_ms` for the
 /// target's table locks, `wal_sender_timeout` and its own time-outs for the rest).
-pub const NO_TIME_LIMITS: &str =
-    "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0";
+///
+/// And `row_security=off`: a query that a row-level security policy would filter fails
+/// instead (as `pg_dump` asks), so a first load, a resync or a read of the target never
+/// sees a policy's subset of a table's rows as the whole of it.
+pub const SESSION_SETTINGS: &str = "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0 -c row_security=off";
 
 /// A DSN that cannot be used. Never holds the DSN, a value of it, or a parser's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -311,8 +314,8 @@ impl PgSettings {
             ChannelBindingMode::Require => tokio_postgres::config::ChannelBinding::Require,
         });
         let options = match config.get_options() {
-            Some(own) if !own.trim().is_empty() => format!("{NO_TIME_LIMITS} {own}"),
-            _ => NO_TIME_LIMITS.to_owned(),
+            Some(own) if !own.trim().is_empty() => format!("{SESSION_SETTINGS} {own}"),
+            _ => SESSION_SETTINGS.to_owned(),
         };
         config.options(&options);
         Ok(PgSettings { config, ssl })

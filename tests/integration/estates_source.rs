@@ -488,6 +488,80 @@ async fn a_key_that_is_not_the_replica_identity_is_refused() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
+/// Tables whose changes the stream cannot carry whole are refused at `init` with the
+/// fix: a parent with inheritance children (its children's changes come under their
+/// own names), an UNLOGGED table (no WAL), REPLICA IDENTITY NOTHING on a table with a
+/// primary key; and one made UNLOGGED while `weir run` streams stops it.
+#[tokio::test(flavor = "multi_thread")]
+async fn tables_the_stream_cannot_follow_whole_are_refused_with_their_fix() {
+    let db = TestDb::new("est_whole_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_whole",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         CREATE TABLE orders_2025 () INHERITS (orders);
+         CREATE PUBLICATION est_whole FOR ALL TABLES;
+         INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new');",
+    )
+    .await;
+    write_config(&db, "est_whole", &orders("public.orders", &["id"], "day"));
+    let weir = |args: &[&str]| weir_pg(&db, &source_dsn, args);
+    let refused = |out: &std::process::Output, needle: &str| {
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(needle), "wanted {needle:?} in: {stderr}");
+        stderr
+    };
+    refused(
+        &weir(&["init"]),
+        "public.orders has inheritance children (orders_2025)",
+    );
+    source
+        .batch_execute("DROP TABLE orders_2025; ALTER TABLE orders SET UNLOGGED;")
+        .await
+        .expect("unlogged");
+    let stderr = refused(&weir(&["init"]), "orders is UNLOGGED");
+    assert!(stderr.contains("SET LOGGED"), "{stderr}");
+    assert!(!stderr.contains("is not in publication"), "{stderr}");
+    source
+        .batch_execute(
+            "ALTER TABLE orders SET LOGGED; ALTER TABLE orders REPLICA IDENTITY NOTHING;",
+        )
+        .await
+        .expect("identity nothing");
+    refused(
+        &weir(&["init"]),
+        "REPLICA IDENTITY DEFAULT;` (its primary key (id)",
+    );
+    source
+        .batch_execute("ALTER TABLE orders REPLICA IDENTITY DEFAULT;")
+        .await
+        .expect("identity default");
+    let out = weir(&["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = db.path("unlogged.log");
+    let mut run = spawn_run(&db, &source_dsn, &log);
+    let target = db.client().await;
+    wait_count(
+        &target,
+        "SELECT count(*) FROM analytics.fact_orders",
+        1,
+        60,
+        &log,
+    )
+    .await;
+    source
+        .batch_execute("ALTER TABLE orders SET UNLOGGED; INSERT INTO orders VALUES (2, 'b', '2026-03-01', 2.00, 'new');")
+        .await
+        .expect("unlogged while streaming");
+    let status = wait_exit(&mut run, &log, 60);
+    assert!(!status.success());
+    let logged = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        logged.contains("became UNLOGGED while Weir streamed"),
+        "{logged}"
+    );
+}
+
 /// The stage records each table's contract; a config that changes a table's grain
 /// against it is refused (exit 2) with the difference and the way out, and
 /// `checkpoint show` prints the contract.
@@ -789,7 +863,7 @@ async fn a_streamed_insert_of_a_staged_key_stops_a_table_whose_key_is_not_enforc
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("public.orders: an INSERT arrived for a key the stage already holds"),
+        stderr.contains("public.orders: an INSERT, or an UPDATE that changed a row's key, arrived for a key the stage already holds"),
         "{stderr}"
     );
     assert_eq!(
@@ -801,6 +875,59 @@ async fn a_streamed_insert_of_a_staged_key_stops_a_table_whose_key_is_not_enforc
         db.count("SELECT count(*) FROM analytics.fact_orders WHERE customer = 'a'")
             .await,
         1
+    );
+}
+
+/// The same table: an UPDATE that moves a row onto a key the stage holds for another
+/// row stops the run too (the two source rows would become one target row).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_update_onto_a_staged_key_stops_a_table_whose_key_is_not_enforced() {
+    let db = TestDb::new("est_dupupd_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_dupupd",
+        "CREATE TABLE orders (id bigint NOT NULL, customer text, order_date date, amount numeric(12,2), status text);
+         ALTER TABLE orders REPLICA IDENTITY FULL;",
+    )
+    .await;
+    write_config(&db, "est_dupupd", &orders("public.orders", &["id"], "day"));
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    source
+        .batch_execute("INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new'), (2, 'b', '2026-03-01', 2.00, 'new'), (3, 'c', '2026-03-01', 3.00, 'new')")
+        .await
+        .expect("insert");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A key change onto a free key is a move, as before.
+    source
+        .batch_execute("UPDATE orders SET id = 4 WHERE id = 3")
+        .await
+        .expect("move");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    crate::postgres_source::assert_same_rows(
+        &source,
+        "orders",
+        &db.client().await,
+        "analytics.fact_orders",
+    )
+    .await;
+    source
+        .batch_execute("UPDATE orders SET id = 1 WHERE id = 2")
+        .await
+        .expect("a second row of key 1");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "an UPDATE that changed a row's key, arrived for a key the stage already holds"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders").await,
+        3
     );
 }
 

@@ -70,14 +70,14 @@ fn tls_parameters_are_taken_out_and_the_rest_is_kept() {
     // Weir's own session settings come first; the DSN's `options` after them win.
     assert_eq!(
         url.config().get_options(),
-        Some(weir_core::dsn::NO_TIME_LIMITS)
+        Some(weir_core::dsn::SESSION_SETTINGS)
     );
     let own = parse("host=db options='-c statement_timeout=5min'").expect("valid");
     assert_eq!(
         own.config().get_options().map(str::to_owned),
         Some(format!(
             "{} -c statement_timeout=5min",
-            weir_core::dsn::NO_TIME_LIMITS
+            weir_core::dsn::SESSION_SETTINGS
         ))
     );
     assert_eq!(url.config().get_password(), Some(SECRET.as_bytes()));

@@ -92,12 +92,15 @@ impl From<TargetError> for PipelineError {
 
 impl PipelineError {
     /// Whether the user must change the config or the source estate before anything
-    /// can run (exit code 2): a stage contract the config breaks, a publication, key or
-    /// replica identity that would hide changes.
+    /// can run (exit code 2): a stage contract the config breaks, a table the config
+    /// describes wrongly, a plugin file that cannot be read or is not a component, a
+    /// publication, key or replica identity that would hide changes.
     pub fn is_usage(&self) -> bool {
         match self {
             PipelineError::Contract { .. }
             | PipelineError::Config(_)
+            | PipelineError::Table { .. }
+            | PipelineError::Plugin(PluginError::Read { .. } | PluginError::Load { .. })
             | PipelineError::ForeignLineage { .. } => true,
             PipelineError::PgSource(e) => e.is_usage(),
             PipelineError::Source(crate::source::SourceError::Postgres(e)) => e.is_usage(),

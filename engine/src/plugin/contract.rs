@@ -14,6 +14,7 @@ use super::job::InputRow;
 use super::sandbox::JobState;
 use super::{bindings, to_wit, wit, wty};
 use crate::feed::Op;
+use crate::value::Value;
 
 mod bindings_0_2 {
     wasmtime::component::bindgen!({
@@ -214,7 +215,8 @@ impl World {
     ) -> Called {
         match self {
             World::V0_1(w) => {
-                let rows: Vec<wit::StagedRow> = rows.iter().map(staged_row_0_1).collect();
+                let rows: Vec<wit::StagedRow> =
+                    rows.iter().map(|r| staged_row_0_1(r, input)).collect();
                 let out = w
                     .weir_transform_transform()
                     .session()
@@ -297,7 +299,17 @@ fn part_0_2(out: v2::PushOutput) -> Part {
     }
 }
 
-fn staged_row_0_1(r: &InputRow) -> wit::StagedRow {
+/// A row's values by name; an input column the row lacks (one added after the row was
+/// staged) is sent as `null`, as the identity transform writes it.
+fn staged_row_0_1(r: &InputRow, input: &InputColumns) -> wit::StagedRow {
+    let lacking = input
+        .names
+        .iter()
+        .filter(|name| !r.columns.iter().any(|(n, _)| n == *name))
+        .map(|name| wty::ColumnValue {
+            name: name.clone(),
+            value: to_wit(&Value::Null),
+        });
     wit::StagedRow {
         key: r.key.iter().map(to_wit).collect(),
         op: match r.op {
@@ -315,13 +327,16 @@ fn staged_row_0_1(r: &InputRow) -> wit::StagedRow {
                 name: name.clone(),
                 value: to_wit(value),
             })
+            .chain(lacking)
             .collect(),
     }
 }
 
 /// A row's values by position in the input columns: its column at the same index if
 /// the names agree (rows are staged in the table's column order), else found by name;
-/// a column the row lacks is `none`, one the input columns lack is not sent.
+/// a column the row lacks (added after the row was staged) is `null`, as the identity
+/// transform writes it (the contract's `none` is not sent: a plugin's `…_or_null`
+/// getter reads it as SQL null); one the input columns lack is not sent.
 fn staged_row_0_2(r: &InputRow, input: &InputColumns) -> v2::StagedRow {
     let values = input
         .names
@@ -332,7 +347,7 @@ fn staged_row_0_2(r: &InputRow, input: &InputColumns) -> v2::StagedRow {
                 Some((n, v)) if n == name => Some(v),
                 _ => r.columns.iter().find(|(n, _)| n == name).map(|(_, v)| v),
             };
-            value.map(to_wit)
+            Some(value.map_or_else(|| to_wit(&Value::Null), to_wit))
         })
         .collect();
     v2::StagedRow {
@@ -368,7 +383,7 @@ mod tests {
     }
 
     #[test]
-    fn a_row_goes_by_position_with_absent_columns_none_and_unknown_ones_left_out() {
+    fn a_row_goes_by_position_with_absent_columns_null_and_unknown_ones_left_out() {
         let input = InputColumns::new(
             vec![
                 ("id".into(), "bigint".into()),
@@ -378,8 +393,9 @@ mod tests {
             &["id".into()],
         );
         assert_eq!(input.key, vec![0]);
-        // In another order than the schema's, without `note`, with a column the schema
-        // does not have; `day` is SQL null, which is not absent.
+        // In another order than the schema's, without `note` (staged before it was
+        // added: null, as the identity writes it), with a column the schema does not
+        // have; `day` is SQL null.
         let r = row(&[
             ("day", Value::Null),
             ("extra", Value::Int(1)),
@@ -391,7 +407,10 @@ mod tests {
             .into_iter()
             .map(|v| v.map(super::super::from_wit))
             .collect();
-        assert_eq!(values, vec![Some(Value::Int(7)), None, Some(Value::Null)]);
+        assert_eq!(
+            values,
+            vec![Some(Value::Int(7)), Some(Value::Null), Some(Value::Null)]
+        );
         let key: Vec<Value> = staged.key.into_iter().map(super::super::from_wit).collect();
         assert_eq!(key, vec![Value::Int(7)]);
         assert!(matches!(staged.op, v2::Op::Update));

@@ -436,15 +436,17 @@ impl StageBatch {
         key: &[u8],
         partition: &Partition,
         row: &StagedRow,
+        key_changed: bool,
     ) -> Result<(), StageError> {
         let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.upsert_with(stage, table, key, partition, row, &mut scratch);
+        let result = self.upsert_with(stage, table, key, partition, row, key_changed, &mut scratch);
         self.scratch = scratch;
         result
     }
 
     /// [`Self::upsert`] with the batch's buffers lent out: they are a field of `self`,
     /// which the write batch and the maps borrow too.
+    #[allow(clippy::too_many_arguments)]
     fn upsert_with(
         &mut self,
         stage: &Stage,
@@ -452,6 +454,7 @@ impl StageBatch {
         key: &[u8],
         partition: &Partition,
         row: &StagedRow,
+        key_changed: bool,
         scratch: &mut Scratch,
     ) -> Result<(), StageError> {
         let tk = &mut scratch.table_key;
@@ -462,7 +465,10 @@ impl StageBatch {
         // partition is marked changed whole at `finish`.
         if !self.new_keys {
             let old = self.current_of(stage, table, tk)?;
-            if old.is_some() && row.op == Op::Insert && stage.key_unenforced(table) {
+            // An insert, or an update that moved a row to another key, onto a key the
+            // stage holds: two source rows share the key.
+            if old.is_some() && (row.op == Op::Insert || key_changed) && stage.key_unenforced(table)
+            {
                 return Err(StageError::InsertOfStagedKey {
                     table: table.to_owned(),
                 });
@@ -505,14 +511,21 @@ impl StageBatch {
         stage: &Stage,
         changes: &[StageChange],
     ) -> Result<usize, StageError> {
+        // The table of the change before, if it was a delete: an update that changes a
+        // row's key is its old key's delete, then the new key's upsert.
+        let mut deleted_before: Option<&str> = None;
         for change in changes {
+            let after_delete = deleted_before.take();
             match change {
                 StageChange::Upsert {
                     table,
                     key,
                     partition,
                     row,
-                } => self.upsert(stage, table, key, partition, row)?,
+                } => {
+                    let key_changed = row.op == Op::Update && after_delete == Some(table.as_str());
+                    self.upsert(stage, table, key, partition, row, key_changed)?
+                }
                 StageChange::UpsertUnchanged {
                     table,
                     key,
@@ -530,7 +543,7 @@ impl StageBatch {
                         unchanged,
                         *skip_if_absent,
                     )? {
-                        self.upsert(stage, table, key, partition, &row)?;
+                        self.upsert(stage, table, key, partition, &row, previous_key != key)?;
                     }
                 }
                 StageChange::SourceState(state) => {
@@ -572,6 +585,7 @@ impl StageBatch {
                     }
                 }
                 StageChange::Delete { table, key } => {
+                    deleted_before = Some(table);
                     if let Some(old) = self.current(stage, table, key)? {
                         self.batch
                             .delete_cf(stage.cf(CF_ROWS), row_key(table, &old, key));

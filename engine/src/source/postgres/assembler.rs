@@ -668,6 +668,22 @@ impl Assembler {
             return self.push(table, Op::Update, before, Some(after));
         }
         let table = &self.tables[table];
+        // An old image from the replica identity, without a value for a key column:
+        // under a replica identity that no longer holds the key.
+        if let Some(column) = before.as_ref().and_then(|row| {
+            table.key.iter().find(|k| {
+                row.iter()
+                    .find(|(c, _)| c == *k)
+                    .is_none_or(|(_, v)| v.is_null())
+            })
+        }) {
+            return Err(PgSourceError::BadChange {
+                table: table.source.to_string(),
+                reason: format!(
+                    "the old row of an update or delete has no value for key column `{column}`: it holds only the columns of the table's replica identity, which no longer include the configured key (ALTER TABLE … REPLICA IDENTITY since `weir init`). This change cannot be staged, and nothing past it was acknowledged; the changes already in the WAL keep the identity they were written with. Set the replica identity back (or to FULL) for later changes, and start this table on a new stage and slot (new `slot` and `[stage] path`, then `weir init`: a fresh snapshot)"
+                ),
+            });
+        }
         let txn = open_transaction(
             &mut self.current,
             &mut self.streams,

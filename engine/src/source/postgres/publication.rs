@@ -4,6 +4,7 @@
 
 use super::error::PgSourceError;
 use crate::config::TableConfig;
+use std::collections::HashMap;
 
 /// What a publication is, as far as it decides which changes of the configured tables
 /// the slot sends: the row versions (`xmin`) of its `pg_publication` row (its
@@ -119,4 +120,77 @@ impl PublicationMark {
             ),
         }
     }
+}
+
+/// Each configured table's leaves (partitions, or the table itself), by the table's OID.
+pub(super) type LeafSets = HashMap<u32, std::collections::BTreeSet<String>>;
+
+/// Reads the configured tables' leaves (a table that is not partitioned is its own
+/// leaf): one made UNLOGGED while Weir streams stops the run (its changes are no
+/// longer in the WAL); a partition detached or dropped is warned of once (no change
+/// is sent for its rows, which stay staged and in the target).
+pub(super) async fn check_relations(
+    catalog: &tokio_postgres::Client,
+    tables: &[TableConfig],
+    oids: &[u32],
+    leaf_sets: &mut Option<LeafSets>,
+) -> Result<(), PgSourceError> {
+    let rows = catalog
+        .query(
+            "SELECT t.oid, c.oid::regclass::text, c.relpersistence = 'u' \
+             FROM unnest($1::oid[]) AS t(oid) CROSS JOIN LATERAL ( \
+               SELECT relid FROM pg_partition_tree(t.oid::regclass) WHERE isleaf \
+               UNION ALL SELECT t.oid::regclass WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree(t.oid::regclass))) AS p \
+             JOIN pg_class c ON c.oid = p.relid",
+            &[&oids],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read the source tables' partitions",
+            source,
+        })?;
+    let unlogged: Vec<String> = rows
+        .iter()
+        .filter(|r| r.get::<_, bool>(2))
+        .map(|r| r.get(1))
+        .collect();
+    if !unlogged.is_empty() {
+        let named: Vec<String> = tables
+            .iter()
+            .zip(oids)
+            .filter(|(_, oid)| {
+                rows.iter()
+                    .any(|r| r.get::<_, u32>(0) == **oid && r.get::<_, bool>(2))
+            })
+            .map(|(t, _)| t.source.to_string())
+            .collect();
+        tracing::error!(relations = ?unlogged, "a source table was made UNLOGGED while Weir streamed; stopping");
+        return Err(PgSourceError::Estate {
+            subject: "the source tables".into(),
+            problems: format!(
+                "{} became UNLOGGED while Weir streamed: PostgreSQL writes no WAL for it, so its changes since are not in the stream. Nothing past this point was acknowledged. Run `ALTER TABLE … SET LOGGED;`, then, with `weir run` running, `weir resync --table T` for {} (changes made while it was unlogged were never in the WAL)",
+                unlogged.join(", "),
+                named.join(", ")
+            ),
+        });
+    }
+    let mut now: HashMap<u32, std::collections::BTreeSet<String>> = HashMap::new();
+    for r in &rows {
+        now.entry(r.get(0)).or_default().insert(r.get(1));
+    }
+    if let Some(before) = &*leaf_sets {
+        for (t, oid) in tables.iter().zip(oids) {
+            let gone: Vec<&String> = before
+                .get(oid)
+                .into_iter()
+                .flatten()
+                .filter(|leaf| !now.get(oid).is_some_and(|n| n.contains(*leaf)))
+                .collect();
+            if !gone.is_empty() && now.contains_key(oid) {
+                tracing::warn!(table = %t.source, partitions = ?gone, "partitions of a source table were detached or dropped: PostgreSQL sends no change for their rows, which stay staged and in the target; `weir resync --table T` makes the target follow the table");
+            }
+        }
+    }
+    *leaf_sets = Some(now);
+    Ok(())
 }

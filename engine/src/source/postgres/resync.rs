@@ -5,6 +5,7 @@
 //! when it next starts.
 
 use super::error::PgSourceError;
+use super::replication::ReplicationError;
 use super::setup::connect;
 use super::snapshot::{RESYNC_PREFIX, ResyncSignal};
 use crate::config::{Dsn, TableName};
@@ -99,4 +100,41 @@ pub async fn request_resync(
         table: table.to_string(),
         reason: format!("the server returned `{lsn}` as the signal's position"),
     })
+}
+
+/// The prefix of the logical message `run --once` emits to find the end of what is
+/// available now.
+const DRAIN_PREFIX: &str = "weir.drain";
+
+/// Writes a transactional logical message into the source's WAL and returns its LSN:
+/// everything committed before it is "available now" for `run --once`.
+pub(super) async fn emit_drain_message(dsn: &Dsn) -> Result<u64, PgSourceError> {
+    let (client, connection) = crate::pgconn::connect(dsn)
+        .await
+        .map_err(PgSourceError::Connect)?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "source connection closed");
+        }
+    });
+    // Flushed at once, so the walsender sends it without waiting for the WAL writer.
+    client
+        .batch_execute("SET synchronous_commit = on")
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "prepare the drain mark",
+            source,
+        })?;
+    let row = client
+        .query_one(
+            "SELECT (pg_logical_emit_message(true, $1, '')::text)",
+            &[&DRAIN_PREFIX],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "emit the drain mark",
+            source,
+        })?;
+    let lsn: String = row.get(0);
+    crate::pg::lsn::parse_lsn(&lsn).ok_or(PgSourceError::Replication(ReplicationError::Closed))
 }

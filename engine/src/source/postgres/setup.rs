@@ -296,8 +296,23 @@ pub async fn setup(
     let created_publication = !exists;
     if !exists {
         for table in tables {
-            // A missing table is named before the publication is made.
+            // A missing table is named before the publication is made, and an
+            // unlogged one, which no publication takes.
             source_columns(client, &table.source).await?;
+            let unlogged: bool = client
+                .query_one(
+                    "SELECT relpersistence = 'u' FROM pg_class WHERE oid = $1::text::regclass",
+                    &[&table.source.quoted()],
+                )
+                .await
+                .map_err(query("look up a source table"))?
+                .get(0);
+            if unlogged {
+                return Err(PgSourceError::Estate {
+                    subject: format!("source table {}", table.source),
+                    problems: unlogged_problem(&table.source.to_string(), table),
+                });
+            }
         }
         let list: Vec<String> = tables.iter().map(|t| t.source.quoted()).collect();
         writer
@@ -532,6 +547,14 @@ pub(super) async fn refuse_shared_keys(
     })
 }
 
+/// Why an UNLOGGED relation (`name`, of configured `table`) cannot be streamed.
+fn unlogged_problem(name: &str, table: &TableConfig) -> String {
+    format!(
+        "{name} is UNLOGGED: PostgreSQL writes no WAL for it, so none of its changes can be streamed: run `ALTER TABLE {name} SET LOGGED;` (if it was logged before, then, with `weir run` running, `weir resync --table {}`: changes made while it was unlogged were never in the WAL)",
+        table.source
+    )
+}
+
 /// Checks that the source hides no change of a configured table from Weir, before
 /// anything is streamed (`weir init` after it set up the publication, and every start
 /// of `weir run`): each table exists; its key is its primary key, its replica identity
@@ -540,7 +563,9 @@ pub(super) async fn refuse_shared_keys(
 /// insert, update, delete and truncate, sends a partitioned table's changes under the
 /// table's own name (`publish_via_partition_root`), covers every table, with no row
 /// filter and no column list that leaves out a column Weir reads. Every problem found
-/// is listed, each with the statement that fixes it.
+/// is listed, each with the statement that fixes it. A table is not UNLOGGED (no
+/// WAL), has no inheritance children (their changes come under their own names), and
+/// no row-level security policy applies to Weir's role (a read would see a subset).
 pub async fn check_estate(
     client: &tokio_postgres::Client,
     publication: &str,
@@ -553,6 +578,8 @@ pub async fn check_estate(
     let mut identities = Vec::with_capacity(tables.len());
     let mut unenforced_keys = Vec::new();
     let mut partitioned = Vec::with_capacity(tables.len());
+    // Unlogged relations: reported as such, not as missing from the publication.
+    let mut unlogged: Vec<String> = Vec::new();
     for table in tables {
         let row = client
             .query_opt(
@@ -576,23 +603,54 @@ pub async fn check_estate(
             .query(
                 "WITH rels AS (SELECT relid FROM pg_partition_tree($1::text::regclass) WHERE isleaf \
                                 UNION ALL SELECT $1::text::regclass WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree($1::text::regclass) WHERE isleaf)) \
-                 SELECT c.oid::regclass::text, c.relreplident::text, \
+                 SELECT c.oid::regclass::text, c.relreplident::text, c.relpersistence::text, \
+                   c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls OR (pg_has_role(c.relowner, 'USAGE') AND NOT c.relforcerowsecurity)), \
                    coalesce((SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = c.oid AND i.indisprimary), '{}'), \
                    coalesce((SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = c.oid AND i.indisreplident), '{}') \
-                 FROM rels JOIN pg_class c ON c.oid = rels.relid ORDER BY 1",
+                 FROM rels JOIN pg_class c ON c.oid = rels.relid, pg_roles r WHERE r.rolname = current_user ORDER BY 1",
                 &[&table.source.quoted()],
             )
             .await
             .map_err(query("read a table's replica identity"))?;
-        let rows: Vec<IdentityRow> = rows
+        let raw = rows;
+        let rows: Vec<IdentityRow> = raw
             .iter()
             .map(|r| IdentityRow {
                 name: r.get(0),
                 identity: r.get(1),
-                primary_key: r.get(2),
-                identity_index: r.get(3),
+                primary_key: r.get(4),
+                identity_index: r.get(5),
             })
             .collect();
+        for r in &raw {
+            let (name, persistence, filtered): (String, String, bool) =
+                (r.get(0), r.get(2), r.get(3));
+            if persistence == "u" {
+                problems.push(unlogged_problem(&name, table));
+                unlogged.push(name.clone());
+            }
+            if filtered {
+                problems.push(format!(
+                    "{name} has row-level security that applies to this role, so a first load or resync would read only the rows its policies show (the stream sends every row): grant the role BYPASSRLS (`ALTER ROLE … BYPASSRLS;`) or connect as the table's owner"
+                ));
+            }
+        }
+        if kind != "p" {
+            let children: Option<String> = client
+                .query_one(
+                    "SELECT string_agg(inhrelid::regclass::text, ', ' ORDER BY inhrelid::regclass::text) FROM pg_inherits WHERE inhparent = $1::text::regclass",
+                    &[&table.source.quoted()],
+                )
+                .await
+                .map_err(query("read a table's inheritance children"))?
+                .get(0);
+            if let Some(children) = children {
+                problems.push(format!(
+                    "{} has inheritance children ({children}): PostgreSQL publishes each child's changes under the child's own name, and a read of the parent includes the children's rows, so the parent cannot be followed as one table: configure each table (the parent and every child) as its own [[table]] with its own target, or make {} a partitioned table (PARTITION BY) with its children attached as partitions",
+                    table.source, table.source
+                ));
+            }
+        }
         let mut key: Vec<String> = table.key.clone();
         key.sort();
         let mut words = None;
@@ -604,6 +662,15 @@ pub async fn check_estate(
                 }
                 ("d", false) => ("primary key", &rel.primary_key),
                 ("i", _) => ("replica identity index", &rel.identity_index),
+                ("n", false) => {
+                    problems.push(format!(
+                        "{} has REPLICA IDENTITY NOTHING, so its updates and deletes cannot be replicated: run `ALTER TABLE {} REPLICA IDENTITY DEFAULT;` (its primary key ({}) then identifies rows), or `… REPLICA IDENTITY FULL;`",
+                        rel.name,
+                        rel.name,
+                        rel.primary_key.join(", ")
+                    ));
+                    continue;
+                }
                 _ => {
                     problems.push(format!(
                         "{} has no replica identity (REPLICA IDENTITY NOTHING, or DEFAULT without a primary key), so its updates and deletes cannot be replicated: add a primary key on ({}), or run `ALTER TABLE {} REPLICA IDENTITY FULL;`",
@@ -708,11 +775,31 @@ pub async fn check_estate(
         if *is_partitioned && !via_root {
             continue; // reported above: its partitions are listed, not it
         }
+        if unlogged.iter().any(|u| {
+            *u == table.source.quoted() || *u == table.source.to_string() || *u == table.source.name
+        }) {
+            continue; // reported above: an unlogged table is never published
+        }
         let entry = published.iter().find(|r| {
             r.get::<_, String>(0) == table.source.schema
                 && r.get::<_, String>(1) == table.source.name
         });
         let Some(entry) = entry else {
+            let root: Option<String> = client
+                .query_one(
+                    "SELECT CASE WHEN c.relispartition THEN pg_partition_root(c.oid)::regclass::text END FROM pg_class c WHERE c.oid = $1::text::regclass",
+                    &[&table.source.quoted()],
+                )
+                .await
+                .map_err(query("look up a table's partition root"))?
+                .get(0);
+            if let Some(root) = root.filter(|_| via_root) {
+                problems.push(format!(
+                    "{} is a partition of {root}, and publication `{publication}` sends its changes under {root}'s name (publish_via_partition_root is on): configure {root} as the source table, or run `ALTER PUBLICATION {pub_quoted} SET (publish_via_partition_root = false);`",
+                    table.source
+                ));
+                continue;
+            }
             problems.push(format!(
                 "{} is not in publication `{publication}`: run `ALTER PUBLICATION {pub_quoted} ADD TABLE {};`",
                 table.source,

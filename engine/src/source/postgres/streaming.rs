@@ -8,10 +8,11 @@ use super::assembler::{Assembler, Unstaged};
 use super::error::PgSourceError;
 use super::load::{LoadOptions, LoadWatch, first_load};
 use super::progress::SnapshotProgress;
-use super::publication::PublicationMark;
+use super::publication::{LeafSets, PublicationMark, check_relations};
 use super::replication::{
     ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream,
 };
+use super::resync::emit_drain_message;
 use super::setup::{check_estate, connect};
 use super::snapshot::{RESYNC_PREFIX, ResyncSignal, Seen, Snapshot, WATERMARK_PREFIX, Watermark};
 use super::stage_port::StagePort;
@@ -32,9 +33,6 @@ const HEARTBEAT_PREFIX: &str = "weir.heartbeat";
 /// How often a run reads the publication's mark again (see [`PublicationMark`]): an
 /// `ALTER PUBLICATION` while Weir streams stops the run within about this long.
 const PUBLICATION_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-/// The prefix of the logical message `run --once` emits to find the end of what is
-/// available now.
-const DRAIN_PREFIX: &str = "weir.drain";
 
 /// What [`PostgresSource::open`] needs besides the connection.
 #[derive(Debug, Clone)]
@@ -131,6 +129,9 @@ pub struct PostgresSource {
     /// Partitions of configured tables the stream described (OID: name and the
     /// table's index): a change under one of them is refused.
     leaves: HashMap<u32, (String, usize)>,
+    /// Each configured table's leaves (by the table's OID) when last read, by
+    /// [`Self::check_relations`].
+    leaf_sets: Option<LeafSets>,
     /// Values come in binary format ([`Protocol`]).
     binary: bool,
 }
@@ -296,6 +297,7 @@ impl PostgresSource {
             publication: options.publication.clone(),
             catalog,
             leaves: HashMap::new(),
+            leaf_sets: None,
             binary: protocol.binary,
             stage,
             ready: VecDeque::new(),
@@ -397,6 +399,13 @@ impl PostgresSource {
             tracing::error!(publication = %self.publication, changed = %what, "the publication was altered while Weir streamed; stopping");
             return Err(PublicationMark::changed_error(&self.publication, &what));
         }
+        check_relations(
+            &self.catalog,
+            &self.assembler.tables,
+            &self.oids,
+            &mut self.leaf_sets,
+        )
+        .await?;
         self.mark_checked = Instant::now();
         Ok(())
     }
@@ -927,39 +936,6 @@ async fn hold_slot_to_stage(
         }
         Some(checkpoint) => Ok(checkpoint.position),
     }
-}
-
-/// Writes a transactional logical message into the source's WAL and returns its LSN:
-/// everything committed before it is "available now" for `run --once`.
-async fn emit_drain_message(dsn: &Dsn) -> Result<u64, PgSourceError> {
-    let (client, connection) = crate::pgconn::connect(dsn)
-        .await
-        .map_err(PgSourceError::Connect)?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%error, "source connection closed");
-        }
-    });
-    // Flushed at once, so the walsender sends it without waiting for the WAL writer.
-    client
-        .batch_execute("SET synchronous_commit = on")
-        .await
-        .map_err(|source| PgSourceError::Query {
-            what: "prepare the drain mark",
-            source,
-        })?;
-    let row = client
-        .query_one(
-            "SELECT (pg_logical_emit_message(true, $1, '')::text)",
-            &[&DRAIN_PREFIX],
-        )
-        .await
-        .map_err(|source| PgSourceError::Query {
-            what: "emit the drain mark",
-            source,
-        })?;
-    let lsn: String = row.get(0);
-    crate::pg::lsn::parse_lsn(&lsn).ok_or(PgSourceError::Replication(ReplicationError::Closed))
 }
 
 impl ChangeSource for PostgresSource {
