@@ -583,7 +583,7 @@ pub async fn check_estate(
     for table in tables {
         let row = client
             .query_opt(
-                "SELECT c.oid, c.relkind::text FROM pg_class c WHERE c.oid = to_regclass($1)",
+                "SELECT c.oid, c.relkind::text, has_table_privilege(c.oid, 'SELECT') FROM pg_class c WHERE c.oid = to_regclass($1)",
                 &[&table.source.quoted()],
             )
             .await
@@ -595,6 +595,12 @@ pub async fn check_estate(
             });
         };
         let (oid, kind): (u32, String) = (row.get(0), row.get(1));
+        if !row.get::<_, bool>(2) {
+            problems.push(format!(
+                "the source role may not read {t}, so its first load and resyncs would fail: run `GRANT SELECT ON {t} TO …;` for the role of the source DSN",
+                t = table.source.quoted()
+            ));
+        }
         oids.push(oid);
         partitioned.push(kind == "p");
         // The relations whose replica identity the server uses: a partitioned table's

@@ -57,7 +57,7 @@ pub enum ReplicationError {
     /// The server reported an error (an `ErrorResponse`): its SQLSTATE and primary
     /// message, which may hold identifiers (slot, user, database names) or literals of
     /// the statement, never the password. DETAIL is left out: it can hold row values.
-    #[error("PostgreSQL error {code}: {message}{}", server_hint(.code))]
+    #[error("PostgreSQL error {code}: {message}{}", server_hint(.code, .message))]
     Server {
         /// The SQLSTATE, e.g. `42704`.
         code: String,
@@ -123,11 +123,46 @@ pub(super) fn protocol(what: impl Into<String>) -> ReplicationError {
 }
 
 /// What to do about a server error whose cause is known from its SQLSTATE alone.
-fn server_hint(code: &str) -> &'static str {
+fn server_hint(code: &str, message: &str) -> &'static str {
     match code {
         "55006" => {
             "; another connection holds the replication slot (another `weir run` with this config, or another consumer of the slot): stop it, or give each pipeline its own slot"
         }
+        "42704" if message.starts_with("publication") => {
+            "; the slot decodes each change with the catalog as of that change, so a publication dropped (even if made again since) is missing for the changes written while it was, for good: this slot cannot be read past them. Make a new slot and stage (new `slot` and `[stage] path`, then `weir init`: a fresh snapshot)"
+        }
+        "42501" if message.contains("replication role") => {
+            "; the source DSN's role needs the REPLICATION attribute: `ALTER ROLE … REPLICATION;`"
+        }
         _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReplicationError;
+
+    #[test]
+    fn server_errors_a_user_can_act_on_say_how() {
+        let text = |code: &str, message: &str| {
+            ReplicationError::Server {
+                code: code.into(),
+                message: message.into(),
+            }
+            .to_string()
+        };
+        assert!(
+            text("42704", "publication \"p\" does not exist").contains("Make a new slot and stage")
+        );
+        assert!(
+            !text("42704", "replication slot \"s\" does not exist").contains("Make a new slot")
+        );
+        assert!(
+            text(
+                "42501",
+                "must be superuser or replication role to start walsender"
+            )
+            .contains("REPLICATION;")
+        );
     }
 }
