@@ -740,6 +740,22 @@ fn hint(mode: SslMode, used_tls: bool, error: &tokio_postgres::Error) -> String 
             mode.name()
         );
     }
+    let mut chain = String::new();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        chain.push_str(&e.to_string());
+        cause = e.source();
+    }
+    if let Some(at) = chain.find("received fatal alert: ") {
+        // TLS 1.3: the server judges the client's certificate after the handshake.
+        let alert = chain[at + "received fatal alert: ".len()..]
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .next()
+            .unwrap_or_default();
+        return format!(
+            ": the server ended the TLS session ({alert}): it refused the client certificate (sslcert): UnknownCA: it was not signed by a CA of the server's ssl_ca_file; CertificateExpired: it has expired; CertificateRequired: set sslcert and sslkey"
+        );
+    }
     let Some(db) = error.as_db_error() else {
         return String::new();
     };
@@ -751,7 +767,11 @@ fn hint(mode: SslMode, used_tls: bool, error: &tokio_postgres::Error) -> String 
         return ": the server refuses connections without TLS for this user and database (pg_hba.conf): set sslmode=require, or verify-full with sslrootcert, in the DSN".to_owned();
     }
     if code == "28000" && message.contains("certificate") {
-        return ": the server authenticates this user with a client certificate: set sslcert and sslkey in the DSN".to_owned();
+        return if used_tls && mode != SslMode::Disable && message.contains("failed") {
+            ": the server checked the client certificate (sslcert) and refused it for this user: its CN must be the user name (or map to it in pg_ident.conf)".to_owned()
+        } else {
+            ": the server authenticates this user with a client certificate: set sslcert and sslkey in the DSN".to_owned()
+        };
     }
     String::new()
 }
