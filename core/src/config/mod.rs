@@ -85,7 +85,7 @@ pub enum ConfigError {
         field: String,
         message: String,
     },
-    #[error("{}: {field}: environment variable {var} is not set: export it with the connection string (postgres://user:password@host:port/db)", path.display())]
+    #[error("{}: {field}: environment variable {var} is not set (or is empty): export it with the connection string (postgres://user:password@host:port/db)", path.display())]
     MissingEnv {
         path: PathBuf,
         field: String,
@@ -215,11 +215,14 @@ impl Config {
         var: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Dsn, ConfigError> {
-        let value = env(var).ok_or_else(|| ConfigError::MissingEnv {
-            path: self.path.clone(),
-            field: field.to_owned(),
-            var: var.to_owned(),
-        })?;
+        let value =
+            env(var)
+                .filter(|v| !v.trim().is_empty())
+                .ok_or_else(|| ConfigError::MissingEnv {
+                    path: self.path.clone(),
+                    field: field.to_owned(),
+                    var: var.to_owned(),
+                })?;
         match crate::dsn::PgSettings::parse(&value) {
             Ok(_) => Ok(Dsn(value)),
             Err(crate::dsn::DsnError::Syntax) => Err(ConfigError::InvalidDsn {

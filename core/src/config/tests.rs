@@ -222,6 +222,14 @@ fn a_dsn_never_appears_in_errors_or_debug_output() {
             .to_string()
             .contains("environment variable V is not set")
     );
+    let empty = config
+        .dsn_from_env("target.dsn_env", "V", |_| Some("  ".into()))
+        .expect_err("empty");
+    assert!(
+        empty
+            .to_string()
+            .contains("target.dsn_env: environment variable V is not set (or is empty)")
+    );
 }
 
 #[test]
