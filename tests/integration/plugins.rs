@@ -1097,9 +1097,21 @@ fn plugin_inspect_shows_the_contract_and_the_imports() {
         .expect("inspect");
     assert_eq!(bad.status.code(), Some(1));
     assert!(
-        text(&bad.stderr).contains("is not a usable weir:transform component"),
+        text(&bad.stderr)
+            .contains("is not a usable weir:transform component: it is not a WebAssembly file"),
         "{}",
         text(&bad.stderr)
+    );
+    std::fs::write(not_wasm.path(), b"\0asm\x01\0\0\0").expect("write");
+    let core = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["plugin", "inspect"])
+        .arg(not_wasm.path())
+        .output()
+        .expect("inspect");
+    assert!(
+        text(&core.stderr).contains("it is a core WebAssembly module, not a component"),
+        "{}",
+        text(&core.stderr)
     );
 }
 

@@ -16,10 +16,12 @@ pub enum PipelineError {
     /// Boxed: the target's errors are large and rare.
     #[error(transparent)]
     Target(Box<TargetError>),
-    #[error("partition {partition} of {table} failed")]
+    #[error("partition {partition} of {table} failed{}", if *others == 0 { String::new() } else { format!(" (and {others} more, each logged above; `weir status` lists them)") })]
     Partition {
         table: String,
         partition: String,
+        /// Other partitions of the same round that failed too.
+        others: usize,
         #[source]
         source: Box<PipelineError>,
     },

@@ -124,6 +124,7 @@ impl Pipeline {
             .collect()
             .await;
         let mut first_error = None;
+        let mut failures = 0usize;
         let (mut partitions, mut rows) = (0usize, 0u64);
         for (d, outcome) in results {
             match outcome {
@@ -157,9 +158,11 @@ impl Pipeline {
                             tracing::warn!(error = %error_chain(&e), "partition failure not recorded");
                         }
                     }
+                    failures += 1;
                     first_error.get_or_insert(PipelineError::Partition {
                         table: d.table.clone(),
                         partition: d.partition.to_string(),
+                        others: 0,
                         source: Box::new(error),
                     });
                 }
@@ -174,6 +177,9 @@ impl Pipeline {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "partitions written"
         );
+        if let Some(PipelineError::Partition { others, .. }) = first_error.as_mut() {
+            *others = failures.saturating_sub(1);
+        }
         match first_error {
             Some(e) if !keep_going => Err(e),
             _ => Ok(Round {

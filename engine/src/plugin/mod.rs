@@ -347,6 +347,16 @@ impl PluginHost {
             path: path.to_owned(),
             message,
         };
+        if !bytes.starts_with(b"\0asm") {
+            return Err(load_err(
+                "it is not a WebAssembly file (a component starts with the bytes `\\0asm`): set `plugin` to the .wasm that `weir plugin build` (or the project's build.sh) writes".into(),
+            ));
+        }
+        if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
+            return Err(load_err(
+                "it is a core WebAssembly module, not a component: build the plugin for the `wasm32-wasip2` target with its SDK (`weir plugin build`), or wrap the module with `wasm-tools component new`".into(),
+            ));
+        }
         let sha256: [u8; 32] = Sha256::digest(bytes).into();
         // A pooled engine if its pool can be reserved and the component instantiates
         // in it; else, as for any component that does not fit its slots, on demand.
