@@ -14,6 +14,16 @@ cd "$(dirname "$0")"
 tools="${WEIR_TOOLS_DIR:-$HOME/.cache/weir-tools}"
 componentize_js_version=0.23.0
 
+# An unchanged project is not built again: componentize output differs from build to
+# build, and a new component's sha256 would make every partition it wrote stale.
+inputs=$({ echo "componentize-js $componentize_js_version"; find . -type f ! -path './.git/*' ! -path './build/*' ! -path '*/node_modules/*' \
+    ! -name '{{name}}.wasm*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)
+if [ -f {{name}}.wasm ] && [ "$(cat {{name}}.wasm.inputs 2>/dev/null)" = "$inputs" ]; then
+    echo "== {{name}}.wasm is up to date (its inputs are unchanged)" >&2
+    echo "$PWD/{{name}}.wasm"
+    exit 0
+fi
+
 # ComponentizeJS: the one Weir's own build installed, if it is this version.
 js="$tools/js"
 version_of() {
@@ -37,4 +47,5 @@ node sdk/node/bundle.js plugin.js -o build/bundle.js >&2
 node sdk/node/componentize.js --tools "$js" build/bundle.js --wit wit/transform-0.2.0 \
     --world-name transformer --disable http fetch-event -o {{name}}.wasm.tmp >&2
 mv -f {{name}}.wasm.tmp {{name}}.wasm
+echo "$inputs" > {{name}}.wasm.inputs
 echo "$PWD/{{name}}.wasm"

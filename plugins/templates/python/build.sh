@@ -11,6 +11,16 @@ cd "$(dirname "$0")"
 tools="${WEIR_TOOLS_DIR:-$HOME/.cache/weir-tools}"
 componentize_py_version=0.25.1
 
+# An unchanged project is not built again: componentize output differs from build to
+# build, and a new component's sha256 would make every partition it wrote stale.
+inputs=$({ echo "componentize-py $componentize_py_version"; find . -type f ! -path './.git/*' ! -path '*/__pycache__/*' \
+    ! -name '{{name}}.wasm*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)
+if [ -f {{name}}.wasm ] && [ "$(cat {{name}}.wasm.inputs 2>/dev/null)" = "$inputs" ]; then
+    echo "== {{name}}.wasm is up to date (its inputs are unchanged)" >&2
+    echo "$PWD/{{name}}.wasm"
+    exit 0
+fi
+
 # componentize-py: the one Weir's own build installed, if it is this version.
 py="$tools/py"
 if [ ! -d "$py/componentize_py-$componentize_py_version.dist-info" ]; then
@@ -33,4 +43,5 @@ cp -r sdk/weir_plugin "$stage/"
 PYTHONPATH="$py" python3 "$py/bin/componentize-py" --quiet -d wit/transform-0.2.0 -w transformer \
     componentize -p "$stage" app -o {{name}}.wasm.tmp >&2
 mv -f {{name}}.wasm.tmp {{name}}.wasm
+echo "$inputs" > {{name}}.wasm.inputs
 echo "$PWD/{{name}}.wasm"
