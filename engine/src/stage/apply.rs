@@ -738,12 +738,14 @@ impl StageBatch {
         sync: bool,
     ) -> Result<(), StageError> {
         let batch = self.into_write_batch(stage, position)?;
+        let bytes = batch.size_in_bytes();
         let mut opts = WriteOptions::default();
         opts.set_sync(sync);
         stage
             .db
             .write_opt(batch, &opts)
-            .map_err(db_err("stage transactions"))
+            .map_err(db_err("stage transactions"))?;
+        stage.after_write_of(bytes)
     }
 
     /// The batch with the dirty marks and generation (and the position, if given),

@@ -31,9 +31,11 @@ impl Stage {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let value = postcard::to_allocvec(changes)
             .map_err(|e| corrupt(format!("cannot encode chunk: {e}")))?;
+        let bytes = value.len();
         self.db
             .put_cf(self.cf(CF_PENDING), seq.to_be_bytes(), value)
-            .map_err(db_err("stage a chunk"))
+            .map_err(db_err("stage a chunk"))?;
+        self.after_write_of(bytes)
     }
 
     /// Forgets the pending area: the transaction it belonged to was aborted.
@@ -160,9 +162,11 @@ impl Stage {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let value = postcard::to_allocvec(changes)
             .map_err(|e| corrupt(format!("cannot encode chunk: {e}")))?;
+        let bytes = value.len();
         self.db
             .put_cf(self.cf(CF_STREAMS), stream_key(xid, seq), value)
-            .map_err(db_err("stage a streamed chunk"))
+            .map_err(db_err("stage a streamed chunk"))?;
+        self.after_write_of(bytes)
     }
 
     /// Forgets the area of streamed transaction `xid`.

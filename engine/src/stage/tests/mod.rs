@@ -1410,9 +1410,10 @@ fn a_dirty_partition_without_changed_keys_stays_changed_whole_when_a_key_changes
 }
 
 /// The write-ahead log is bounded: a family written rarely (the position's) kept every
-/// log file alive, and a live run's stage grew by all it wrote until a restart.
+/// log file alive, and a live run's stage grew by all it wrote until a restart. And the
+/// table files' filters are partitioned.
 #[test]
-fn the_write_ahead_log_is_bounded() {
+fn the_write_ahead_log_is_bounded_and_filters_are_partitioned() {
     let dir = tempfile::tempdir().expect("tempdir");
     let _stage = Stage::open(dir.path(), "test").expect("open");
     let options = std::fs::read_dir(dir.path())
@@ -1425,5 +1426,43 @@ fn the_write_ahead_log_is_bounded() {
     assert!(
         options.contains("max_total_wal_size=134217728"),
         "{options}"
+    );
+    // Filters and indexes in partitions the block cache keeps (a whole filter larger
+    // than a cache shard was read from the file again at every lookup).
+    for want in [
+        "partition_filters=true",
+        "index_type=kTwoLevelIndexSearch",
+        "metadata_block_size=4096",
+        "pin_top_level_index_and_filter=true",
+    ] {
+        assert!(options.contains(want), "{want}: {options}");
+    }
+}
+
+/// A chunk larger than the memtables' whole budget (a row of hundreds of MB in a large
+/// transaction) does not stall the writes after it for good.
+#[test]
+fn a_write_larger_than_the_memtables_budget_does_not_stall_the_next_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "test").expect("open");
+    let (done, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let big = StageChange::SourceState(vec![7u8; 140 << 20]);
+        let small = StageChange::SourceState(vec![1u8; 16]);
+        // A transaction streamed in progress: its chunk goes to its area, then, at
+        // its commit, to the pending area (the path of a 200 MB row that hung intake).
+        stage.append_stream(9, &[(9, big)]).expect("large streamed chunk");
+        stage.stage_stream(9, &[], 100, 0).expect("streamed commit");
+        for _ in 0..3 {
+            stage
+                .append_pending(std::slice::from_ref(&small))
+                .expect("small chunk");
+        }
+        let _ = done.send(stage.has_pending().expect("pending"));
+    });
+    assert_eq!(
+        wait.recv_timeout(std::time::Duration::from_secs(120)),
+        Ok(true),
+        "the writes after a large one were stalled"
     );
 }
