@@ -138,12 +138,20 @@ impl SnapshotProgress {
     }
 
     /// The progress once a resync of `table` (with `filter`) begins: the table is read
-    /// again from its first key. `None`: a resync with a filter of a table not read whole
-    /// yet (its snapshot, or a whole resync, is under way and reads every row anyway).
+    /// again from its first key. A resync with a filter of a table whose resync with
+    /// another filter is under way reads again, from its first key, the rows either
+    /// selects. `None`: a resync with a filter of a table not read whole yet (its
+    /// snapshot, or a whole resync, is under way and reads every row anyway).
     pub(super) fn with_resync(&self, table: &str, filter: Option<String>) -> Option<Self> {
         let whole = filter.is_none();
+        let mut filter = filter;
         if !whole && !self.complete && !self.done.iter().any(|t| t == table) {
-            return None;
+            let under_way = self
+                .resync
+                .iter()
+                .find(|r| r.table == table)
+                .and_then(|r| r.filter.as_ref())?;
+            filter = filter.map(|f| format!("({under_way}) OR ({f})"));
         }
         let mut next = self.clone();
         next.done.retain(|t| t != table);
@@ -333,5 +341,26 @@ mod tests {
             .with_resync("public.orders", Some("id > 3".into()))
             .expect("a resync with --where");
         assert!(filtered.pages.is_empty(), "--where reads in key order");
+        // A second --where while the first is read: the rows either selects, from the
+        // first key again.
+        let mut reading = filtered.clone();
+        reading.current = Some(("public.orders".into(), vec![Some("9".into())]));
+        let both = reading
+            .with_resync("public.orders", Some("id = 1".into()))
+            .expect("a second resync with --where");
+        assert_eq!(
+            both.resync,
+            vec![Resync {
+                table: "public.orders".into(),
+                filter: Some("(id > 3) OR (id = 1)".into()),
+            }]
+        );
+        assert_eq!(both.current, None, "read again from the first key");
+        // Under a whole resync, a --where is passed over: every row is read anyway.
+        assert!(
+            resync
+                .with_resync("public.orders", Some("id = 1".into()))
+                .is_none()
+        );
     }
 }

@@ -1451,7 +1451,9 @@ fn a_write_larger_than_the_memtables_budget_does_not_stall_the_next_ones() {
         let small = StageChange::SourceState(vec![1u8; 16]);
         // A transaction streamed in progress: its chunk goes to its area, then, at
         // its commit, to the pending area (the path of a 200 MB row that hung intake).
-        stage.append_stream(9, &[(9, big)]).expect("large streamed chunk");
+        stage
+            .append_stream(9, &[(9, big)])
+            .expect("large streamed chunk");
         stage.stage_stream(9, &[], 100, 0).expect("streamed commit");
         for _ in 0..3 {
             stage
