@@ -102,11 +102,15 @@ enum Command {
         #[arg(long)]
         table: String,
         /// First partition of the window.
-        #[arg(long)]
-        from: String,
+        #[arg(long, requires = "to", required_unless_present = "partition")]
+        from: Option<String>,
         /// End of the window, exclusive.
-        #[arg(long)]
-        to: String,
+        #[arg(long, requires = "from")]
+        to: Option<String>,
+        /// A partition by its name (repeatable), instead of a window: reaches those no
+        /// window does (`__null__`, `infinity`, BC days such as `-0043-03-15`).
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["from", "to"])]
+        partition: Vec<String>,
         /// Partitions checked at once.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
         parallel: u16,
@@ -311,20 +315,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             table,
             from,
             to,
+            partition,
             parallel,
             against_source,
             json,
         } => {
-            commands::verify::run(
-                config,
-                &table,
-                from,
-                to,
-                parallel.into(),
-                against_source,
-                json,
-            )
-            .await
+            let scope = match (from, to) {
+                (Some(from), Some(to)) => weir::backfill::Scope::Window { from, to },
+                _ => weir::backfill::Scope::Partitions(partition),
+            };
+            commands::verify::run(config, &table, scope, parallel.into(), against_source, json)
+                .await
         }
         Command::Resync {
             table,

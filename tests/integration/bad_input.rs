@@ -142,6 +142,41 @@ async fn a_null_partition_key_goes_to_the_null_partition_or_is_rejected() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(partitions, ["2026-03-01", "__null__"]);
+    // No window reaches the NULL partition; `verify --partition` names it.
+    client
+        .batch_execute(
+            "UPDATE analytics.fact_orders SET status = 'damaged' WHERE order_date IS NULL",
+        )
+        .await
+        .expect("damage");
+    db.weir_ok(&[
+        "verify",
+        "--table",
+        "public.orders",
+        "--from",
+        "2026-01-01",
+        "--to",
+        "2027-01-01",
+    ]);
+    let out = db.weir(&[
+        "verify",
+        "--table",
+        "public.orders",
+        "--partition",
+        "__null__",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("__null__"), "{stdout}");
+    assert!(stdout.contains("column status differs"), "{stdout}");
+    let out = db.weir(&[
+        "verify",
+        "--table",
+        "public.orders",
+        "--partition",
+        "2026-13-01",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 
     let db = TestDb::new("null_partition_reject").await;
     db.write_config("", "on_null_partition = \"reject\"", "");

@@ -99,6 +99,9 @@ pub enum Scope {
     Window { from: String, to: String },
     /// Partitions whose lineage names another plugin or config than the config's.
     Stale,
+    /// Partitions named exactly as `weir status` and lineage print them, including
+    /// those no window reaches (`__null__`, `infinity`, BC days).
+    Partitions(Vec<String>),
 }
 
 /// One partition a backfill or verify will visit.
@@ -228,6 +231,20 @@ pub async fn plan(
             });
         }
     }
+    if let Scope::Partitions(named) = scope {
+        let ty = config.partition_column().ty;
+        if let Some(bad) = named.iter().find(|name| {
+            crate::partition::predicate(ty, config.grain, &Partition::from_name(name)).is_none()
+        }) {
+            return Err(BackfillError::BadWindow {
+                what: "--partition",
+                value: bad.clone(),
+                grain: config.grain,
+                table: table.to_owned(),
+                hint: "name a partition as `weir status` and weir.partitions print it (`__null__`, `infinity`, `-0043-03-15`)",
+            });
+        }
+    }
     let stage: Arc<Stage> = p.stage_arc();
     let t = table.to_owned();
     let staged = tokio::task::spawn_blocking(move || stage.partitions(&t))
@@ -261,6 +278,12 @@ pub async fn plan(
             "lineage lists partitions that are not partitions of this grain (written under an earlier one); passed over: remove them with `DELETE FROM weir.partitions WHERE target_table = '<target>' AND partition IN (…)` once the target no longer holds their rows"
         );
     }
+    if let Scope::Partitions(named) = scope {
+        // A named partition nothing knows is checked too: its target rows, if any.
+        for name in named {
+            names.insert(Partition::from_name(name), ());
+        }
+    }
     let known = match (names.keys().next(), names.keys().next_back()) {
         (Some(first), Some(last)) => format!(
             " (its {} partitions run from {first} to {last})",
@@ -274,6 +297,7 @@ pub async fn plan(
         let selected = match scope {
             Scope::Window { from, to } => in_window(&partition, from, to, integer_values),
             Scope::Stale => l.as_ref().is_some_and(|l| is_stale(l, &expected)),
+            Scope::Partitions(named) => named.iter().any(|n| Partition::from_name(n) == partition),
         };
         if !selected {
             continue;

@@ -11,12 +11,11 @@ use weir::pipeline::Pipeline;
 
 use super::progress::Reporter;
 
-/// Runs `weir verify` on the window `from..to` of `table`.
+/// Runs `weir verify` on the partitions of `table` in `scope` (a window, or named).
 pub(crate) async fn run(
     config_path: &Path,
     table: &str,
-    from: String,
-    to: String,
+    scope: backfill::Scope,
     parallel: usize,
     against_source: bool,
     json: bool,
@@ -39,7 +38,6 @@ pub(crate) async fn run(
     let dsn = config.target_dsn()?;
     let pipeline = Pipeline::open_read_only(config, dsn).await?;
     let table = backfill::find_table(&pipeline, table)?.to_owned();
-    let scope = backfill::Scope::Window { from, to };
     let mut entries = backfill::plan(&pipeline, &table, &scope, true).await?;
     backfill::add_target_partitions(&pipeline, &table, &scope, &mut entries).await?;
     if let Some(source) = &source {
