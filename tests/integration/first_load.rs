@@ -483,6 +483,46 @@ async fn a_lost_load_connection_reads_its_range_again_in_the_same_snapshot() {
     assert_all_same(&source, &db.client().await).await;
 }
 
+/// The walsenders of a live run ended by the server while its first load reads (the
+/// exporting one and the one that streams next): the workers finish in the snapshot
+/// they imported, and the run reconnects to stream instead of exiting; exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_run_whose_walsenders_end_during_the_first_load_reconnects() {
+    let rows = load_rows();
+    let (db, source_dsn, source) = loaded_estate(
+        "first_load_walsenders",
+        rows,
+        &format!(
+            "snapshot_chunk_rows = {}\nsnapshot_parallelism = 2",
+            (rows / 100).max(100)
+        ),
+    )
+    .await;
+    let log = db.path("run.log");
+    let mut run = spawn_slow_load(&db, &source_dsn, &log, "public.orders", 10).await;
+    let ended: i64 = source
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE backend_type = 'walsender' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .expect("end the walsenders")
+        .get(0);
+    assert!(ended >= 1, "walsenders to end");
+    wait_log(&log, "source reconnected", 180).await;
+    assert!(
+        run.try_wait().expect("try_wait").is_none(),
+        "the run went on: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let _ = run.0.kill();
+    let _ = run.wait();
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "drain: {}", text(&out.stderr));
+    assert_all_same(&source, &db.client().await).await;
+}
+
 /// A first load of `orders` (`rows` rows, `customer` held out of line in TOAST),
 /// SIGKILLed after 20 of its parts are staged: the stage holds some of its ranges of
 /// pages.

@@ -154,6 +154,30 @@ impl PostgresSource {
         stage: Arc<impl StagePort + 'static>,
         checkpoint: Option<Position>,
     ) -> Result<PostgresSource, PgSourceError> {
+        // The source lost after a first load staged the tables (its walsender ended):
+        // an interrupted load, which a live run waits out, keeping what was staged.
+        let mut loaded = false;
+        Self::open_loading(dsn, options, tables, stage, checkpoint, &mut loaded)
+            .await
+            .map_err(|e| match e {
+                e if loaded
+                    && e.is_transient()
+                    && !matches!(e, PgSourceError::LoadInterrupted(_)) =>
+                {
+                    PgSourceError::LoadInterrupted(Box::new(e))
+                }
+                e => e,
+            })
+    }
+
+    async fn open_loading(
+        dsn: &Dsn,
+        options: &PostgresSourceOptions,
+        tables: Vec<TableConfig>,
+        stage: Arc<impl StagePort + 'static>,
+        checkpoint: Option<Position>,
+        loaded: &mut bool,
+    ) -> Result<PostgresSource, PgSourceError> {
         let stage: Arc<dyn StagePort> = stage;
         let mut client = ReplicationClient::connect(dsn).await?;
         // E'…' with quotes and backslashes doubled: right whatever
@@ -220,14 +244,15 @@ impl PostgresSource {
                 range_rows: options.snapshot_chunk_rows,
                 watch: options.load_watch.clone(),
             };
-            let loaded = first_load(dsn, &load, &tables, &stage).await.map_err(|e| {
+            let loaded_at = first_load(dsn, &load, &tables, &stage).await.map_err(|e| {
                 if e.is_transient() {
                     PgSourceError::LoadInterrupted(Box::new(e))
                 } else {
                     e
                 }
             })?;
-            if let Some(position) = loaded {
+            if let Some(position) = loaded_at {
+                *loaded = true;
                 checkpoint = Some(Position {
                     position,
                     cursor: 0,
