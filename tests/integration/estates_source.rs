@@ -956,8 +956,24 @@ async fn a_first_load_of_rows_sharing_an_unenforced_key_is_refused() {
             ),
         )
         .expect("config");
+        // `init` finds them first; rows sharing a key after it, the load.
+        let out = weir_pg(&db, &source_dsn, &["init"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{method}: {stderr}");
+        assert!(
+            stderr.contains("source table public.orders: 2 rows share 1 value of the key (id)"),
+            "{method}: {stderr}"
+        );
+        source
+            .batch_execute("DELETE FROM orders WHERE customer = 'twin'")
+            .await
+            .expect("fix the source");
         let out = weir_pg(&db, &source_dsn, &["init"]);
         assert!(out.status.success(), "{method}: {}", text(&out.stderr));
+        source
+            .batch_execute("INSERT INTO orders VALUES (2, 'twin', '2026-03-02', 2.50, 'new')")
+            .await
+            .expect("a second row of key 2");
         let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{method}: {stderr}");

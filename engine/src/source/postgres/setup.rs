@@ -343,7 +343,19 @@ pub async fn setup(
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
-    let estate = match check_estate(client, publication, tables).await {
+    // And, of a table whose key nothing enforces, rows that share a key now: the
+    // first load would refuse it, stopping every table's load.
+    let checked = async {
+        let estate = check_estate(client, publication, tables).await?;
+        for table in tables
+            .iter()
+            .filter(|t| estate.unenforced_keys.contains(&t.source.to_string()))
+        {
+            refuse_shared_keys(client, table).await?;
+        }
+        Ok::<_, PgSourceError>(estate)
+    };
+    let estate = match checked.await {
         Ok(estate) => estate,
         Err(error) => {
             // A refused init leaves the source as it found it: the publication it
