@@ -69,18 +69,27 @@ pub(crate) async fn run(
         )?,
     }
     if wait {
-        wait_done(&config, &t.source.to_string(), lsn).await?;
+        wait_done(&config, &t.source.to_string(), &t.target, lsn).await?;
     }
     Ok(())
 }
 
 /// Waits until the stage is past the signal, the table's snapshot is done again and
-/// none of its partitions is dirty (read from the stage, read-only, beside the run).
-async fn wait_done(config: &Config, table: &str, signal: u64) -> anyhow::Result<()> {
+/// every partition of it that was dirty then is written since (read from the stage,
+/// read-only, beside the run, and from lineage): under a steady workload some of its
+/// partitions are always dirty, with changes newer than the resync.
+async fn wait_done(
+    config: &Config,
+    table: &str,
+    target: &weir::config::TableName,
+    signal: u64,
+) -> anyhow::Result<()> {
     let dsn = config.target_dsn()?;
     let mut moved = Instant::now();
     let mut last_position = None;
     let mut hinted = false;
+    // Once read again: the partitions dirty then, with their generation.
+    let mut left: Option<Vec<(String, u64)>> = None;
     loop {
         let status = pipeline::status(config, &dsn, 0).await?;
         let past = status.position.is_some_and(|p| p >= signal);
@@ -94,11 +103,31 @@ async fn wait_done(config: &Config, table: &str, signal: u64) -> anyhow::Result<
             .iter()
             .filter(|d| d.table == table)
             .count();
-        if past && state == "done" && dirty == 0 {
-            println!(
-                "resync of {table} done: the table is read again and its partitions are written"
-            );
-            return Ok(());
+        if past && state == "done" {
+            let dirty_now: Vec<(String, u64)> = status
+                .dirty_partitions
+                .iter()
+                .filter(|d| d.table == table)
+                .map(|d| (d.partition.clone(), d.generation))
+                .collect();
+            let left = left.get_or_insert_with(|| dirty_now.clone());
+            if !left.is_empty() {
+                // Written since: no longer dirty, or lineage at the generation it had.
+                let client = weir::target::connect(&dsn).await?;
+                let lineage = weir::target::table_lineage(&client, target).await?;
+                left.retain(|(partition, generation)| {
+                    dirty_now.iter().any(|(p, _)| p == partition)
+                        && lineage
+                            .get(partition)
+                            .is_none_or(|l| (l.stage_generation as u64) < *generation)
+                });
+            }
+            if left.is_empty() {
+                println!(
+                    "resync of {table} done: the table is read again and its partitions are written"
+                );
+                return Ok(());
+            }
         }
         if status.position != last_position {
             last_position = status.position;
