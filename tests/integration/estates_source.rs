@@ -562,6 +562,48 @@ async fn tables_the_stream_cannot_follow_whole_are_refused_with_their_fix() {
     );
 }
 
+/// A source table with row-level security that applies to Weir's role: a first load
+/// would read only the rows its policies show (the stream sends every row). Refused
+/// with the fix; with BYPASSRLS every row is loaded.
+#[tokio::test(flavor = "multi_thread")]
+async fn row_level_security_that_applies_to_the_role_is_refused() {
+    let db = TestDb::new("est_rls_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_rls",
+        "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'est_rls_reader') THEN CREATE ROLE est_rls_reader LOGIN REPLICATION; END IF; END $$;
+         CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 3, g, CASE WHEN g % 2 = 0 THEN 'open' ELSE 'hidden' END FROM generate_series(1, 20) g;
+         ALTER TABLE orders ENABLE ROW LEVEL SECURITY;
+         CREATE POLICY open_only ON orders FOR SELECT USING (status = 'open');
+         GRANT SELECT ON orders TO est_rls_reader;
+         CREATE PUBLICATION est_rls FOR TABLE orders;",
+    )
+    .await;
+    let reader_dsn = source_dsn.replacen("postgres://postgres@", "postgres://est_rls_reader@", 1);
+    assert_ne!(reader_dsn, source_dsn, "{source_dsn}");
+    write_config(&db, "est_rls", &orders("public.orders", &["id"], "day"));
+    let out = weir_pg(&db, &reader_dsn, &["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("has row-level security that applies to this role")
+            && stderr.contains("BYPASSRLS"),
+        "{stderr}"
+    );
+    source
+        .batch_execute("ALTER ROLE est_rls_reader BYPASSRLS")
+        .await
+        .expect("bypass");
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &reader_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders").await,
+        20
+    );
+}
+
 /// The stage records each table's contract; a config that changes a table's grain
 /// against it is refused (exit 2) with the difference and the way out, and
 /// `checkpoint show` prints the contract.
