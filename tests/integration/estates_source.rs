@@ -868,21 +868,28 @@ async fn a_missing_or_invalid_source_dsn_is_a_configuration_error() {
     }
 }
 
+/// A `REPLICA IDENTITY FULL` orders table keyed by `id`, which nothing enforces unique,
+/// after `weir init`.
+async fn unenforced_key_estate(name: &str) -> (TestDb, String, tokio_postgres::Client) {
+    let db = TestDb::new(&format!("{name}_target")).await;
+    let (source_dsn, source) = crate::harness::source_db(
+        name,
+        "CREATE TABLE orders (id bigint NOT NULL, customer text, order_date date, amount numeric(12,2), status text);
+         ALTER TABLE orders REPLICA IDENTITY FULL;",
+    )
+    .await;
+    write_config(&db, name, &orders("public.orders", &["id"], "day"));
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    (db, source_dsn, source)
+}
+
 /// A REPLICA IDENTITY FULL table whose key no unique index enforces: a streamed INSERT
 /// of a key the stage holds stops the run, naming the table, instead of merging two
 /// source rows into one target row; nothing past it is acknowledged.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_streamed_insert_of_a_staged_key_stops_a_table_whose_key_is_not_enforced() {
-    let db = TestDb::new("est_dupkey_target").await;
-    let (source_dsn, source) = crate::harness::source_db(
-        "est_dupkey",
-        "CREATE TABLE orders (id bigint NOT NULL, customer text, order_date date, amount numeric(12,2), status text);
-         ALTER TABLE orders REPLICA IDENTITY FULL;",
-    )
-    .await;
-    write_config(&db, "est_dupkey", &orders("public.orders", &["id"], "day"));
-    let out = weir_pg(&db, &source_dsn, &["init"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (db, source_dsn, source) = unenforced_key_estate("est_dupkey").await;
     source
         .batch_execute("INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new'), (2, 'b', '2026-03-01', 2.00, 'new')")
         .await
@@ -924,16 +931,7 @@ async fn a_streamed_insert_of_a_staged_key_stops_a_table_whose_key_is_not_enforc
 /// row stops the run too (the two source rows would become one target row).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_streamed_update_onto_a_staged_key_stops_a_table_whose_key_is_not_enforced() {
-    let db = TestDb::new("est_dupupd_target").await;
-    let (source_dsn, source) = crate::harness::source_db(
-        "est_dupupd",
-        "CREATE TABLE orders (id bigint NOT NULL, customer text, order_date date, amount numeric(12,2), status text);
-         ALTER TABLE orders REPLICA IDENTITY FULL;",
-    )
-    .await;
-    write_config(&db, "est_dupupd", &orders("public.orders", &["id"], "day"));
-    let out = weir_pg(&db, &source_dsn, &["init"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (db, source_dsn, source) = unenforced_key_estate("est_dupupd").await;
     source
         .batch_execute("INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new'), (2, 'b', '2026-03-01', 2.00, 'new'), (3, 'c', '2026-03-01', 3.00, 'new')")
         .await

@@ -109,14 +109,7 @@ const DRAIN_PREFIX: &str = "weir.drain";
 /// Writes a transactional logical message into the source's WAL and returns its LSN:
 /// everything committed before it is "available now" for `run --once`.
 pub(super) async fn emit_drain_message(dsn: &Dsn) -> Result<u64, PgSourceError> {
-    let (client, connection) = crate::pgconn::connect(dsn)
-        .await
-        .map_err(PgSourceError::Connect)?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%error, "source connection closed");
-        }
-    });
+    let client = connect(dsn).await?;
     // Flushed at once, so the walsender sends it without waiting for the WAL writer.
     client
         .batch_execute("SET synchronous_commit = on")
