@@ -132,6 +132,7 @@ pub(crate) async fn backfill(
                 &scope,
                 entries,
                 parallel,
+                true,
                 &|_| {},
                 std::future::pending(),
             )

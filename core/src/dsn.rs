@@ -96,6 +96,10 @@ pub enum DsnError {
         "not a valid PostgreSQL connection string (URL or key=value form); it is not shown because it may hold a password"
     )]
     Syntax,
+    #[error(
+        "a connection parameter's name is not one PostgreSQL's libpq knows: check each key's spelling (it is not named, since a password with unquoted spaces makes one)"
+    )]
+    UnknownParameter,
     #[error("connection parameter {parameter}: {problem}")]
     Parameter {
         parameter: &'static str,
@@ -162,7 +166,9 @@ const TAKEN: [&str; 11] = [
 ];
 
 /// libpq parameters Weir does not support: refused by name rather than ignored.
-const UNSUPPORTED: [&str; 6] = [
+const UNSUPPORTED: [&str; 8] = [
+    "passfile",
+    "service",
     "sslcrl",
     "sslcrldir",
     "ssl_min_protocol_version",
@@ -175,7 +181,9 @@ impl PgSettings {
     /// Parses a DSN (URL or key=value form).
     pub fn parse(dsn: &str) -> Result<PgSettings, DsnError> {
         let (rest, taken) = split_dsn(dsn)?;
-        let mut config: tokio_postgres::Config = rest.parse().map_err(|_| DsnError::Syntax)?;
+        let mut config: tokio_postgres::Config = rest
+            .parse()
+            .map_err(|e: tokio_postgres::Error| parse_problem(&e))?;
         let mut ssl = SslSettings::default();
         let bad = |parameter, problem| Err(DsnError::Parameter { parameter, problem });
         for (key, value) in &taken {
@@ -452,6 +460,47 @@ fn split_dsn(dsn: &str) -> Result<(String, Vec<(String, String)>), DsnError> {
     }
     taken.retain(|(key, _)| TAKEN.contains(&key.as_str()));
     Ok((rest, taken))
+}
+
+/// tokio-postgres's parameters whose value it checks: a parse error names one of them.
+const CHECKED: [&str; 13] = [
+    "port",
+    "connect_timeout",
+    "host",
+    "hostaddr",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_retries",
+    "tcp_user_timeout",
+    "load_balance_hosts",
+    "replication",
+    "application_name",
+    "options",
+];
+
+/// What tokio-postgres's parse error says, without any part of the DSN but a
+/// parameter name of its own: an invalid value names the parameter; an unknown name
+/// is said to be one (the name itself may be part of a mis-quoted password).
+fn parse_problem(e: &tokio_postgres::Error) -> DsnError {
+    let text = match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    };
+    if text.contains("unknown option `") {
+        return DsnError::UnknownParameter;
+    }
+    let named = text
+        .split_once("invalid value for option `")
+        .and_then(|(_, rest)| rest.split('`').next())
+        .and_then(|name| CHECKED.iter().find(|c| **c == name));
+    match named {
+        Some(parameter) => DsnError::Parameter {
+            parameter,
+            problem: "has a value PostgreSQL does not take (a number for ports and time-outs; the value is not shown)",
+        },
+        None => DsnError::Syntax,
+    }
 }
 
 fn is_taken(key: &str) -> bool {

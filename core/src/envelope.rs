@@ -143,7 +143,8 @@ pub fn decode_line<'a>(
             Some("t") => return truncate(tables, &qualified(), tx_id.clone()).map(Some),
             Some(other) => {
                 return Err(bad(format!(
-                    "unknown op `{other}`: expected c, u, d, r or t"
+                    "unknown op `{}`: expected c, u, d, r or t",
+                    shown(other)
                 )));
             }
             None => return Err(bad("`op` must be a string".into())),
@@ -154,7 +155,7 @@ pub fn decode_line<'a>(
         .iter()
         .find(|t| t.source.schema == *schema_name && t.source.name == *table_name)
         .ok_or_else(|| {
-            let qualified = qualified();
+            let qualified = shown(&qualified());
             bad(format!("table `{qualified}` is not configured: add a [[table]] with source = \"{qualified}\""))
         })?;
     // A whole number (as serde_json reads one as an `i64`: its text, kept as written).
@@ -187,6 +188,22 @@ pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
 /// The same placeholder for a `bytea` column: its bytes, in base64.
 const UNAVAILABLE_BYTES_BASE64: &str = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==";
 
+/// A name or word the feed gave, as a reason quotes it: as it is when short and
+/// printable; else its first characters with control characters escaped, and its
+/// length (a reason is logged: a feed's text must not forge log lines or fill them).
+fn shown(text: &str) -> String {
+    const SHOWN_CHARS: usize = 64;
+    if text.len() <= SHOWN_CHARS && !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    let head: String = text
+        .chars()
+        .take(SHOWN_CHARS)
+        .flat_map(char::escape_debug)
+        .collect();
+    format!("{head}… ({} bytes)", text.len())
+}
+
 /// A TRUNCATE (`op` `t`) of `table`, as the table's `on_truncate` says.
 fn truncate(tables: &[TableConfig], table: &str, tx_id: TxId) -> Result<DecodedLine, BadLine> {
     let config = tables.iter().find(|t| t.source.to_string() == table);
@@ -207,7 +224,11 @@ fn truncate(tables: &[TableConfig], table: &str, tx_id: TxId) -> Result<DecodedL
         None => Err(BadLine::bad(
             tx_id,
             Some(table.to_owned()),
-            format!("table `{table}` is not configured: add a [[table]] with source = \"{table}\""),
+            format!(
+                "table `{}` is not configured: add a [[table]] with source = \"{}\"",
+                shown(table),
+                shown(table)
+            ),
         )),
     }
 }
@@ -457,7 +478,8 @@ fn image(
     for (name, json) in &fields {
         let Some(i) = table.columns.iter().position(|c| c.name == *name) else {
             return Err(format!(
-                "column `{name}` in `{which}` is not declared in the columns of {}",
+                "column `{}` in `{which}` is not declared in the columns of {}",
+                shown(name),
                 table.source
             ));
         };
@@ -515,8 +537,17 @@ fn image(
 }
 
 /// Whether a value's JSON text is Debezium's placeholder for a value it did not have:
-/// the text itself, or for `bytea` its bytes in base64 or hex.
+/// the text itself, for `bytea` its bytes in base64 or hex, and the forms Debezium's
+/// PostgreSQL connector gives an unchanged TOAST value of an array or `hstore` column
+/// (which Weir stages as `json`/`jsonb` or text): a list holding the text (`text[]`,
+/// `varchar[]`, `json[]` …), a list of the text's bytes as numbers (`int[]`,
+/// `bigint[]`, `date[]` …), and a map from the text to itself (`hstore.handling.mode`
+/// `map`), or any of these as JSON text in a string (`json` mode). No other value
+/// has these forms.
 fn is_unavailable(ty: ColumnType, json: &str) -> bool {
+    if json.starts_with('[') || json.starts_with('{') {
+        return is_unavailable_structure(json);
+    }
     let Some(text) = json.strip_prefix('"').and_then(|j| j.strip_suffix('"')) else {
         return false;
     };
@@ -529,7 +560,41 @@ fn is_unavailable(ty: ColumnType, json: &str) -> bool {
                 || (text.len() == 2 * UNAVAILABLE_VALUE.len()
                     && hex::decode(text).is_ok_and(|b| b == UNAVAILABLE_VALUE.as_bytes()))
         }
-        _ => text == UNAVAILABLE_VALUE,
+        _ => {
+            text == UNAVAILABLE_VALUE
+                || (text.contains(UNAVAILABLE_VALUE)
+                    && serde_json::from_str::<String>(json)
+                        .is_ok_and(|inner| is_unavailable_structure(inner.trim())))
+        }
+    }
+}
+
+/// Whether JSON text is a list or map form of Debezium's placeholder (see
+/// [`is_unavailable`]).
+fn is_unavailable_structure(json: &str) -> bool {
+    use serde_json::Value as J;
+    // Cheap refusals first: nearly every array or object value is neither form.
+    if !(json.contains(UNAVAILABLE_VALUE) || json.starts_with("[95")) {
+        return false;
+    }
+    match serde_json::from_str::<J>(json) {
+        Ok(J::Array(items)) => match items.as_slice() {
+            [J::String(text)] => text == UNAVAILABLE_VALUE,
+            _ => {
+                items.len() == UNAVAILABLE_VALUE.len()
+                    && items
+                        .iter()
+                        .zip(UNAVAILABLE_VALUE.bytes())
+                        .all(|(item, byte)| item.as_u64() == Some(u64::from(byte)))
+            }
+        },
+        Ok(J::Object(map)) => {
+            map.len() == 1
+                && map
+                    .get(UNAVAILABLE_VALUE)
+                    .is_some_and(|v| v.as_str() == Some(UNAVAILABLE_VALUE))
+        }
+        _ => false,
     }
 }
 

@@ -74,14 +74,32 @@ enum Command {
         #[arg(long, required_unless_present = "stale")]
         table: Option<String>,
         /// First partition of the window (e.g. 2026-01-01 for grain day).
-        #[arg(long, requires = "to", conflicts_with = "stale")]
+        #[arg(
+            long,
+            requires = "to",
+            conflicts_with = "stale",
+            allow_hyphen_values = true
+        )]
         from: Option<String>,
         /// End of the window, exclusive.
-        #[arg(long, requires = "from", conflicts_with = "stale")]
+        #[arg(
+            long,
+            requires = "from",
+            conflicts_with = "stale",
+            allow_hyphen_values = true
+        )]
         to: Option<String>,
+        /// A partition by its name (repeatable), instead of a window: reaches those no
+        /// window does (`__null__`, `infinity`, BC days such as `-0043-03-15`).
+        #[arg(long, value_name = "NAME", allow_hyphen_values = true, conflicts_with_all = ["from", "to", "stale"])]
+        partition: Vec<String>,
         /// The partitions whose lineage names another plugin or config than the config's.
-        #[arg(long, required_unless_present = "from")]
+        #[arg(long, required_unless_present_any = ["from", "partition"])]
         stale: bool,
+        /// Rewrite every partition of the window, also those an interrupted backfill of
+        /// the same window replaced already (which a run resumes past by default).
+        #[arg(long)]
+        restart: bool,
         /// Partition jobs at once.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
         parallel: u16,
@@ -102,14 +120,19 @@ enum Command {
         #[arg(long)]
         table: String,
         /// First partition of the window.
-        #[arg(long, requires = "to", required_unless_present = "partition")]
+        #[arg(
+            long,
+            requires = "to",
+            required_unless_present = "partition",
+            allow_hyphen_values = true
+        )]
         from: Option<String>,
         /// End of the window, exclusive.
-        #[arg(long, requires = "from")]
+        #[arg(long, requires = "from", allow_hyphen_values = true)]
         to: Option<String>,
         /// A partition by its name (repeatable), instead of a window: reaches those no
         /// window does (`__null__`, `infinity`, BC days such as `-0043-03-15`).
-        #[arg(long, value_name = "NAME", conflicts_with_all = ["from", "to"])]
+        #[arg(long, value_name = "NAME", allow_hyphen_values = true, conflicts_with_all = ["from", "to"])]
         partition: Vec<String>,
         /// Partitions checked at once.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -212,6 +235,7 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Run { .. } | Command::Demo { .. }) {
         weir::errors::end_quietly_on_closed_stdout();
     }
+    let json_logs = matches!(cli.log_format, LogFormat::Json);
     commands::logging::init(cli.log_format);
     // Test builds only: arm the failpoints named in FAILPOINTS (engine/src/faults.rs).
     #[cfg(feature = "failpoints")]
@@ -244,7 +268,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            commands::logging::print_fatal(&error, json_logs);
             if is_usage_error(&error) {
                 ExitCode::from(2)
             } else {
@@ -272,6 +296,18 @@ fn is_usage_error(error: &anyhow::Error) -> bool {
                 .downcast_ref::<weir::backfill::BackfillError>()
                 .is_some_and(weir::backfill::BackfillError::is_usage)
             || cause
+                .downcast_ref::<weir::source::SourceError>()
+                .is_some_and(|e| matches!(e, weir::source::SourceError::NotAFile { .. }))
+            || cause
+                .downcast_ref::<weir::plugin::PluginError>()
+                .is_some_and(|e| {
+                    matches!(
+                        e,
+                        weir::plugin::PluginError::Read { .. }
+                            | weir::plugin::PluginError::Load { .. }
+                    )
+                })
+            || cause
                 .downcast_ref::<weir::plugin::CacheError>()
                 .is_some_and(|e| matches!(e, weir::plugin::CacheError::Unsafe { .. }))
     })
@@ -290,7 +326,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             table,
             from,
             to,
+            partition,
             stale: _,
+            restart,
             parallel,
             dry_run,
             allow_empty,
@@ -298,15 +336,19 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         } => {
             let scope = match (from, to) {
                 (Some(from), Some(to)) => backfill::Scope::Window { from, to },
+                _ if !partition.is_empty() => backfill::Scope::Partitions(partition),
                 _ => backfill::Scope::Stale,
             };
             commands::backfill::run(
                 config,
                 table.as_deref(),
                 &scope,
-                parallel.into(),
-                dry_run,
-                allow_empty,
+                commands::backfill::Options {
+                    parallel: parallel.into(),
+                    dry_run,
+                    allow_empty,
+                    restart,
+                },
                 metrics_addr,
             )
             .await

@@ -5,7 +5,9 @@
 //! `Key (id)=(42) already exists.`) and its WHERE/context (`COPY t, line 1: …`);
 //! tokio-postgres's `Display` prints DETAIL. [`PgError`] wraps a
 //! `tokio_postgres::Error` and displays only its severity, SQLSTATE, message and the
-//! names of the schema, table, column, data type and constraint it concerns. Checked by
+//! names of the schema, table, column, data type and constraint it concerns; a data
+//! exception's message (class 22) without its quoted parts, which quote the value it
+//! could not take. Checked by
 //! `target_writes::a_failing_row_is_never_printed`.
 
 use std::fmt;
@@ -59,7 +61,15 @@ pub fn render(error: &tokio_postgres::Error) -> String {
         }
         return out;
     };
-    let mut out = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+    let code = db.code().code();
+    // A data exception's message quotes the value it could not take (`invalid input
+    // syntax for type integer: "…"`): the quoted parts are left out.
+    let message = if code.starts_with("22") {
+        without_quoted(db.message())
+    } else {
+        db.message().to_owned()
+    };
+    let mut out = format!("{} {code}: {message}", db.severity());
     let mut names = Vec::new();
     match (db.schema(), db.table()) {
         (Some(s), Some(t)) => names.push(format!("table {s}.{t}")),
@@ -82,4 +92,41 @@ pub fn render(error: &tokio_postgres::Error) -> String {
         out.push(')');
     }
     out
+}
+
+/// `message` with each double-quoted part replaced by `"…"`.
+fn without_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut parts = message.split('"');
+    if let Some(first) = parts.next() {
+        out.push_str(first);
+    }
+    let mut quoted = true;
+    for part in parts {
+        if quoted {
+            out.push_str("\"…\"");
+        } else {
+            out.push_str(part);
+        }
+        quoted = !quoted;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_quoted;
+
+    #[test]
+    fn quoted_values_are_left_out() {
+        assert_eq!(
+            without_quoted(r#"invalid input syntax for type integer: "PII-SENTINEL""#),
+            r#"invalid input syntax for type integer: "…""#
+        );
+        assert_eq!(
+            without_quoted("value too long for type character varying(5)"),
+            "value too long for type character varying(5)"
+        );
+        assert_eq!(without_quoted(r#"a "x" b "y" c"#), r#"a "…" b "…" c"#);
+    }
 }

@@ -370,7 +370,7 @@ async fn sigint_stops_a_backfill_cleanly_and_the_rerun_finishes_only_the_rest() 
 
     let rerun = db.weir_ok(&backfill_args("2"));
     assert!(
-        rerun.contains("already done by the interrupted run"),
+        rerun.contains("already done by an interrupted run of this window"),
         "{rerun}"
     );
     let (count, sum, _, upper) = target_summary(&db).await;

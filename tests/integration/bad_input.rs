@@ -111,6 +111,26 @@ async fn bad_records_go_to_the_dead_letter_table_and_the_rest_flows() {
         assert_eq!(line, Some(2), "{name}");
         assert!(reason.contains(want), "{name}: {reason}");
         assert_eq!(raw, bad, "{name}: the raw line is kept exactly");
+        if name != "malformed" {
+            continue;
+        }
+        // A new stage of the same feed (same source name) has a bad record at the same
+        // position: it is its own, not passed over as the first stage's.
+        let config = std::fs::read_to_string(db.config_path()).expect("read config");
+        let patched = config.replace("path = \"stage\"", "path = \"stage2\"");
+        assert_ne!(config, patched);
+        std::fs::write(db.config_path(), patched).expect("write config");
+        db.weir_ok(&["init"]);
+        db.weir_ok(&["run", "--once"]);
+        let stages: i64 = client
+            .query_one(
+                "SELECT count(DISTINCT stage_id) FROM weir.dead_letter WHERE kind = 'bad-record'",
+                &[],
+            )
+            .await
+            .expect("dead letters")
+            .get(0);
+        assert_eq!(stages, 2, "{name}: each stage's dead letter is kept");
     }
 }
 
@@ -177,6 +197,50 @@ async fn a_null_partition_key_goes_to_the_null_partition_or_is_rejected() {
         "2026-13-01",
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    // `backfill --partition` rebuilds it; a name starting with `-` is a value.
+    let out = db.weir_ok(&[
+        "backfill",
+        "--table",
+        "public.orders",
+        "--partition",
+        "__null__",
+    ]);
+    assert!(out.contains("wrote 1 partitions"), "{out}");
+    db.weir_ok(&[
+        "verify",
+        "--table",
+        "public.orders",
+        "--partition",
+        "__null__",
+        "--partition",
+        "-infinity",
+    ]);
+    // A named partition without staged rows would be emptied: refused without
+    // --allow-empty.
+    let out = db.weir(&[
+        "backfill",
+        "--table",
+        "public.orders",
+        "--partition",
+        "-infinity",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    // A window holding no partition is not a pass.
+    let out = db.weir(&[
+        "verify",
+        "--table",
+        "public.orders",
+        "--from",
+        "2030-01-01",
+        "--to",
+        "2030-02-01",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("nothing was verified"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let db = TestDb::new("null_partition_reject").await;
     db.write_config("", "on_null_partition = \"reject\"", "");

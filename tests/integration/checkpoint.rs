@@ -193,6 +193,16 @@ async fn an_imported_stage_goes_on_with_the_position_and_dirty_partitions_it_car
     let lineage_a = lineage(&client_a).await;
     assert!(!lineage_a.is_empty());
     assert_eq!(lineage_a, lineage(&client_b).await);
+
+    // The imported stage checks its feed as the original does: a file replaced by
+    // another of the same length is refused, not resumed at the old offset.
+    let reordered: Vec<String> = second.iter().chain(first).cloned().collect();
+    a.write_feed(&reordered);
+    let out = weir_fails(&b, &["run", "--once"]);
+    assert!(
+        out.contains("is not the feed the stage was filled from"),
+        "{out}"
+    );
 }
 
 /// Runs a live `weir run` (its config's flush interval an hour, so it writes nothing)
@@ -293,10 +303,10 @@ async fn import_refuses_damaged_newer_and_truncated_files_and_changes_nothing() 
     assert!(!stage_b.exists(), "a refused import created the stage");
 
     let mut newer = good.clone();
-    newer[8..12].copy_from_slice(&2u32.to_be_bytes());
+    newer[8..12].copy_from_slice(&3u32.to_be_bytes());
     let out = import(&newer, "newer.ckpt");
     assert!(
-        out.contains("format version 2") && out.contains("version 1 that this build reads"),
+        out.contains("format version 3") && out.contains("version 2 that this build reads"),
         "{out}"
     );
     assert!(!stage_b.exists());

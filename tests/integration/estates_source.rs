@@ -1454,3 +1454,107 @@ async fn a_table_added_to_the_config_later_is_loaded_whole() {
     crate::postgres_source::assert_same_rows(&source, "orders", &target, "analytics.fact_orders")
         .await;
 }
+
+/// The primary key changed while `weir run` streams (`ADD PRIMARY KEY` on more
+/// columns), then rows that share the configured key: the run stops at the Relation
+/// message that carries the new key, before merging them, and says how to go on.
+#[tokio::test]
+async fn a_key_changed_while_streaming_stops_the_run_before_rows_merge() {
+    let db = TestDb::new("est_keychange_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_keychange",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new'), (2, 'b', '2026-03-02', 2.00, 'new');",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_keychange",
+        &orders("public.orders", &["id"], "day"),
+    );
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let log = db.path("run.log");
+    let mut run = spawn_run(&db, &source_dsn, &log);
+    let target = db.client().await;
+    let count = "SELECT count(*) FROM analytics.fact_orders";
+    wait_count(&target, count, 2, 120, &log).await;
+    source
+        .batch_execute(
+            "ALTER TABLE orders DROP CONSTRAINT orders_pkey, ADD PRIMARY KEY (id, order_date);
+             INSERT INTO orders VALUES (1, 'twin', '2026-03-05', 5.00, 'new');",
+        )
+        .await
+        .expect("key change");
+    let status = wait_exit(&mut run, &log, 60);
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the source table's key changed while streaming")
+            && stderr.contains("are (id, order_date), the configured key is (id)"),
+        "{stderr}"
+    );
+    // Nothing merged: the target holds the rows before the change.
+    let rows: Vec<(i64, String)> = target
+        .query(
+            "SELECT id, customer FROM analytics.fact_orders ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows, [(1, "a".to_owned()), (2, "b".to_owned())]);
+}
+
+/// A new stage of the source (the recovery the errors give after a table was dropped
+/// and made again): once its first load is done, the partitions only the old stage
+/// wrote, which the source no longer holds, are emptied by the next start, not left
+/// in the target.
+#[tokio::test]
+async fn a_new_stage_empties_the_partitions_only_the_old_stage_wrote() {
+    let db = TestDb::new("est_orphan_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_orphan",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new'), (2, 'b', '2026-03-02', 2.00, 'new'),
+                                   (3, 'c', '2026-03-03', 3.00, 'new');",
+    )
+    .await;
+    write_config(&db, "est_orphan", &orders("public.orders", &["id"], "day"));
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    // The table dropped and made again, without the day 2026-03-02; a new slot and
+    // stage read it.
+    source
+        .batch_execute(
+            "DROP TABLE orders;
+             CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+             INSERT INTO orders VALUES (1, 'a2', '2026-03-01', 1.00, 'new'), (3, 'c', '2026-03-03', 3.00, 'new');
+             ALTER PUBLICATION est_orphan ADD TABLE orders;",
+        )
+        .await
+        .expect("made again");
+    let config = postgres_config(
+        "est_orphan2",
+        "publication = \"est_orphan\"\n[engine]\nflush_interval_ms = 100",
+        &format!("[[table]]\n{}\n", orders("public.orders", &["id"], "day")),
+    )
+    .replace("publication = \"est_orphan2\"\n", "")
+    .replace("path = \"stage\"", "path = \"stage2\"");
+    std::fs::write(db.config_path(), config).expect("config");
+    for args in [&["init"][..], &["run", "--once"], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    crate::postgres_source::assert_same_rows(
+        &source,
+        "orders",
+        &db.client().await,
+        "analytics.fact_orders",
+    )
+    .await;
+}

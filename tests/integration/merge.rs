@@ -471,12 +471,14 @@ async fn small_merges_of_many_partitions_go_in_one_transaction_with_their_reject
     assert!(wrong.is_empty(), "lineage row counts: {wrong:?}");
 }
 
-/// A plugin that can read a clock sees its partition's newest commit time, in a merge
-/// too, where only the changed rows are transformed: the unchanged rows' commit times
-/// count, so a merge gives what a replace would. (A plugin that imports no clock is
-/// given none, and its merge reads only the changed rows.)
+/// A plugin that reads a clock sees its partition's newest commit time. A merge would
+/// transform only the changed rows, at a time their change may have moved: the row's
+/// output would depend on its job. So a merge in which the plugin read a clock is rolled
+/// back and the partition replaced, and the table's partitions are replaced from then
+/// on: the target is what a replace gives. (A plugin that imports no clock is given
+/// none, and its merge reads only the changed rows.)
 #[tokio::test(flavor = "multi_thread")]
-async fn a_merged_plugin_that_reads_a_clock_sees_the_whole_partitions_newest_commit_time() {
+async fn a_plugin_that_reads_a_clock_has_its_partitions_replaced_not_merged() {
     let db = TestDb::new("merge_clock").await;
     let order = march_first;
     // The harness's envelopes commit at 1772323200000 ms; these move it.
@@ -501,33 +503,35 @@ async fn a_merged_plugin_that_reads_a_clock_sees_the_whole_partitions_newest_com
     db.weir_ok(&["init"]);
     db.weir_ok(&["run", "--once"]);
     let client = db.client().await;
-    let newest = 1_772_323_500;
     let every_row_at = |t: i64| (1..=10).map(|id| (id, t)).collect::<Vec<_>>();
-    assert_eq!(clocks(&client).await, every_row_at(newest), "first write");
-    // An update of an older row, committed before the newest row: the merge
-    // transforms only it, at the partition's newest commit time, not its own.
-    db.append_feed(&[at(
-        envelope("u", None, Some(&order(3, "new")), Some(&order(3, "paid"))),
-        1_772_323_300_000,
-    )]);
-    assert_eq!(
-        surveys(&db, &["run", "--once"]),
-        [10],
-        "the merge surveys the partition once, for the clock the plugin reads"
-    );
-    assert_eq!(write_mode(&client, "2026-03-01").await, "merge");
     assert_eq!(
         clocks(&client).await,
-        every_row_at(newest),
-        "after the merge"
+        every_row_at(1_772_323_500),
+        "first write"
+    );
+    // An update committed after every other row: a merge would give only row 3 the new
+    // time. The merge job reads the clock (a survey), is rolled back, and the replace
+    // surveys again.
+    db.append_feed(&[at(
+        envelope("u", None, Some(&order(3, "new")), Some(&order(3, "paid"))),
+        1_772_323_900_000,
+    )]);
+    assert_eq!(surveys(&db, &["run", "--once"]), [10, 10]);
+    assert_eq!(write_mode(&client, "2026-03-01").await, "replace");
+    assert_eq!(
+        clocks(&client).await,
+        every_row_at(1_772_323_900),
+        "every row at the partition's newest commit time, as a replace gives"
     );
 }
 
 /// componentize-py's runtime imports `wasi:clocks` but the Python orders plugin never
-/// reads a clock: its merge of one changed row reads that row, not the partition's
-/// other rows for a clock nobody reads. Its output is the Rust plugin's.
+/// reads a clock: it is never surveyed for one. Its runtime draws random bytes when it
+/// starts (which seed what its `random` would give each row, in the job's order), so a
+/// merge of it is rolled back and the partition replaced. Its output is the Rust
+/// plugin's.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_plugin_that_imports_a_clock_it_never_reads_merges_without_surveying_the_partition() {
+async fn a_plugin_that_imports_a_clock_it_never_reads_is_not_surveyed_and_is_replaced() {
     let db = TestDb::new("merge_unread_clock").await;
     let lines: Vec<String> = (1..=10)
         .map(|id| envelope("c", None, None, Some(&march_first(id, "new"))))
@@ -556,7 +560,7 @@ async fn a_plugin_that_imports_a_clock_it_never_reads_merges_without_surveying_t
         "no survey"
     );
     let client = db.client().await;
-    assert_eq!(write_mode(&client, "2026-03-01").await, "merge");
+    assert_eq!(write_mode(&client, "2026-03-01").await, "replace");
     let rows: Vec<(i64, String, String)> = client
         .query(
             "SELECT id, status, amount_eur::text FROM analytics.fact_orders ORDER BY id",

@@ -521,6 +521,12 @@ async fn a_rejection_fails_the_partition_with_on_reject_fail(db: &TestDb) {
         .count("SELECT count(*) FROM analytics.orders_eur WHERE id = 2001")
         .await;
     assert_eq!(other, 1, "the other partition is written");
+    // The failed run still says what it did before it stopped.
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("stopped by an error after staging 3 changes and writing 1 rows"),
+        "{stdout}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -715,8 +721,8 @@ fn hostile_plugins_hit_the_sandbox_limits_with_clear_errors() {
         let (code, _, _, stderr) = plugin_test(&plugin("hostile-deep-describe"), ONE_ROW, &stack);
         assert_eq!(
             code,
-            Some(1),
-            "the process exits normally ({stack:?}): {stderr}"
+            Some(2),
+            "the process exits normally, the plugin refused as unusable ({stack:?}): {stderr}"
         );
         assert!(
             stderr.contains("`describe` failed") && stderr.contains("wasm stack overflow"),
@@ -755,7 +761,7 @@ fn hostile_plugins_hit_the_sandbox_limits_with_clear_errors() {
     );
     // 300 core instances: refused when the component is instantiated, so at load.
     let (code, _, _, stderr) = plugin_test(&plugin("hostile-instances"), ONE_ROW, &[]);
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, Some(2), "an unusable plugin: {stderr}");
     assert!(
         stderr.contains("`describe` failed")
             && stderr.contains("instance limit exceeded: instance count too high at 257"),
@@ -1086,7 +1092,7 @@ fn plugin_inspect_shows_the_contract_and_the_imports() {
         .args(["plugin", "inspect", "/nonexistent/plugin.wasm"])
         .output()
         .expect("inspect");
-    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(missing.status.code(), Some(2));
     assert!(text(&missing.stderr).contains("cannot read plugin /nonexistent/plugin.wasm"));
     let not_wasm = tempfile::NamedTempFile::new().expect("file");
     std::fs::write(not_wasm.path(), b"not a component").expect("write");
@@ -1095,7 +1101,7 @@ fn plugin_inspect_shows_the_contract_and_the_imports() {
         .arg(not_wasm.path())
         .output()
         .expect("inspect");
-    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(bad.status.code(), Some(2));
     assert!(
         text(&bad.stderr)
             .contains("is not a usable weir:transform component: it is not a WebAssembly file"),

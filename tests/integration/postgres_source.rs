@@ -265,6 +265,7 @@ async fn committed_changes_reach_the_stage_exactly_and_the_slot_follows_it() {
         primary: None,
         streaming: true,
         binary: true,
+        catalog_lsn: 0,
     };
     let dsn = Dsn::new(db.dsn.clone());
     let mut source = PostgresSource::open(
@@ -360,6 +361,7 @@ async fn a_missing_slot_is_a_loud_error_that_names_the_recovery() {
         primary: None,
         streaming: true,
         binary: true,
+        catalog_lsn: 0,
     };
     let err = PostgresSource::open(
         &Dsn::new(db.dsn.clone()),

@@ -322,3 +322,46 @@ async fn a_resync_killed_at_random_points_resumes_exact() {
     )
     .await;
 }
+
+/// A `--where` that held on every row when it was asked for, then fails on a row
+/// written since (`status::int` on a status that is not a number): the resync is given
+/// up with an error in the log, and the stream goes on, rather than every run failing
+/// on the same read for good.
+#[tokio::test]
+async fn a_resync_whose_condition_fails_on_a_later_row_is_given_up_not_wedged() {
+    let (db, source_dsn, source) = setup("resync_wedge", 500).await;
+    source
+        .batch_execute("UPDATE orders SET status = '1'")
+        .await
+        .expect("numeric statuses");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = weir_pg(
+        &db,
+        &source_dsn,
+        &[
+            "resync",
+            "--table",
+            "public.orders",
+            "--where",
+            "status::int > 0",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    source
+        .batch_execute("UPDATE orders SET status = 'LATE' WHERE id = 7")
+        .await
+        .expect("a row the condition cannot take");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("the resync is given up"), "{stderr}");
+    assert!(!stderr.contains("LATE"), "a row value in the log: {stderr}");
+    crate::postgres_source::assert_same_rows(
+        &source,
+        "orders",
+        &db.client().await,
+        "analytics.fact_orders",
+    )
+    .await;
+}

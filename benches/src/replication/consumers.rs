@@ -183,6 +183,7 @@ impl StageConsumer {
             primary: None,
             streaming: true,
             binary: true,
+            catalog_lsn: 0,
         };
         let stage = Arc::new(Stage::open(&config.stage_path, &config.source_id())?);
         let consumer = StageConsumer {

@@ -73,11 +73,16 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{}: invalid TOML", path.display())]
+    /// The parser's message without the line it quotes, and with its quoted values
+    /// left out: a password written into the config by mistake (`dsn = "postgres://…"`)
+    /// must not reach the error.
+    #[error("{}: invalid TOML at line {line}, column {column}: {message}{hint}", path.display())]
     Parse {
         path: PathBuf,
-        #[source]
-        source: toml::de::Error,
+        line: usize,
+        column: usize,
+        message: String,
+        hint: &'static str,
     },
     #[error("{}: {field}: {message}", path.display())]
     Invalid {
@@ -164,10 +169,8 @@ impl Config {
     /// Validates config text as if read from `path` (relative paths in it are resolved
     /// against `path`'s folder).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|source| parse_error(text, path, &source))?;
         let postgres_source = raw.source.kind == "postgres";
         Validator {
             path,
@@ -429,13 +432,51 @@ impl Validator<'_> {
     }
 }
 
+/// [`ConfigError::Parse`] of a TOML error in `text`.
+fn parse_error(text: &str, path: &Path, error: &toml::de::Error) -> ConfigError {
+    let at = error.span().map_or(0, |s| s.start).min(text.len());
+    let before = text.get(..at).unwrap_or_default();
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    // Field names are in backticks; values the parser quotes are in double quotes.
+    let mut message = String::new();
+    for (i, part) in error.message().trim().split('"').enumerate() {
+        message.push_str(if i % 2 == 1 { "\"…\"" } else { part });
+    }
+    // The key of the line (never its value), as the parser's quoted line said it.
+    if let Some(key) = text
+        .lines()
+        .nth(line - 1)
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim())
+        .filter(|k| !k.is_empty() && k.len() <= 64)
+    {
+        message = format!("`{key}`: {message}");
+    }
+    let secret_key = ["dsn", "password", "url", "uri", "connection_string"]
+        .iter()
+        .any(|k| message.contains(&format!("unknown field `{k}`")));
+    ConfigError::Parse {
+        path: path.to_owned(),
+        line,
+        column,
+        message,
+        hint: if secret_key {
+            " (a connection string goes in an environment variable that `dsn_env` names: secrets stay out of config files)"
+        } else {
+            ""
+        },
+    }
+}
+
 fn check_env_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         && !name.as_bytes()[0].is_ascii_digit();
     if ok {
         Ok(())
-    } else if name.contains("://") || name.contains('=') {
+    } else if name.contains("://") || name.contains('=') || name.contains('@') || name.contains(':')
+    {
         Err("must name an environment variable holding the DSN, not the DSN itself (secrets stay out of config files)".into())
     } else {
         Err(format!("`{name}` is not an environment variable name"))

@@ -205,9 +205,39 @@ fn a_dsn_never_appears_in_errors_or_debug_output() {
         .expect_err("bad port must be refused");
     assert!(
         err.to_string()
-            .contains("target.dsn_env: environment variable V does not hold a valid")
+            .contains("target.dsn_env: environment variable V: connection parameter port:"),
+        "{err}"
     );
     assert!(!format!("{err} {err:?}").contains(secret));
+    let unreadable = format!("postgres://user:{secret}@host/db?sslmode=%ZZ");
+    let err = config
+        .dsn_from_env("target.dsn_env", "V", |_| Some(unreadable.clone()))
+        .expect_err("bad escape");
+    assert!(
+        err.to_string()
+            .contains("target.dsn_env: environment variable V does not hold a valid"),
+        "{err}"
+    );
+    assert!(!format!("{err} {err:?}").contains(secret));
+    // A password written into the config by mistake is not quoted back.
+    for line in [
+        format!("dsn = \"postgres://u:{secret}@h/db\""),
+        format!("password = \"{secret}\""),
+        format!("dsn_env = \"u:{secret}@h\""),
+    ] {
+        let text = GOOD.replace(
+            "dsn_env = \"WEIR_TEST_TARGET_DSN\"",
+            &format!("dsn_env = \"WEIR_TEST_TARGET_DSN\"\n{line}"),
+        );
+        let text = if line.starts_with("dsn_env") {
+            GOOD.replace("dsn_env = \"WEIR_TEST_TARGET_DSN\"", &line)
+        } else {
+            text
+        };
+        let msg = error_of(&text);
+        assert!(!msg.contains(secret), "{msg}");
+        assert!(msg.contains("dsn_env"), "{msg}");
+    }
     let good = format!("postgres://user:{secret}@host:5432/db");
     let dsn = config
         .dsn_from_env("target.dsn_env", "V", |_| Some(good.clone()))

@@ -161,6 +161,33 @@ columns = {{ id = "bigint", b = {encoding} }}
         );
     }
     assert!(!is_unavailable(ColumnType::Bytea, "\"cafebabe\""));
+    // The forms Debezium gives an unchanged TOAST array or hstore value.
+    let bytes: Vec<String> = UNAVAILABLE_VALUE.bytes().map(|b| b.to_string()).collect();
+    let numbers = format!("[{}]", bytes.join(","));
+    for (ty, placeholder) in [
+        (ColumnType::Jsonb, r#"["__debezium_unavailable_value"]"#),
+        (ColumnType::Jsonb, numbers.as_str()),
+        (
+            ColumnType::Json,
+            r#"{"__debezium_unavailable_value":"__debezium_unavailable_value"}"#,
+        ),
+        (
+            ColumnType::Jsonb,
+            r#""{\"__debezium_unavailable_value\": \"__debezium_unavailable_value\"}""#,
+        ),
+        (ColumnType::Text, r#""[\"__debezium_unavailable_value\"]""#),
+    ] {
+        assert!(is_unavailable(ty, placeholder), "{placeholder}");
+    }
+    for value in [
+        r#"["__debezium_unavailable_value", "x"]"#,
+        "[95,95]",
+        r#"{"__debezium_unavailable_value":"x"}"#,
+        r#""{\"a\": 1}""#,
+        r#"["red"]"#,
+    ] {
+        assert!(!is_unavailable(ColumnType::Jsonb, value), "{value}");
+    }
     let url_safe = r#"{ type = "bytea", encoding = "base64-url-safe" }"#;
     let line = json!({"op": "c", "after": {"id": 1, "b": "_-8"}, "source": {"schema": "public", "table": "orders"}});
     assert_eq!(decode(url_safe, &line), Ok(Value::Bytes(vec![0xff, 0xef])));
@@ -462,4 +489,17 @@ fn a_connect_timestamp_in_the_schema_wins_over_the_columns_epoch() {
     let row = values(&line).expect("good");
     assert_eq!(value(&row, "at"), Value::Timestamp(MARCH_1_US));
     assert_eq!(value(&row, "at_ms"), Value::Timestamp(MARCH_1_US));
+}
+
+#[test]
+fn words_of_the_feed_in_a_reason_are_short_and_cannot_forge_log_lines() {
+    assert_eq!(shown("x"), "x");
+    let forged = format!(
+        "c\n2026-12-07T05:00:00Z  INFO weir: FAKE {}",
+        "A".repeat(200_000)
+    );
+    let s = shown(&forged);
+    assert!(!s.contains('\n'), "{s}");
+    assert!(s.len() < 200, "{s}");
+    assert!(s.ends_with(&format!("({} bytes)", forged.len())), "{s}");
 }

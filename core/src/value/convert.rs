@@ -421,6 +421,12 @@ impl Value {
             (ColumnType::Numeric(Some(typmod)), Value::Int(i)) => {
                 fit_decimal(&i.to_string(), typmod).map(Value::Decimal)
             }
+            (ColumnType::Numeric(None), Value::Decimal(d)) => {
+                if !numeric_storable(&d) {
+                    return Err(numeric_too_long(d));
+                }
+                Ok(Value::Decimal(d))
+            }
             (ColumnType::Text, Value::Text(s)) => {
                 if s.contains('\0') {
                     return Err(ConvertError::Nul {
@@ -482,6 +488,7 @@ impl Value {
     /// plugin's output), which would otherwise fail the partition's COPY.
     pub fn check_storable(&self) -> Result<(), ConvertError> {
         match self {
+            Value::Decimal(d) if !numeric_storable(d) => Err(numeric_too_long(d.clone())),
             Value::Text(s) if s.contains('\0') => Err(ConvertError::Nul {
                 column_type: "text",
             }),
@@ -500,6 +507,27 @@ impl Value {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// PostgreSQL's `numeric` limits: digits before the point (leading zeros aside) and
+/// after it.
+const NUMERIC_INT_DIGITS_MAX: usize = 131_072;
+const NUMERIC_FRAC_DIGITS_MAX: usize = 16_383;
+
+/// Whether PostgreSQL's `numeric` can hold a decimal's text (`NaN` and the infinities
+/// included): a value past its limits would fail every write of its partition.
+fn numeric_storable(d: &str) -> bool {
+    let digits = d.trim_start_matches(['-', '+']);
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    int.trim_start_matches('0').len() <= NUMERIC_INT_DIGITS_MAX
+        && frac.len() <= NUMERIC_FRAC_DIGITS_MAX
+}
+
+fn numeric_too_long(d: String) -> ConvertError {
+    ConvertError::Invalid {
+        text: d,
+        expected: "numeric PostgreSQL can hold (at most 131072 digits before the point and 16383 after)",
     }
 }
 
@@ -534,12 +562,11 @@ fn jsonb_numbers(doc: &mut serde_json::Value) -> Result<(), ConvertError> {
 /// sign on zero; `None` past `numeric`'s limits (131072 digits before the point, 16383
 /// after), which PostgreSQL refuses.
 fn jsonb_number(text: &str) -> Option<String> {
-    const INT_DIGITS_MAX: usize = 131_072;
-    const FRAC_DIGITS_MAX: usize = 16_383;
     // No exponent further out can give a number within both limits.
-    const EXPONENT_MAX: u32 = 131_072 + 16_383;
+    const EXPONENT_MAX: u32 = (NUMERIC_INT_DIGITS_MAX + NUMERIC_FRAC_DIGITS_MAX) as u32;
     let parsed = ParsedDecimal::parse_within(text, EXPONENT_MAX)?;
-    (parsed.int_digits.len() <= INT_DIGITS_MAX && parsed.frac_digits.len() <= FRAC_DIGITS_MAX)
+    (parsed.int_digits.len() <= NUMERIC_INT_DIGITS_MAX
+        && parsed.frac_digits.len() <= NUMERIC_FRAC_DIGITS_MAX)
         .then(|| parsed.canonical())
 }
 
@@ -549,6 +576,13 @@ fn date_of_epoch(n: i64, unit: EpochUnit) -> Result<Value, ConvertError> {
         n
     } else {
         let us = timestamp_of_epoch(n, unit)?;
+        if us == i64::MAX || us == i64::MIN {
+            return Ok(Value::Date(if us == i64::MAX {
+                i32::MAX
+            } else {
+                i32::MIN
+            }));
+        }
         if us.rem_euclid(MICROS_PER_DAY) != 0 {
             return Err(ConvertError::NotMidnight);
         }
@@ -563,6 +597,15 @@ fn date_of_epoch(n: i64, unit: EpochUnit) -> Result<Value, ConvertError> {
 
 /// Microseconds since 1970-01-01 from a number of `unit`s: exact, or an error.
 fn timestamp_of_epoch(n: i64, unit: EpochUnit) -> Result<i64, ConvertError> {
+    // Debezium's `infinity` and `-infinity` (the same number in every unit), as a
+    // schema's logical type reads them.
+    match n {
+        super::debezium::DEBEZIUM_INFINITY if unit != EpochUnit::Days => return Ok(i64::MAX),
+        super::debezium::DEBEZIUM_MINUS_INFINITY if unit != EpochUnit::Days => {
+            return Ok(i64::MIN);
+        }
+        _ => {}
+    }
     if unit == EpochUnit::Nanos && n % 1_000 != 0 {
         return Err(ConvertError::SubMicros);
     }

@@ -37,8 +37,8 @@ pub enum Logical {
 
 /// What Debezium's PostgreSQL connector sends for a timestamp of `infinity` and
 /// `-infinity`, in every unit (its documentation's values).
-const DEBEZIUM_INFINITY: i64 = 9_223_372_036_825_200_000;
-const DEBEZIUM_MINUS_INFINITY: i64 = -9_223_372_036_832_400_000;
+pub(super) const DEBEZIUM_INFINITY: i64 = 9_223_372_036_825_200_000;
+pub(super) const DEBEZIUM_MINUS_INFINITY: i64 = -9_223_372_036_832_400_000;
 
 /// Longest unscaled decimal accepted, in bytes (PostgreSQL's widest `numeric(1000)`
 /// needs 416).

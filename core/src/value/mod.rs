@@ -109,6 +109,29 @@ pub enum ColumnType {
     Bytea,
 }
 
+impl ColumnType {
+    /// Whether every value of this type is a value of type `to`, written the same way
+    /// (or as PostgreSQL writes it into `to`: a decimal given more scale): integers into
+    /// wider integers, decimals into decimals with as many digits before and after the
+    /// point or unconstrained, text into longer or unbounded text.
+    pub fn widens_to(self, to: ColumnType) -> bool {
+        use ColumnType::{BigInt, Integer, Numeric, SmallInt, Text, Varchar};
+        match (self, to) {
+            (SmallInt, Integer | BigInt) | (Integer, BigInt) => true,
+            (Numeric(_), Numeric(None)) => true,
+            (Numeric(Some(a)), Numeric(Some(b))) => {
+                // Digits before the point: precision less scale.
+                let before =
+                    |t: NumericTypmod| i32::from(t.precision).saturating_sub(i32::from(t.scale));
+                b.scale >= a.scale && before(b) >= before(a)
+            }
+            (Varchar(Some(a)), Varchar(Some(b))) => b >= a,
+            (Varchar(_), Varchar(None) | Text) | (Text, Varchar(None)) => true,
+            _ => false,
+        }
+    }
+}
+
 /// The precision and scale of `numeric(p,s)` (PostgreSQL 15: precision 1 to 1000, scale
 /// -1000 to 1000, so `numeric(5,-2)` and `numeric(3,5)` exist).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

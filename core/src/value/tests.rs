@@ -907,3 +907,70 @@ fn jsonb_numbers_are_staged_as_postgresql_stores_them() {
         Ok(Value::Json(r#"{"c":1e2}"#.into()))
     );
 }
+
+#[test]
+fn a_decimal_past_numerics_limits_is_refused_at_intake_and_in_output() {
+    let int_ok = format!("-{}.5", "9".repeat(131_072));
+    let frac_ok = format!("0.{}", "1".repeat(16_383));
+    for ok in [
+        int_ok.as_str(),
+        frac_ok.as_str(),
+        "NaN",
+        "-Infinity",
+        "000123.40",
+    ] {
+        let v = Value::Decimal(ok.to_owned());
+        assert!(
+            v.clone().conform(ColumnType::Numeric(None)).is_ok(),
+            "{ok:.20}"
+        );
+        assert!(v.check_storable().is_ok(), "{ok:.20}");
+    }
+    let int_long = format!("1{}", "0".repeat(131_072));
+    let frac_long = format!("0.{}", "1".repeat(16_384));
+    for bad in [int_long, frac_long] {
+        let v = Value::Decimal(bad);
+        assert!(matches!(
+            v.clone().conform(ColumnType::Numeric(None)),
+            Err(ConvertError::Invalid { .. })
+        ));
+        assert!(v.check_storable().is_err());
+    }
+}
+
+#[test]
+fn debeziums_infinity_reads_as_infinity_with_an_epoch_unit_too() {
+    for unit in [EpochUnit::Millis, EpochUnit::Micros, EpochUnit::Nanos] {
+        let plus = serde_json::json!(9_223_372_036_825_200_000_i64);
+        let minus = serde_json::json!(-9_223_372_036_832_400_000_i64);
+        assert_eq!(
+            Value::from_json_unit(ColumnType::TimestampTz, Some(unit), &plus),
+            Ok(Value::Timestamp(i64::MAX))
+        );
+        assert_eq!(
+            Value::from_json_unit(ColumnType::Timestamp, Some(unit), &minus),
+            Ok(Value::Timestamp(i64::MIN))
+        );
+        assert_eq!(
+            Value::from_json_unit(ColumnType::Date, Some(unit), &plus),
+            Ok(Value::Date(i32::MAX))
+        );
+    }
+}
+
+#[test]
+fn only_types_whose_values_all_fit_widen() {
+    let n = |p, s| ColumnType::Numeric(NumericTypmod::new(p, s));
+    assert!(ColumnType::Integer.widens_to(ColumnType::BigInt));
+    assert!(n(12, 2).widens_to(n(14, 4)));
+    assert!(n(12, 2).widens_to(ColumnType::Numeric(None)));
+    assert!(ColumnType::Varchar(Some(5)).widens_to(ColumnType::Text));
+    assert!(!ColumnType::BigInt.widens_to(ColumnType::Integer));
+    assert!(!n(14, 4).widens_to(n(12, 2)));
+    assert!(
+        !n(12, 2).widens_to(n(12, 4)),
+        "two digits fewer before the point"
+    );
+    assert!(!ColumnType::Text.widens_to(ColumnType::Varchar(Some(5))));
+    assert!(!ColumnType::Integer.widens_to(ColumnType::Text));
+}

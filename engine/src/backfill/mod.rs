@@ -59,8 +59,16 @@ pub enum BackfillError {
         /// The partitions there are, first and last, as a hint.
         known: String,
     },
+    #[error(
+        "partition {partition} of {table} holds no staged rows: a backfill would empty it in the target; pass --allow-empty to do that (check the name: as `weir status` and weir.partitions print it)"
+    )]
+    NothingStagedIn { table: String, partition: String },
     #[error("table `{0}` is not in the config (give its source or target name)")]
     UnknownTable(String),
+    #[error(
+        "table `{name}` names the targets of several tables ({tables}): give the source name, or the target's schema too (`schema.table`)"
+    )]
+    AmbiguousTable { name: String, tables: String },
     #[error(
         "{0} is being read again by `weir resync` and the stage does not hold all its rows yet: run this again once `weir status` shows it done"
     )]
@@ -86,6 +94,8 @@ impl BackfillError {
                 | BackfillError::EmptyRange { .. }
                 | BackfillError::NothingStaged { .. }
                 | BackfillError::EmptyWindow { .. }
+                | BackfillError::NothingStagedIn { .. }
+                | BackfillError::AmbiguousTable { .. }
                 | BackfillError::UnknownTable(_)
         )
     }
@@ -186,21 +196,38 @@ fn in_window(name: &Partition, from: &str, to: &str, integer_values: bool) -> bo
         };
     }
     // Time partition names of one grain have one fixed-width form: text order is time
-    // order. `infinity` partitions are in no window.
-    if k.ends_with("infinity") {
+    // order. The `infinity` partitions are in no window (`--partition` names them); a
+    // text value that only ends so (`beyond-infinity`) is an ordinary name.
+    if k == "infinity" || k == "-infinity" {
         return false;
     }
     from <= k.as_str() && k.as_str() < to
 }
 
 /// Finds a configured table by source or target name.
+/// A full name (`schema.table`, source or target) wins over a bare target table name;
+/// a bare name that several tables have is refused, naming them.
 pub fn find_table<'a>(p: &'a Pipeline, name: &str) -> Result<&'a str, BackfillError> {
-    p.tables()
-        .find(|(source, (t, _, _))| {
-            *source == name || t.target.to_string() == name || t.target.name == name
-        })
+    if let Some((source, _)) = p
+        .tables()
+        .find(|(source, (t, _, _))| *source == name || t.target.to_string() == name)
+    {
+        return Ok(source.as_str());
+    }
+    let mut bare: Vec<&'a str> = p
+        .tables()
+        .filter(|(_, (t, _, _))| t.target.name == name)
         .map(|(source, _)| source.as_str())
-        .ok_or_else(|| BackfillError::UnknownTable(name.to_owned()))
+        .collect();
+    bare.sort_unstable();
+    match bare.as_slice() {
+        [one] => Ok(one),
+        [] => Err(BackfillError::UnknownTable(name.to_owned())),
+        several => Err(BackfillError::AmbiguousTable {
+            name: name.to_owned(),
+            tables: several.join(", "),
+        }),
+    }
 }
 
 /// The partitions of one table in scope, with their staged rows and lineage.
@@ -349,6 +376,15 @@ pub async fn plan(
             known,
         });
     }
+    if let Scope::Partitions(_) = scope
+        && !allow_empty
+        && let Some(empty) = out.iter().find(|e| e.staged_rows == 0)
+    {
+        return Err(BackfillError::NothingStagedIn {
+            table: table.to_owned(),
+            partition: empty.partition.clone(),
+        });
+    }
     if let Scope::Window { from, to } = scope
         && !allow_empty
         && !out.is_empty()
@@ -401,7 +437,7 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
                 .map(|f| &f.partition),
         )
         .collect();
-    Ok(staged
+    let mut entries: Vec<PlanEntry> = staged
         .iter()
         .filter(|(partition, (_, rows))| {
             *rows > 0
@@ -417,6 +453,63 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
             generation,
             lineage: None,
             change: "not in the target's lineage".to_owned(),
+        })
+        .collect();
+    entries.extend(left_by_another_stage(p, table, &staged, &lineage)?);
+    Ok(entries)
+}
+
+/// The partitions of `table` that another stage of the same PostgreSQL source wrote
+/// (lineage names another stage id) and that this stage, whose first load of the table
+/// is done and whose position is past that write, holds no rows of: the source no
+/// longer has them (a stage made anew after the table was dropped and made again, or
+/// after its rows were deleted while nothing streamed). Written as this stage holds
+/// them, empty; left alone otherwise. Not for a JSON-lines feed, whose new stage holds
+/// only what its file gave it.
+fn left_by_another_stage(
+    p: &Pipeline,
+    table: &str,
+    staged: &BTreeMap<Partition, (u64, u64)>,
+    lineage: &BTreeMap<String, PartitionLineage>,
+) -> Result<Vec<PlanEntry>, BackfillError> {
+    if !p.resyncs() {
+        return Ok(Vec::new());
+    }
+    let (config, target, _) = p.table(table)?;
+    let stage = p.stage();
+    let stage_id = stage.stage_id().map_err(PipelineError::from)?;
+    let position = stage
+        .checkpoint()
+        .map_err(PipelineError::from)?
+        .map_or(0, |c| c.position);
+    if !p.table_loaded(table)? || position == 0 {
+        return Ok(Vec::new());
+    }
+    let ty = config.partition_column().ty;
+    Ok(lineage
+        .iter()
+        .filter_map(|(name, l)| {
+            let partition = Partition::from_name(name);
+            let other_stage = l
+                .stage_id
+                .as_deref()
+                .is_some_and(|id| !id.is_empty() && id != stage_id);
+            let held = staged.get(&partition).is_some_and(|(_, rows)| *rows > 0);
+            (other_stage
+                && l.row_count > 0
+                && !held
+                && u64::try_from(l.source_position).is_ok_and(|at| at <= position)
+                && crate::partition::predicate(ty, config.grain, &partition).is_some())
+            .then(|| PlanEntry {
+                table: table.to_owned(),
+                target: target.name.to_string(),
+                partition: name.clone(),
+                partition_value: partition,
+                staged_rows: 0,
+                generation: 0,
+                lineage: Some(l.clone()),
+                change: "written by another stage, not in this one".to_owned(),
+            })
         })
         .collect())
 }
@@ -438,7 +531,7 @@ pub async fn rewrite_unrecorded(p: &Pipeline) -> Result<usize, BackfillError> {
     }
     tracing::warn!(
         partitions = entries.len(),
-        "partitions the stage wrote before are not in the target's lineage (a target table made anew, or its lineage removed): writing them again"
+        "partitions the stage wrote before are not in the target's lineage (a target table made anew, or its lineage removed), or that another stage of the source wrote and this one holds no rows of (the source no longer has them): writing them again"
     );
     let parallel = p.config().engine.parallelism;
     let report = backfill(
@@ -446,6 +539,7 @@ pub async fn rewrite_unrecorded(p: &Pipeline) -> Result<usize, BackfillError> {
         &Scope::Stale,
         entries,
         parallel,
+        true,
         &|_| {},
         std::future::pending(),
     )
@@ -553,13 +647,16 @@ pub struct BackfillReport {
 }
 
 /// Rebuilds the planned partitions with replace semantics, `parallel` at once, until
-/// done or `interrupt` completes. A window's run is recorded in the target; an
-/// unfinished one is resumed (partitions written since it started are skipped).
+/// done or `interrupt` completes. A window's run is recorded in the target; with
+/// `resume`, an unfinished one is resumed (partitions written since it started are
+/// skipped), else the window starts afresh.
+#[allow(clippy::too_many_arguments)]
 pub async fn backfill(
     p: &Pipeline,
     scope: &Scope,
     entries: Vec<PlanEntry>,
     parallel: usize,
+    resume: bool,
     progress: &(dyn Fn(Progress) + Sync),
     interrupt: impl Future<Output = ()>,
 ) -> Result<BackfillReport, BackfillError> {
@@ -572,7 +669,8 @@ pub async fn backfill(
     if let (Scope::Window { from, to }, Some(first)) = (scope, todo.first()) {
         let (table_config, target, _) = p.table(&first.table)?;
         let client = target::connect(p.dsn()).await?;
-        let (started, resumed) = target::begin_backfill(&client, &target.name, from, to).await?;
+        let (started, resumed) =
+            target::begin_backfill(&client, &target.name, from, to, resume).await?;
         if resumed {
             let before = todo.len();
             // Done by the interrupted run: replaced whole since it started, with the
@@ -680,6 +778,7 @@ mod tests {
             false
         ));
         assert!(!in_window(&Partition::Null, "0", "z", false));
+        assert!(in_window(&day("beyond-infinity"), "a", "c", false));
         assert!(
             in_window(&day("9"), "2", "10", true),
             "integers compare as integers"

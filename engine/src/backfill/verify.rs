@@ -73,12 +73,15 @@ struct Output<'p> {
     p: &'p Pipeline,
     entry: &'p PlanEntry,
     source: Option<&'p Dsn>,
+    /// Which target columns are `jsonb` (see [`canonical`]).
+    jsonb: Vec<bool>,
 }
 
 impl Rows for Output<'_> {
     async fn each(&mut self, f: &mut (dyn FnMut(&[Vec<Value>]) + Send)) -> Result<(), String> {
         let (table, partition) = (&self.entry.table, &self.entry.partition_value);
-        let mut each = |rows| f(&canonical_rows(rows));
+        let jsonb = &self.jsonb;
+        let mut each = |rows| f(&canonical_rows(rows, jsonb));
         match self.source {
             None => self.p.for_each_output(table, partition, &mut each).await,
             Some(dsn) => {
@@ -110,7 +113,7 @@ impl Rows for TargetRows<'_> {
             &mut self.client,
             self.table,
             &self.entry.partition_value,
-            |rows| f(&canonical_rows(rows)),
+            |rows| f(&canonical_rows(rows, &jsonb_columns(self.table))),
         )
         .await
         .map_err(|e| format!("cannot read the target: {}", crate::errors::error_chain(&e)))
@@ -119,7 +122,7 @@ impl Rows for TargetRows<'_> {
 
 impl Rows for Vec<Vec<Value>> {
     async fn each(&mut self, f: &mut (dyn FnMut(&[Vec<Value>]) + Send)) -> Result<(), String> {
-        f(&canonical_rows(self.clone()));
+        f(&canonical_rows(self.clone(), &[]));
         Ok(())
     }
 }
@@ -219,6 +222,7 @@ async fn check(p: &Pipeline, e: &PlanEntry, row: &mut VerifyRow) -> Result<(), S
         p,
         entry: e,
         source: None,
+        jsonb: jsonb_columns(target),
     };
     let first = digest(&mut output, &grain).await?;
     let second = digest(&mut output, &[]).await?;
@@ -320,6 +324,7 @@ async fn check_against_source(
         p,
         entry: e,
         source: Some(dsn),
+        jsonb: jsonb_columns(target),
     };
     let mut target_rows = TargetRows::open(p, target, e).await?;
     let mut waits = SOURCE_RECHECKS.iter();
@@ -405,9 +410,16 @@ fn grain_indexes(
         .collect()
 }
 
-/// A row's grain key as text values: what keys compare and sort by.
+/// A row's grain key as text values: what keys compare and sort by. Text is quoted
+/// (with escapes), so that NULL and the text `NULL`, or `1` and `'1'`, are two keys.
 fn key_of(row: &[Value], grain: &[(usize, String)]) -> Vec<String> {
-    grain.iter().map(|(i, _)| row[*i].to_string()).collect()
+    grain
+        .iter()
+        .map(|(i, _)| match &row[*i] {
+            Value::Text(text) => format!("{text:?}"),
+            other => other.to_string(),
+        })
+        .collect()
 }
 
 fn key_hash(row: &[Value], grain: &[(usize, String)]) -> u64 {
@@ -593,14 +605,35 @@ async fn differences(
     Ok((shown, total))
 }
 
-fn canonical_rows(rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
-    rows.into_iter()
-        .map(|r| r.into_iter().map(|v| canonical(&v)).collect())
+/// Which of the table's columns are `jsonb`, in column order.
+fn jsonb_columns(table: &TargetTable) -> Vec<bool> {
+    table
+        .columns
+        .iter()
+        .map(|(_, ty)| *ty == tokio_postgres::types::Type::JSONB)
         .collect()
 }
 
-/// The value as compared between the stage's output and the target: JSON documents
-/// with sorted keys and no white space (`jsonb` reorders and respaces what it stores).
+/// Each row as compared: the values of `jsonb` columns (`jsonb[i]`) [`canonical`],
+/// every other value as it is (a `json` column keeps its text exactly, so its text is
+/// compared exactly). A column past `jsonb`'s end counts as `jsonb`.
+fn canonical_rows(rows: Vec<Vec<Value>>, jsonb: &[bool]) -> Vec<Vec<Value>> {
+    rows.into_iter()
+        .map(|r| {
+            r.into_iter()
+                .enumerate()
+                .map(|(i, v)| match jsonb.get(i) {
+                    Some(false) => v,
+                    _ => canonical(&v),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A `jsonb` value as compared between the stage's output and the target: JSON
+/// documents with sorted keys and no white space (`jsonb` reorders and respaces what it
+/// stores).
 fn canonical(v: &Value) -> Value {
     match v {
         Value::Json(text) => match serde_json::from_str::<serde_json::Value>(text) {
@@ -718,8 +751,11 @@ mod tests {
         let b = Value::Json("{\"a\":null,\"b\":[1,{\"x\":2,\"y\":1}]}".into());
         assert_eq!(canonical(&a), canonical(&b));
         assert_ne!(
-            target::checksum(&canonical_rows(vec![vec![a]])),
+            target::checksum(&canonical_rows(vec![vec![a.clone()]], &[true])),
             target::checksum(&[vec![Value::Json("{}".into())]])
         );
+        // A `json` column keeps its text: its key order and spaces are compared.
+        let rows = canonical_rows(vec![vec![a.clone()], vec![b.clone()]], &[false]);
+        assert_eq!(rows, vec![vec![a], vec![b]]);
     }
 }

@@ -11,13 +11,24 @@ use weir::pipeline::Pipeline;
 use super::progress::Reporter;
 
 /// Runs `weir backfill` on `table` (every table if `None`) over `scope`.
+/// How `weir backfill` runs (its flags besides the scope).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    /// Partition jobs at once.
+    pub parallel: usize,
+    /// List the plan, write nothing.
+    pub dry_run: bool,
+    /// A window without staged rows empties its target partitions.
+    pub allow_empty: bool,
+    /// Rewrite every partition, not resuming an interrupted run of the window.
+    pub restart: bool,
+}
+
 pub(crate) async fn run(
     config_path: &Path,
     table: Option<&str>,
     scope: &backfill::Scope,
-    parallel: usize,
-    dry_run: bool,
-    allow_empty: bool,
+    options: Options,
     metrics_addr: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
@@ -26,7 +37,7 @@ pub(crate) async fn run(
     }
     let dsn = config.target_dsn()?;
     let pipeline = Pipeline::open_read_only(config, dsn).await?;
-    let result = backfill_tables(&pipeline, table, scope, parallel, dry_run, allow_empty).await;
+    let result = backfill_tables(&pipeline, table, scope, options).await;
     super::log_peak_memory("backfill ended");
     result
 }
@@ -35,10 +46,14 @@ async fn backfill_tables(
     pipeline: &Pipeline,
     table: Option<&str>,
     scope: &backfill::Scope,
-    parallel: usize,
-    dry_run: bool,
-    allow_empty: bool,
+    options: Options,
 ) -> anyhow::Result<()> {
+    let Options {
+        parallel,
+        dry_run,
+        allow_empty,
+        restart,
+    } = options;
     let tables: Vec<String> = match table {
         Some(t) => vec![backfill::find_table(pipeline, t)?.to_owned()],
         None => {
@@ -76,6 +91,7 @@ async fn backfill_tables(
             scope,
             entries,
             parallel,
+            !restart,
             &|p| reporter.update(p),
             async {
                 let _ = tokio::signal::ctrl_c().await;
@@ -90,7 +106,7 @@ async fn backfill_tables(
             report.rows,
             if report.already_done > 0 {
                 format!(
-                    "; {} already done by the interrupted run",
+                    "; {} already done by an interrupted run of this window, passed over (`--restart` rewrites them too)",
                     report.already_done
                 )
             } else {
@@ -100,7 +116,7 @@ async fn backfill_tables(
                 String::new()
             } else {
                 format!(
-                    "; {} left to the live engine's newer writes ({}): a write it merged holds only the keys changed since, so to repair rows damaged by hand in them, run this backfill again once they are quiet",
+                    "; {} left as they are, written from newer changes than this stage holds ({}): by the live engine (a write it merged holds only the keys changed since, so to repair rows damaged by hand in them, run this backfill again once they are quiet), or by another stage further along the feed (a restored checkpoint: let `weir run` catch up first)",
                     report.superseded.len(),
                     report.superseded.join(", ")
                 )

@@ -51,6 +51,21 @@ fn log_subscriber(
     }
 }
 
+/// The command's fatal error on stderr: `error: …`, or with JSON logs one JSON object
+/// like the log's lines, so a collector that parses stderr reads it too.
+pub(crate) fn print_fatal(error: &anyhow::Error, json: bool) {
+    if json {
+        let line = serde_json::json!({
+            "level": "ERROR",
+            "target": "weir",
+            "fields": {"message": "error", "error": format!("{error:#}")},
+        });
+        eprintln!("{line}");
+    } else {
+        eprintln!("error: {error:#}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tracing_subscriber::filter::LevelFilter;

@@ -387,10 +387,10 @@ fn check_name(name: &str) -> anyhow::Result<()> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-');
     if !ok {
-        anyhow::bail!(
+        return Err(super::usage(format!(
             "plugin name `{name}`: use lower-case letters, digits and `-`, starting with a \
              letter and at most 64 characters (e.g. pii-mask)"
-        );
+        )));
     }
     Ok(())
 }

@@ -56,7 +56,21 @@ pub(crate) async fn run(
     // The process's peak memory over the whole run, for operators and the hostile
     // plugin campaign (`tests/integration/hostile_campaign.rs`).
     super::log_peak_memory("run ended");
-    let report = result?;
+    let report = match result {
+        Ok(report) => report,
+        Err(error) => {
+            // What the run did before it stopped: what is staged stays staged (and
+            // acknowledged), and the partitions written stay written.
+            let done = pipeline.live();
+            writeln!(
+                std::io::stdout().lock(),
+                "stopped by an error after staging {} changes and writing {} rows; what is staged stays staged, a new run goes on from there",
+                done.changes_staged,
+                done.rows_written
+            )?;
+            return Err(error.into());
+        }
+    };
     writeln!(
         std::io::stdout().lock(),
         "staged {} transactions ({} changes, {} already staged); wrote {} partitions ({} rows); {} dead letters; {} rows rejected by plugins",
@@ -68,6 +82,12 @@ pub(crate) async fn run(
         report.dead_letters,
         report.rows_rejected
     )?;
+    if rewritten > 0 {
+        writeln!(
+            std::io::stdout().lock(),
+            "before that, wrote again {rewritten} partitions the target's lineage did not list (or that another stage wrote and this one holds no rows of)"
+        )?;
+    }
     if report.source_reconnects > 0 {
         writeln!(
             std::io::stdout().lock(),

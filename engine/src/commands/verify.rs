@@ -91,7 +91,9 @@ pub(crate) async fn run(
     }
     if rows.is_empty() {
         // Nothing to compare is not a pass: most often a mistyped bound.
-        tracing::warn!(table = %table, "no partition of the table in this window is staged or written (nor in the source, with --against-source): nothing was verified; check the window's bounds");
+        return Err(super::usage(format!(
+            "no partition of {table} in this scope is staged or written (nor in the source, with --against-source): nothing was verified; check the window's bounds or the partition's name"
+        )));
     }
     if !json {
         writeln!(out, "verify passed: {} partitions", rows.len())?;

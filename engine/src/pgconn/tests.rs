@@ -157,8 +157,29 @@ fn syntax_errors_show_nothing_of_the_dsn() {
         format!("host=db nonsense={SECRET}"),
     ] {
         let error = parse(&dsn).expect_err(&dsn);
-        assert_eq!(error, DsnError::Syntax);
+        assert!(
+            matches!(
+                error,
+                DsnError::Syntax | DsnError::UnknownParameter | DsnError::Parameter { .. }
+            ),
+            "{error}"
+        );
         assert!(!format!("{error} {error:?}").contains(SECRET));
+    }
+    // A bad value of a checked parameter names the parameter, an unknown name says so,
+    // and libpq's files are refused by name.
+    for (dsn, want) in [
+        ("host=db port=5432x", Some("port")),
+        ("host=db connect_timeout=abc", Some("connect_timeout")),
+        ("host=db passfile=/p", Some("passfile")),
+        ("host=db service=prod", Some("service")),
+        ("host=db sslmdoe=require", None),
+    ] {
+        match parse(dsn).expect_err(dsn) {
+            DsnError::Parameter { parameter, .. } => assert_eq!(Some(parameter), want, "{dsn}"),
+            DsnError::UnknownParameter => assert_eq!(want, None, "{dsn}"),
+            other => panic!("{dsn}: {other}"),
+        }
     }
     let settings = parse(&format!("host=db password={SECRET}")).expect("valid");
     assert!(!format!("{settings:?}").contains(SECRET));

@@ -76,6 +76,10 @@ pub enum PipelineError {
         key: String,
     },
     #[error(
+        "{table}, partition {partition}: the plugin read a clock or drew random bytes, so a row's output depends on the other rows of its job: its partitions are replaced whole, not merged"
+    )]
+    MergeImpure { table: String, partition: String },
+    #[error(
         "{table}, partition {partition}: the plugin rejected the row with key {key}: {reason} (on_reject = \"fail\"; set on_reject = \"dead-letter\" to record rejected rows and write the rest)"
     )]
     Rejected {

@@ -1,6 +1,7 @@
 //! `init`, and the checks every open repeats: the configured tables resolved against
 //! the source and target, and their contracts reconciled with the stage's.
 
+use crate::pgerror::PgError;
 use tokio_postgres::Client;
 
 use super::{PipelineError, Transform, blocking, plugin_host};
@@ -37,7 +38,7 @@ pub async fn init_with(
 ) -> Result<InitReport, PipelineError> {
     let mut source_lines = Vec::new();
     let mut publication_mark = None;
-    let resolved = resolve_tables(config, None).await?;
+    let (resolved, _) = resolve_tables(config, None).await?;
     // Before anything is made in the source: a target table another pipeline writes.
     {
         let target = target::connect(dsn).await?;
@@ -417,16 +418,18 @@ pub(super) fn primary_dsn(config: &Config) -> Result<Option<Dsn>, crate::config:
 }
 
 /// The configured tables with their columns: declared (JSON lines) or read from the
-/// source's catalog (PostgreSQL), checked either way.
+/// source's catalog (PostgreSQL), checked either way; and for PostgreSQL, the source's
+/// WAL position just before the catalog was read (see `Assembler::with_catalog_lsn`).
 pub(super) async fn resolve_tables(
     config: &Config,
     target: Option<&Client>,
-) -> Result<Vec<TableConfig>, PipelineError> {
+) -> Result<(Vec<TableConfig>, u64), PipelineError> {
     let SourceConfig::Postgres { .. } = &config.source else {
-        return Ok(config.tables.clone());
+        return Ok((config.tables.clone(), 0));
     };
     let source_dsn = postgres_dsn(config)?;
     let client = postgres::connect(&source_dsn).await?;
+    let catalog_lsn = postgres::wal_position(&client).await?;
     let mut out = Vec::with_capacity(config.tables.len());
     for table in &config.tables {
         let (mut columns, unsupported) =
@@ -491,7 +494,7 @@ pub(super) async fn resolve_tables(
                 })?,
         );
     }
-    Ok(out)
+    Ok((out, catalog_lsn))
 }
 
 /// Refuses a table whose target holds partitions another pipeline wrote: lineage from
@@ -518,7 +521,7 @@ pub(super) async fn refuse_foreign_lineage(
         .await
         .map_err(|source| target::TargetError::Query {
             what: format!("read the lineage of {}", table.target),
-            source: crate::pgerror::PgError(source),
+            source: PgError(source),
         })?;
     match row {
         None => Ok(()),
@@ -554,7 +557,7 @@ async fn refuse_lost_slot(
         .await
         .map_err(|source| postgres::PgSourceError::Query {
             what: "look up the replication slot",
-            source,
+            source: PgError(source),
         })?
         .is_some();
     if exists {

@@ -390,6 +390,7 @@ impl Pipeline {
                     binary: !self
                         .source_text_only
                         .load(std::sync::atomic::Ordering::Relaxed),
+                    catalog_lsn: self.catalog_lsn,
                 };
                 AnySource::Postgres(Box::new(
                     postgres::PostgresSource::open(

@@ -21,7 +21,7 @@
 //!   changed keys), and `transform` (the identity, or the table's plugin).
 //! - `status`: what `weir status` reads, beside a running engine.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::Mutex;
@@ -100,6 +100,12 @@ pub struct Pipeline {
     /// Partitions whose last write failed deterministically (a plugin's verdict), with
     /// the generation that failed: not retried until the partition changes.
     failed: std::sync::Mutex<HashMap<(String, Partition), u64>>,
+    /// A PostgreSQL source's WAL position just before its catalog was read for
+    /// `tables` (0 otherwise): see `Assembler::with_catalog_lsn`.
+    catalog_lsn: u64,
+    /// Tables whose plugin read a clock or drew random bytes in a merge: replaced
+    /// whole from then on, in this process (see `PipelineError::MergeImpure`).
+    replace_only: std::sync::Mutex<HashSet<String>>,
     /// Whether the stage is open for writing (`run`), or read-only beside a live engine
     /// (`backfill`, `verify`): then dirty marks are left to the engine, and a write
     /// never replaces a partition lineage says is newer.
@@ -145,7 +151,8 @@ impl Pipeline {
         for _ in 0..config.engine.parallelism {
             clients.push(target::connect(&dsn).await?);
         }
-        config.tables = resolve_tables(&config, clients.first()).await?;
+        let (tables_resolved, catalog_lsn) = resolve_tables(&config, clients.first()).await?;
+        config.tables = tables_resolved;
         let host = plugin_host();
         let mut tables = HashMap::new();
         let oids = source_oids(&config, &config.tables).await?;
@@ -219,6 +226,8 @@ impl Pipeline {
             dsn,
             clients: Mutex::new(clients),
             failed: std::sync::Mutex::default(),
+            replace_only: std::sync::Mutex::default(),
+            catalog_lsn,
             writable,
             write_wake,
             load_watch: Arc::new(load_watch),
@@ -271,7 +280,7 @@ impl Pipeline {
 
     /// Whether the source can be resynced (a PostgreSQL source), so that the stage's
     /// source state may hold resyncs.
-    pub(super) fn resyncs(&self) -> bool {
+    pub(crate) fn resyncs(&self) -> bool {
         matches!(self.config.source, SourceConfig::Postgres { .. })
     }
 
@@ -287,6 +296,33 @@ impl Pipeline {
 
     pub fn dsn(&self) -> &Dsn {
         &self.dsn
+    }
+
+    /// Whether the stage holds every row of a PostgreSQL source's `table` (its first
+    /// load or snapshot, and any whole resync, done).
+    pub fn table_loaded(&self, table: &str) -> Result<bool, PipelineError> {
+        let state = self.stage.source_state()?;
+        Ok(
+            crate::source::postgres::snapshot_tables(state.as_deref(), &[table.to_owned()])
+                .first()
+                .is_some_and(|t| t.state == "done"),
+        )
+    }
+
+    /// Whether `table`'s partitions are replaced whole from now on (see
+    /// [`PipelineError::MergeImpure`]).
+    pub(super) fn replaces_only(&self, table: &str) -> bool {
+        self.replace_only
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(table)
+    }
+
+    pub(super) fn replace_only(&self, table: &str) {
+        self.replace_only
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(table.to_owned());
     }
 }
 

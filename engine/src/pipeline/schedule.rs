@@ -197,9 +197,15 @@ impl Pipeline {
             if records.is_empty() {
                 return Ok(total);
             }
+            let stage_id = self.stage.stage_id()?;
             let mut client = self.client().await?;
-            let result =
-                target::write_dead_letters(&mut client, &self.config.source_id(), &records).await;
+            let result = target::write_dead_letters(
+                &mut client,
+                &stage_id,
+                &self.config.source_id(),
+                &records,
+            )
+            .await;
             self.clients.lock().await.push(client);
             result?;
             let positions: Vec<u64> = records.iter().map(|r| r.position).collect();

@@ -302,12 +302,22 @@ fn produce(
             ClockSurvey::none()
         };
         let ended = run_to_end(job, &snap, merge, &clock.clock, tx);
+        // A merge's output must be what a replace gives those rows: a plugin that read
+        // a clock (the partition's newest commit time, which the changed rows may have
+        // moved) or drew random bytes (the job's sequence, whose place depends on the
+        // rows pushed before) made rows that depend on the job. Never ended: the writer
+        // rolls it back and replaces the partition.
+        let impure = merge && clock.clock.used();
         match (ended, clock.end()) {
             // Output made on a clock that could not be read never ends: the writer
             // rolls it back.
             (_, Some(e)) => Err(e.into()),
             (Err(RunError::Failed(e)), None) => Err(e),
             (Err(RunError::Stopped), None) => Ok(()),
+            (Ok(_), None) if impure => Err(PipelineError::MergeImpure {
+                table: job.table.source.to_string(),
+                partition: job.partition.name().into_owned(),
+            }),
             (Ok(end), None) => {
                 // A writer gone by now has its own error to report.
                 let _ = send(tx, Piece::End(end));

@@ -33,7 +33,10 @@ impl Pipeline {
         only_if_dirty: bool,
     ) -> Result<Option<WriteSummary>, PipelineError> {
         let (table_config, _, transform) = self.table(table)?;
-        let mut merge = only_if_dirty && self.writable && transform.merges(table_config);
+        let mut merge = only_if_dirty
+            && self.writable
+            && transform.merges(table_config)
+            && !self.replaces_only(table);
         let key_columns = if merge {
             match self.key_columns(table) {
                 Ok(columns) => columns,
@@ -67,6 +70,14 @@ impl Pipeline {
                     if merge && table_config.write == WriteMode::Auto =>
                 {
                     tracing::debug!(table, partition = %partition, error = %crate::errors::error_chain(&error), "write = \"auto\" replaces a partition it could not merge");
+                    merge = false;
+                }
+                // The plugin read a clock or drew random bytes: what it made for the
+                // changed rows alone is not what a replace gives them. Rolled back;
+                // replaced, and so from now on.
+                Err(error @ PipelineError::MergeImpure { .. }) if merge => {
+                    tracing::info!(table, partition = %partition, error = %crate::errors::error_chain(&error), "the table's partitions are replaced, not merged");
+                    self.replace_only(table);
                     merge = false;
                 }
                 Err(error) => return Err(error),

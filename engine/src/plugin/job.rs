@@ -91,8 +91,6 @@ pub struct JobSession<'p> {
     input: InputColumns,
     fuel: u64,
     pushed: u64,
-    /// Rows of the call whose output `next` continues (its budget).
-    call_rows: u64,
 }
 
 impl std::fmt::Debug for JobSession<'_> {
@@ -159,7 +157,6 @@ impl Plugin {
             input: spec.input.clone(),
             fuel,
             pushed: 0,
-            call_rows: 0,
         })
     }
 
@@ -308,19 +305,20 @@ impl JobSession<'_> {
             .map_err(|e| Plugin::call_error(&self.store, &self.limits, &self.job, &e))?;
         self.fuel += Plugin::fuel_used(&self.store);
         self.pushed += rows.len() as u64;
-        self.call_rows = rows.len() as u64;
         self.output(result)
     }
 
     /// The next part of the last `push`'s or `finish`'s output (after a part that said
-    /// `more`), budgeted as that call.
+    /// `more`), within that call's budget: every part of one call's output shares its
+    /// fuel and its time, so a plugin that says `more` for ever runs out of them, as
+    /// one that loops does.
     pub fn next_part(&mut self) -> Result<CallOutput, PluginError> {
-        Plugin::arm(&mut self.store, &self.limits, self.call_rows);
+        let before = Plugin::fuel_used(&self.store);
         let result = self
             .world
             .next(&mut self.store, self.session)
             .map_err(|e| Plugin::call_error(&self.store, &self.limits, &self.job, &e))?;
-        self.fuel += Plugin::fuel_used(&self.store);
+        self.fuel += Plugin::fuel_used(&self.store).saturating_sub(before);
         self.output(result)
     }
 
@@ -334,7 +332,6 @@ impl JobSession<'_> {
             .finish(&mut self.store, self.session)
             .map_err(|e| Plugin::call_error(&self.store, &self.limits, &self.job, &e))?;
         self.fuel += Plugin::fuel_used(&self.store);
-        self.call_rows = self.pushed;
         self.output(result)
     }
 

@@ -10,6 +10,7 @@
 
 use std::convert::Infallible;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -40,8 +41,16 @@ pub struct JobSeed<'a> {
 /// (the rows are at hand) or computed when the plugin first reads a clock, once, and
 /// then the same for every read: a plugin whose runtime imports a clock but never reads
 /// it (componentize-py's) does not pay for a pass over its partition.
+///
+/// It also records whether the plugin read either clock or drew random bytes
+/// ([`JobClock::used`]): a job that did gave each row an output that depends on the
+/// job, not only on the row (the partition's newest commit time, the job's place in
+/// its random sequence), which a merge of some rows cannot reproduce.
 #[derive(Clone)]
-pub struct JobClock(Arc<LazyLock<i64, Box<dyn FnOnce() -> i64 + Send>>>);
+pub struct JobClock {
+    instant: Arc<LazyLock<i64, Box<dyn FnOnce() -> i64 + Send>>>,
+    used: Arc<AtomicBool>,
+}
 
 impl JobClock {
     /// A clock at `micros`.
@@ -51,12 +60,24 @@ impl JobClock {
 
     /// A clock whose instant `read` computes, on the first read of either clock.
     pub fn on_first_read(read: impl FnOnce() -> i64 + Send + 'static) -> JobClock {
-        JobClock(Arc::new(LazyLock::new(Box::new(read))))
+        JobClock {
+            instant: Arc::new(LazyLock::new(Box::new(read))),
+            used: Arc::default(),
+        }
     }
 
     /// The instant (computing it if no read did yet).
     pub fn micros(&self) -> i64 {
-        **self.0
+        **self.instant
+    }
+
+    /// Whether the plugin read a clock or drew random bytes in this job.
+    pub fn used(&self) -> bool {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn mark_used(&self) {
+        self.used.store(true, Ordering::Relaxed);
     }
 }
 
@@ -170,6 +191,8 @@ pub struct JobRng {
     counter: u64,
     block: [u8; 32],
     used: usize,
+    /// The job's clock, told of each draw (see [`JobClock::used`]).
+    clock: JobClock,
 }
 
 impl JobRng {
@@ -179,10 +202,12 @@ impl JobRng {
             counter: 0,
             block: [0; 32],
             used: 32,
+            clock: seed.clock.clone(),
         }
     }
 
     fn fill(&mut self, out: &mut [u8]) {
+        self.clock.mark_used();
         for byte in out {
             if self.used == self.block.len() {
                 let mut h = Sha256::new();
@@ -267,6 +292,7 @@ impl FixedClock {
     }
 
     fn nanos(&self) -> u64 {
+        self.clock.mark_used();
         u64::try_from(self.clock.micros())
             .unwrap_or(0)
             .saturating_mul(1000)

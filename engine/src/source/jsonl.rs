@@ -217,6 +217,9 @@ impl JsonlSource {
                     };
                     let mut file = tokio::fs::File::open(p).await.map_err(io)?;
                     let metadata = file.metadata().await.map_err(io)?;
+                    if !metadata.is_file() {
+                        return Err(SourceError::NotAFile { feed });
+                    }
                     let len = metadata.len();
                     if follow {
                         followed = Some((p.clone(), file_id(&metadata)));
@@ -371,6 +374,12 @@ impl JsonlSource {
         self.head.extend(start, raw);
         let body = raw.strip_suffix(b"\n").unwrap_or(raw);
         let body = body.strip_suffix(b"\r").unwrap_or(body);
+        // A UTF-8 byte-order mark opening the feed (Windows tools write one) is no part
+        // of its first record.
+        let body = match start {
+            0 => body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body),
+            _ => body,
+        };
         if body.iter().all(u8::is_ascii_whitespace) && raw.len() <= LINE_BYTES_MAX {
             return;
         }

@@ -96,7 +96,7 @@ pub enum SourceError {
         reason: String,
     },
     #[error(
-        "the change feed {feed} is {len} bytes long, shorter than the staged position {position}: it was truncated or replaced, so it is not the feed the stage was filled from. Point source.path at the original file, pipe stdin again from the feed's first line, or start a new stage"
+        "the change feed {feed} is {len} bytes long, shorter than the staged position {position}: it was truncated or replaced, so it is not the feed the stage was filled from. Point source.path at the original file, pipe stdin again from the feed's first line, or start a new stage fed from the feed's very first line (every rotated file, in order): a new stage given only the records after a rotation replaces each partition it writes with those records alone, and the rows before are lost from the target"
     )]
     Truncated {
         feed: String,
@@ -104,7 +104,7 @@ pub enum SourceError {
         position: u64,
     },
     #[error(
-        "the change feed {feed} is not the feed the stage was filled from: {part} differ from the bytes staged up to byte {position} (a rotated, replaced or rewritten file, or stdin piped without the feed's start). Weir resumes a feed at a byte offset, so nothing was read: point source.path at the original file and append new records to it, pipe stdin again from the feed's first line, or start a new stage"
+        "the change feed {feed} is not the feed the stage was filled from: {part} differ from the bytes staged up to byte {position} (a rotated, replaced or rewritten file, or stdin piped without the feed's start). Weir resumes a feed at a byte offset, so nothing was read: point source.path at the original file and append new records to it, pipe stdin again from the feed's first line, or start a new stage fed from the feed's very first line (every rotated file, in order): a new stage given only the records after a rotation replaces each partition it writes with those records alone, and the rows before are lost from the target"
     )]
     NotTheFeed {
         feed: String,
@@ -112,13 +112,17 @@ pub enum SourceError {
         part: &'static str,
     },
     #[error(
-        "the change feed {feed} was replaced while Weir read it (its path now names another file: rotated or rewritten). Weir read the file it had open to its end and stops here, since it resumes one growing file by byte offset: append new records to the original file rather than rotating it, or start a new stage for the new file"
+        "the change feed {feed} was replaced while Weir read it (its path now names another file: rotated or rewritten). Weir read the file it had open to its end and stops here, since it resumes one growing file by byte offset: append new records to the original file rather than rotating it, or start a new stage fed from the feed's very first line (every rotated file, in order, then the new one): a new stage given only the new file replaces each partition it writes with those records alone"
     )]
     Rotated { feed: String },
     #[error(
-        "the change feed {feed} was cut short or rewritten in place while Weir followed it: the bytes before the {position} read are no longer there (`: > file`, logrotate's copytruncate, or a writer that truncates it). Weir stops before reading on at that offset, which would skip the new content's first records: append new records to the original file rather than truncating it, or start a new stage for the new file"
+        "the change feed {feed} was cut short or rewritten in place while Weir followed it: the bytes before the {position} read are no longer there (`: > file`, logrotate's copytruncate, or a writer that truncates it). Weir stops before reading on at that offset, which would skip the new content's first records: append new records to the original file rather than truncating it, or start a new stage fed from the feed's very first line: a new stage given only the new content replaces each partition it writes with those records alone"
     )]
     CutWhileFollowed { feed: String, position: u64 },
+    #[error(
+        "the change feed {feed} is not a regular file (a named pipe, a socket or a device): Weir resumes a file feed at a byte offset, which these cannot seek to. Redirect it to standard input instead: `path = \"-\"` and `weir run < {feed}`"
+    )]
+    NotAFile { feed: String },
     #[error("PostgreSQL source")]
     Postgres(#[source] Box<postgres::PgSourceError>),
 }

@@ -235,22 +235,24 @@ pub async fn recent_writes(
     Ok(rows.iter().map(PartitionLineage::from_row).collect())
 }
 
-/// Starts (or resumes) the backfill of a window: returns when it started, in
-/// microseconds by the target's clock (an unfinished earlier run's start: resumed).
+/// Starts (or, with `resume`, resumes) the backfill of a window: returns when it
+/// started, in microseconds by the target's clock (an unfinished earlier run's start:
+/// resumed), and whether it resumed one.
 pub async fn begin_backfill(
     client: &Client,
     table: &TableName,
     from: &str,
     to: &str,
+    resume: bool,
 ) -> Result<(i64, bool), TargetError> {
     let row = client
         .query_one(
             "INSERT INTO weir.backfills (target_table, window_from, window_to, started_at) VALUES ($1, $2, $3, now()) \
              ON CONFLICT (target_table, window_from, window_to) DO UPDATE SET \
-               started_at = CASE WHEN weir.backfills.finished_at IS NULL THEN weir.backfills.started_at ELSE now() END, \
+               started_at = CASE WHEN weir.backfills.finished_at IS NULL AND $4 THEN weir.backfills.started_at ELSE now() END, \
                finished_at = NULL \
              RETURNING (extract(epoch FROM started_at) * 1000000)::bigint, started_at < now()",
-            &[&table.to_string(), &from, &to],
+            &[&table.to_string(), &from, &to, &resume],
         )
         .await
         .map_err(query_err("record the backfill"))?;

@@ -45,7 +45,6 @@ CREATE TABLE IF NOT EXISTS weir.dead_letter (
     raw             bytea       NOT NULL,
     recorded_at     timestamptz NOT NULL DEFAULT now()
 );
-CREATE UNIQUE INDEX IF NOT EXISTS dead_letter_bad_record ON weir.dead_letter (source, source_position) WHERE kind = 'bad-record';
 -- Plugins (added after the first release of this schema; idempotent on either).
 ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS plugin_sha256 text;
 ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS config_hash text;
@@ -71,6 +70,13 @@ CREATE TABLE IF NOT EXISTS weir.backfills (
     PRIMARY KEY (target_table, window_from, window_to)
 );
 COMMENT ON TABLE weir.backfills IS 'Backfills by window: an unfinished one is resumed (partitions written since it started are done).';
+-- A bad record is one per stage and position: two stages of one source name (two stdin
+-- feeds, a new stage for a rotated file) keep theirs apart (before, the second's was
+-- passed over as a duplicate of the first's).
+ALTER TABLE weir.dead_letter ADD COLUMN IF NOT EXISTS stage_id text;
+COMMENT ON COLUMN weir.dead_letter.stage_id IS 'the stage that read the record (NULL: by a build before stages had one).';
+DROP INDEX IF EXISTS weir.dead_letter_bad_record;
+CREATE UNIQUE INDEX IF NOT EXISTS dead_letter_bad_record_of_stage ON weir.dead_letter (stage_id, source, source_position) WHERE kind = 'bad-record';
 COMMENT ON COLUMN weir.dead_letter.kind IS 'bad-record: the source could not read it (raw holds it); rejected: the table''s plugin rejected the row (input holds it; replaced with its partition).';
 COMMENT ON TABLE weir.dead_letter IS 'Records weir could not process, with the reason and the raw record.';
 "#;

@@ -322,19 +322,20 @@ pub async fn merge_partition(
     explain_lock_timeout(client, table, write.meta.partition, result).await
 }
 
-/// Writes bad records to `weir.dead_letter`; a record already there (same source and
-/// position) is not written twice.
+/// Writes bad records to `weir.dead_letter`; a record already there (same stage, source
+/// and position: written before a crash, and read again) is not written twice.
 pub async fn write_dead_letters(
     client: &mut Client,
+    stage_id: &str,
     source: &str,
     records: &[BadRecord],
 ) -> Result<(), TargetError> {
     let tx = client.transaction().await.map_err(query_err("begin"))?;
     let statement = tx
         .prepare(
-            "INSERT INTO weir.dead_letter (kind, source, source_position, line, source_table, reason, raw) \
-             VALUES ('bad-record', $1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (source, source_position) WHERE kind = 'bad-record' DO NOTHING",
+            "INSERT INTO weir.dead_letter (kind, source, source_position, line, source_table, reason, raw, stage_id) \
+             VALUES ('bad-record', $1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (stage_id, source, source_position) WHERE kind = 'bad-record' DO NOTHING",
         )
         .await
         .map_err(query_err("prepare the dead-letter insert"))?;
@@ -343,7 +344,9 @@ pub async fn write_dead_letters(
         let line = r.line.and_then(|l| i64::try_from(l).ok());
         tx.execute(
             &statement,
-            &[&source, &position, &line, &r.table, &r.reason, &r.raw],
+            &[
+                &source, &position, &line, &r.table, &r.reason, &r.raw, &stage_id,
+            ],
         )
         .await
         .map_err(query_err("write dead letters"))?;

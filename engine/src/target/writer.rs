@@ -529,7 +529,7 @@ pub async fn open_replace<'c, 'a>(
         table,
         meta,
         &[],
-        "SELECT stage_generation, stage_id, source_table FROM weir.partitions WHERE target_table = $1 AND partition = $2",
+        "SELECT stage_generation, stage_id, source_table, source_position FROM weir.partitions WHERE target_table = $1 AND partition = $2",
         |condition, _| format!("DELETE FROM {} WHERE {condition}", table.name.quoted()),
     )
     .await?;
@@ -548,6 +548,20 @@ pub async fn open_replace<'c, 'a>(
                 source_table,
             });
         }
+    }
+    // A backfill from another stage of the same feed that has not read as far as the
+    // write lineage records (a checkpoint of an earlier state imported, a new stage
+    // still catching up) would put the partition back to an older state: left as it
+    // is. Positions of one feed compare across its stages; generations do not.
+    if meta.skip_if_newer
+        && let Some(r) = &lineage
+        && r.get::<_, Option<String>>(1)
+            .is_some_and(|id| !id.is_empty() && id != meta.stage_id)
+        && u64::try_from(r.get::<_, i64>(3)).is_ok_and(|p| p > meta.source_position)
+    {
+        let generation = u64::try_from(r.get::<_, i64>(0)).unwrap_or(0);
+        opening.tx.rollback().await.map_err(query_err("rollback"))?;
+        return Ok(Opened::Superseded(generation));
     }
     // Generations count in one stage: one written from another stage (a stage made
     // anew, or another folder) says nothing of this stage's.

@@ -19,7 +19,9 @@ use super::error::PgSourceError;
 use crate::config::{OnTruncate, TableConfig, TableName};
 use crate::feed::{StageChange, StagedRow, with_unchanged};
 use crate::limits::TRANSACTION_CHUNK_BYTES;
-use crate::pg::pgoutput::{OldTuple, PgOutputMessage, Relation, RelationColumn, TupleValue};
+use crate::pg::pgoutput::{
+    OldTuple, PgOutputMessage, Relation, RelationColumn, ReplicaIdentity, TupleValue,
+};
 use crate::pg::pgtypes;
 use crate::source::{Op, Row, SourceEvent, StreamCommitted, Transaction, keyed_changes};
 use crate::value::{ColumnType, Value};
@@ -131,6 +133,8 @@ pub struct Assembler {
     streams: HashMap<u32, InProgress>,
     in_stream: Option<u32>,
     chunk_changes_max: usize,
+    /// See [`Assembler::with_catalog_lsn`].
+    catalog_lsn: u64,
 }
 
 /// The transaction a change belongs to: the streamed one whose block is open, or the
@@ -174,7 +178,20 @@ impl Assembler {
             streams: HashMap::new(),
             in_stream: None,
             chunk_changes_max: chunk_changes_max.max(1),
+            catalog_lsn: 0,
         }
+    }
+
+    /// The source's WAL position just before the tables' columns were read from its
+    /// catalog. A transaction that committed before it was decoded with the table as it
+    /// was then: a configured column it lacks was added since (or renamed onto its
+    /// name), so its rows are staged without it (NULL when written), not refused: a
+    /// restart after `ADD COLUMN` at the source and the target, with changes from
+    /// before it still in the slot, goes on. A later transaction lacking one stops the
+    /// table (dropped or renamed while streaming).
+    pub fn with_catalog_lsn(mut self, lsn: u64) -> Assembler {
+        self.catalog_lsn = lsn;
+        self
     }
 
     /// Whether a transaction is open (received Begin, not yet Commit) or a streamed
@@ -531,6 +548,16 @@ impl Assembler {
             let name = &t.source;
             for column in &t.columns {
                 match relation.columns.iter().find(|c| c.name == column.name) {
+                    None if self.in_stream.is_none()
+                        && self
+                            .current
+                            .as_ref()
+                            .is_some_and(|t| t.commit_lsn < self.catalog_lsn)
+                        && !t.key.contains(&column.name)
+                        && column.name != t.partition_by =>
+                    {
+                        tracing::warn!(table = %name, column = %column.name, "a transaction from before the column was added lacks it: its rows are staged without it (NULL when written); `weir resync --table` reads them again");
+                    }
                     None => {
                         return Err(PgSourceError::SchemaChanged {
                             table: name.to_string(),
@@ -549,7 +576,23 @@ impl Assembler {
                             matches!(now, Some(ColumnType::Timestamp | ColumnType::TimestampTz))
                                 && pgtypes::type_name(c.type_oid, c.type_modifier)
                                     != column.declared;
-                        if now != Some(column.ty) || precision_changed {
+                        // A transaction decoded under the column's earlier, narrower
+                        // type (written before an `ALTER … TYPE` that widened it, read
+                        // after a restart that found the new type): its values are
+                        // values of the new type too.
+                        if !precision_changed
+                            && let Some(old) = now
+                            && old != column.ty
+                            && old.widens_to(column.ty)
+                        {
+                            tracing::warn!(
+                                table = %name,
+                                column = %column.name,
+                                was = %pgtypes::type_name(c.type_oid, c.type_modifier),
+                                now = %column.declared,
+                                "changes written before the column's type was widened are staged as values of its new type"
+                            );
+                        } else if now != Some(column.ty) || precision_changed {
                             return Err(PgSourceError::SchemaChanged {
                                 table: name.to_string(),
                                 change: format!(
@@ -561,6 +604,28 @@ impl Assembler {
                             });
                         }
                     }
+                }
+            }
+            // The key the server identifies old rows by (under FULL, every column: the
+            // stage's guard for unenforced keys applies): the configured key, as the
+            // start's estate check required. A key changed since (`ADD PRIMARY KEY` on
+            // other columns) would merge rows that now share the configured key.
+            if relation.replica_identity != ReplicaIdentity::Full {
+                let mut now: Vec<&str> = relation
+                    .columns
+                    .iter()
+                    .filter(|c| c.is_key)
+                    .map(|c| c.name.as_str())
+                    .collect();
+                let mut key: Vec<&str> = t.key.iter().map(String::as_str).collect();
+                now.sort_unstable();
+                key.sort_unstable();
+                if now != key {
+                    return Err(PgSourceError::KeyChanged {
+                        table: name.to_string(),
+                        now: now.join(", "),
+                        key: t.key.join(", "),
+                    });
                 }
             }
             if let Some(previous) = self.relations.get(&relation.oid) {

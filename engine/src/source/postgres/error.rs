@@ -14,6 +14,14 @@ pub enum PgSourceError {
         "{table}: the source table changed: {change}. Nothing past this transaction was acknowledged; alter the target to match and restart, then run `weir resync --table {table}`: rows staged before the change still hold the old column (a renamed column's values would be written as NULL, a retyped one's in the old form), or take a new snapshot"
     )]
     SchemaChanged { table: String, change: String },
+    #[error(
+        "{table}: the source table's key changed while streaming: the columns the server now identifies its rows by are ({now}), the configured key is ({key}). Nothing past this transaction was acknowledged: rows that share the configured key would have been merged into one. Put the key back at the source, or follow the new key: `key = [...]` with its columns in the config, a new `[stage] path` and `weir init` (the table is read again whole)"
+    )]
+    KeyChanged {
+        table: String,
+        now: String,
+        key: String,
+    },
     #[error("{table}: {reason}")]
     BadChange { table: String, reason: String },
     #[error("{table}: column `{column}`")]
@@ -120,16 +128,18 @@ pub enum PgSourceError {
     ResyncFilter {
         table: String,
         problem: String,
+        /// Shown without DETAIL or context (a failure on the rows quotes their values).
         #[source]
-        source: Option<tokio_postgres::Error>,
+        source: Option<crate::pgerror::PgError>,
     },
     #[error("the stream is reopened to read {table} again, as `weir resync` asked (not a failure)")]
     ReopenForResync { table: String },
     #[error("source query failed: {what}")]
     Query {
         what: &'static str,
+        /// Shown without DETAIL or context, which may hold row values.
         #[source]
-        source: tokio_postgres::Error,
+        source: crate::pgerror::PgError,
     },
     #[error("cannot connect to the source PostgreSQL")]
     Connect(#[source] crate::pgconn::ConnectError),
@@ -189,6 +199,7 @@ impl PgSourceError {
             PgSourceError::Connect(e) => e.is_transient(),
             PgSourceError::LoadInterrupted(_) => true,
             PgSourceError::Query { source, .. } => {
+                let source = source.inner();
                 source.is_closed()
                     || source
                         .code()
@@ -196,5 +207,13 @@ impl PgSourceError {
             }
             _ => false,
         }
+    }
+}
+
+/// A failed source query as [`PgSourceError::Query`], for `map_err`.
+pub(super) fn query_failed(what: &'static str) -> impl Fn(tokio_postgres::Error) -> PgSourceError {
+    move |source| PgSourceError::Query {
+        what,
+        source: crate::pgerror::PgError(source),
     }
 }

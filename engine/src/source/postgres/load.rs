@@ -32,6 +32,7 @@
 //! The load runs only when nothing was staged yet and the source is a primary (a
 //! standby decodes with the watermark snapshot).
 
+use crate::pgerror::PgError;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -233,7 +234,12 @@ pub(super) async fn first_load(
     tables: &[TableConfig],
     stage: &Arc<dyn StagePort>,
 ) -> Result<Option<u64>, PgSourceError> {
-    let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+    let query = |what: &'static str| {
+        move |source| PgSourceError::Query {
+            what,
+            source: PgError(source),
+        }
+    };
     let catalog = connect(dsn).await?;
     let version: i32 = catalog
         .query_one("SELECT current_setting('server_version_num')::int", &[])
@@ -537,7 +543,7 @@ async fn plan(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "read a source table's unique indexes",
-            source,
+            source: PgError(source),
         })?
         .get(0);
     Ok(Some(Planned {
@@ -649,7 +655,7 @@ pub(super) async fn table_size(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "size a source table",
-            source,
+            source: PgError(source),
         })?;
     Ok(TableSize {
         pages: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
@@ -678,7 +684,7 @@ pub(super) async fn relation_files(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "read which files hold a source table",
-            source,
+            source: PgError(source),
         })?;
     Ok(row.get(0))
 }
@@ -696,7 +702,7 @@ async fn import_snapshot(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "import the exported snapshot",
-            source,
+            source: PgError(source),
         })?;
     Ok(client)
 }
@@ -801,7 +807,7 @@ impl Worker {
         let copy = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
         let query = |source| PgSourceError::Query {
             what: "read a range of the first load",
-            source,
+            source: PgError(source),
         };
         let stream = self.client.copy_out(&copy).await.map_err(query)?;
         // The column types only matter to `FromSql`, which `Raw` accepts whatever

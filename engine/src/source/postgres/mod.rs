@@ -111,6 +111,7 @@ pub use progress::{SnapshotTable, resync_holds, snapshot_tables};
 pub use publication::PublicationMark;
 pub use read::{distinct_values, read_rows};
 pub use resync::request_resync;
+pub use resync::{wal_position, write_server};
 pub use setup::{
     Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
     slot_on_each_host, slot_status, source_columns, source_columns_and_unsupported, table_oid,
@@ -118,4 +119,4 @@ pub use setup::{
 };
 pub use snapshot::{RESYNC_PREFIX, ResyncSignal};
 pub use stage_port::{PortError, PreparedPart, StagePort};
-pub use streaming::{PostgresSource, PostgresSourceOptions, write_server};
+pub use streaming::{PostgresSource, PostgresSourceOptions};

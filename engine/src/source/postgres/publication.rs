@@ -4,6 +4,7 @@
 
 use super::error::PgSourceError;
 use crate::config::TableConfig;
+use crate::pgerror::PgError;
 use std::collections::HashMap;
 
 /// What a publication is, as far as it decides which changes of the configured tables
@@ -29,7 +30,7 @@ impl PublicationMark {
     ) -> Result<PublicationMark, PgSourceError> {
         let query = |source| PgSourceError::Query {
             what: "read the publication's row versions",
-            source,
+            source: PgError(source),
         };
         let version: i32 = client
             .query_one("SELECT current_setting('server_version_num')::int", &[])
@@ -147,7 +148,7 @@ pub(super) async fn check_relations(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "read the source tables' partitions",
-            source,
+            source: PgError(source),
         })?;
     let unlogged: Vec<String> = rows
         .iter()

@@ -3,6 +3,7 @@
 //! read-only REPEATABLE READ transaction, decoded from the text output exactly as the
 //! watermark snapshot decodes them.
 
+use crate::pgerror::PgError;
 use tokio::sync::mpsc;
 
 use super::error::PgSourceError;
@@ -34,7 +35,12 @@ async fn read(
     chunk_rows: usize,
     rows: &mpsc::Sender<Result<Vec<Row>, PgSourceError>>,
 ) -> Result<(), PgSourceError> {
-    let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+    let query = |what: &'static str| {
+        move |source| PgSourceError::Query {
+            what,
+            source: PgError(source),
+        }
+    };
     let mut client = connect(dsn).await?;
     let types = column_types(&client, &table.source).await?;
     let columns: Vec<String> = table.columns.iter().map(|c| quote_ident(&c.name)).collect();
@@ -108,7 +114,7 @@ pub async fn distinct_values(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "list the partitions the source table holds",
-            source,
+            source: PgError(source),
         })?;
     let mut out = Vec::new();
     for message in messages {

@@ -9,6 +9,7 @@ use super::replication::ReplicationError;
 use super::setup::connect;
 use super::snapshot::{RESYNC_PREFIX, ResyncSignal};
 use crate::config::{Dsn, TableName};
+use crate::pgerror::PgError;
 
 /// Checks `filter` against `table` on the source (`write_dsn`: where the snapshot
 /// reads and the signal is written) and writes the resync signal; returns its LSN.
@@ -23,7 +24,7 @@ pub async fn request_resync(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "look up the table to resync",
-            source,
+            source: PgError(source),
         })?
         .get(0);
     if !found {
@@ -51,7 +52,7 @@ pub async fn request_resync(
             .map_err(|source| PgSourceError::ResyncFilter {
                 table: table.to_string(),
                 problem: "PostgreSQL refuses it".into(),
-                source: Some(source),
+                source: Some(PgError(source)),
             })?;
         // Run once over the rows it selects now: a condition that fails on them (a
         // division by zero) would fail every read of the resync, and so every run.
@@ -67,7 +68,7 @@ pub async fn request_resync(
             .map_err(|source| PgSourceError::ResyncFilter {
                 table: table.to_string(),
                 problem: "PostgreSQL fails it on the table's rows".into(),
-                source: Some(source),
+                source: Some(PgError(source)),
             })?;
     }
     let signal = ResyncSignal {
@@ -83,7 +84,7 @@ pub async fn request_resync(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "prepare the resync signal",
-            source,
+            source: PgError(source),
         })?;
     let lsn: String = client
         .query_one(
@@ -93,7 +94,7 @@ pub async fn request_resync(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "write the resync signal",
-            source,
+            source: PgError(source),
         })?
         .get(0);
     crate::pg::lsn::parse_lsn(&lsn).ok_or_else(|| PgSourceError::BadChange {
@@ -116,7 +117,7 @@ pub(super) async fn emit_drain_message(dsn: &Dsn) -> Result<u64, PgSourceError> 
         .await
         .map_err(|source| PgSourceError::Query {
             what: "prepare the drain mark",
-            source,
+            source: PgError(source),
         })?;
     let row = client
         .query_one(
@@ -126,8 +127,57 @@ pub(super) async fn emit_drain_message(dsn: &Dsn) -> Result<u64, PgSourceError> 
         .await
         .map_err(|source| PgSourceError::Query {
             what: "emit the drain mark",
-            source,
+            source: PgError(source),
         })?;
     let lsn: String = row.get(0);
     crate::pg::lsn::parse_lsn(&lsn).ok_or(PgSourceError::Replication(ReplicationError::Closed))
+}
+
+/// The server Weir writes to in the source when it is not the source itself (`None`):
+/// the primary of a standby in recovery, which decodes (PostgreSQL 16 and later) while
+/// the primary takes the writes (`primary`, required then). A standby promoted since
+/// is written directly.
+pub async fn write_server(
+    catalog: &tokio_postgres::Client,
+    primary: Option<&Dsn>,
+) -> Result<Option<Dsn>, PgSourceError> {
+    let row = catalog
+        .query_one(
+            "SELECT pg_is_in_recovery(), current_setting('server_version_num')::int, current_setting('server_version')",
+            &[],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read whether the source is a standby",
+            source: PgError(source),
+        })?;
+    let (in_recovery, version_num, version): (bool, i32, String) =
+        (row.get(0), row.get(1), row.get(2));
+    if !in_recovery {
+        return Ok(None);
+    }
+    if version_num < 160_000 {
+        return Err(PgSourceError::StandbyTooOld { version });
+    }
+    primary
+        .cloned()
+        .map(Some)
+        .ok_or(PgSourceError::StandbyWithoutPrimary)
+}
+
+/// The source's WAL position now: its insert position, or on a standby in recovery
+/// what it has replayed.
+pub async fn wal_position(client: &tokio_postgres::Client) -> Result<u64, PgSourceError> {
+    let lsn: String = client
+        .query_one(
+            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text",
+            &[],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read the WAL position",
+            source: PgError(source),
+        })?
+        .get(0);
+    Ok(crate::pg::lsn::parse_lsn(&lsn).unwrap_or(0))
 }

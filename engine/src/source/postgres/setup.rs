@@ -3,6 +3,7 @@
 use super::error::PgSourceError;
 use crate::config::{Dsn, TableConfig, TableName, quote_ident};
 use crate::pg::pgtypes;
+use crate::pgerror::PgError;
 
 /// Connects to the source as an ordinary client, for catalog queries and setup.
 pub async fn connect(dsn: &Dsn) -> Result<tokio_postgres::Client, PgSourceError> {
@@ -59,7 +60,7 @@ pub async fn source_columns_and_unsupported(
             &[&table.quoted()],
         )
         .await
-        .map_err(|source| PgSourceError::Query { what: "read a source table's columns", source })?;
+        .map_err(super::error::query_failed("read a source table's columns"))?;
     if rows.is_empty() {
         return Err(PgSourceError::SourceTable {
             table: table.to_string(),
@@ -187,7 +188,7 @@ async fn server_version(client: &tokio_postgres::Client) -> Result<(i32, String)
         .await
         .map_err(|source| PgSourceError::Query {
             what: "read the server's version",
-            source,
+            source: PgError(source),
         })?;
     Ok((row.get(0), row.get(1)))
 }
@@ -202,7 +203,7 @@ pub async fn table_oid(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "look up a source table",
-            source,
+            source: PgError(source),
         })?
         .get(0))
 }
@@ -225,7 +226,7 @@ pub async fn setup(
     publication: &str,
     tables: &[TableConfig],
 ) -> Result<SetupReport, PgSourceError> {
-    let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+    let query = super::error::query_failed;
     let primary_client = match primary {
         Some(dsn) => Some(connect(dsn).await?),
         None => None,
@@ -479,7 +480,7 @@ async fn full_identity_key(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "read a source table's key columns",
-            source,
+            source: PgError(source),
         })?;
     let (nullable, unique, deferrable): (Vec<String>, bool, bool) =
         (row.get(0), row.get(1), row.get(2));
@@ -542,7 +543,7 @@ pub(super) async fn refuse_shared_keys(
         .map(|row| (row.get(0), row.get(1)))
         .map_err(|source| PgSourceError::Query {
             what: "look for rows that share a key in a table whose key is not enforced unique",
-            source,
+            source: PgError(source),
         })?;
     if shared == 0 {
         return Ok(());
@@ -583,7 +584,7 @@ pub async fn check_estate(
     publication: &str,
     tables: &[TableConfig],
 ) -> Result<Estate, PgSourceError> {
-    let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+    let query = super::error::query_failed;
     let pub_quoted = quote_ident(publication);
     let mut problems: Vec<String> = Vec::new();
     let mut oids = Vec::with_capacity(tables.len());
@@ -903,7 +904,7 @@ pub async fn slot_status(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "read the slot's status",
-            source,
+            source: PgError(source),
         })?;
     Ok(row.map(|row| SlotStatus {
         wal_status: row.get(0),

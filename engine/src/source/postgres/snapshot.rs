@@ -1,5 +1,6 @@
 //! The initial snapshot: tables copied in chunks between watermarks while changes stream.
 
+use crate::pgerror::PgError;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -154,6 +155,8 @@ pub(super) struct Snapshot {
     to_key_order: std::sync::Mutex<Vec<String>>,
     pub(super) in_flight: Option<ChunkInFlight>,
     pub(super) rows_done: u64,
+    /// Rows read of each table in this snapshot (for its `resync complete` line).
+    rows_by_table: HashMap<String, u64>,
     /// The planner's estimate of the rows to read, for the rate and ETA.
     rows_estimate: u64,
     started: Instant,
@@ -244,7 +247,7 @@ impl Snapshot {
             .await
             .map_err(|source| PgSourceError::Query {
                 what: "read the server's version",
-                source,
+                source: PgError(source),
             })?
             .get(0);
         if version < TID_RANGE_SCAN_VERSION && !progress.pages.is_empty() {
@@ -275,7 +278,7 @@ impl Snapshot {
                 .await
                 .map_err(|source| PgSourceError::Query {
                     what: "estimate a table's rows",
-                    source,
+                    source: PgError(source),
                 })?
                 .get(0);
             rows_estimate += estimate as u64;
@@ -316,6 +319,7 @@ impl Snapshot {
             to_key_order: std::sync::Mutex::new(Vec::new()),
             in_flight: None,
             rows_done: 0,
+            rows_by_table: HashMap::new(),
             rows_estimate,
             started: Instant::now(),
             last_log: Instant::now(),
@@ -337,7 +341,52 @@ impl Snapshot {
         &mut self,
         tables: &[TableConfig],
     ) -> Result<bool, PgSourceError> {
-        let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+        match self.start_chunk_of(tables).await {
+            Err(error) => {
+                // A `--where` PostgreSQL cannot evaluate on a row written since it was
+                // checked: every read of it would fail, and every run with it. That
+                // resync is given up, loudly; what it read is staged; the rest goes on.
+                let Some(table) = self.filter_fails(&error, tables) else {
+                    return Err(error);
+                };
+                self.in_flight = None;
+                self.progress.current = None;
+                self.progress.resync.retain(|r| r.table != table);
+                self.progress.done.push(table.clone());
+                tracing::error!(table = %table, error = %crate::errors::error_chain(&error), "the --where of this table's resync fails on the table's rows now: the resync is given up (the rows it read are staged); run `weir resync --table` again, whole or with a condition every row can take");
+                Ok(true)
+            }
+            other => other,
+        }
+    }
+
+    /// The table being read, if `error` is a data exception (SQLSTATE class 22) in a
+    /// read of it and its resync under way has a `--where`.
+    fn filter_fails(&self, error: &PgSourceError, tables: &[TableConfig]) -> Option<String> {
+        let PgSourceError::Query { source, .. } = error else {
+            return None;
+        };
+        if !source.code().is_some_and(|c| c.code().starts_with("22")) {
+            return None;
+        }
+        let table = tables
+            .iter()
+            .map(|t| t.source.to_string())
+            .find(|t| !self.progress.done.contains(t))?;
+        self.progress
+            .resync
+            .iter()
+            .any(|r| r.table == table && r.filter.is_some())
+            .then_some(table)
+    }
+
+    async fn start_chunk_of(&mut self, tables: &[TableConfig]) -> Result<bool, PgSourceError> {
+        let query = |what: &'static str| {
+            move |source| PgSourceError::Query {
+                what,
+                source: PgError(source),
+            }
+        };
         let next = tables
             .iter()
             .position(|t| !self.progress.done.contains(&t.source.to_string()));
@@ -723,7 +772,7 @@ impl Snapshot {
                 .await
                 .map_err(|source| PgSourceError::Query {
                     what: "read the current snapshot",
-                    source,
+                    source: PgError(source),
                 })?
                 .get(0);
             let snapshot = XidSnapshot::parse(&text).ok_or_else(|| PgSourceError::BadChange {
@@ -782,6 +831,7 @@ impl Snapshot {
             }
         }
         self.rows_done += rows.len() as u64;
+        *self.rows_by_table.entry(name.clone()).or_default() += rows.len() as u64;
         // A table marked for key order since (by this chunk's check of its files): its
         // chunk's rows are current all the same, but its pages are not followed on.
         self.take_key_order(&name)?;
@@ -798,7 +848,7 @@ impl Snapshot {
             self.progress.done.push(name.clone());
             if let Some(i) = self.progress.resync.iter().position(|r| r.table == name) {
                 let resync = self.progress.resync.remove(i);
-                tracing::info!(table = %name, filter = resync.filter.is_some(), rows = self.rows_done, "resync complete");
+                tracing::info!(table = %name, filter = resync.filter.is_some(), rows = self.rows_by_table.get(&name).copied().unwrap_or(0), "resync complete");
             }
         }
         if tables
@@ -820,7 +870,7 @@ async fn reader(dsn: &Dsn) -> Result<tokio_postgres::Client, PgSourceError> {
     client
         .batch_execute("SET DateStyle = ISO; SET IntervalStyle = postgres; SET TimeZone = 'UTC'; SET extra_float_digits = 3; SET synchronous_commit = on")
         .await
-        .map_err(|source| PgSourceError::Query { what: "prepare the snapshot connection", source })?;
+        .map_err(|source| PgSourceError::Query { what: "prepare the snapshot connection", source: PgError(source), })?;
     Ok(client)
 }
 
@@ -864,7 +914,7 @@ pub(super) async fn column_types(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "read a source table's column types",
-            source,
+            source: PgError(source),
         })?;
     Ok(rows
         .iter()

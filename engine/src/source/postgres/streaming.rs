@@ -1,5 +1,6 @@
 //! The streaming source: the replication stream, assembled, as a `ChangeSource`.
 
+use crate::pgerror::PgError;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use super::publication::{LeafSets, PublicationMark, check_relations};
 use super::replication::{
     ReplicationClient, ReplicationError, ReplicationEvent, ReplicationStream,
 };
-use super::resync::emit_drain_message;
+use super::resync::{emit_drain_message, write_server};
 use super::setup::{check_estate, connect};
 use super::snapshot::{RESYNC_PREFIX, ResyncSignal, Seen, Snapshot, WATERMARK_PREFIX, Watermark};
 use super::stage_port::StagePort;
@@ -66,6 +67,10 @@ pub struct PostgresSourceOptions {
     /// Values may come in binary format (see `Protocol::of`); `false` after the stream
     /// met a column it cannot read in it.
     pub binary: bool,
+    /// The source's WAL position just before the tables' columns were read from its
+    /// catalog (0: not known): a transaction committed before it may lack a column
+    /// added since ([`Assembler::with_catalog_lsn`]).
+    pub catalog_lsn: u64,
 }
 
 /// A PostgreSQL logical replication slot as a [`ChangeSource`]. The flush position it
@@ -317,7 +322,8 @@ impl PostgresSource {
                 tables,
                 estate.oids.iter().copied().map(Some).collect(),
                 options.chunk_changes_max,
-            ),
+            )
+            .with_catalog_lsn(options.catalog_lsn),
             oids: estate.oids,
             publication: options.publication.clone(),
             catalog,
@@ -471,7 +477,7 @@ impl PostgresSource {
                 .await
                 .map_err(|source| PgSourceError::Query {
                     what: "prepare heartbeats",
-                    source,
+                    source: PgError(source),
                 })?;
             self.heartbeat_client = Some(client);
         }
@@ -484,7 +490,7 @@ impl PostgresSource {
                 .await
                 .map_err(|source| PgSourceError::Query {
                     what: "write a heartbeat",
-                    source,
+                    source: PgError(source),
                 })?;
             tracing::debug!(slot = %self.slot, "heartbeat written");
         }
@@ -509,7 +515,12 @@ impl PostgresSource {
             schema: relation.namespace.clone(),
             name: relation.name.clone(),
         };
-        let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+        let query = |what: &'static str| {
+            move |source| PgSourceError::Query {
+                what,
+                source: PgError(source),
+            }
+        };
         let tables = &self.assembler.tables;
         if self.binary
             && self.oids.contains(&relation.oid)
@@ -834,7 +845,12 @@ impl Protocol {
         streaming: bool,
         oids: Option<&[u32]>,
     ) -> Result<Protocol, PgSourceError> {
-        let query = |what: &'static str| move |source| PgSourceError::Query { what, source };
+        let query = |what: &'static str| {
+            move |source| PgSourceError::Query {
+                what,
+                source: PgError(source),
+            }
+        };
         let version_num: i32 = catalog
             .query_one("SELECT current_setting('server_version_num')::int", &[])
             .await
@@ -884,38 +900,6 @@ impl Protocol {
 /// stage with nothing staged starts where the slot is (its snapshot covers what came
 /// before), recorded first, so the check has a position from the first
 /// acknowledgement on.
-/// The server Weir writes to in the source when it is not the source itself (`None`):
-/// the primary of a standby in recovery, which decodes (PostgreSQL 16 and later) while
-/// the primary takes the writes (`primary`, required then). A standby promoted since
-/// is written directly.
-pub async fn write_server(
-    catalog: &tokio_postgres::Client,
-    primary: Option<&Dsn>,
-) -> Result<Option<Dsn>, PgSourceError> {
-    let row = catalog
-        .query_one(
-            "SELECT pg_is_in_recovery(), current_setting('server_version_num')::int, current_setting('server_version')",
-            &[],
-        )
-        .await
-        .map_err(|source| PgSourceError::Query {
-            what: "read whether the source is a standby",
-            source,
-        })?;
-    let (in_recovery, version_num, version): (bool, i32, String) =
-        (row.get(0), row.get(1), row.get(2));
-    if !in_recovery {
-        return Ok(None);
-    }
-    if version_num < 160_000 {
-        return Err(PgSourceError::StandbyTooOld { version });
-    }
-    primary
-        .cloned()
-        .map(Some)
-        .ok_or(PgSourceError::StandbyWithoutPrimary)
-}
-
 async fn hold_slot_to_stage(
     dsn: &Dsn,
     slot: &str,
@@ -931,7 +915,7 @@ async fn hold_slot_to_stage(
         .await
         .map_err(|source| PgSourceError::Query {
             what: "read the slot's confirmed position",
-            source,
+            source: PgError(source),
         })?
         .and_then(|row| row.get(0));
     let Some(confirmed) = confirmed.as_deref().and_then(crate::pg::lsn::parse_lsn) else {

@@ -14,7 +14,7 @@ use super::reader::Reader;
 use crate::feed::{BadRecord, Position};
 use crate::stage::layout::{
     CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_ROWS, META_APPLYING, META_FORMAT_VERSION,
-    META_SOURCE_ID, be_u32, be_u64, split_partition_key, split_row_key,
+    META_SOURCE_ID, META_SOURCE_STATE, be_u32, be_u64, split_partition_key, split_row_key,
 };
 use crate::stage::{Stage, StagedRow};
 
@@ -110,6 +110,9 @@ fn export_to(stage: &Stage, file: &Path, tmp: &Path) -> Result<ExportReport, Che
             generation,
         },
     )?;
+    if let Some(state) = r.meta(META_SOURCE_STATE)? {
+        put(&mut w, &Record::SourceState(state))?;
+    }
     let mut counts = Counts::default();
     r.scan(CF_ROWS, |k, v| {
         let (table, partition, key) = split_row_key(k).ok_or_else(|| r.record("row key"))?;

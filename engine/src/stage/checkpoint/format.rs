@@ -5,14 +5,16 @@
 //!
 //! ```text
 //! "WEIRCKPT"                      8 bytes, magic
-//! file format version             u32, big-endian (1)
+//! file format version             u32, big-endian (2; version 1 files are read too)
 //! record*                         u32 big-endian length (at most 64 MiB), then that
 //!                                 many bytes: one postcard-encoded `Record`
 //! SHA-256                         32 bytes, of every byte before it
 //! ```
 //!
 //! Records come in this order: one [`Record::Header`] (stage format version, source id,
-//! position, generation counter), every [`Record::Row`] in stage key order (table,
+//! position, generation counter), the [`Record::SourceState`] staged with that position
+//! when the source keeps one (a JSON-lines feed's fingerprint, a first load's progress;
+//! version 2 on), every [`Record::Row`] in stage key order (table,
 //! partition, raw key bytes, row image), every [`Record::Generation`], every
 //! [`Record::Dirty`], every [`Record::DeadLetter`], and one [`Record::End`] with the
 //! count of each kind. The checksum follows `End` and ends the file.
@@ -42,8 +44,9 @@ use crate::stage::StagedRow;
 
 /// The first bytes of a checkpoint file.
 pub const FILE_MAGIC: &[u8; 8] = b"WEIRCKPT";
-/// The checkpoint file format this build writes and reads.
-pub const FILE_VERSION: u32 = 1;
+/// The checkpoint file format this build writes (and every earlier one it reads: 1,
+/// which has no [`Record::SourceState`]).
+pub const FILE_VERSION: u32 = 2;
 /// The largest record a reader accepts; a longer length prefix is damage.
 pub const MAX_RECORD_BYTES: u32 = 64 << 20;
 pub(super) const DIGEST_BYTES: usize = 32;
@@ -86,6 +89,10 @@ pub enum Record {
         generations: u64,
         dead_letters: u64,
     },
+    /// The source's state staged with the header's position (version 2 on): what
+    /// `Stage::source_state` gives, so a restored stage checks its feed as the
+    /// original did (a rotated JSON-lines file is refused, not resumed at its offset).
+    SourceState(Vec<u8>),
 }
 
 // ---- record framing -----------------------------------------------------------------
@@ -208,7 +215,7 @@ impl<R: Read> RecordReader<R> {
             Err(ReadFailure::Io(e)) => return Err(e),
         }
         match u32::from_be_bytes(version) {
-            FILE_VERSION => Ok(reader),
+            1 | FILE_VERSION => Ok(reader),
             found if found > FILE_VERSION => Err(CheckpointError::NewerFileVersion {
                 path: path.to_owned(),
                 found,
@@ -513,6 +520,7 @@ pub(super) fn walk<R: Read>(
                 counts.dirty += 1;
             }
             Record::DeadLetter(_) => counts.dead_letters += 1,
+            Record::SourceState(_) => {}
             Record::End {
                 rows,
                 dirty,

@@ -27,7 +27,8 @@ use super::{CheckpointError, check};
 use crate::feed::Position;
 use crate::stage::layout::{
     CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META, CF_PENDING, CF_POSITION, CF_ROWS,
-    META_GENERATION, META_POSITION_COVERS_ACKS, POSITION_KEY, partition_key, row_key, table_key,
+    META_GENERATION, META_POSITION_COVERS_ACKS, META_SOURCE_STATE, POSITION_KEY, partition_key,
+    row_key, table_key,
 };
 use crate::stage::{FORMAT_VERSION, Stage};
 
@@ -288,6 +289,9 @@ impl ImportWriter<'_> {
                 partition_key(&table, &partition),
                 generation.to_be_bytes(),
             ),
+            Record::SourceState(state) => {
+                self.batch.put_cf(cf(CF_META), META_SOURCE_STATE, state);
+            }
             Record::DeadLetter(bad) => {
                 let value =
                     postcard::to_allocvec(&bad).map_err(|source| CheckpointError::Encode {

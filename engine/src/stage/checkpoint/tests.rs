@@ -148,7 +148,7 @@ fn a_well_formed_file_verifies_with_its_counts() {
     assert_eq!(summary.checkpoint.map(|c| c.position), Some(300));
     assert_eq!(summary.generation, 3);
     assert_eq!(&bytes[..8], b"WEIRCKPT");
-    assert_eq!(&bytes[8..12], &1u32.to_be_bytes());
+    assert_eq!(&bytes[8..12], &FILE_VERSION.to_be_bytes());
     let digest: [u8; 32] = Sha256::digest(&bytes[..bytes.len() - 32]).into();
     assert_eq!(summary.sha256, digest);
 }
@@ -214,15 +214,24 @@ fn every_truncation_is_refused() {
 #[test]
 fn bad_magic_and_other_versions_are_refused_naming_both_versions() {
     let mut bytes = encode(&sample_records());
-    bytes[8..12].copy_from_slice(&2u32.to_be_bytes());
+    // Version 1 (no source state) is still read.
+    bytes[8..12].copy_from_slice(&1u32.to_be_bytes());
+    let bytes_v1 = {
+        let mut b = bytes[..bytes.len() - 32].to_vec();
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(&b);
+        b.extend_from_slice(&digest);
+        b
+    };
+    verify_bytes(&bytes_v1).expect("a version 1 file is read");
+    bytes[8..12].copy_from_slice(&3u32.to_be_bytes());
     let err = verify_bytes(&bytes).expect_err("newer");
     assert!(
-        matches!(err, CheckpointError::NewerFileVersion { found: 2, .. }),
+        matches!(err, CheckpointError::NewerFileVersion { found: 3, .. }),
         "{err}"
     );
     let text = err.to_string();
     assert!(
-        text.contains("version 2") && text.contains("version 1"),
+        text.contains("version 3") && text.contains("version 2"),
         "{text}"
     );
     bytes[8..12].copy_from_slice(&0u32.to_be_bytes());

@@ -6,6 +6,7 @@
 use super::visibility::XidSnapshot;
 use super::{PgSourceError, Snapshot, reader};
 use crate::config::TableConfig;
+use crate::pgerror::PgError;
 
 impl Snapshot {
     /// The ranges of keys the next chunk in key order is read in, one per connection
@@ -39,7 +40,7 @@ impl Snapshot {
                 .await
                 .map_err(|source| PgSourceError::Query {
                     what: "split a snapshot chunk into ranges of keys",
-                    source,
+                    source: PgError(source),
                 })?;
         let mut literals = Vec::new();
         for row in rows_of(bounds) {
@@ -175,7 +176,10 @@ impl Snapshot {
         }
         let mut out = Vec::with_capacity(results.len());
         for result in results {
-            let messages = result.map_err(|source| PgSourceError::Query { what, source })?;
+            let messages = result.map_err(|source| PgSourceError::Query {
+                what,
+                source: PgError(source),
+            })?;
             let mut rows = rows_of(messages).into_iter();
             let snapshot = rows
                 .next()
