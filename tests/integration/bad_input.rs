@@ -257,3 +257,58 @@ async fn a_null_partition_key_goes_to_the_null_partition_or_is_rejected() {
         "{stderr}"
     );
 }
+
+/// A row put into a native target through its parent by hand, for a day no child holds
+/// yet, lands in the DEFAULT child and blocks that day's child: the write fails naming
+/// the DEFAULT child and the way out, and goes on once the row is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_row_in_the_default_child_is_named_as_what_blocks_a_partition() {
+    let db = TestDb::new("native_default_block").await;
+    db.write_config("", "target_partitioning = \"native\"", "");
+    db.write_feed(&[envelope(
+        "c",
+        None,
+        None,
+        Some(&order(1, Some("2026-03-01"))),
+    )]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "INSERT INTO analytics.fact_orders (id, customer, order_date, amount, status)
+             VALUES (900, 'by hand', '2026-03-05', 1.00, 'new')",
+        )
+        .await
+        .expect("a row by hand");
+    db.append_feed(&[envelope(
+        "c",
+        None,
+        None,
+        Some(&order(2, Some("2026-03-05"))),
+    )]);
+    let out = db.weir(&["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "the DEFAULT child analytics.fact_orders_p_default holds rows of partition 2026-03-05"
+        ),
+        "{stderr}"
+    );
+    client
+        .batch_execute(
+            "DELETE FROM analytics.fact_orders_p_default WHERE order_date = '2026-03-05'",
+        )
+        .await
+        .expect("the way out");
+    db.weir_ok(&["run", "--once"]);
+    let ids: Vec<i64> = client
+        .query("SELECT id FROM analytics.fact_orders ORDER BY id", &[])
+        .await
+        .expect("ids")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, [1, 2]);
+}

@@ -606,6 +606,21 @@ pub(super) async fn ensure_child(
             tracing::debug!(table = %table.name, partition = %partition, "an existing child holds the partition's bound");
             Ok(())
         }
+        // Rows of this partition's range in the DEFAULT child (put in through the parent
+        // by hand, or left by a child detached): PostgreSQL will not attach a child
+        // whose rows another child holds. Named, for the user to move or delete.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION) => {
+            Err(TargetError::Query {
+                what: format!(
+                    "create partition {name} of {}: the DEFAULT child {} holds rows of partition {partition} (put in through the parent by hand, or left by a child detached); delete them (`DELETE FROM {} WHERE …` the partition's range of `{}`) and the next write goes on",
+                    table.name,
+                    default_child_name(&table.name),
+                    default_child_name(&table.name).quoted(),
+                    table.partition_column
+                ),
+                source: PgError(e),
+            })
+        }
         Err(e) => Err(TargetError::Query {
             what: format!("create partition {name} of {}", table.name),
             source: PgError(e),

@@ -147,10 +147,7 @@ pub async fn write_server(
             &[],
         )
         .await
-        .map_err(|source| PgSourceError::Query {
-            what: "read whether the source is a standby",
-            source: PgError(source),
-        })?;
+        .map_err(super::error::query_failed("read whether the source is a standby"))?;
     let (in_recovery, version_num, version): (bool, i32, String) =
         (row.get(0), row.get(1), row.get(2));
     if !in_recovery {
@@ -174,10 +171,7 @@ pub async fn wal_position(client: &tokio_postgres::Client) -> Result<u64, PgSour
             &[],
         )
         .await
-        .map_err(|source| PgSourceError::Query {
-            what: "read the WAL position",
-            source: PgError(source),
-        })?
+        .map_err(super::error::query_failed("read the WAL position"))?
         .get(0);
     Ok(crate::pg::lsn::parse_lsn(&lsn).unwrap_or(0))
 }
