@@ -1508,6 +1508,50 @@ async fn a_key_changed_while_streaming_stops_the_run_before_rows_merge() {
     assert_eq!(rows, [(1, "a".to_owned()), (2, "b".to_owned())]);
 }
 
+/// The same with `REPLICA IDENTITY FULL`, whose Relation messages name no key: the
+/// primary key dropped while `weir run` streams, then a second row of a staged key.
+/// The stage's key guard stops the run at that INSERT, before the rows merge.
+#[tokio::test]
+async fn a_key_dropped_from_a_full_identity_table_while_streaming_stops_the_run() {
+    let db = TestDb::new("est_fulldrop_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_fulldrop",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         ALTER TABLE orders REPLICA IDENTITY FULL;
+         INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new'), (2, 'b', '2026-03-02', 2.00, 'new');",
+    )
+    .await;
+    write_config(&db, "est_fulldrop", &orders("public.orders", &["id"], "day"));
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let log = db.path("run.log");
+    let mut run = spawn_run(&db, &source_dsn, &log);
+    let target = db.client().await;
+    wait_count(&target, "SELECT count(*) FROM analytics.fact_orders", 2, 120, &log).await;
+    source
+        .batch_execute(
+            "ALTER TABLE orders DROP CONSTRAINT orders_pkey;
+             INSERT INTO orders VALUES (1, 'twin', '2026-03-05', 5.00, 'new');",
+        )
+        .await
+        .expect("key dropped");
+    let status = wait_exit(&mut run, &log, 60);
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("public.orders: an INSERT, or an UPDATE that changed a row's key, arrived for a key the stage already holds"),
+        "{stderr}"
+    );
+    let rows: Vec<(i64, String)> = target
+        .query("SELECT id, customer FROM analytics.fact_orders ORDER BY id", &[])
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows, [(1, "a".to_owned()), (2, "b".to_owned())]);
+}
+
 /// A new stage of the source (the recovery the errors give after a table was dropped
 /// and made again): once its first load is done, the partitions only the old stage
 /// wrote, which the source no longer holds, are emptied by the next start, not left

@@ -77,7 +77,7 @@ pub enum StageError {
     )]
     UnchangedWithoutRow { table: String, column: String },
     #[error(
-        "{table}: an INSERT, or an UPDATE that changed a row's key, arrived for a key the stage already holds, so the configured key is not unique in the source (a REPLICA IDENTITY FULL table without a unique index on it) and its rows would be merged: nothing past this transaction was acknowledged. Make the key unique (`CREATE UNIQUE INDEX` on its columns names a duplicate if it is not), or key the table by columns that are unique, with a new stage"
+        "{table}: an INSERT, or an UPDATE that changed a row's key, arrived for a key the stage already holds, so the configured key is not unique in the source (a REPLICA IDENTITY FULL table without a unique index on it, or whose key constraint was dropped) and its rows would be merged: nothing past this transaction was acknowledged. Make the key unique (`CREATE UNIQUE INDEX` on its columns names a duplicate if it is not), or key the table by columns that are unique, with a new stage"
     )]
     InsertOfStagedKey { table: String },
 }

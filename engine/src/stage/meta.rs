@@ -18,18 +18,18 @@ use crate::partition::Partition;
 const RENAME_BATCH_KEYS: usize = 10_000;
 
 impl Stage {
-    /// Sets the tables whose key the source does not enforce unique (see
+    /// Sets the tables whose key the source may not keep unique (see
     /// [`StageError::InsertOfStagedKey`]).
-    pub fn set_unenforced_keys(&self, tables: Vec<String>) {
+    pub fn set_guarded_keys(&self, tables: Vec<String>) {
         *self
-            .unenforced_keys
+            .guarded_keys
             .write()
             .unwrap_or_else(|p| p.into_inner()) = tables;
     }
 
-    /// Whether `table`'s key is one the source does not enforce unique.
-    pub(super) fn key_unenforced(&self, table: &str) -> bool {
-        self.unenforced_keys
+    /// Whether `table`'s key is one the source may not keep unique.
+    pub(super) fn key_guarded(&self, table: &str) -> bool {
+        self.guarded_keys
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()

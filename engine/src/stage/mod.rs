@@ -184,10 +184,11 @@ pub struct Stage {
     /// Numbers the table files of first-load parts prepared since the stage opened
     /// (`bulk.rs`; the folder is emptied at open).
     load_files: std::sync::atomic::AtomicU64,
-    /// Tables whose key the source does not enforce unique (a PostgreSQL table with
-    /// `REPLICA IDENTITY FULL` and no unique index on its key): an INSERT of a key
-    /// they hold already is refused ([`StageError::InsertOfStagedKey`]).
-    unenforced_keys: std::sync::RwLock<Vec<String>>,
+    /// Tables whose key the source may not keep unique (a PostgreSQL table with
+    /// `REPLICA IDENTITY FULL`: no unique index on its key, or one that may be dropped
+    /// while the stream runs): an INSERT of a key they hold already is refused
+    /// ([`StageError::InsertOfStagedKey`]).
+    guarded_keys: std::sync::RwLock<Vec<String>>,
 }
 
 /// Partitions [`Stage`] remembers as read, at most: past it, all count as read, which

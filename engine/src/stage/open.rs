@@ -340,7 +340,7 @@ impl Stage {
             cleared_changed: Mutex::default(),
             read_partitions: Mutex::new(Some(std::collections::HashSet::new())),
             load_files: std::sync::atomic::AtomicU64::new(0),
-            unenforced_keys: std::sync::RwLock::new(Vec::new()),
+            guarded_keys: std::sync::RwLock::new(Vec::new()),
         }
     }
 

@@ -14,8 +14,8 @@ impl StagePort for Stage {
         Stage::get_row(self, table, key).map_err(PortError::new)
     }
 
-    fn set_unenforced_keys(&self, tables: Vec<String>) {
-        Stage::set_unenforced_keys(self, tables);
+    fn set_guarded_keys(&self, tables: Vec<String>) {
+        Stage::set_guarded_keys(self, tables);
     }
 
     fn publication_mark(&self) -> Result<Option<String>, PortError> {

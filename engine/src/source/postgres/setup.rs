@@ -451,6 +451,11 @@ pub struct Estate {
     /// The tables (`schema.table`) whose key no primary key or unique index enforces
     /// (`REPLICA IDENTITY FULL`): a streamed INSERT of a staged key stops the run.
     pub unenforced_keys: Vec<String>,
+    /// The tables with `REPLICA IDENTITY FULL` (a leaf partition's counts), enforced or
+    /// not: the stage refuses an INSERT of a key it holds for each, so a key constraint
+    /// dropped while the stream runs (the server then sends no key, only whole rows)
+    /// stops the run at the first two rows sharing a key instead of merging them.
+    pub guarded_keys: Vec<String>,
 }
 
 /// One relation of a configured table whose replica identity matters: the table
@@ -590,6 +595,7 @@ pub async fn check_estate(
     let mut oids = Vec::with_capacity(tables.len());
     let mut identities = Vec::with_capacity(tables.len());
     let mut unenforced_keys = Vec::new();
+    let mut guarded_keys = Vec::new();
     let mut partitioned = Vec::with_capacity(tables.len());
     // Unlogged relations: reported as such, not as missing from the publication.
     let mut unlogged: Vec<String> = Vec::new();
@@ -723,10 +729,11 @@ pub async fn check_estate(
             }
         }
         identities.push(words.unwrap_or("full: old rows are sent whole").to_owned());
-        if rows.iter().any(|r| r.identity == "f")
-            && !full_identity_key(client, table, &mut problems).await?
-        {
-            unenforced_keys.push(table.source.to_string());
+        if rows.iter().any(|r| r.identity == "f") {
+            guarded_keys.push(table.source.to_string());
+            if !full_identity_key(client, table, &mut problems).await? {
+                unenforced_keys.push(table.source.to_string());
+            }
         }
     }
 
@@ -867,6 +874,7 @@ pub async fn check_estate(
         oids,
         identities,
         unenforced_keys,
+        guarded_keys,
     })
 }
 

@@ -56,9 +56,10 @@ pub trait StagePort: Send + Sync {
     /// leaves out.
     fn get_row(&self, table: &str, key: &[u8]) -> Result<Option<StagedRow>, PortError>;
 
-    /// The tables whose key the source does not enforce unique: an INSERT staged for
-    /// a key the stage holds stops staging (the key is not unique after all).
-    fn set_unenforced_keys(&self, tables: Vec<String>);
+    /// The tables whose key the source may not keep unique (`REPLICA IDENTITY FULL`):
+    /// an INSERT staged for a key the stage holds stops staging (the key is not unique
+    /// after all).
+    fn set_guarded_keys(&self, tables: Vec<String>);
 
     /// The publication's mark as last recorded (`None`: never).
     fn publication_mark(&self) -> Result<Option<String>, PortError>;

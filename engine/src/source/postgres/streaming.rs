@@ -220,7 +220,7 @@ impl PostgresSource {
         // matched by.
         let catalog = connect(dsn).await?;
         let estate = check_estate(&catalog, &options.publication, &tables).await?;
-        stage.set_unenforced_keys(estate.unenforced_keys.clone());
+        stage.set_guarded_keys(estate.guarded_keys.clone());
         // A publication altered since the stage last read it may have hidden changes
         // that no read of the slot brings back: stopped, not taken.
         let publication_mark =
