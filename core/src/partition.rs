@@ -271,6 +271,40 @@ pub fn predicate(ty: ColumnType, grain: Grain, p: &Partition) -> Option<Partitio
     Some(PartitionPredicate::Range { lower, upper })
 }
 
+/// The partitions of `grain` that hold the span of a calendar partition named under
+/// another grain (`YYYY-MM`, `YYYY-MM-DD` or `YYYY-MM-DDTHH`): where the rows of a
+/// partition written before the table's grain changed now belong. `None` for a name of
+/// `grain` itself or of no calendar grain, for the `value` grain, and past `limit`
+/// partitions.
+pub fn regrained(ty: ColumnType, grain: Grain, name: &str, limit: usize) -> Option<Vec<Partition>> {
+    if grain == Grain::Value || bounds_micros(grain, name).is_some() {
+        return None;
+    }
+    let (start, end) = [Grain::Hour, Grain::Day, Grain::Month]
+        .into_iter()
+        .find_map(|g| bounds_micros(g, name))?;
+    let mut out = Vec::new();
+    let mut at = start;
+    while at < end {
+        let value = if ty == ColumnType::Date {
+            Value::Date(i32::try_from(at.div_euclid(MICROS_PER_DAY)).ok()?)
+        } else {
+            Value::Timestamp(at)
+        };
+        let partition = partition_of("", grain, &value).ok()?;
+        let Partition::Key(key) = &partition else {
+            return None;
+        };
+        let (_, next) = bounds_micros(grain, key)?;
+        out.push(partition);
+        if out.len() > limit || next <= at {
+            return None;
+        }
+        at = next;
+    }
+    Some(out)
+}
+
 /// The half-open span `[start, end)` of a time partition, in microseconds since the epoch.
 fn bounds_micros(grain: Grain, key: &str) -> Option<(i64, i64)> {
     let day_us = |d: NaiveDate| days_from_date(d).map(|days| i64::from(days) * MICROS_PER_DAY);
@@ -304,6 +338,53 @@ fn bounds_micros(grain: Grain, key: &str) -> Option<(i64, i64)> {
 mod tests {
     use super::*;
     use crate::value::parse_timestamp;
+
+    #[test]
+    fn a_partition_of_another_grain_maps_to_the_partitions_holding_its_span() {
+        let names = |v: Option<Vec<Partition>>| {
+            v.map(|v| v.iter().map(|p| p.name().into_owned()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            names(regrained(ColumnType::Date, Grain::Month, "1970-01-01", 100)),
+            Some(vec!["1970-01".to_owned()])
+        );
+        assert_eq!(
+            names(regrained(
+                ColumnType::Timestamp,
+                Grain::Day,
+                "2026-03-07T23",
+                100
+            )),
+            Some(vec!["2026-03-07".to_owned()])
+        );
+        let days = names(regrained(ColumnType::Date, Grain::Day, "2024-02", 100)).expect("days");
+        assert_eq!(days.len(), 29);
+        assert_eq!(days.first().map(String::as_str), Some("2024-02-01"));
+        assert_eq!(days.last().map(String::as_str), Some("2024-02-29"));
+        assert_eq!(
+            names(regrained(
+                ColumnType::Date,
+                Grain::Month,
+                "-0044-03-15",
+                100
+            )),
+            Some(vec!["-0044-03".to_owned()])
+        );
+        // Its own grain, no calendar name, the value grain, past the limit: none.
+        assert_eq!(
+            regrained(ColumnType::Date, Grain::Day, "2026-03-01", 100),
+            None
+        );
+        assert_eq!(regrained(ColumnType::Date, Grain::Day, "north", 100), None);
+        assert_eq!(
+            regrained(ColumnType::Date, Grain::Value, "2026-03", 100),
+            None
+        );
+        assert_eq!(
+            regrained(ColumnType::Timestamp, Grain::Hour, "2026-03", 100),
+            None
+        );
+    }
 
     /// Partition names are stored in stages and targets: the fast formatting must give
     /// chrono's names for every year it may meet, signed ones included.

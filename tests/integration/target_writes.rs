@@ -618,6 +618,55 @@ async fn a_target_table_made_anew_gets_every_staged_partition_back() {
     assert!(verify.status.success(), "{}", text(&verify.stdout));
 }
 
+/// `WEIR_TARGET_DSN` pointed at another database for a while, then back: the first
+/// database gets the partitions the stage wrote to the other one since (an update
+/// moving a row, a delete), not only those that change next.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_left_behind_while_the_stage_wrote_another_is_brought_up_to_date() {
+    let db = TestDb::new("tw_behind").await;
+    let other = TestDb::new("tw_behind_other").await;
+    db.write_feed_config("", "", &people_table(false, ""));
+    let region = |id: i64| ["EU", "US", "APAC"][id as usize % 3];
+    let lines: Vec<String> = (0..12)
+        .map(|id| person("c", id, Some(region(id)), "a"))
+        .collect();
+    db.write_feed(&lines);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let elsewhere = |args: &[&str]| {
+        let out = db
+            .weir_command(args)
+            .env("WEIR_TARGET_DSN", &other.dsn)
+            .output()
+            .expect("run weir");
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    };
+    elsewhere(&["init"]);
+    elsewhere(&["run", "--once"]);
+    // Row 1 moves from US to EU, row 3 (EU) is deleted: written to the other target.
+    db.append_feed(&[person("u", 1, Some("EU"), "b"), person("d", 3, None, "")]);
+    elsewhere(&["run", "--once"]);
+    let out = db.weir_ok(&["run", "--once"]);
+    assert!(out.contains("also wrote again 2 partitions"), "{out}");
+    let expected: Vec<(i64, Option<String>, String)> = (0..12)
+        .filter(|&id| id != 3)
+        .map(|id| {
+            let (r, s) = if id == 1 {
+                ("EU", "b")
+            } else {
+                (region(id), "a")
+            };
+            (id, Some(r.to_owned()), s.to_owned())
+        })
+        .collect();
+    assert_eq!(people(&db).await, expected);
+    let verify = verify_people(&db);
+    assert!(verify.status.success(), "{}", text(&verify.stdout));
+    // Up to date now: nothing more to write.
+    let out = db.weir_ok(&["run", "--once"]);
+    assert!(!out.contains("also wrote again"), "{out}");
+}
+
 /// Native children of the last day PostgreSQL's `date` commonly holds (`9999-12-31`,
 /// whose upper bound is in year 10000) are made with bounds PostgreSQL reads: they were
 /// written `+10000-01-01`, refused, and the partition failed for good.

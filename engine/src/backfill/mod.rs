@@ -455,6 +455,33 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
             change: "not in the target's lineage".to_owned(),
         })
         .collect();
+    // Written by this stage at a generation it has changed since, and not dirty: the
+    // stage wrote the later state to another target (`WEIR_TARGET_DSN` pointed
+    // elsewhere, then back), so this target holds the older one.
+    let stage_id = p.stage().stage_id().map_err(PipelineError::from)?;
+    entries.extend(
+        staged
+            .iter()
+            .filter(|(partition, _)| !pending.contains(partition))
+            .filter_map(|(partition, &(generation, staged_rows))| {
+                let l = lineage.get(partition.name().as_ref())?;
+                (l.stage_id.as_deref() == Some(stage_id.as_str())
+                    && u64::try_from(l.stage_generation).is_ok_and(|g| g < generation))
+                .then(|| PlanEntry {
+                    table: table.to_owned(),
+                    target: target.name.to_string(),
+                    partition: partition.name().into_owned(),
+                    partition_value: partition.clone(),
+                    staged_rows,
+                    generation,
+                    lineage: Some(l.clone()),
+                    change: format!(
+                        "generation {} -> {generation}, written since to another target",
+                        l.stage_generation
+                    ),
+                })
+            }),
+    );
     entries.extend(left_by_another_stage(p, table, &staged, &lineage)?);
     Ok(entries)
 }
@@ -486,33 +513,63 @@ fn left_by_another_stage(
         return Ok(Vec::new());
     }
     let ty = config.partition_column().ty;
-    Ok(lineage
-        .iter()
-        .filter_map(|(name, l)| {
-            let partition = Partition::from_name(name);
-            let other_stage = l
-                .stage_id
-                .as_deref()
-                .is_some_and(|id| !id.is_empty() && id != stage_id);
-            let held = staged.get(&partition).is_some_and(|(_, rows)| *rows > 0);
-            (other_stage
-                && l.row_count > 0
-                && !held
-                && u64::try_from(l.source_position).is_ok_and(|at| at <= position)
-                && crate::partition::predicate(ty, config.grain, &partition).is_some())
-            .then(|| PlanEntry {
-                table: table.to_owned(),
-                target: target.name.to_string(),
-                partition: name.clone(),
-                partition_value: partition,
-                staged_rows: 0,
-                generation: 0,
-                lineage: Some(l.clone()),
-                change: "written by another stage, not in this one".to_owned(),
-            })
-        })
-        .collect())
+    let held = |partition: &Partition| staged.get(partition).is_some_and(|(_, rows)| *rows > 0);
+    let entry = |partition: Partition, l: &PartitionLineage, change: String| PlanEntry {
+        table: table.to_owned(),
+        target: target.name.to_string(),
+        partition: partition.name().into_owned(),
+        partition_value: partition,
+        staged_rows: 0,
+        generation: 0,
+        lineage: Some(l.clone()),
+        change,
+    };
+    let mut out: BTreeMap<Partition, PlanEntry> = BTreeMap::new();
+    for (name, l) in lineage {
+        let other_stage = l
+            .stage_id
+            .as_deref()
+            .is_some_and(|id| !id.is_empty() && id != stage_id);
+        if !other_stage
+            || l.row_count == 0
+            || !u64::try_from(l.source_position).is_ok_and(|at| at <= position)
+        {
+            continue;
+        }
+        let partition = Partition::from_name(name);
+        if crate::partition::predicate(ty, config.grain, &partition).is_some() {
+            if !held(&partition) {
+                let change = "written by another stage, not in this one".to_owned();
+                out.insert(partition.clone(), entry(partition, l, change));
+            }
+            continue;
+        }
+        // Named under another grain (the stage made anew after the table's grain
+        // changed): the partitions of this grain that hold its span and that this
+        // stage holds no rows of would keep its rows; those it holds are replaced
+        // whole when written. One this stage wrote after it is left alone.
+        let Some(now) = crate::partition::regrained(ty, config.grain, name, REGRAINED_MAX) else {
+            continue;
+        };
+        for partition in now {
+            let written_after = lineage.get(partition.name().as_ref()).is_some_and(|w| {
+                w.stage_id.as_deref() == Some(stage_id.as_str())
+                    && w.written_at_us >= l.written_at_us
+            });
+            if !held(&partition) && !written_after {
+                let change =
+                    format!("holds partition {name} another stage wrote under another grain");
+                out.entry(partition.clone())
+                    .or_insert_with(|| entry(partition, l, change));
+            }
+        }
+    }
+    Ok(out.into_values().collect())
 }
+
+/// Partitions of the table's grain one partition of another grain may map to, at most
+/// (a month in hours is 744): past it, left to `weir verify` and the user.
+const REGRAINED_MAX: usize = 1_000;
 
 /// Writes again, before a run streams, every partition [`unrecorded`] finds in any
 /// table (but those a resync is reading again): a target table made anew holds none of
@@ -548,6 +605,52 @@ pub async fn rewrite_unrecorded(p: &Pipeline) -> Result<usize, BackfillError> {
         tracing::warn!(partition = %partition, error = %error, failed = report.failed.len(), "partitions not written again; `weir backfill` writes them");
     }
     Ok(report.written.len())
+}
+
+/// The tables of a PostgreSQL source whose first load is not done: what
+/// [`rewrite_once_loaded`] waits for.
+pub fn still_loading(p: &Pipeline) -> Result<Vec<String>, BackfillError> {
+    if !p.resyncs() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for (table, _) in p.tables() {
+        if !p.table_loaded(table)? {
+            out.push(table.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// Beside a run: as each table of `loading` finishes its first load, runs
+/// [`rewrite_unrecorded`] again, which could not tell before which partitions another
+/// stage left (a live run would otherwise keep them until it is restarted). Returns
+/// how many partitions it wrote, once every table is loaded.
+pub async fn rewrite_once_loaded(
+    p: &Pipeline,
+    mut loading: Vec<String>,
+    every: std::time::Duration,
+) -> Result<usize, BackfillError> {
+    let mut written = 0;
+    while !loading.is_empty() {
+        tokio::time::sleep(every).await;
+        let before = loading.len();
+        let mut failed = None;
+        loading.retain(|t| match p.table_loaded(t) {
+            Ok(done) => !done,
+            Err(e) => {
+                failed.get_or_insert(e);
+                true
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        if loading.len() < before {
+            written += rewrite_unrecorded(p).await?;
+        }
+    }
+    Ok(written)
 }
 
 /// Adds to `entries` (the plan of a window of `table`) the partitions of the window

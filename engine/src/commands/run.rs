@@ -39,12 +39,27 @@ pub(crate) async fn run(
     if status.is_some() {
         pipeline.watch();
     }
+    // Tables still in their first load: which partitions another stage left is known
+    // once it is done, so it is asked again then.
+    let loading = weir::backfill::still_loading(&pipeline)?;
+    let mut cleaning = !loading.is_empty();
+    let cleanup =
+        weir::backfill::rewrite_once_loaded(&pipeline, loading, std::time::Duration::from_secs(1));
+    tokio::pin!(cleanup);
     let run = pipeline.run(once, shutdown_signal());
     tokio::pin!(run);
     let mut tick = tokio::time::interval(super::progress::StatusLine::EVERY);
+    let mut rewritten = rewritten;
     let result = loop {
         tokio::select! {
             result = &mut run => break result,
+            done = &mut cleanup, if cleaning => {
+                cleaning = false;
+                match done {
+                    Ok(n) => rewritten += n,
+                    Err(error) => tracing::warn!(%error, "the partitions another stage left were not looked for after the first load; the next start does it"),
+                }
+            }
             _ = tick.tick(), if status.is_some() => {
                 if let Some(line) = status.as_mut() {
                     line.update(pipeline.live());
@@ -71,6 +86,10 @@ pub(crate) async fn run(
             return Err(error.into());
         }
     };
+    // `--once` ends before the check beside it could see the last first load done.
+    if cleaning && once {
+        rewritten += weir::backfill::rewrite_unrecorded(&pipeline).await?;
+    }
     writeln!(
         std::io::stdout().lock(),
         "staged {} transactions ({} changes, {} already staged); wrote {} partitions ({} rows); {} dead letters; {} rows rejected by plugins",
@@ -85,7 +104,7 @@ pub(crate) async fn run(
     if rewritten > 0 {
         writeln!(
             std::io::stdout().lock(),
-            "before that, wrote again {rewritten} partitions the target's lineage did not list (or that another stage wrote and this one holds no rows of)"
+            "also wrote again {rewritten} partitions the target's lineage did not list, listed at an older state of this stage (written since to another target), or that another stage wrote and this one holds no rows of"
         )?;
     }
     if report.source_reconnects > 0 {

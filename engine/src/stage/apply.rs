@@ -467,8 +467,7 @@ impl StageBatch {
             let old = self.current_of(stage, table, tk)?;
             // An insert, or an update that moved a row to another key, onto a key the
             // stage holds: two source rows share the key.
-            if old.is_some() && (row.op == Op::Insert || key_changed) && stage.key_guarded(table)
-            {
+            if old.is_some() && (row.op == Op::Insert || key_changed) && stage.key_guarded(table) {
                 return Err(StageError::InsertOfStagedKey {
                     table: table.to_owned(),
                 });

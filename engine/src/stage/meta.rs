@@ -21,10 +21,7 @@ impl Stage {
     /// Sets the tables whose key the source may not keep unique (see
     /// [`StageError::InsertOfStagedKey`]).
     pub fn set_guarded_keys(&self, tables: Vec<String>) {
-        *self
-            .guarded_keys
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = tables;
+        *self.guarded_keys.write().unwrap_or_else(|p| p.into_inner()) = tables;
     }
 
     /// Whether `table`'s key is one the source may not keep unique.
