@@ -257,6 +257,65 @@ async fn merge_is_refused_for_a_partition_plugin_and_a_foreign_grain_key() {
     );
 }
 
+/// A merge of more than 4096 keys copies them into a temporary table: with a target
+/// `search_path` that puts a schema holding a table of its name before `pg_temp` (the
+/// usual hardening, `search_path = public, pg_temp`), the keys still go to the
+/// temporary table, and the other table's keys are not deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_merge_uses_its_own_temporary_table_whatever_the_search_path() {
+    let db = TestDb::new("merge_search_path").await;
+    let lines: Vec<String> = (1..=10_000)
+        .map(|id| envelope("c", None, None, Some(&march_first(id, "new"))))
+        .collect();
+    db.write_feed(&lines);
+    db.write_config("", "write = \"merge\"", "");
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE public.weir_merge_keys (k0 bigint); INSERT INTO public.weir_merge_keys VALUES (1), (3), (5);",
+        )
+        .await
+        .expect("a table of the temporary table's name");
+    let lines: Vec<String> = (1..=10_000)
+        .filter(|id| id % 2 == 0)
+        .take(4_500)
+        .map(|id| {
+            envelope(
+                "u",
+                None,
+                Some(&march_first(id, "new")),
+                Some(&march_first(id, "paid")),
+            )
+        })
+        .collect();
+    db.append_feed(&lines);
+    let out = db
+        .weir_command(&["run", "--once"])
+        .env(
+            "WEIR_TARGET_DSN",
+            format!("{}?options=-csearch_path%3Dpublic%2Cpg_temp", db.dsn),
+        )
+        .output()
+        .expect("run weir");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(write_mode(&client, "2026-03-01").await, "merge");
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders").await,
+        10_000
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders WHERE status = 'paid'")
+            .await,
+        4_500
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM public.weir_merge_keys").await,
+        3
+    );
+}
+
 /// Order `id` of 2026-03-01 with `status`.
 fn march_first(id: i64, status: &str) -> Order {
     Order {

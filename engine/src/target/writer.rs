@@ -204,7 +204,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                         .join(", ");
                     self.tx
                         .batch_execute(&format!(
-                            "CREATE TEMPORARY TABLE weir_merge_keys ({defs}) ON COMMIT DROP"
+                            "CREATE TEMPORARY TABLE pg_temp.weir_merge_keys ({defs}) ON COMMIT DROP"
                         ))
                         .await
                         .map_err(query_err("create the merge's table of keys"))?;
@@ -260,11 +260,11 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                 .collect::<Vec<_>>()
                 .join(" AND ");
             let delete = format!(
-                "DELETE FROM {} AS t USING weir_merge_keys AS k WHERE {condition} AND {join}",
+                "DELETE FROM {} AS t USING pg_temp.weir_merge_keys AS k WHERE {condition} AND {join}",
                 self.table.name.quoted()
             );
             self.tx
-                .batch_execute("ANALYZE weir_merge_keys")
+                .batch_execute("ANALYZE pg_temp.weir_merge_keys")
                 .await
                 .map_err(query_err("analyze the merge's table of keys"))?;
             // Not sent together: a DELETE by SQL text is prepared first, and a COPY
@@ -341,7 +341,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                 CopyInto::Target => self.start_copy().await?,
                 CopyInto::Keys => self
                     .tx
-                    .copy_in("COPY weir_merge_keys FROM STDIN (FORMAT binary)")
+                    .copy_in("COPY pg_temp.weir_merge_keys FROM STDIN (FORMAT binary)")
                     .await
                     .map_err(query_err("start COPY into the merge's table of keys"))?,
             };
