@@ -311,7 +311,8 @@ async fn a_large_merge_uses_its_own_temporary_table_whatever_the_search_path() {
         4_500
     );
     assert_eq!(
-        db.count("SELECT count(*) FROM public.weir_merge_keys").await,
+        db.count("SELECT count(*) FROM public.weir_merge_keys")
+            .await,
         3
     );
 }

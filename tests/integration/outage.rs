@@ -393,3 +393,89 @@ async fn connections_terminated_repeatedly_lose_nothing() {
     live.wait().expect("reap");
     crate::faults::record("pg_terminate_backend x10", 0, 0, 1, 0, 0);
 }
+
+/// The source's catalog connection alone ended by the server (a session reaper, a
+/// firewall dropping an idle connection) while the stream goes on: the connection is
+/// made again, and the slot keeps being confirmed; it used to be confirmed no more
+/// for the rest of the run, holding WAL without bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_catalog_connection_ended_alone_is_made_again_and_the_slot_confirmed() {
+    let db = TestDb::new("catalog_cut_target").await;
+    let (source_dsn, source) = crate::postgres_source::source_fixture(
+        &db,
+        "weir_catalog_cut",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);",
+        "[engine]\nflush_interval_ms = 100",
+        &OrdersTable::postgres("analytics.fact_orders").body(),
+    )
+    .await;
+    let out = crate::postgres_source::weir_pg(&db, &source_dsn, &["init"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    let log = db.path("run.log");
+    let mut live = db.spawn_live(&[("WEIR_SOURCE_DSN", &source_dsn)], &log);
+    let insert =
+        |id: i64| format!("INSERT INTO orders VALUES ({id}, 'c', '2026-03-01', 1.00, 'new')");
+    source.batch_execute(&insert(1)).await.expect("insert");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while db.count("SELECT count(*) FROM analytics.fact_orders").await < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Weir's sessions in the source database but its walsender.
+    let cut: i64 = source
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND datname = 'weir_catalog_cut_source' AND backend_type = 'client backend'",
+            &[],
+        )
+        .await
+        .expect("terminate")
+        .get(0);
+    assert!(cut >= 1, "no catalog connection to end");
+    for id in 2..=6 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        source.batch_execute(&insert(id)).await.expect("insert");
+    }
+    let wanted: i64 = source
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint",
+            &[],
+        )
+        .await
+        .expect("lsn")
+        .get(0);
+    let confirmed = || async {
+        source
+            .query_one(
+                "SELECT pg_wal_lsn_diff(confirmed_flush_lsn, '0/0')::bigint FROM pg_replication_slots WHERE slot_name = 'weir_catalog_cut'",
+                &[],
+            )
+            .await
+            .expect("slot")
+            .get::<_, i64>(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while confirmed().await < wanted {
+        assert!(
+            Instant::now() < deadline,
+            "the slot is not confirmed past the inserts:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders").await,
+        6
+    );
+    assert!(live.try_wait().expect("poll").is_none(), "weir run exited");
+    live.kill().expect("stop");
+    live.wait().expect("reap");
+}

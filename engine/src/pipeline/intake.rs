@@ -620,7 +620,7 @@ impl Pipeline {
             if !error.is_transient() {
                 return Err(error.into());
             }
-            tracing::warn!(error = %error_chain(&error), "acknowledgement not sent; the source is reconnected");
+            tracing::warn!(error = %error_chain(&error), "acknowledgement not sent; sent with the next batch, or after the source is reconnected");
         }
         crate::failpoint!("stage-after-ack");
         metrics::staged(

@@ -129,8 +129,10 @@ pub struct PostgresSource {
     /// Each configured table's relation OID (as the assembler's tables).
     oids: Vec<u32>,
     publication: String,
-    /// A connection for catalog look-ups of the relations the stream describes.
+    /// A connection for catalog look-ups of the relations the stream describes, made
+    /// again from `catalog_dsn` when it is found closed ([`Self::ensure_catalog`]).
     catalog: tokio_postgres::Client,
+    catalog_dsn: Dsn,
     /// Partitions of configured tables the stream described (OID: name and the
     /// table's index): a change under one of them is refused.
     leaves: HashMap<u32, (String, usize)>,
@@ -327,6 +329,7 @@ impl PostgresSource {
             oids: estate.oids,
             publication: options.publication.clone(),
             catalog,
+            catalog_dsn: dsn.clone(),
             leaves: HashMap::new(),
             leaf_sets: None,
             binary: protocol.binary,
@@ -418,7 +421,20 @@ impl PostgresSource {
 
     /// Reads the publication's mark again: an `ALTER PUBLICATION` since the run began
     /// stops it (see [`PublicationMark`]), and the next start refuses the stage too.
+    /// Connects the catalog connection again if the server closed it (a session
+    /// terminated, an idle connection dropped by a firewall or a pooler): the stream
+    /// goes on on its own connection, so nothing else would notice, and every
+    /// acknowledgement, which first reads the publication, would fail from then on.
+    async fn ensure_catalog(&mut self) -> Result<(), PgSourceError> {
+        if self.catalog.is_closed() {
+            tracing::warn!("the source's catalog connection was closed; connecting again");
+            self.catalog = connect(&self.catalog_dsn).await?;
+        }
+        Ok(())
+    }
+
     async fn check_publication(&mut self) -> Result<(), PgSourceError> {
+        self.ensure_catalog().await?;
         let now = PublicationMark::read(
             &self.catalog,
             &self.publication,
@@ -521,6 +537,7 @@ impl PostgresSource {
                 source: PgError(source),
             }
         };
+        self.ensure_catalog().await?;
         let tables = &self.assembler.tables;
         if self.binary
             && self.oids.contains(&relation.oid)
