@@ -557,3 +557,57 @@ async fn backfill_and_verify_give_the_same_results_under_a_clock_years_away() {
         "the same partitions, rows and checksums"
     );
 }
+
+/// A plugin whose partition column has another name than the source's `partition_by`
+/// (fan-out writes `order_date`; the table is partitioned by `day`): `verify` and
+/// `backfill --allow-empty` find the target's partitions by the target's column, so a
+/// row put by hand in a partition nothing else knows fails verify and is removed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_renaming_the_partition_column_still_has_its_target_partitions_checked() {
+    let db = TestDb::new("bf_renamed_partition").await;
+    let table = format!(
+        "[[table]]\nsource = \"public.orders\"\ntarget = \"analytics.fanned\"\nkey = [\"id\"]\npartition_by = \"day\"\ngrain = \"day\"\ncolumns = {{ id = \"bigint\", day = \"date\", order_date = \"date\" }}\nplugin = {:?}\n[table.plugin_config]\ncopies = \"1\"\n",
+        plugin("fan-out").display().to_string()
+    );
+    db.write_feed_config("", "", &table);
+    let line = |id: i64, day: &str| {
+        let after = json!({"id": id, "day": day, "order_date": day});
+        format!(
+            "{}\n",
+            json!({"op": "c", "before": null, "after": after, "source": {"schema": "public", "table": "orders"}})
+        )
+    };
+    db.write_feed(&[line(1, "2026-03-01"), line(2, "2026-03-02")]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    db.client()
+        .await
+        .batch_execute("INSERT INTO analytics.fanned VALUES (99, '2026-03-04')")
+        .await
+        .expect("a row by hand");
+    let window = [
+        "--table",
+        "public.orders",
+        "--from",
+        "2026-03-01",
+        "--to",
+        "2026-03-05",
+    ];
+    let verify = db.weir(&[&["verify"][..], &window].concat());
+    let stdout = text(&verify.stdout);
+    assert_eq!(
+        verify.status.code(),
+        Some(1),
+        "{stdout}{}",
+        text(&verify.stderr)
+    );
+    assert!(stdout.contains("2026-03-04"), "{stdout}");
+    db.weir_ok(&[&["backfill"][..], &window, &["--allow-empty"]].concat());
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fanned WHERE id = 99")
+            .await,
+        0
+    );
+    let verify = db.weir(&[&["verify"][..], &window].concat());
+    assert!(verify.status.success(), "{}", text(&verify.stdout));
+}

@@ -449,8 +449,8 @@ impl Pipeline {
     }
 
     /// The partitions the target table of `table` holds rows of in `[from, to)`, as
-    /// [`Self::source_partitions`] finds the source's; none when its partition column
-    /// is not the source's (a plugin that renames it).
+    /// [`Self::source_partitions`] finds the source's, by the target's partition
+    /// column (a plugin's may have another name than the source's).
     pub async fn target_partitions(
         &self,
         table: &str,
@@ -458,12 +458,29 @@ impl Pipeline {
         to: &str,
     ) -> Result<Vec<Partition>, PipelineError> {
         let (config, target, _) = self.table(table)?;
-        if target.partition_column != config.partition_by {
-            return Ok(Vec::new());
-        }
         let mut view = config.clone();
         view.source = target.name.clone();
-        self.partitions_in(table, &view, from, to, &self.dsn).await
+        if target.partition_column != config.partition_by {
+            let mut column = config.partition_column().clone();
+            column.name = target.partition_column.clone();
+            column.ty = target.partition_type;
+            view.partition_by = column.name.clone();
+            view.columns = vec![column];
+        }
+        self.partitions_in(table, &view, from, to, &self.dsn)
+            .await
+            .map_err(|e| match e {
+                // Read from the target, whatever the shared reader calls it.
+                PipelineError::PgSource(crate::source::postgres::PgSourceError::Query {
+                    source,
+                    ..
+                }) => target::TargetError::Query {
+                    what: format!("list the partitions {} holds", target.name),
+                    source,
+                }
+                .into(),
+                e => e,
+            })
     }
 
     /// The distinct partitions of the table `config.source` names, at `dsn`.
