@@ -171,6 +171,13 @@ async fn an_imported_stage_goes_on_with_the_position_and_dirty_partitions_it_car
     assert_eq!(shown_b["rows"], shown["rows"]);
     assert_eq!(shown_b["dirty"], shown["dirty"]);
     assert_eq!(shown_b["generation"], shown["generation"]);
+    assert_eq!(shown_b["contracts"], shown["contracts"]);
+    assert!(
+        shown_b["contracts"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty()),
+        "{shown_b}"
+    );
     let out = b.weir_ok(&["checkpoint", "check"]);
     assert!(out.contains("stage is consistent"), "{out}");
 
@@ -201,6 +208,23 @@ async fn an_imported_stage_goes_on_with_the_position_and_dirty_partitions_it_car
     let out = weir_fails(&b, &["run", "--once"]);
     assert!(
         out.contains("is not the feed the stage was filled from"),
+        "{out}"
+    );
+
+    // And it keeps the contract its rows were staged under: a config with another
+    // grain is refused against it, as against the original.
+    let config = std::fs::read_to_string(b.config_path()).expect("config");
+    assert!(config.contains("grain = \"day\""), "{config}");
+    std::fs::write(
+        b.config_path(),
+        config.replace("grain = \"day\"", "grain = \"month\""),
+    )
+    .expect("config");
+    let out = b.weir(&["run", "--once"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = crate::harness::text(&out.stderr);
+    assert!(
+        out.contains("under another contract") && out.contains("grain day → month"),
         "{out}"
     );
 }
@@ -303,10 +327,10 @@ async fn import_refuses_damaged_newer_and_truncated_files_and_changes_nothing() 
     assert!(!stage_b.exists(), "a refused import created the stage");
 
     let mut newer = good.clone();
-    newer[8..12].copy_from_slice(&3u32.to_be_bytes());
+    newer[8..12].copy_from_slice(&4u32.to_be_bytes());
     let out = import(&newer, "newer.ckpt");
     assert!(
-        out.contains("format version 3") && out.contains("version 2 that this build reads"),
+        out.contains("format version 4") && out.contains("version 3 that this build reads"),
         "{out}"
     );
     assert!(!stage_b.exists());

@@ -13,8 +13,9 @@ use super::format::{Counts, FrameWriteError, Record, RecordWriter};
 use super::reader::Reader;
 use crate::feed::{BadRecord, Position};
 use crate::stage::layout::{
-    CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_ROWS, META_APPLYING, META_FORMAT_VERSION,
-    META_SOURCE_ID, META_SOURCE_STATE, be_u32, be_u64, split_partition_key, split_row_key,
+    CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_META, CF_ROWS, META_APPLYING,
+    META_CONTRACT_PREFIX, META_FORMAT_VERSION, META_SOURCE_ID, META_SOURCE_STATE, be_u32, be_u64,
+    split_partition_key, split_row_key,
 };
 use crate::stage::{Stage, StagedRow};
 
@@ -112,6 +113,16 @@ fn export_to(stage: &Stage, file: &Path, tmp: &Path) -> Result<ExportReport, Che
     )?;
     if let Some(state) = r.meta(META_SOURCE_STATE)? {
         put(&mut w, &Record::SourceState(state))?;
+    }
+    let mut contracts = Vec::new();
+    r.scan(CF_META, |k, v| {
+        if k.starts_with(META_CONTRACT_PREFIX) {
+            contracts.push(v.to_vec());
+        }
+        Ok(())
+    })?;
+    for contract in contracts {
+        put(&mut w, &Record::Contract(contract))?;
     }
     let mut counts = Counts::default();
     r.scan(CF_ROWS, |k, v| {

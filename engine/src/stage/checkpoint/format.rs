@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! "WEIRCKPT"                      8 bytes, magic
-//! file format version             u32, big-endian (2; version 1 files are read too)
+//! file format version             u32, big-endian (3; versions 1 and 2 are read too)
 //! record*                         u32 big-endian length (at most 64 MiB), then that
 //!                                 many bytes: one postcard-encoded `Record`
 //! SHA-256                         32 bytes, of every byte before it
@@ -14,7 +14,7 @@
 //! Records come in this order: one [`Record::Header`] (stage format version, source id,
 //! position, generation counter), the [`Record::SourceState`] staged with that position
 //! when the source keeps one (a JSON-lines feed's fingerprint, a first load's progress;
-//! version 2 on), every [`Record::Row`] in stage key order (table,
+//! version 2 on), every [`Record::Contract`] (version 3 on), every [`Record::Row`] in stage key order (table,
 //! partition, raw key bytes, row image), every [`Record::Generation`], every
 //! [`Record::Dirty`], every [`Record::DeadLetter`], and one [`Record::End`] with the
 //! count of each kind. The checksum follows `End` and ends the file.
@@ -46,7 +46,7 @@ use crate::stage::StagedRow;
 pub const FILE_MAGIC: &[u8; 8] = b"WEIRCKPT";
 /// The checkpoint file format this build writes (and every earlier one it reads: 1,
 /// which has no [`Record::SourceState`]).
-pub const FILE_VERSION: u32 = 2;
+pub const FILE_VERSION: u32 = 3;
 /// The largest record a reader accepts; a longer length prefix is damage.
 pub const MAX_RECORD_BYTES: u32 = 64 << 20;
 pub(super) const DIGEST_BYTES: usize = 32;
@@ -93,6 +93,11 @@ pub enum Record {
     /// `Stage::source_state` gives, so a restored stage checks its feed as the
     /// original did (a rotated JSON-lines file is refused, not resumed at its offset).
     SourceState(Vec<u8>),
+    /// One table's contract as the stage records it (JSON, [`crate::stage::TableContract`];
+    /// version 3 on): an imported stage keeps what its rows were staged under, so a
+    /// config with another key, partition column, grain or target is refused by
+    /// `run` and `init` as for the original stage.
+    Contract(Vec<u8>),
 }
 
 // ---- record framing -----------------------------------------------------------------
@@ -215,7 +220,7 @@ impl<R: Read> RecordReader<R> {
             Err(ReadFailure::Io(e)) => return Err(e),
         }
         match u32::from_be_bytes(version) {
-            1 | FILE_VERSION => Ok(reader),
+            1 | 2 | FILE_VERSION => Ok(reader),
             found if found > FILE_VERSION => Err(CheckpointError::NewerFileVersion {
                 path: path.to_owned(),
                 found,
@@ -521,6 +526,14 @@ pub(super) fn walk<R: Read>(
             }
             Record::DeadLetter(_) => counts.dead_letters += 1,
             Record::SourceState(_) => {}
+            Record::Contract(bytes) => {
+                if serde_json::from_slice::<crate::stage::TableContract>(bytes).is_err() {
+                    return Err(structural(
+                        at,
+                        "a table contract that does not decode".into(),
+                    ));
+                }
+            }
             Record::End {
                 rows,
                 dirty,

@@ -27,8 +27,8 @@ use super::{CheckpointError, check};
 use crate::feed::Position;
 use crate::stage::layout::{
     CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META, CF_PENDING, CF_POSITION, CF_ROWS,
-    META_GENERATION, META_POSITION_COVERS_ACKS, META_SOURCE_STATE, POSITION_KEY, partition_key,
-    row_key, table_key,
+    META_CONTRACT_PREFIX, META_GENERATION, META_POSITION_COVERS_ACKS, META_SOURCE_STATE,
+    POSITION_KEY, partition_key, row_key, table_key,
 };
 use crate::stage::{FORMAT_VERSION, Stage};
 
@@ -291,6 +291,17 @@ impl ImportWriter<'_> {
             ),
             Record::SourceState(state) => {
                 self.batch.put_cf(cf(CF_META), META_SOURCE_STATE, state);
+            }
+            Record::Contract(bytes) => {
+                // Checked to decode when the file was verified.
+                let contract: crate::stage::TableContract = serde_json::from_slice(&bytes)
+                    .map_err(|e| CheckpointError::StageRecord {
+                        path: stage.path().to_owned(),
+                        what: format!("table contract: {e}"),
+                    })?;
+                let mut key = META_CONTRACT_PREFIX.to_vec();
+                key.extend_from_slice(contract.source.as_bytes());
+                self.batch.put_cf(cf(CF_META), key, bytes);
             }
             Record::DeadLetter(bad) => {
                 let value =

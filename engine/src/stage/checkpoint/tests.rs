@@ -223,15 +223,15 @@ fn bad_magic_and_other_versions_are_refused_naming_both_versions() {
         b
     };
     verify_bytes(&bytes_v1).expect("a version 1 file is read");
-    bytes[8..12].copy_from_slice(&3u32.to_be_bytes());
+    bytes[8..12].copy_from_slice(&4u32.to_be_bytes());
     let err = verify_bytes(&bytes).expect_err("newer");
     assert!(
-        matches!(err, CheckpointError::NewerFileVersion { found: 3, .. }),
+        matches!(err, CheckpointError::NewerFileVersion { found: 4, .. }),
         "{err}"
     );
     let text = err.to_string();
     assert!(
-        text.contains("version 3") && text.contains("version 2"),
+        text.contains("version 4") && text.contains("version 3"),
         "{text}"
     );
     bytes[8..12].copy_from_slice(&0u32.to_be_bytes());
