@@ -1668,3 +1668,101 @@ async fn a_new_stage_of_another_grain_empties_what_the_old_grain_left() {
         .await;
     }
 }
+
+/// Values held out of line (TOAST) in a key column and in the partition column, and
+/// updates that leave them out (unchanged): the key comes from the old key PostgreSQL
+/// logs whole, and the partition column from the row as the stage holds it when the
+/// update is applied, even when an earlier change of the same transaction, or of a
+/// transaction staged with it, changed that value: nothing stale, and the stream does
+/// not stop.
+#[tokio::test]
+async fn unchanged_out_of_line_keys_and_partition_values_come_from_the_latest_row() {
+    let db = TestDb::new("est_toastkey_target").await;
+    let long = |head: &str, salt: &str| {
+        format!(
+            "'{head}' || (SELECT string_agg(md5(i::text || {salt} || random()::text), '') FROM generate_series(1, 80) i)"
+        )
+    };
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_toastkey",
+        &format!(
+            "CREATE TABLE pv (id bigint PRIMARY KEY, p text NOT NULL, amount int);
+             ALTER TABLE pv ALTER COLUMN p SET STORAGE EXTERNAL;
+             CREATE TABLE pvk (k text PRIMARY KEY, d date NOT NULL, amount int);
+             ALTER TABLE pvk ALTER COLUMN k SET STORAGE EXTERNAL;
+             INSERT INTO pv SELECT g, {}, g FROM generate_series(1, 4) g;
+             INSERT INTO pvk VALUES ({}, '2026-01-01', 77);",
+            long("A", "g::text"),
+            long("L", "'k'")
+        ),
+    )
+    .await;
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            "est_toastkey",
+            "[engine]\nflush_interval_ms = 100",
+            "[[table]]\nsource = \"public.pv\"\ntarget = \"analytics.pv\"\nkey = [\"id\"]\npartition_by = \"p\"\ngrain = \"value\"\n\n\
+             [[table]]\nsource = \"public.pvk\"\ntarget = \"analytics.pvk\"\nkey = [\"k\"]\npartition_by = \"d\"\ngrain = \"day\"\n",
+        ),
+    )
+    .expect("config");
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    source
+        .batch_execute(&format!(
+            "UPDATE pv SET p = {} WHERE id = 3;
+             UPDATE pv SET amount = 300 WHERE id = 3;
+             BEGIN;
+             UPDATE pv SET p = {} WHERE id = 4;
+             UPDATE pv SET amount = 400 WHERE id = 4;
+             COMMIT;
+             UPDATE pvk SET amount = 78;",
+            long("E", "'3'"),
+            long("F", "'4'")
+        ))
+        .await
+        .expect("updates");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let target = db.client().await;
+    for (from, to) in [
+        (
+            "SELECT id::text || ' ' || md5(p) || ' ' || amount FROM pv ORDER BY id",
+            "analytics.pv",
+        ),
+        (
+            "SELECT md5(k) || ' ' || d || ' ' || amount FROM pvk ORDER BY 1",
+            "analytics.pvk",
+        ),
+    ] {
+        let want = texts(&source, from).await;
+        let got = texts(
+            &target,
+            &from
+                .replace("FROM pv ", "FROM analytics.pv ")
+                .replace("FROM pvk ", "FROM analytics.pvk "),
+        )
+        .await;
+        assert_eq!(want, got, "{to}");
+        assert!(!want.is_empty());
+    }
+    // And each row is in the partition its value names.
+    let misplaced = db
+        .count("SELECT count(*) FROM analytics.pv t JOIN weir.partitions l ON l.target_table = 'analytics.pv' AND l.partition = t.p WHERE l.row_count = 0")
+        .await;
+    assert_eq!(misplaced, 0);
+}
+
+/// The one text column of each row `sql` returns.
+async fn texts(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    client
+        .query(sql, &[])
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect()
+}

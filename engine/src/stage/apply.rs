@@ -392,7 +392,10 @@ impl StageBatch {
     }
 
     /// The row of an `UpsertUnchanged` with its unchanged values filled from the
-    /// current image of `previous_key`; `None`: skip it (no image, `skip_if_absent`).
+    /// current image of `previous_key` (replacing a value the source filled already
+    /// from the committed stage), and whether such a value differed: the source read
+    /// an older image than this batch holds; `None`: skip it (no image,
+    /// `skip_if_absent`).
     fn resolve_unchanged(
         &self,
         stage: &Stage,
@@ -401,7 +404,7 @@ impl StageBatch {
         row: &StagedRow,
         unchanged: &[String],
         skip_if_absent: bool,
-    ) -> Result<Option<StagedRow>, StageError> {
+    ) -> Result<Option<(StagedRow, bool)>, StageError> {
         let image = self.current_row(stage, table, previous_key)?;
         let Some(image) = image else {
             if skip_if_absent {
@@ -413,6 +416,7 @@ impl StageBatch {
             });
         };
         let mut row = row.clone();
+        let mut stale = false;
         for column in unchanged {
             let value = image
                 .values
@@ -423,9 +427,15 @@ impl StageBatch {
                     table: table.to_owned(),
                     column: column.clone(),
                 })?;
-            row.values.push((column.clone(), value));
+            match row.values.iter_mut().find(|(c, _)| c == column) {
+                Some((_, filled)) => {
+                    stale |= *filled != value;
+                    *filled = value;
+                }
+                None => row.values.push((column.clone(), value)),
+            }
         }
-        Ok(Some(row))
+        Ok(Some((row, stale)))
     }
 
     /// Sets the row of `key` (moving it out of its old partition if it was elsewhere).
@@ -534,7 +544,7 @@ impl StageBatch {
                     previous_key,
                     skip_if_absent,
                 } => {
-                    if let Some(row) = self.resolve_unchanged(
+                    if let Some((row, stale)) = self.resolve_unchanged(
                         stage,
                         table,
                         previous_key,
@@ -542,6 +552,15 @@ impl StageBatch {
                         unchanged,
                         *skip_if_absent,
                     )? {
+                        // Values the source filled from an older image (its partition
+                        // column among them, unchanged by this update): the row stays
+                        // in the partition it is in now.
+                        let now = if stale {
+                            self.current_of(stage, table, &table_key(table, previous_key))?
+                        } else {
+                            None
+                        };
+                        let partition = now.as_ref().unwrap_or(partition);
                         self.upsert(stage, table, key, partition, &row, previous_key != key)?;
                     }
                 }

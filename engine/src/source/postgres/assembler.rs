@@ -323,15 +323,51 @@ impl Assembler {
                     let (old_row, _) = tuple_values(table, &relation.columns, old)?;
                     take_unchanged(&mut after, &mut unchanged, &old_row);
                 }
+                if let Some(before) = &before
+                    && unchanged.iter().any(|c| table.key.contains(c))
+                {
+                    // A key held out of line, unchanged: PostgreSQL logs the old key
+                    // whole (its TOAST values inline) when it has one, and it is the
+                    // new row's key.
+                    let keys: Vec<(String, Value)> = before
+                        .iter()
+                        .filter(|(c, v)| table.key.contains(c) && !v.is_null())
+                        .cloned()
+                        .collect();
+                    take_unchanged(&mut after, &mut unchanged, &keys);
+                }
                 if unchanged
                     .iter()
                     .any(|c| table.key.contains(c) || *c == table.partition_by)
                 {
                     // A key or the partition column held out of line: they are needed
                     // now, to key and place the change; only the staged image has them.
-                    let lookup = |key: &[u8]| staged(&source, key);
-                    let after = row(table, &relation.columns, &update.new, Some(&lookup))?;
-                    return self.push(t, Op::Update, before, Some(after));
+                    // That image is the committed stage's, which may not hold this
+                    // row's latest yet (an earlier change of this transaction, or of
+                    // the transactions staged with it): the stage fills the columns
+                    // again from the row as it applies the update, and takes that row's
+                    // partition if the partition column's value was not the same.
+                    if let Some(column) = unchanged.iter().find(|c| table.key.contains(c)) {
+                        return Err(PgSourceError::BadChange {
+                            table: source,
+                            reason: format!(
+                                "key column `{column}` is an unchanged TOAST value the server sent no old key for; set REPLICA IDENTITY FULL on the table for later changes, and take a new snapshot (new `slot` and `[stage] path`, then `weir init`)"
+                            ),
+                        });
+                    }
+                    let key = key_of(table, &after)?;
+                    let image = staged(&source, &key);
+                    let mut missing = unchanged.clone();
+                    if let Some(image) = &image {
+                        take_unchanged(&mut after, &mut missing, &image.values);
+                    }
+                    if let Some(column) = missing.into_iter().next() {
+                        return Err(PgSourceError::ToastWithoutRow {
+                            table: source,
+                            column,
+                        });
+                    }
+                    return self.push_update(t, before, after, unchanged, false);
                 }
                 let mut skip_if_absent = false;
                 if !unchanged.is_empty() {
