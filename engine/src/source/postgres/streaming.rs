@@ -967,8 +967,10 @@ async fn hold_slot_to_stage(
 impl ChangeSource for PostgresSource {
     async fn next(&mut self) -> Result<SourceEvent, SourceError> {
         match self.receive().await {
-            Ok(Some(event)) => Ok(event),
-            Ok(None) => {
+            // Idle (nothing within the idle timeout, or a keepalive): the publication
+            // is read again here too, so that one narrowed while nothing it still
+            // publishes arrives is seen within a second, not at the next change.
+            Ok(Some(SourceEvent::Idle)) | Ok(None) => {
                 if self.mark_checked.elapsed() >= PUBLICATION_CHECK_INTERVAL {
                     self.check_publication()
                         .await
@@ -976,6 +978,7 @@ impl ChangeSource for PostgresSource {
                 }
                 Ok(SourceEvent::Idle)
             }
+            Ok(Some(event)) => Ok(event),
             Err(e) => Err(SourceError::Postgres(Box::new(e))),
         }
     }
