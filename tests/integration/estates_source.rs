@@ -1772,3 +1772,44 @@ async fn texts(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
         .map(|r| r.get::<_, String>(0))
         .collect()
 }
+
+/// Two source databases (two shards) with a table of the same name, each its own
+/// stage and slot, into one target table: the second pipeline is refused, naming the
+/// first and its source, where it used to replace, then empty, the first's partitions.
+#[tokio::test]
+async fn a_second_shard_of_the_same_table_name_into_one_target_is_refused() {
+    let db = TestDb::new("est_shards_target").await;
+    let ddl = |first: i64| {
+        format!(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+             INSERT INTO orders SELECT g, 'c', DATE '2026-04-01' + (g % 5), 1, 'new' FROM generate_series({first}, {first} + 49) g;"
+        )
+    };
+    let (dsn_a, _source_a) = crate::harness::source_db("est_shard_a", &ddl(1)).await;
+    let (dsn_b, _source_b) = crate::harness::source_db("est_shard_b", &ddl(1001)).await;
+    write_config(&db, "est_shard_a", &orders("public.orders", &["id"], "day"));
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &dsn_a, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    let config = postgres_config(
+        "est_shard_b",
+        "[engine]\nflush_interval_ms = 100",
+        &format!("[[table]]\n{}\n", orders("public.orders", &["id"], "day")),
+    )
+    .replace("path = \"stage\"", "path = \"stage_b\"");
+    std::fs::write(db.config_path(), config).expect("config");
+    let out = weir_pg(&db, &dsn_b, &["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr
+            .contains("holds 5 partitions another pipeline wrote, from public.orders of postgres:")
+            && stderr.contains("/est_shard_a_source"),
+        "{stderr}"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders").await,
+        50
+    );
+}

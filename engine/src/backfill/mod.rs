@@ -482,7 +482,10 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
                 })
             }),
     );
-    entries.extend(left_by_another_stage(p, table, &staged, &lineage)?);
+    let sources = target::stage_sources(&client).await?;
+    entries.extend(left_by_another_stage(
+        p, table, &staged, &lineage, &sources,
+    )?);
     Ok(entries)
 }
 
@@ -492,12 +495,14 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
 /// longer has them (a stage made anew after the table was dropped and made again, or
 /// after its rows were deleted while nothing streamed). Written as this stage holds
 /// them, empty; left alone otherwise. Not for a JSON-lines feed, whose new stage holds
-/// only what its file gave it.
+/// only what its file gave it; nor for a stage registered as reading another source
+/// (`sources`: a table of the same name in another database is another pipeline's).
 fn left_by_another_stage(
     p: &Pipeline,
     table: &str,
     staged: &BTreeMap<Partition, (u64, u64)>,
     lineage: &BTreeMap<String, PartitionLineage>,
+    sources: &std::collections::HashMap<String, String>,
 ) -> Result<Vec<PlanEntry>, BackfillError> {
     if !p.resyncs() {
         return Ok(Vec::new());
@@ -526,10 +531,13 @@ fn left_by_another_stage(
     };
     let mut out: BTreeMap<Partition, PlanEntry> = BTreeMap::new();
     for (name, l) in lineage {
-        let other_stage = l
-            .stage_id
-            .as_deref()
-            .is_some_and(|id| !id.is_empty() && id != stage_id);
+        let other_stage = l.stage_id.as_deref().is_some_and(|id| {
+            !id.is_empty()
+                && id != stage_id
+                && sources
+                    .get(id)
+                    .is_none_or(|source| source == p.source_identity())
+        });
         if !other_stage
             || l.row_count == 0
             || !u64::try_from(l.source_position).is_ok_and(|at| at <= position)

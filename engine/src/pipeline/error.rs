@@ -60,12 +60,15 @@ pub enum PipelineError {
         differences: String,
     },
     #[error(
-        "target table {target} holds {partitions} partitions another pipeline wrote, from {source_table} (another stage): two pipelines writing one target table replace each other's partitions. Give this [[table]] another target; or, if that pipeline is gone for good, remove its lineage: DELETE FROM weir.partitions WHERE target_table = '{target}' AND source_table = '{source_table}'"
+        "target table {target} holds {partitions} partitions another pipeline wrote, from {from} (another stage): two pipelines writing one target table replace each other's partitions. Give this [[table]] another target; or, if that pipeline is gone for good, remove its lineage: {remove}"
     )]
     ForeignLineage {
         target: String,
-        source_table: String,
+        /// The other pipeline's source table, and its source when known.
+        from: String,
         partitions: i64,
+        /// The statement that removes its lineage.
+        remove: String,
     },
     #[error(
         "{table}, partition {partition}: write = \"merge\": the plugin output a row with grain key {key}, which is not the key of a changed input row; merge needs each output row's grain key to be its input row's key (use write = \"replace\")"

@@ -38,7 +38,11 @@ pub async fn init_with(
 ) -> Result<InitReport, PipelineError> {
     let mut source_lines = Vec::new();
     let mut publication_mark = None;
-    let (resolved, _) = resolve_tables(config, None).await?;
+    let Resolved {
+        tables: resolved,
+        source,
+        ..
+    } = resolve_tables(config, None).await?;
     // Before anything is made in the source: a target table another pipeline writes.
     {
         let target = target::connect(dsn).await?;
@@ -50,7 +54,7 @@ pub async fn init_with(
             String::new()
         };
         for table in &resolved {
-            refuse_foreign_lineage(&target, table, &stage_id).await?;
+            refuse_foreign_lineage(&target, table, &stage_id, &source).await?;
         }
     }
     let mut oids = vec![None; resolved.len()];
@@ -423,13 +427,18 @@ pub(super) fn primary_dsn(config: &Config) -> Result<Option<Dsn>, crate::config:
 pub(super) async fn resolve_tables(
     config: &Config,
     target: Option<&Client>,
-) -> Result<(Vec<TableConfig>, u64), PipelineError> {
+) -> Result<Resolved, PipelineError> {
     let SourceConfig::Postgres { .. } = &config.source else {
-        return Ok((config.tables.clone(), 0));
+        return Ok(Resolved {
+            tables: config.tables.clone(),
+            catalog_lsn: 0,
+            source: config.source_id(),
+        });
     };
     let source_dsn = postgres_dsn(config)?;
     let client = postgres::connect(&source_dsn).await?;
     let catalog_lsn = postgres::wal_position(&client).await?;
+    let source = postgres::database_identity(&client).await?;
     let mut out = Vec::with_capacity(config.tables.len());
     for table in &config.tables {
         let (mut columns, unsupported) =
@@ -494,28 +503,47 @@ pub(super) async fn resolve_tables(
                 })?,
         );
     }
-    Ok((out, catalog_lsn))
+    Ok(Resolved {
+        tables: out,
+        catalog_lsn,
+        source,
+    })
+}
+
+/// The configured tables as the source has them ([`resolve_tables`]).
+pub(super) struct Resolved {
+    pub tables: Vec<TableConfig>,
+    /// The source's WAL position read before its catalog (0: not PostgreSQL).
+    pub catalog_lsn: u64,
+    /// The source's identity: a PostgreSQL database's
+    /// ([`postgres::database_identity`]), or the JSON-lines feed's
+    /// ([`Config::source_id`]).
+    pub source: String,
 }
 
 /// Refuses a table whose target holds partitions another pipeline wrote: lineage from
-/// another source table and another stage (a stage made anew for the same source, or
-/// a source table renamed in the config, is this pipeline's). Two pipelines writing
-/// one target table would replace each other's partitions.
+/// another stage and either another source table or another source (a stage made anew
+/// for the same source, or a source table renamed in the config, is this pipeline's;
+/// a table of the same name in another database, a shard, is not). Two pipelines
+/// writing one target table would replace each other's partitions.
 pub(super) async fn refuse_foreign_lineage(
     client: &tokio_postgres::Client,
     table: &TableConfig,
     stage_id: &str,
+    source: &str,
 ) -> Result<(), PipelineError> {
     let row = client
         .query_opt(
-            "SELECT source_table, count(*) FROM weir.partitions \
-             WHERE target_table = $1 AND source_table <> $2 \
-               AND coalesce(stage_id, '') NOT IN ('', $3) \
-             GROUP BY 1 ORDER BY 2 DESC LIMIT 1",
+            "SELECT p.source_table, s.source, count(*) \
+             FROM weir.partitions p LEFT JOIN weir.stages s ON s.stage_id = p.stage_id \
+             WHERE p.target_table = $1 AND coalesce(p.stage_id, '') NOT IN ('', $3) \
+               AND (p.source_table <> $2 OR s.source <> $4) \
+             GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 1",
             &[
                 &table.target.to_string(),
                 &table.source.to_string(),
                 &stage_id,
+                &source,
             ],
         )
         .await
@@ -525,11 +553,31 @@ pub(super) async fn refuse_foreign_lineage(
         })?;
     match row {
         None => Ok(()),
-        Some(row) => Err(PipelineError::ForeignLineage {
-            target: table.target.to_string(),
-            source_table: row.get(0),
-            partitions: row.get(1),
-        }),
+        Some(row) => {
+            let (source_table, other, partitions): (String, Option<String>, i64) =
+                (row.get(0), row.get(1), row.get(2));
+            let literal = |s: &str| crate::config::quote_literal(s).unwrap_or_default();
+            let mut remove = format!(
+                "DELETE FROM weir.partitions WHERE target_table = {} AND source_table = {}",
+                literal(&table.target.to_string()),
+                literal(&source_table)
+            );
+            if let Some(other) = &other {
+                remove.push_str(&format!(
+                    " AND stage_id IN (SELECT stage_id FROM weir.stages WHERE source = {})",
+                    literal(other)
+                ));
+            }
+            Err(PipelineError::ForeignLineage {
+                target: table.target.to_string(),
+                from: match &other {
+                    Some(other) => format!("{source_table} of {other}"),
+                    None => source_table,
+                },
+                partitions,
+                remove,
+            })
+        }
     }
 }
 

@@ -103,6 +103,9 @@ pub struct Pipeline {
     /// A PostgreSQL source's WAL position just before its catalog was read for
     /// `tables` (0 otherwise): see `Assembler::with_catalog_lsn`.
     catalog_lsn: u64,
+    /// The source's identity (`init::Resolved::source`), registered in the target's
+    /// `weir.stages` beside the stage id.
+    source_identity: String,
     /// Tables whose plugin read a clock or drew random bytes in a merge: replaced
     /// whole from then on, in this process (see `PipelineError::MergeImpure`).
     replace_only: std::sync::Mutex<HashSet<String>>,
@@ -151,7 +154,11 @@ impl Pipeline {
         for _ in 0..config.engine.parallelism {
             clients.push(target::connect(&dsn).await?);
         }
-        let (tables_resolved, catalog_lsn) = resolve_tables(&config, clients.first()).await?;
+        let init::Resolved {
+            tables: tables_resolved,
+            catalog_lsn,
+            source: source_identity,
+        } = resolve_tables(&config, clients.first()).await?;
         config.tables = tables_resolved;
         let host = plugin_host();
         let mut tables = HashMap::new();
@@ -203,8 +210,9 @@ impl Pipeline {
                 blocking(move || stage.stage_id()).await?
             };
             for (table, _, _) in tables.values() {
-                refuse_foreign_lineage(client, table, &stage_id).await?;
+                refuse_foreign_lineage(client, table, &stage_id, &source_identity).await?;
             }
+            target::register_stage(client, &stage_id, &source_identity).await?;
         }
         let write_wake = Arc::new(tokio::sync::Notify::new());
         let live: Arc<live::LiveCounters> = Arc::default();
@@ -228,6 +236,7 @@ impl Pipeline {
             failed: std::sync::Mutex::default(),
             replace_only: std::sync::Mutex::default(),
             catalog_lsn,
+            source_identity,
             writable,
             write_wake,
             load_watch: Arc::new(load_watch),
@@ -296,6 +305,12 @@ impl Pipeline {
 
     pub fn dsn(&self) -> &Dsn {
         &self.dsn
+    }
+
+    /// The source's identity: a PostgreSQL database's (`postgres:<system
+    /// identifier>/<database>`), or the JSON-lines feed's.
+    pub fn source_identity(&self) -> &str {
+        &self.source_identity
     }
 
     /// Whether the stage holds every row of a PostgreSQL source's `table` (its first

@@ -275,3 +275,35 @@ pub async fn finish_backfill(
         .map_err(query_err("record the end of the backfill"))?;
     Ok(())
 }
+
+/// Records which source the stage `stage_id` reads (`weir.stages`), for the guard
+/// against two pipelines writing one target table.
+pub async fn register_stage(
+    client: &Client,
+    stage_id: &str,
+    source: &str,
+) -> Result<(), TargetError> {
+    client
+        .execute(
+            "INSERT INTO weir.stages (stage_id, source) VALUES ($1, $2) \
+             ON CONFLICT (stage_id) DO UPDATE SET source = EXCLUDED.source \
+             WHERE weir.stages.source IS DISTINCT FROM EXCLUDED.source",
+            &[&stage_id, &source],
+        )
+        .await
+        .map_err(query_err("record the stage's source"))?;
+    Ok(())
+}
+
+/// The source each registered stage reads, by stage id.
+pub async fn stage_sources(
+    client: &Client,
+) -> Result<std::collections::HashMap<String, String>, TargetError> {
+    Ok(client
+        .query("SELECT stage_id, source FROM weir.stages", &[])
+        .await
+        .map_err(query_err("read the stages' sources"))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}

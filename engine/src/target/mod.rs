@@ -33,7 +33,7 @@ pub mod writer;
 pub use group::{GroupWriter, MemberKeys, open_group};
 pub use lineage::{
     PartitionLineage, begin_backfill, expected_transform, finish_backfill, is_stale, recent_writes,
-    table_lineage,
+    register_stage, stage_sources, table_lineage,
 };
 pub use read::read_partition;
 pub use schema::{

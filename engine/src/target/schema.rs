@@ -79,6 +79,14 @@ DROP INDEX IF EXISTS weir.dead_letter_bad_record;
 CREATE UNIQUE INDEX IF NOT EXISTS dead_letter_bad_record_of_stage ON weir.dead_letter (stage_id, source, source_position) WHERE kind = 'bad-record';
 COMMENT ON COLUMN weir.dead_letter.kind IS 'bad-record: the source could not read it (raw holds it); rejected: the table''s plugin rejected the row (input holds it; replaced with its partition).';
 COMMENT ON TABLE weir.dead_letter IS 'Records weir could not process, with the reason and the raw record.';
+-- Which source each stage reads: two stages of one source (a stage made anew) are one
+-- pipeline; stages of two sources whose tables have the same name (two shards) are two.
+CREATE TABLE IF NOT EXISTS weir.stages (
+    stage_id      text        PRIMARY KEY,
+    source        text        NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE weir.stages IS 'The source each stage that wrote here reads (postgres:<system identifier>/<database>, or jsonl:<file>).';
 "#;
 
 /// What the `weir` schema's comment says once this build's DDL ran: a digest of the DDL.

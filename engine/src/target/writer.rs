@@ -524,28 +524,42 @@ pub async fn open_replace<'c, 'a>(
     table: &'a TargetTable,
     meta: PartitionMeta<'a>,
 ) -> Result<Opened<'c, 'a>, TargetError> {
+    // The last column: the stage that wrote it reads another source than this one
+    // (`weir.stages`; unknown for stages not registered, as older builds').
+    let ours = crate::config::quote_literal(meta.stage_id).unwrap_or_else(|| "''".into());
     let (opening, lineage) = open(
         begun,
         table,
         meta,
         &[],
-        "SELECT stage_generation, stage_id, source_table, source_position FROM weir.partitions WHERE target_table = $1 AND partition = $2",
+        &format!(
+            "SELECT stage_generation, stage_id, source_table, source_position, \
+                    coalesce((SELECT a.source <> b.source FROM weir.stages a, weir.stages b \
+                              WHERE a.stage_id = p.stage_id AND b.stage_id = {ours}), false) \
+             FROM weir.partitions p WHERE target_table = $1 AND partition = $2"
+        ),
         |condition, _| format!("DELETE FROM {} WHERE {condition}", table.name.quoted()),
     )
     .await?;
-    // Written by another pipeline (another stage, from another source table): two
-    // pipelines writing one target table would replace each other's partitions.
+    // Written by another pipeline (another stage, from another source table or another
+    // source): two pipelines writing one target table would replace each other's
+    // partitions.
     if let Some(r) = &lineage {
         let stage_id: Option<String> = r.get(1);
         let source_table: String = r.get(2);
+        let other_source: bool = r.get(4);
         if stage_id.is_some_and(|id| !id.is_empty() && id != meta.stage_id)
-            && source_table != meta.source_table
+            && (source_table != meta.source_table || other_source)
         {
             opening.tx.rollback().await.map_err(query_err("rollback"))?;
             return Err(TargetError::ForeignPartition {
                 table: table.name.clone(),
                 partition: meta.partition.name().into_owned(),
-                source_table,
+                source_table: if other_source {
+                    format!("{source_table} of another source")
+                } else {
+                    source_table
+                },
             });
         }
     }

@@ -111,7 +111,7 @@ pub use progress::{SnapshotTable, resync_holds, snapshot_tables};
 pub use publication::PublicationMark;
 pub use read::{distinct_values, read_rows};
 pub use resync::request_resync;
-pub use resync::{wal_position, write_server};
+pub use resync::{database_identity, wal_position, write_server};
 pub use setup::{
     Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
     slot_on_each_host, slot_status, source_columns, source_columns_and_unsupported, table_oid,

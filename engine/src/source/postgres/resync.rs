@@ -162,6 +162,25 @@ pub async fn write_server(
         .ok_or(PgSourceError::StandbyWithoutPrimary)
 }
 
+/// The source database's identity, the same on its primary and its standbys:
+/// `postgres:<system identifier>/<database>`.
+pub async fn database_identity(client: &tokio_postgres::Client) -> Result<String, PgSourceError> {
+    let row = client
+        .query_one(
+            "SELECT system_identifier::text, current_database()::text FROM pg_control_system()",
+            &[],
+        )
+        .await
+        .map_err(super::error::query_failed(
+            "read the source's system identifier",
+        ))?;
+    Ok(format!(
+        "postgres:{}/{}",
+        row.get::<_, String>(0),
+        row.get::<_, String>(1)
+    ))
+}
+
 /// The source's WAL position now: its insert position, or on a standby in recovery
 /// what it has replayed.
 pub async fn wal_position(client: &tokio_postgres::Client) -> Result<u64, PgSourceError> {
