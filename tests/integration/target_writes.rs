@@ -933,3 +933,46 @@ async fn a_partition_another_pipeline_wrote_is_not_replaced() {
         [(1, Some("EU".to_owned()), "new".to_owned())]
     );
 }
+
+/// A feed's table renamed in the config (`source = "public.persons"` where it was
+/// `public.people`), the same stage and target: refused, since the new table's writes
+/// would replace some of the old one's partitions and leave the rest; the way out the
+/// error gives works.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_renamed_in_the_config_onto_its_old_target_is_refused_until_emptied() {
+    let db = TestDb::new("tw_renamed_source").await;
+    db.write_feed_config("", "", &people_table(false, ""));
+    db.write_feed(&[
+        person("c", 1, Some("EU"), "a"),
+        person("c", 2, Some("US"), "a"),
+    ]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    db.write_feed_config(
+        "",
+        "",
+        &people_table(false, "").replace("public.people", "public.persons"),
+    );
+    db.append_feed(&[person("c", 3, Some("EU"), "b").replace("\"people\"", "\"persons\"")]);
+    let out = db.weir(&["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("another pipeline wrote, from public.people, a table of this stage no longer in the config")
+            && stderr.contains("TRUNCATE"),
+        "{stderr}"
+    );
+    assert_eq!(people(&db).await.len(), 2, "nothing written");
+    db.client()
+        .await
+        .batch_execute(
+            "TRUNCATE analytics.people; DELETE FROM weir.partitions WHERE target_table = 'analytics.people' AND source_table = 'public.people'",
+        )
+        .await
+        .expect("the way out");
+    db.weir_ok(&["run", "--once"]);
+    assert_eq!(
+        people(&db).await,
+        [(3, Some("EU".to_owned()), "b".to_owned())]
+    );
+}

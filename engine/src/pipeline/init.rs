@@ -581,6 +581,56 @@ pub(super) async fn refuse_foreign_lineage(
     }
 }
 
+/// Refuses a table whose target holds partitions this same stage wrote from another
+/// of its tables (one taken out of the config, whose rows are still there: a feed's
+/// table renamed in the config, which JSON lines cannot tell from a new table). The
+/// new table's writes would replace some of its partitions and leave the rest: half
+/// one table, half the other. A PostgreSQL table renamed at the source is carried
+/// over by the contract step before this runs, so its old name is no longer the
+/// stage's.
+pub(super) async fn refuse_own_other_table(
+    client: &tokio_postgres::Client,
+    table: &TableConfig,
+    stage_id: &str,
+    contracts: &[crate::stage::TableContract],
+) -> Result<(), PipelineError> {
+    let rows = client
+        .query(
+            "SELECT source_table, count(*) FROM weir.partitions \
+             WHERE target_table = $1 AND stage_id = $2 AND source_table <> $3 GROUP BY 1",
+            &[
+                &table.target.to_string(),
+                &stage_id,
+                &table.source.to_string(),
+            ],
+        )
+        .await
+        .map_err(|source| target::TargetError::Query {
+            what: format!("read the lineage of {}", table.target),
+            source: PgError(source),
+        })?;
+    let Some(row) = rows
+        .iter()
+        .find(|r| contracts.iter().any(|c| c.source == r.get::<_, String>(0)))
+    else {
+        return Ok(());
+    };
+    let source_table: String = row.get(0);
+    let literal = |s: &str| crate::config::quote_literal(s).unwrap_or_default();
+    Err(PipelineError::ForeignLineage {
+        target: table.target.to_string(),
+        from: format!("{source_table}, a table of this stage no longer in the config,"),
+        partitions: row.get(1),
+        remove: format!(
+            "TRUNCATE {}; DELETE FROM weir.partitions WHERE target_table = {} AND source_table = {} (the next run writes {} whole)",
+            table.target.quoted(),
+            literal(&table.target.to_string()),
+            literal(&source_table),
+            table.source
+        ),
+    })
+}
+
 /// Refuses to make a slot for a stage that streamed from one before: the slot went
 /// (dropped by hand), and with it the changes made since; a new one would start at the
 /// server's current position, which `weir run` then refuses, while it held WAL.

@@ -209,8 +209,13 @@ impl Pipeline {
                 let stage = Arc::clone(&stage);
                 blocking(move || stage.stage_id()).await?
             };
+            let staged = {
+                let stage = Arc::clone(&stage);
+                blocking(move || stage.contracts()).await?
+            };
             for (table, _, _) in tables.values() {
                 refuse_foreign_lineage(client, table, &stage_id, &source_identity).await?;
+                init::refuse_own_other_table(client, table, &stage_id, &staged).await?;
             }
             target::register_stage(client, &stage_id, &source_identity).await?;
         }
