@@ -976,3 +976,53 @@ async fn a_table_renamed_in_the_config_onto_its_old_target_is_refused_until_empt
         [(3, Some("EU".to_owned()), "b".to_owned())]
     );
 }
+
+/// A `numeric` column narrowed after rows were staged (the config and the target
+/// altered as the mismatch error says): a staged value with more places than the new
+/// scale fails its partition, named, instead of being rounded by the target; the
+/// partitions whose values fit are written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_staged_decimal_a_narrowed_column_would_round_fails_its_partition() {
+    let db = TestDb::new("tw_narrowed").await;
+    let table = |ty: &str| {
+        format!(
+            "[[table]]\nsource = \"public.x\"\ntarget = \"analytics.x\"\nkey = [\"id\"]\npartition_by = \"d\"\ngrain = \"day\"\ncolumns = {{ id = \"bigint\", d = \"date\", amount = \"{ty}\" }}\n"
+        )
+    };
+    let line = |id: i64, d: &str, amount: &str| {
+        format!(
+            "{}\n",
+            json!({"op": "c", "before": null, "after": {"id": id, "d": d, "amount": amount}, "source": {"schema": "public", "table": "x"}})
+        )
+    };
+    db.write_feed_config("", "", &table("numeric(12,2)"));
+    db.write_feed(&[line(1, "2026-03-01", "1.50"), line(2, "2026-03-02", "2.25")]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    db.write_feed_config("", "", &table("numeric(12,1)"));
+    db.client()
+        .await
+        .batch_execute("ALTER TABLE analytics.x ALTER COLUMN amount TYPE numeric(12,1) USING amount::numeric(12,2)")
+        .await
+        .err()
+        .map(|e| panic!("alter: {e}"));
+    db.append_feed(&[line(3, "2026-03-02", "3.3"), line(4, "2026-03-01", "4.5")]);
+    let out = db.weir(&["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("partition 2026-03-02 of analytics.x: a value of column `amount` has 2 decimal places, and the column keeps 1"),
+        "{stderr}"
+    );
+    // The altered target rounded 2.25 itself; Weir did not write the partition again.
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.x WHERE d = '2026-03-02'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.x WHERE d = '2026-03-01'")
+            .await,
+        2
+    );
+}

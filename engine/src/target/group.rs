@@ -306,6 +306,7 @@ impl GroupWriter<'_, '_> {
             self.table,
             &m.meta.partition.name(),
             &self.table.columns,
+            &self.table.numeric_scales,
             rows,
         )
         .await?;

@@ -58,6 +58,16 @@ pub enum TargetError {
         #[source]
         source: PgError,
     },
+    #[error(
+        "partition {partition} of {table}: a value of column `{column}` has {digits} decimal places, and the column keeps {scale}: PostgreSQL would round it, so nothing of the partition was written. It was staged before the column's type was narrowed: put the wider type back (in the config and the target), or read the table again into a new stage (new `[stage] path`, `weir init`)"
+    )]
+    WouldRound {
+        table: TableName,
+        partition: String,
+        column: String,
+        digits: usize,
+        scale: i16,
+    },
     #[error("target table {table} does not exist: run `weir init` to create it")]
     MissingTable { table: TableName },
     #[error(
@@ -159,6 +169,9 @@ pub struct TargetTable {
     /// The table's columns as checked (`schema::COLUMNS_SIGNATURE`), compared under
     /// each write's lock.
     pub columns_signature: String,
+    /// Per column of `columns`: the scale of a `numeric(p,s)` column, whose COPY would
+    /// round a value with more places (staged before the config's type was narrowed).
+    pub numeric_scales: Vec<Option<i16>>,
 }
 
 impl TargetTable {

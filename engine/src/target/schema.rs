@@ -302,7 +302,14 @@ pub async fn prepare_table(
             differences,
         });
     }
-    let columns = expected.into_iter().map(|(c, _, ty)| (c, ty)).collect();
+    let columns: Vec<(String, Type)> = expected.into_iter().map(|(c, _, ty)| (c, ty)).collect();
+    let numeric_scales = columns
+        .iter()
+        .map(|(c, _)| match table.column(c).map(|c| c.ty) {
+            Some(crate::value::ColumnType::Numeric(Some(typmod))) => Some(typmod.scale),
+            _ => None,
+        })
+        .collect();
     let columns_signature = client
         .query_typed_one(
             COLUMNS_SIGNATURE,
@@ -323,6 +330,7 @@ pub async fn prepare_table(
         partitioning: table.target_partitioning,
         lock_timeout_ms: crate::config::limits::LOCK_TIMEOUT_MS_DEFAULT,
         columns_signature,
+        numeric_scales,
     })
 }
 

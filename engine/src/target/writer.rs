@@ -332,9 +332,9 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         if self.sink.as_ref().is_some_and(|(open, _)| *open != into) {
             self.end_copy().await?;
         }
-        let columns = match into {
-            CopyInto::Target => self.table.columns.clone(),
-            CopyInto::Keys => self.key_types(),
+        let (columns, scales) = match into {
+            CopyInto::Target => (self.table.columns.clone(), &self.table.numeric_scales[..]),
+            CopyInto::Keys => (self.key_types(), &[][..]),
         };
         if self.sink.is_none() {
             let sink = match into {
@@ -355,7 +355,7 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
             buf: &mut self.buf,
             value_bytes: &mut self.value_bytes,
         };
-        copy.rows(self.table, &self.partition_name, &columns, rows)
+        copy.rows(self.table, &self.partition_name, &columns, scales, rows)
             .await
     }
 
@@ -681,21 +681,35 @@ pub(super) struct CopyOut<'s> {
 impl CopyOut<'_> {
     /// Encodes rows (values of `columns`) into PostgreSQL's binary COPY format and sends
     /// them in chunks of [`COPY_CHUNK_BYTES`]. A value that does not fit its column
-    /// fails the write with the column (and the rows' partition) named.
+    /// fails the write with the column (and the rows' partition) named, and so does a
+    /// decimal with more places than its column's scale (`scales`, by column; empty:
+    /// none), which PostgreSQL would round.
     pub async fn rows(
         &mut self,
         table: &TargetTable,
         partition: &str,
         columns: &[(String, Type)],
+        scales: &[Option<i16>],
         rows: &[Vec<Value>],
     ) -> Result<(), TargetError> {
         let fields = i16::try_from(columns.len()).unwrap_or(i16::MAX);
         for row in rows {
             self.buf.put_i16(fields);
-            for ((name, ty), value) in columns.iter().zip(row) {
+            for (i, ((name, ty), value)) in columns.iter().zip(row).enumerate() {
                 if value.is_null() {
                     self.buf.put_i32(-1);
                     continue;
+                }
+                if let (Value::Decimal(d), Some(Some(scale))) = (value, scales.get(i))
+                    && let Some(digits) = places_past(d, *scale)
+                {
+                    return Err(TargetError::WouldRound {
+                        table: table.name.clone(),
+                        partition: partition.to_owned(),
+                        column: name.clone(),
+                        digits,
+                        scale: *scale,
+                    });
                 }
                 self.value_bytes.clear();
                 value
@@ -870,4 +884,36 @@ pub(super) fn check_kept(table: &TargetTable, sent: u64, kept: u64) -> Result<()
         sent,
         kept,
     })
+}
+
+/// The decimal places of `d` (a decimal's text) past `scale` that are not zeros, as
+/// the count of places it has (`None`: it fits, as PostgreSQL would store it unrounded).
+fn places_past(d: &str, scale: i16) -> Option<usize> {
+    let (int, frac) = d.split_once('.').unwrap_or((d, ""));
+    let kept = usize::try_from(scale.max(0)).unwrap_or(0);
+    let digits = frac.trim_end_matches('0').len();
+    if digits > kept {
+        return Some(digits);
+    }
+    // A negative scale rounds integer digits: the last -scale must be zeros.
+    let dropped = usize::try_from(-i32::from(scale)).unwrap_or(0);
+    let int = int.trim_start_matches(['-', '+']);
+    (dropped > 0 && digits == 0 && int.bytes().rev().take(dropped).any(|b| b != b'0')).then_some(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::places_past;
+
+    #[test]
+    fn places_past_the_scale_are_the_ones_postgresql_would_round() {
+        assert_eq!(places_past("2.25", 1), Some(2));
+        assert_eq!(places_past("2.50", 1), None);
+        assert_eq!(places_past("-7", 2), None);
+        assert_eq!(places_past("7.000", 0), None);
+        assert_eq!(places_past("0.001", 2), Some(3));
+        assert_eq!(places_past("12300", -2), None);
+        assert_eq!(places_past("12345", -2), Some(0));
+        assert_eq!(places_past("NaN", 2), None);
+    }
 }
