@@ -54,6 +54,7 @@ fn write<'a>(
             plugin_sha256: None,
             config_hash: None,
             skip_if_newer: false,
+            merge_floor: None,
         },
         rows,
         rejections: &[],

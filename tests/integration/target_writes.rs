@@ -620,7 +620,9 @@ async fn a_target_table_made_anew_gets_every_staged_partition_back() {
 
 /// `WEIR_TARGET_DSN` pointed at another database for a while, then back: the first
 /// database gets the partitions the stage wrote to the other one since (an update
-/// moving a row, a delete), not only those that change next.
+/// moving a row, a delete), not only those that change next; and one that changes
+/// again meanwhile is replaced, not merged onto what the first database holds (the
+/// changed keys the other write covered are no longer recorded).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_target_left_behind_while_the_stage_wrote_another_is_brought_up_to_date() {
     let db = TestDb::new("tw_behind").await;
@@ -646,20 +648,57 @@ async fn a_target_left_behind_while_the_stage_wrote_another_is_brought_up_to_dat
     // Row 1 moves from US to EU, row 3 (EU) is deleted: written to the other target.
     db.append_feed(&[person("u", 1, Some("EU"), "b"), person("d", 3, None, "")]);
     elsewhere(&["run", "--once"]);
+    // EU changes again, staged by a run on the other database that writes nothing (a
+    // flush interval of an hour) and is stopped: dirty when the first database is
+    // written again.
+    db.append_feed(&[person("u", 6, Some("EU"), "c")]);
+    db.write_feed_config("", "flush_interval_ms = 3600000", &people_table(false, ""));
+    let mut live = db
+        .weir_command(&["run"])
+        .env("WEIR_TARGET_DSN", &other.dsn)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn weir run");
+    let feed_len = crate::harness::file_len(&db.path("feed.jsonl"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let shown: serde_json::Value =
+            serde_json::from_str(&db.weir_ok(&["checkpoint", "show", "--json"])).expect("json");
+        if shown["checkpoint"]["position"].as_u64() == Some(feed_len) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not staged: {shown}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    live.kill().expect("stop");
+    live.wait().expect("reap");
+    db.write_feed_config("", "", &people_table(false, ""));
     let out = db.weir_ok(&["run", "--once"]);
-    assert!(out.contains("also wrote again 2 partitions"), "{out}");
+    assert!(out.contains("also wrote again 1 partitions"), "{out}");
     let expected: Vec<(i64, Option<String>, String)> = (0..12)
         .filter(|&id| id != 3)
         .map(|id| {
-            let (r, s) = if id == 1 {
-                ("EU", "b")
-            } else {
-                (region(id), "a")
+            let (r, s) = match id {
+                1 => ("EU", "b"),
+                6 => ("EU", "c"),
+                _ => (region(id), "a"),
             };
             (id, Some(r.to_owned()), s.to_owned())
         })
         .collect();
     assert_eq!(people(&db).await, expected);
+    let mode: String = db
+        .client()
+        .await
+        .query_one(
+            "SELECT write_mode FROM weir.partitions WHERE target_table = 'analytics.people' AND partition = 'EU'",
+            &[],
+        )
+        .await
+        .expect("lineage")
+        .get(0);
+    assert_eq!(mode, "replace");
     let verify = verify_people(&db);
     assert!(verify.status.success(), "{}", text(&verify.stdout));
     // Up to date now: nothing more to write.

@@ -238,9 +238,14 @@ impl Pipeline {
         let label = transform.label();
         let source_id = self.config.source_id();
         let stage_id = self.stage.stage_id()?;
+        let floors = members
+            .iter()
+            .map(|m| self.stage.last_written(table, &partitions[m.at]))
+            .collect::<Result<Vec<_>, _>>()?;
         let metas = members
             .iter()
-            .map(|m| PartitionMeta {
+            .zip(floors)
+            .map(|(m, merge_floor)| PartitionMeta {
                 source_id: &source_id,
                 stage_id: &stage_id,
                 source_table: table,
@@ -251,6 +256,7 @@ impl Pipeline {
                 plugin_sha256: plugin_sha256.as_deref(),
                 config_hash,
                 skip_if_newer: false,
+                merge_floor,
             })
             .collect();
         let (mut writer, mergeable) =

@@ -237,6 +237,11 @@ impl Pipeline {
             plugin_sha256: plugin_sha256.as_deref(),
             config_hash,
             skip_if_newer: !self.writable,
+            merge_floor: if head.merge {
+                self.stage.last_written(table, partition)?
+            } else {
+                None
+            },
         };
         // A merge deletes the rows of the changed keys by the key's target columns.
         let key_columns = if head.merge { key_columns } else { &[] };

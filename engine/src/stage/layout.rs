@@ -69,6 +69,11 @@ pub(super) const META_POSITION_COVERS_ACKS: &[u8] = b"position_covers_acks";
 /// Prefix of the records of partitions whose last write failed for good (until they
 /// change): `failed\0` + the partition key.
 pub(super) const META_FAILED_PREFIX: &[u8] = b"failed\0";
+/// Prefix of the generation each partition was last written at, to any target:
+/// `written\0` + the partition key, a big-endian u64. A merge is made only on a
+/// target whose lineage holds it (or later): one written elsewhere since lacks what
+/// that write covered.
+pub(super) const META_WRITTEN_PREFIX: &[u8] = b"written\0";
 pub(super) const POSITION_KEY: &[u8] = b"checkpoint";
 /// Prefix of each table's contract: `contract\0` + the table's stage name (its
 /// configured source name). JSON, so that fields can be added.

@@ -9,8 +9,8 @@ use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch};
 use super::error::{StageError, corrupt, db_err};
 use super::layout::{
     CF_BACKLOG, CF_CHANGED, CF_DEAD_LETTER, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META,
-    CF_POSITION, CF_ROWS, META_APPLYING, POSITION_KEY, decode_generation, partition_key,
-    prefix_end, push_table, row_key, split_partition, split_table, table_key,
+    CF_POSITION, CF_ROWS, META_APPLYING, META_WRITTEN_PREFIX, POSITION_KEY, decode_generation,
+    partition_key, prefix_end, push_table, row_key, split_partition, split_table, table_key,
 };
 use super::{DirtyPartition, PartitionChanges, PartitionRows, Stage, StagedRow};
 
@@ -242,8 +242,27 @@ impl Stage {
         self.db.get_approximate_sizes_cf(self.cf(CF_ROWS), &ranges)
     }
 
+    /// The generation a partition was last written at (recorded by
+    /// [`Self::clear_dirty`]); `None` for none recorded (a stage of an older build, or
+    /// one restored from a checkpoint).
+    pub fn last_written(
+        &self,
+        table: &str,
+        partition: &Partition,
+    ) -> Result<Option<u64>, StageError> {
+        let mut key = META_WRITTEN_PREFIX.to_vec();
+        key.extend_from_slice(&partition_key(table, partition));
+        Ok(self
+            .db
+            .get_cf(self.cf(CF_META), &key)
+            .map_err(db_err("read the last written generation"))?
+            .as_deref()
+            .and_then(|g| decode_generation(g).ok()))
+    }
+
     /// Clears the dirty mark of a partition only if it still holds `generation`, the
-    /// one the job read. Returns whether it cleared.
+    /// one the job read, and records `generation` as the partition's last written one.
+    /// Returns whether it cleared.
     ///
     /// A mark that moved on (the partition changed while it was written) stays, and so
     /// do the records of the keys changed since; the records of the keys the write
@@ -263,12 +282,26 @@ impl Stage {
             .db
             .get_cf(self.cf(CF_DIRTY), &key)
             .map_err(db_err("read dirty mark"))?;
+        let mut written_key = META_WRITTEN_PREFIX.to_vec();
+        written_key.extend_from_slice(&key);
+        let written_before = self
+            .db
+            .get_cf(self.cf(CF_META), &written_key)
+            .map_err(db_err("read the last written generation"))?
+            .as_deref()
+            .and_then(|g| decode_generation(g).ok());
+        let newer = written_before.is_none_or(|w| w < generation);
         if current.as_deref() != Some(generation.to_be_bytes().as_slice()) {
             let moved_on = current
                 .as_deref()
                 .and_then(|g| decode_generation(g).ok())
                 .is_some_and(|g| g > generation);
             if moved_on {
+                if newer {
+                    self.db
+                        .put_cf(self.cf(CF_META), &written_key, generation.to_be_bytes())
+                        .map_err(db_err("record the written generation"))?;
+                }
                 let deleted = self.clear_written_keys(&key, generation)?;
                 drop(guard);
                 if deleted > 0 {
@@ -283,6 +316,9 @@ impl Stage {
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(CF_DIRTY), &key);
         batch.delete_cf(self.cf(CF_BACKLOG), &key);
+        if newer {
+            batch.put_cf(self.cf(CF_META), &written_key, generation.to_be_bytes());
+        }
         let mut opts = ReadOptions::default();
         opts.set_iterate_range(rocksdb::PrefixRange(key.as_slice()));
         let mut changed = Vec::new();

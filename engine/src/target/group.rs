@@ -134,7 +134,7 @@ pub async fn open_group<'c, 'a>(
             .map_err(query_err("take the partitions' locks"));
         let lineage = async {
             tx.query_typed(
-                "SELECT partition, row_count, transform, plugin_sha256, config_hash, stage_id FROM weir.partitions \
+                "SELECT partition, row_count, transform, plugin_sha256, config_hash, stage_id, stage_generation FROM weir.partitions \
                  WHERE target_table = $1 AND partition = ANY($2)",
                 &[
                     (&target_name as &(dyn ToSql + Sync), Type::TEXT),

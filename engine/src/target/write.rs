@@ -36,6 +36,10 @@ pub struct PartitionMeta<'a> {
     /// A backfill reads a stage that a live engine may be writing past: it does not
     /// replace a partition that lineage says was written from a newer generation.
     pub skip_if_newer: bool,
+    /// The generation this stage last wrote the partition at, to any target
+    /// (`Stage::last_written`): a merge needs lineage at it or later, since the changed
+    /// keys that write covered are no longer recorded.
+    pub merge_floor: Option<u64>,
 }
 
 /// One partition write with its rows in memory (tools and benchmarks; the engine

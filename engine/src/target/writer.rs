@@ -616,7 +616,7 @@ pub async fn open_merge<'c, 'a>(
         table,
         meta,
         key_columns,
-        "SELECT row_count, transform, plugin_sha256, config_hash, stage_id FROM weir.partitions \
+        "SELECT row_count, transform, plugin_sha256, config_hash, stage_id, stage_generation FROM weir.partitions \
          WHERE target_table = $1 AND partition = $2",
         |condition, first| delete_keys_sql(table, &keys, condition, first),
     )
@@ -810,8 +810,11 @@ pub(super) fn delete_keys_sql(
 }
 
 /// The rows a partition holds as lineage says, if a merge may go on top of it: its
-/// lineage `row` (`row_count, transform, plugin_sha256, config_hash` from column
-/// `at`) names the transform, plugin and config of `meta`.
+/// lineage `row` (`row_count, transform, plugin_sha256, config_hash, stage_id,
+/// stage_generation` from column `at`) names the transform, plugin and config of
+/// `meta`, and a generation no older than the stage's last write of it (a target the
+/// stage did not write last, `WEIR_TARGET_DSN` pointed elsewhere meanwhile, lacks
+/// changes no longer recorded as changed keys).
 pub(super) fn merge_base(
     row: &tokio_postgres::Row,
     at: usize,
@@ -824,7 +827,10 @@ pub(super) fn merge_base(
         && row.get::<_, Option<String>>(at + 3).as_deref() == meta.config_hash
         && row
             .get::<_, Option<String>>(at + 4)
-            .is_none_or(|id| id == meta.stage_id);
+            .is_none_or(|id| id == meta.stage_id)
+        && meta.merge_floor.is_none_or(|floor| {
+            u64::try_from(row.get::<_, i64>(at + 5)).is_ok_and(|written| written >= floor)
+        });
     same.then(|| u64::try_from(row.get::<_, i64>(at)).unwrap_or(0))
 }
 

@@ -433,7 +433,11 @@ fn dump(stage: &Stage) -> Vec<(&'static str, Entries)> {
                 let (k, v) = item.expect("read");
                 (k.to_vec(), v.to_vec())
             })
-            .filter(|(k, _)| !(family == CF_META && k.as_slice() == b"stage_id"))
+            // Not exported: an imported stage has a stage id of its own, so its
+            // partitions' next writes are replaces, whatever was last written.
+            .filter(|(k, _)| {
+                !(family == CF_META && (k.as_slice() == b"stage_id" || k.starts_with(b"written\0")))
+            })
             .collect();
         (family, entries)
     })
