@@ -1813,3 +1813,31 @@ async fn a_second_shard_of_the_same_table_name_into_one_target_is_refused() {
         50
     );
 }
+
+/// The target the source table itself (one database for both, `target` naming the
+/// source table): refused by `init`, where a live run would stream its own writes
+/// back for ever.
+#[tokio::test]
+async fn a_target_that_is_the_source_table_itself_is_refused() {
+    let db = TestDb::new("est_self_target").await;
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+             INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new');",
+        )
+        .await
+        .expect("table");
+    let table = OrdersTable::postgres("public.orders")
+        .source("public.orders")
+        .key(&["id"])
+        .body();
+    write_config(&db, "est_self", &table);
+    let out = weir_pg(&db, &db.dsn, &["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("public.orders is the source table public.orders itself"),
+        "{stderr}"
+    );
+}

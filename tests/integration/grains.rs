@@ -221,18 +221,18 @@ async fn init_refuses_a_mismatched_target_table_listing_the_differences() {
         .expect("create");
     let out = db.weir(&["init"]);
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     for want in [
         "does not match the configured columns",
         "column `id` is integer, config declares bigint",
         "column `status` (text, nullable) is missing: `weir init --allow-add-columns` adds it",
-        "column `note` (text) is not in the config",
+        "column `note` (text) is not among the columns Weir writes",
     ] {
         assert!(stderr.contains(want), "want `{want}` in: {stderr}");
     }
     // `run` refuses it too, and writes nothing.
     let out = db.weir(&["run", "--once"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("does not match the configured columns"),
         "{}",

@@ -1065,3 +1065,65 @@ async fn a_staged_decimal_a_narrowed_column_would_round_fails_its_partition() {
         2
     );
 }
+
+/// Target tables no partition write can keep right are refused by `init` (exit 2),
+/// named with the reason: a view; a table a foreign key references; a key column under
+/// a nondeterministic collation; the DEFAULT child of another configured native
+/// target. And a plugin partitioning by another source column than `partition_by`.
+#[tokio::test(flavor = "multi_thread")]
+async fn targets_a_partition_write_cannot_keep_right_are_refused() {
+    let db = TestDb::new("tw_unsafe_targets").await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE SCHEMA u;
+             CREATE TABLE u.base (id bigint, region text, status text);
+             CREATE VIEW u.v AS SELECT * FROM u.base;
+             CREATE TABLE u.referenced (id bigint PRIMARY KEY, region text, status text);
+             CREATE TABLE u.child_rows (id bigint REFERENCES u.referenced (id) ON DELETE CASCADE);",
+        )
+        .await
+        .expect("estate");
+    let people = |target: &str| people_table(false, "").replace("analytics.people", target);
+    let refused = |tables: String, want: &'static str| {
+        db.write_feed_config("", "", &tables);
+        db.write_feed(&[person("c", 1, Some("EU"), "a")]);
+        let out = db.weir(&["init"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{want}: {stderr}");
+        assert!(stderr.contains(want), "want `{want}` in {stderr}");
+    };
+    refused(people("u.v"), "u.v: it is not a table");
+    refused(
+        people("u.referenced"),
+        "foreign key child_rows_id_fkey of u.child_rows references it",
+    );
+    if client
+        .batch_execute(
+            "CREATE COLLATION u.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+             CREATE TABLE u.ci_people (id bigint, region text COLLATE u.ci, status text);",
+        )
+        .await
+        .is_ok()
+    {
+        refused(people("u.ci_people"), "has a nondeterministic collation");
+    }
+    let native = weir_core::fixtures::OrdersTable::jsonl("u.orders")
+        .extra("target_partitioning = \"native\"")
+        .to_string();
+    let child = weir_core::fixtures::OrdersTable::jsonl("u.orders_p_default")
+        .source("public.returns")
+        .to_string();
+    refused(
+        format!("{native}\n{child}"),
+        "u.orders_p_default is a partition of u.orders, the target of public.orders",
+    );
+    let plugin = crate::plugins::plugin("fan-out");
+    refused(
+        format!(
+            "[[table]]\nsource = \"public.people\"\ntarget = \"u.fanned\"\nkey = [\"id\"]\npartition_by = \"day\"\ngrain = \"day\"\ncolumns = {{ id = \"bigint\", day = \"date\", order_date = \"date\" }}\nplugin = {:?}\n",
+            plugin.display().to_string()
+        ),
+        "the plugin partitions its output by `order_date`, another column of the source than `partition_by` (`day`)",
+    );
+}

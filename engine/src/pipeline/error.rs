@@ -111,6 +111,11 @@ impl PipelineError {
             | PipelineError::Table { .. }
             | PipelineError::Plugin(PluginError::Read { .. } | PluginError::Load { .. })
             | PipelineError::ForeignLineage { .. } => true,
+            PipelineError::Target(e) => matches!(
+                **e,
+                crate::target::TargetError::SchemaMismatch { .. }
+                    | crate::target::TargetError::UnsafeTarget { .. }
+            ),
             PipelineError::PgSource(e) => e.is_usage(),
             PipelineError::Source(crate::source::SourceError::Postgres(e)) => e.is_usage(),
             _ => false,

@@ -56,6 +56,7 @@ pub async fn init_with(
         for table in &resolved {
             refuse_foreign_lineage(&target, table, &stage_id, &source).await?;
         }
+        refuse_overlapping_targets(config, &target, &resolved, &source).await?;
     }
     let mut oids = vec![None; resolved.len()];
     if let SourceConfig::Postgres {
@@ -101,6 +102,7 @@ pub async fn init_with(
         check_write_mode(config, table, &transform)?;
         contracts.push(contract_of(table, &transform, *oid));
         let view = transform.target_view(table);
+        check_partition_column(config, table, &view)?;
         let prepared = target::prepare_table(
             &mut client,
             &view,
@@ -112,15 +114,22 @@ pub async fn init_with(
         )
         .await?;
         tables.push(format!(
-            "{} -> {} ({} columns, partition by {} {}; transform {})",
+            "{} -> {} ({} columns, partition by {} {}{}; transform {})",
             table.source,
             prepared.name,
             prepared.columns.len(),
-            view.partition_by,
+            table.partition_by,
             table.grain,
+            if view.partition_by == table.partition_by {
+                String::new()
+            } else {
+                format!(", the plugin's column {}", view.partition_by)
+            },
             transform.label()
         ));
     }
+    // Again once made: a native target's children are made by it.
+    refuse_overlapping_targets(config, &client, &resolved, &source).await?;
     let path = config.stage_path.clone();
     let source_id = config.source_id();
     let stage = blocking(move || Stage::open(&path, &source_id)).await?;
@@ -519,6 +528,97 @@ pub(super) struct Resolved {
     /// ([`postgres::database_identity`]), or the JSON-lines feed's
     /// ([`Config::source_id`]).
     pub source: String,
+}
+
+/// Refuses a plugin whose output partition column is another column of the source
+/// than `partition_by`: its rows would fall in other partitions than the ones whose
+/// rows it was given, and every write would fail.
+pub(super) fn check_partition_column(
+    config: &Config,
+    table: &TableConfig,
+    view: &TableConfig,
+) -> Result<(), PipelineError> {
+    if view.partition_by != table.partition_by && table.column(&view.partition_by).is_some() {
+        return Err(PipelineError::Table {
+            config: config.path.clone(),
+            table: table.source.to_string(),
+            field: "partition_by",
+            message: format!(
+                "the plugin partitions its output by `{}`, another column of the source than `partition_by` (`{}`): each partition's rows would come out in other partitions. Set `partition_by = \"{}\"`, or use a plugin that partitions by `{}`",
+                view.partition_by, table.partition_by, view.partition_by, table.partition_by
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a target that is one of the configured source tables itself (the same
+/// database: each write would be streamed back as new changes, for ever), or a
+/// partition (native child) of another configured target (whose partition writes
+/// would delete its rows).
+pub(super) async fn refuse_overlapping_targets(
+    config: &Config,
+    client: &Client,
+    tables: &[TableConfig],
+    source: &str,
+) -> Result<(), PipelineError> {
+    let target_db: String = client
+        .query_one(
+            "SELECT 'postgres:' || system_identifier || '/' || current_database() FROM pg_control_system()",
+            &[],
+        )
+        .await
+        .map_err(|source| target::TargetError::Query {
+            what: "read the target's system identifier".into(),
+            source: PgError(source),
+        })?
+        .get(0);
+    let refuse = |table: &TableConfig, message: String| PipelineError::Table {
+        config: config.path.clone(),
+        table: table.source.to_string(),
+        field: "target",
+        message,
+    };
+    for table in tables {
+        if target_db == source
+            && let Some(same) = tables.iter().find(|t| t.source == table.target)
+        {
+            return Err(refuse(
+                table,
+                format!(
+                    "{} is the source table {} itself (the source and target are one database): every write would come back from the source as new changes; write another table",
+                    table.target, same.source
+                ),
+            ));
+        }
+        let parent = client
+            .query_opt(
+                "SELECT n.nspname::text, p.relname::text FROM pg_inherits i \
+                 JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace n ON n.oid = p.relnamespace \
+                 WHERE i.inhrelid = to_regclass($1)",
+                &[&table.target.quoted()],
+            )
+            .await
+            .map_err(|source| target::TargetError::Query {
+                what: format!("look up the parent of {}", table.target),
+                source: PgError(source),
+            })?;
+        if let Some(parent) = parent
+            && let Some(other) = tables.iter().find(|t| {
+                t.target.schema == parent.get::<_, String>(0)
+                    && t.target.name == parent.get::<_, String>(1)
+            })
+        {
+            return Err(refuse(
+                table,
+                format!(
+                    "{} is a partition of {}, the target of {}: that table's partition writes would delete its rows; write another table",
+                    table.target, other.target, other.source
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a table whose target holds partitions another pipeline wrote: lineage from

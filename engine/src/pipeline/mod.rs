@@ -167,6 +167,7 @@ impl Pipeline {
         for (table, oid) in config.tables.iter().zip(oids) {
             let transform = Transform::load(&host, table).await?;
             check_write_mode(&config, table, &transform)?;
+            init::check_partition_column(&config, table, &transform.target_view(table))?;
             contracts.push(contract_of(table, &transform, oid));
             let mut prepared = target::prepare_table(
                 &mut clients[0],
@@ -180,6 +181,8 @@ impl Pipeline {
                 (table.clone(), prepared, transform),
             );
         }
+        init::refuse_overlapping_targets(&config, &clients[0], &config.tables, &source_identity)
+            .await?;
         let path = config.stage_path.clone();
         if !crate::stage::stage_exists(&path)? {
             return Err(StageError::Missing { path }.into());

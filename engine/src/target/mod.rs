@@ -90,11 +90,13 @@ pub enum TargetError {
         sent: u64,
         kept: u64,
     },
-    #[error("target table {table} does not match the configured columns:\n  {}\nalter the table, or point `target` at a new table and run `weir init`", differences.join("\n  "))]
+    #[error("target table {table} does not match the configured columns:\n  {}\nalter the table to match (then `weir backfill --stale` rewrites the partitions an older plugin or config wrote), or write a new table: point `target` at it with a new `[stage] path`, and run `weir init`", differences.join("\n  "))]
     SchemaMismatch {
         table: TableName,
         differences: Vec<String>,
     },
+    #[error("target table {table}: {problem}")]
+    UnsafeTarget { table: TableName, problem: String },
     #[error("the weir schema is missing in the target: run `weir init`")]
     MissingWeirSchema,
     #[error("column `{column}` of {table}, partition {partition}")]

@@ -250,6 +250,7 @@ pub async fn prepare_table(
             }],
         });
     }
+    refuse_unsafe_shape(client, table).await?;
     let mut actual = table_columns(client, &name.quoted()).await?;
     let expected = expected_columns(client, &table.columns).await?;
     // Declared nullable columns the table lacks: added on request, else a difference
@@ -293,7 +294,9 @@ pub async fn prepare_table(
     }
     for (col, ty, _) in &actual {
         if !expected.iter().any(|(c, _, _)| c == col) {
-            differences.push(format!("column `{col}` ({ty}) is not in the config"));
+            differences.push(format!(
+                "column `{col}` ({ty}) is not among the columns Weir writes (the config's, or the plugin's output)"
+            ));
         }
     }
     if !differences.is_empty() {
@@ -443,6 +446,73 @@ async fn table_columns(
             )
         })
         .collect())
+}
+
+/// Refuses a target table no partition write can keep right: a view (or anything but
+/// a table); one a foreign key references (each replace deletes and inserts its
+/// rows: the referencing rows would be deleted with them, or the write refused for
+/// good); a key or partition column under a nondeterministic collation (a partition's
+/// DELETE, or a merge's, would match values of another partition or key: `eu` and
+/// `EU`). Warns of a unique index without the partition column: a row moving to
+/// another partition is inserted there before its old partition is written, which
+/// such an index refuses.
+async fn refuse_unsafe_shape(client: &Client, table: &TableConfig) -> Result<(), TargetError> {
+    let name = &table.target;
+    let unsafe_target = |problem: String| TargetError::UnsafeTarget {
+        table: name.clone(),
+        problem,
+    };
+    let row = client
+        .query_one(
+            "SELECT c.relkind::text, \
+                    (SELECT string_agg(format('%s of %s', k.conname, k.conrelid::regclass), ', ') \
+                       FROM pg_constraint k WHERE k.contype = 'f' AND k.confrelid = c.oid), \
+                    (SELECT string_agg(a.attname::text, ', ') FROM pg_attribute a \
+                       JOIN pg_collation l ON l.oid = a.attcollation \
+                      WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                        AND NOT l.collisdeterministic AND a.attname = ANY($2::text[])), \
+                    (SELECT string_agg(i.indexrelid::regclass::text, ', ') FROM pg_index i \
+                      WHERE i.indrelid = c.oid AND i.indisunique \
+                        AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid \
+                                          AND a.attname = $3 AND a.attnum = ANY(i.indkey))) \
+             FROM pg_class c WHERE c.oid = $1::text::regclass",
+            &[
+                &name.quoted(),
+                &table
+                    .key
+                    .iter()
+                    .chain(std::iter::once(&table.partition_by))
+                    .collect::<Vec<_>>(),
+                &table.partition_by,
+            ],
+        )
+        .await
+        .map_err(query_err(format!("look up {name}")))?;
+    let (kind, references, collated, unique): (
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    if kind != "r" && kind != "p" {
+        return Err(unsafe_target(format!(
+            "it is not a table (pg_class.relkind `{kind}`: a view, a materialized view or another kind of relation), which Weir cannot replace partitions of; point `target` at a table"
+        )));
+    }
+    if let Some(references) = references {
+        return Err(unsafe_target(format!(
+            "foreign key {references} references it: every partition write deletes the partition's rows and inserts them again, which would delete the referencing rows (ON DELETE CASCADE) or be refused for good; drop the constraint, or write another table"
+        )));
+    }
+    if let Some(collated) = collated {
+        return Err(unsafe_target(format!(
+            "column {collated} (its key or partition column) has a nondeterministic collation: a write's DELETE of one partition or key would match values of another (`eu` and `EU`); give the column a deterministic collation (`ALTER TABLE … ALTER COLUMN … TYPE text COLLATE \"C\"`)"
+        )));
+    }
+    if let Some(unique) = unique {
+        tracing::warn!(table = %name, indexes = %unique, "a unique index of the target table does not include the partition column: a row moving to another partition is inserted there before its old partition is written, which the index refuses (the write fails and is retried); add the partition column to it");
+    }
+    Ok(())
 }
 
 /// The columns PostgreSQL itself makes of the declared types: a temporary table is
