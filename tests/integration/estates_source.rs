@@ -1725,9 +1725,14 @@ async fn unchanged_out_of_line_keys_and_partition_values_come_from_the_latest_ro
              UPDATE pv SET p = {} WHERE id = 4;
              UPDATE pv SET amount = 400 WHERE id = 4;
              COMMIT;
+             BEGIN;
+             INSERT INTO pv VALUES (50, {}, 50);
+             UPDATE pv SET amount = 51 WHERE id = 50;
+             COMMIT;
              UPDATE pvk SET amount = 78;",
             long("E", "'3'"),
-            long("F", "'4'")
+            long("F", "'4'"),
+            long("G", "'50'")
         ))
         .await
         .expect("updates");

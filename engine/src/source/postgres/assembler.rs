@@ -158,6 +158,37 @@ fn open_transaction<'a>(
 }
 
 impl Assembler {
+    /// The row image the open transaction's held changes last gave `key` of `table`
+    /// (an earlier change of the same transaction not yet handed out); `None` when it
+    /// holds none, or its last is a delete.
+    fn held_image(&self, table: &str, key: &[u8]) -> Option<StagedRow> {
+        let txn = match self.in_stream {
+            Some(xid) => self.streams.get(&xid),
+            None => self.current.as_ref(),
+        }?;
+        txn.changes
+            .iter()
+            .rev()
+            .find_map(|change| match change {
+                StageChange::Upsert {
+                    table: t,
+                    key: k,
+                    row,
+                    ..
+                }
+                | StageChange::UpsertUnchanged {
+                    table: t,
+                    key: k,
+                    row,
+                    ..
+                } if t == table && k == key => Some(Some(row)),
+                StageChange::Delete { table: t, key: k } if t == table && k == key => Some(None),
+                _ => None,
+            })
+            .flatten()
+            .cloned()
+    }
+
     /// An assembler that knows no relation OID: relations are matched to tables by name.
     pub fn new(tables: Vec<TableConfig>, chunk_changes_max: usize) -> Assembler {
         let oids = vec![None; tables.len()];
@@ -356,7 +387,11 @@ impl Assembler {
                         });
                     }
                     let key = key_of(table, &after)?;
-                    let image = staged(&source, &key);
+                    // The transaction's own earlier change of the row first (an INSERT
+                    // then an UPDATE in one transaction), then the committed stage.
+                    let image = self
+                        .held_image(&source, &key)
+                        .or_else(|| staged(&source, &key));
                     let mut missing = unchanged.clone();
                     if let Some(image) = &image {
                         take_unchanged(&mut after, &mut missing, &image.values);
