@@ -67,8 +67,10 @@ pub async fn init_with(
         let client = postgres::connect(&source_dsn).await?;
         refuse_lost_slot(config, &client, slot).await?;
         let primary = postgres::write_server(&client, primary_dsn(config)?.as_ref()).await?;
-        let report =
-            postgres::setup(&client, primary.as_ref(), slot, publication, &resolved).await?;
+        let waits = postgres::report_slot_waits(&source_dsn);
+        let report = postgres::setup(&client, primary.as_ref(), slot, publication, &resolved).await;
+        waits.abort();
+        let report = report?;
         source_lines.push(format!(
             "publication {publication} ({}), slot {slot} ({})",
             if report.created_publication {

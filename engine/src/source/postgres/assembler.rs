@@ -19,12 +19,13 @@ use super::error::PgSourceError;
 use crate::config::{OnTruncate, TableConfig, TableName};
 use crate::feed::{StageChange, StagedRow, with_unchanged};
 use crate::limits::TRANSACTION_CHUNK_BYTES;
-use crate::pg::pgoutput::{
-    OldTuple, PgOutputMessage, Relation, RelationColumn, ReplicaIdentity, TupleValue,
-};
+use crate::pg::pgoutput::{OldTuple, PgOutputMessage, Relation, ReplicaIdentity};
 use crate::pg::pgtypes;
 use crate::source::{Op, Row, SourceEvent, StreamCommitted, Transaction, keyed_changes};
 use crate::value::{ColumnType, Value};
+
+pub(super) use super::tuples::key_of;
+use super::tuples::{key_image, row, take_unchanged, tuple_values};
 
 /// A relation the stream described, mapped to a configured table (or not).
 #[derive(Debug, Clone)]
@@ -881,9 +882,6 @@ impl Assembler {
     }
 }
 
-/// Looks up the staged row of a key of the table at hand.
-type KeyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<StagedRow>;
-
 /// Where the previous version of an updated row is, besides the stream, for the
 /// values an update leaves out (unchanged TOAST values).
 #[derive(Debug, Clone, PartialEq)]
@@ -897,140 +895,4 @@ pub enum Unstaged {
     /// The initial snapshot runs and may not have read the row yet: if the stage has
     /// no version of it, the snapshot's later read of the row supersedes this update.
     NotRead,
-}
-
-/// The values of a tuple, and the columns whose values are unchanged TOAST values
-/// (left out of the row).
-fn tuple_values(
-    table: &TableConfig,
-    columns: &[RelationColumn],
-    tuple: &[TupleValue],
-) -> Result<(Row, Vec<String>), PgSourceError> {
-    if columns.len() != tuple.len() {
-        return Err(PgSourceError::BadChange {
-            table: table.source.to_string(),
-            reason: format!(
-                "a tuple of {} columns for a relation of {}",
-                tuple.len(),
-                columns.len()
-            ),
-        });
-    }
-    let mut out = Vec::with_capacity(columns.len());
-    let mut unchanged = Vec::new();
-    for (column, value) in columns.iter().zip(tuple) {
-        match pgtypes::decode_tuple_value(
-            &column.name,
-            column.type_oid,
-            column.type_modifier,
-            value,
-        ) {
-            Ok(Some(v)) => out.push((column.name.clone(), v)),
-            Ok(None) => unchanged.push(column.name.clone()),
-            Err(source) => {
-                return Err(PgSourceError::Value {
-                    table: table.source.to_string(),
-                    column: column.name.clone(),
-                    source,
-                });
-            }
-        }
-    }
-    Ok((out, unchanged))
-}
-
-/// Moves the `unchanged` columns that `image` has into `row`.
-fn take_unchanged(row: &mut Row, unchanged: &mut Vec<String>, image: &[(String, Value)]) {
-    unchanged.retain(|column| match image.iter().find(|(c, _)| c == column) {
-        Some((_, value)) => {
-            row.push((column.clone(), value.clone()));
-            false
-        }
-        None => true,
-    });
-}
-
-/// The encoded key of a row of `table`.
-pub(super) fn key_of(table: &TableConfig, row: &Row) -> Result<Vec<u8>, PgSourceError> {
-    let values = table
-        .key
-        .iter()
-        .map(|k| row.iter().find(|(c, _)| c == k).map(|(_, v)| v))
-        .collect::<Option<Vec<&Value>>>()
-        .ok_or_else(|| PgSourceError::BadChange {
-            table: table.source.to_string(),
-            reason: "a row without its key".into(),
-        })?;
-    crate::feed::encode_key(&values).map_err(|e| PgSourceError::BadChange {
-        table: table.source.to_string(),
-        reason: e.to_string(),
-    })
-}
-
-/// The values of a tuple as a row. Unchanged TOAST values come from the staged image
-/// of the row's key (`staged`), which only updates have.
-fn row(
-    table: &TableConfig,
-    columns: &[RelationColumn],
-    tuple: &[TupleValue],
-    staged: Option<KeyLookup<'_>>,
-) -> Result<Row, PgSourceError> {
-    let (mut out, unchanged) = tuple_values(table, columns, tuple)?;
-    if unchanged.is_empty() {
-        return Ok(out);
-    }
-    let key = crate::feed::encode_key(
-        &table
-            .key
-            .iter()
-            .map(|k| out.iter().find(|(c, _)| c == k).map(|(_, v)| v))
-            .collect::<Option<Vec<&Value>>>()
-            .ok_or_else(|| PgSourceError::BadChange {
-                table: table.source.to_string(),
-                reason: "a key column is an unchanged TOAST value".into(),
-            })?,
-    )
-    .map_err(|e| PgSourceError::BadChange {
-        table: table.source.to_string(),
-        reason: e.to_string(),
-    })?;
-    let image = staged.and_then(|lookup| lookup(&key));
-    for column in unchanged {
-        let value = image
-            .as_ref()
-            .and_then(|r| r.values.iter().find(|(c, _)| *c == column))
-            .map(|(_, v)| v.clone())
-            .ok_or_else(|| PgSourceError::ToastWithoutRow {
-                table: table.source.to_string(),
-                column: column.clone(),
-            })?;
-        out.push((column, value));
-    }
-    Ok(out)
-}
-
-/// The key columns of an old tuple (`K`: only they are set; `O`: the whole row).
-fn key_image(
-    table: &TableConfig,
-    columns: &[RelationColumn],
-    old: &OldTuple,
-) -> Result<Row, PgSourceError> {
-    let tuple = match old {
-        OldTuple::Key(t) | OldTuple::Full(t) => t,
-    };
-    let full = row(table, columns, tuple, None);
-    // An old tuple may hold unchanged TOAST values outside the key; only the key matters.
-    let mut out = Vec::with_capacity(table.key.len());
-    match full {
-        Ok(r) => {
-            for (c, v) in r {
-                if table.key.contains(&c) {
-                    out.push((c, v));
-                }
-            }
-            Ok(out)
-        }
-        Err(PgSourceError::ToastWithoutRow { .. }) => Ok(out),
-        Err(e) => Err(e),
-    }
 }

@@ -278,12 +278,14 @@ pub(super) async fn first_load(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos())
     );
-    let created = match exporter
+    let waits = super::slots::report_slot_waits(dsn);
+    let created = exporter
         .simple_query(&format!(
             "CREATE_REPLICATION_SLOT {name} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT"
         ))
-        .await
-    {
+        .await;
+    waits.abort();
+    let created = match created {
         Ok(rows) => rows,
         // 53400: every replication slot is in use.
         Err(error) if error.code() == Some("53400") => {

@@ -93,6 +93,7 @@ mod load;
 mod progress;
 mod publication;
 mod setup;
+mod slots;
 #[allow(
     clippy::indexing_slicing,
     clippy::arithmetic_side_effects,
@@ -102,6 +103,7 @@ mod snapshot;
 mod stage_port;
 #[allow(clippy::indexing_slicing)]
 mod streaming;
+mod tuples;
 
 pub use crate::pg::lsn::{format_lsn, parse_lsn};
 pub use assembler::{Assembler, Unstaged};
@@ -113,10 +115,10 @@ pub use read::{distinct_values, read_rows};
 pub use resync::request_resync;
 pub use resync::{database_identity, wal_position, write_server};
 pub use setup::{
-    Estate, HostSlot, SetupReport, SlotFailover, SlotStatus, check_estate, connect, setup,
-    slot_on_each_host, slot_status, source_columns, source_columns_and_unsupported, table_oid,
-    unsupported_columns,
+    Estate, SetupReport, SlotFailover, check_estate, connect, setup, source_columns,
+    source_columns_and_unsupported, table_oid, unsupported_columns,
 };
+pub use slots::{HostSlot, SlotStatus, report_slot_waits, slot_on_each_host, slot_status};
 pub use snapshot::{RESYNC_PREFIX, ResyncSignal};
 pub use stage_port::{PortError, PreparedPart, StagePort};
 pub use streaming::{PostgresSource, PostgresSourceOptions};

@@ -421,7 +421,11 @@ pub async fn setup(
         SlotFailover::Unsupported {
             server_version: version,
         }
-    } else if slot_status(client, slot).await?.and_then(|s| s.failover) == Some(true) {
+    } else if super::slots::slot_status(client, slot)
+        .await?
+        .and_then(|s| s.failover)
+        == Some(true)
+    {
         SlotFailover::Enabled
     } else {
         SlotFailover::Disabled {
@@ -876,132 +880,4 @@ pub async fn check_estate(
         unenforced_keys,
         guarded_keys,
     })
-}
-
-/// A slot as `weir status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotStatus {
-    /// `pg_replication_slots.wal_status`.
-    pub wal_status: String,
-    /// The WAL it holds back, in bytes (on a standby: up to what it has replayed).
-    pub lag_bytes: i64,
-    /// Its `failover` flag (`None`: a server without failover slots).
-    pub failover: Option<bool>,
-    /// The server's `synchronized_standby_slots` (empty: none; `None`: before 17).
-    pub synchronized_standby_slots: Option<String>,
-}
-
-/// A slot's `wal_status`, how many bytes of WAL it holds back, and whether it is a
-/// failover slot (`None`: no such slot).
-pub async fn slot_status(
-    client: &tokio_postgres::Client,
-    slot: &str,
-) -> Result<Option<SlotStatus>, PgSourceError> {
-    // One query on every version: `failover` (a column since 17) through the row's JSON,
-    // and the setting with missing_ok (NULL before 17).
-    let row = client
-        .query_opt(
-            "SELECT coalesce(s.wal_status, 'unknown'), \
-             coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
-             ELSE pg_current_wal_lsn() END, s.confirmed_flush_lsn), 0)::bigint, \
-             (to_jsonb(s) ->> 'failover')::bool, \
-             current_setting('synchronized_standby_slots', true) \
-             FROM pg_replication_slots s WHERE s.slot_name = $1",
-            &[&slot],
-        )
-        .await
-        .map_err(|source| PgSourceError::Query {
-            what: "read the slot's status",
-            source: PgError(source),
-        })?;
-    Ok(row.map(|row| SlotStatus {
-        wal_status: row.get(0),
-        lag_bytes: row.get(1),
-        failover: row.get(2),
-        synchronized_standby_slots: row.get(3),
-    }))
-}
-
-/// What one host of a source DSN listing several holds of the slot (`weir status`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HostSlot {
-    /// The host, as `name:port`.
-    pub host: String,
-    /// In words: a primary or a standby, and its copy of the slot (for a standby:
-    /// synchronized and usable after a promotion, still being synchronized, or none),
-    /// or why it could not be read.
-    pub state: String,
-}
-
-/// How long `weir status` waits for each host it probes.
-const HOST_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// For a source DSN that lists several hosts (a primary and its standbys, for
-/// failover): what each holds of `slot`. Empty for a DSN of one host.
-pub async fn slot_on_each_host(dsn: &Dsn, slot: &str) -> Vec<HostSlot> {
-    let Ok(settings) = crate::pgconn::PgSettings::from_dsn(dsn) else {
-        return Vec::new();
-    };
-    let hosts = settings.each_host();
-    if hosts.len() <= 1 {
-        return Vec::new();
-    }
-    let mut out = Vec::with_capacity(hosts.len());
-    for (host, one) in hosts {
-        let state = match host_slot(&one, slot).await {
-            Ok(state) => state,
-            Err(reason) => format!("not read: {reason}"),
-        };
-        out.push(HostSlot { host, state });
-    }
-    out
-}
-
-/// [`slot_on_each_host`] for one host.
-async fn host_slot(settings: &crate::pgconn::PgSettings, slot: &str) -> Result<String, String> {
-    let connect = crate::pgconn::connect_with(settings);
-    let (client, connection) = tokio::time::timeout(HOST_PROBE_TIMEOUT, connect)
-        .await
-        .map_err(|_| format!("no answer within {} s", HOST_PROBE_TIMEOUT.as_secs()))?
-        .map_err(|e| e.to_string())?;
-    let driver = tokio::spawn(connection);
-    // The row as JSON: `synced` is a column from PostgreSQL 17 only.
-    let row = client
-        .query_one(
-            "SELECT pg_is_in_recovery(), \
-             (SELECT to_jsonb(s) FROM pg_replication_slots s WHERE s.slot_name = $1)::text",
-            &[&slot],
-        )
-        .await
-        .map_err(|e| e.to_string());
-    drop(client);
-    driver.abort();
-    let row = row?;
-    let standby: bool = row.get(0);
-    let image: Option<String> = row.get(1);
-    let image: Option<serde_json::Value> = image.and_then(|t| serde_json::from_str(&t).ok());
-    let role = if standby { "standby" } else { "primary" };
-    let Some(image) = image else {
-        return Ok(format!("{role}: no copy of the slot"));
-    };
-    let field = |name: &str| image.get(name).cloned().unwrap_or_default();
-    let confirmed = field("confirmed_flush_lsn");
-    let confirmed = confirmed.as_str().unwrap_or("none");
-    let state = match (
-        standby,
-        field("synced").as_bool(),
-        field("temporary").as_bool(),
-    ) {
-        (false, _, _) => format!("primary: holds the slot, confirmed up to {confirmed}"),
-        (true, Some(true), Some(false)) => format!(
-            "standby: a synchronized copy, usable after a promotion, confirmed up to {confirmed}"
-        ),
-        (true, Some(true), _) => {
-            "standby: a copy still being synchronized (temporary: not usable yet)".to_owned()
-        }
-        (true, _, _) => {
-            format!("standby: a slot of its own, not synchronized, confirmed up to {confirmed}")
-        }
-    };
-    Ok(state)
 }
