@@ -1846,3 +1846,55 @@ async fn a_target_that_is_the_source_table_itself_is_refused() {
         "{stderr}"
     );
 }
+
+/// `weir init` behind a transaction left open: creating the slot waits for it, and
+/// says so, naming the session, until it ends.
+#[tokio::test]
+async fn init_names_the_transaction_its_slot_waits_for() {
+    let db = TestDb::new("est_slotwait_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_slotwait",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_slotwait",
+        &orders("public.orders", &["id"], "day"),
+    );
+    source
+        .batch_execute("BEGIN; INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new');")
+        .await
+        .expect("an open transaction");
+    let pid: i32 = source
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("pid")
+        .get(0);
+    let log = db.path("init.log");
+    let mut init = db
+        .weir_command(&["init"])
+        .env("WEIR_SOURCE_DSN", &source_dsn)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn init");
+    let want = format!("session {pid} (database est_slotwait_source");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if logged.contains("creating the replication slot waits") && logged.contains(&want) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{logged}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(init.try_wait().expect("poll").is_none(), "init is waiting");
+    source.batch_execute("COMMIT").await.expect("commit");
+    let status = init.wait().expect("init");
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
