@@ -398,6 +398,52 @@ async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
         people(&db).await,
         [(1, Some("EU".to_owned()), "shipped".to_owned())]
     );
+
+    // Another Weir writer of the partition that hangs holding its lock (a backfill
+    // paused in its write): the live run's wait for it is bounded too (twelve times
+    // `lock_timeout_ms`), and names it.
+    let mut backfill = db
+        .weir_command(&["backfill", "--table", "public.people", "--partition", "EU"])
+        .env("FAILPOINTS", "target-after-delete=sleep(60000)")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn backfill");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let holder: i32 = loop {
+        let row = blocker
+            .query_opt(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid() LIMIT 1",
+                &[],
+            )
+            .await
+            .expect("locks");
+        if let Some(row) = row {
+            break row.get(0);
+        }
+        assert!(Instant::now() < deadline, "the backfill took no lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    db.append_feed(&[person("u", 1, Some("EU"), "delivered")]);
+    let needle = format!("blocker_pids=[{holder}]");
+    loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if logged.contains("timed out waiting for a lock") && logged.contains(&needle) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no lock timeout naming the backfill's session {holder}:\n{logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    backfill.kill().expect("stop the backfill");
+    backfill.wait().expect("reap");
+    db.wait_caught_up(60).await;
+    assert_eq!(
+        people(&db).await,
+        [(1, Some("EU".to_owned()), "delivered".to_owned())]
+    );
 }
 
 /// Time limits a DBA set on the target's database (or Weir's role) do not fail Weir's

@@ -113,14 +113,7 @@ pub async fn open_group<'c, 'a>(
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let mut lock = String::new();
-    for key in keys {
-        lock.push_str(&format!("SELECT pg_advisory_xact_lock({key}); "));
-    }
-    lock.push_str(&format!(
-        "SET LOCAL lock_timeout = '{}ms'",
-        table.lock_timeout_ms
-    ));
+    let lock = super::write::advisory_lock_statements(table, &keys);
     let copy = copy_sql(table);
     let target_name = table.name.to_string();
     let names: Vec<String> = members

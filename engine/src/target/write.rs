@@ -166,15 +166,34 @@ impl std::fmt::Debug for Begun<'_> {
     }
 }
 
-/// What takes a partition's lock in its write transaction: its advisory lock (waited
-/// for without a limit: it serializes Weir's own writers), then the `lock_timeout`
-/// that bounds the waits for table locks after it. Both are numbers, written in.
+/// What takes a partition's lock in its write transaction: its advisory lock, which
+/// serializes Weir's own writers, waited for at most [`advisory_wait_ms`] (another
+/// writer's long partition may take a while; one that hangs, a paused process or a
+/// lost network holding its transaction open, must not stop this write for ever), then
+/// the `lock_timeout` that bounds the waits for table locks after it. All numbers,
+/// written in.
 pub(super) fn lock_statements(table: &TargetTable, partition: &Partition) -> String {
-    format!(
-        "SELECT pg_advisory_xact_lock({}); SET LOCAL lock_timeout = '{}ms'",
-        lock_key(&table.name, partition),
+    advisory_lock_statements(table, &[lock_key(&table.name, partition)])
+}
+
+/// [`lock_statements`] for several partitions' keys (sorted: no two writers wait on
+/// each other).
+pub(super) fn advisory_lock_statements(table: &TargetTable, keys: &[i64]) -> String {
+    let mut out = format!("SET LOCAL lock_timeout = '{}ms'; ", advisory_wait_ms(table));
+    for key in keys {
+        out.push_str(&format!("SELECT pg_advisory_xact_lock({key}); "));
+    }
+    out.push_str(&format!(
+        "SET LOCAL lock_timeout = '{}ms'",
         table.lock_timeout_ms
-    )
+    ));
+    out
+}
+
+/// How long a write waits for another Weir writer's hold of its partition: twelve
+/// times `lock_timeout_ms` (a minute by default).
+pub(super) fn advisory_wait_ms(table: &TargetTable) -> u64 {
+    table.lock_timeout_ms.saturating_mul(12)
 }
 
 /// A write that ran out of `lock_timeout` becomes [`TargetError::LockTimeout`], named
@@ -206,7 +225,7 @@ pub async fn explain_lock_error(
     if source.code() != Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) {
         return TargetError::Query { what, source };
     }
-    let blockers = match lock_holders(client, &table.name).await {
+    let blockers = match lock_holders(client, &table.name, lock_key(&table.name, partition)).await {
         Ok(pids) => pids,
         Err(error) => {
             tracing::warn!(error = %crate::errors::error_chain(&error), "cannot list the sessions holding the lock");
@@ -235,10 +254,22 @@ pub async fn explain_lock_error(
 /// for one (an `ALTER TABLE` waiting behind a long read makes later writers wait
 /// behind it); and those holding rows of it for update (`SELECT … FOR UPDATE`, whose
 /// row locks a DELETE waits on).
-async fn lock_holders(client: &Client, table: &TableName) -> Result<Vec<i32>, TargetError> {
+/// And the session holding the partition's advisory lock (`key`: another Weir writer
+/// of the partition, perhaps hung with its transaction open).
+async fn lock_holders(
+    client: &Client,
+    table: &TableName,
+    key: i64,
+) -> Result<Vec<i32>, TargetError> {
     let rows = client
         .query(
             "SELECT DISTINCT l.pid FROM pg_locks l \
+             WHERE l.pid <> pg_backend_pid() AND l.locktype = 'advisory' AND l.granted \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+               AND l.classid::text::bigint = ($2::bigint >> 32) & 4294967295 \
+               AND l.objid::text::bigint = $2::bigint & 4294967295 AND l.objsubid = 1 \
+             UNION \
+             SELECT DISTINCT l.pid FROM pg_locks l \
              WHERE l.pid <> pg_backend_pid() AND l.locktype = 'relation' \
                AND (l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') \
                     OR (l.granted AND l.mode = 'RowShareLock')) \
@@ -248,7 +279,7 @@ async fn lock_holders(client: &Client, table: &TableName) -> Result<Vec<i32>, Ta
                     OR l.relation = to_regclass('weir.partitions')::oid \
                     OR l.relation = to_regclass('weir.dead_letter')::oid) \
              ORDER BY 1",
-            &[&table.quoted()],
+            &[&table.quoted(), &key],
         )
         .await
         .map_err(query_err("list the sessions holding a lock"))?;
