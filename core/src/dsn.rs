@@ -87,7 +87,12 @@ impl fmt::Display for RootCert {
 /// And `row_security=off`: a query that a row-level security policy would filter fails
 /// instead (as `pg_dump` asks), so a first load, a resync or a read of the target never
 /// sees a policy's subset of a table's rows as the whole of it.
-pub const SESSION_SETTINGS: &str = "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0 -c row_security=off";
+///
+/// And `default_transaction_isolation` read committed, which Weir's transactions are
+/// written for (those that need a snapshot ask for theirs): a role or database made
+/// `serializable` by default would fail its partition writes beside other writers with
+/// serialization errors, for good.
+pub const SESSION_SETTINGS: &str = "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0 -c row_security=off -c default_transaction_isolation=read\\ committed";
 
 /// A DSN that cannot be used. Never holds the DSN, a value of it, or a parser's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

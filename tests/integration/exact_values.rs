@@ -379,7 +379,7 @@ async fn a_postgres_source_value_is_never_rounded_into_a_narrower_target_column(
     for command in [&["init"][..], &["run", "--once"][..]] {
         let out = weir_pg(&db, &source_dsn, command);
         let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{command:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
         assert!(
             stderr.contains("column `amount` is numeric(12,2), config declares numeric(14,3)"),
             "{command:?}: {stderr}"

@@ -1423,7 +1423,7 @@ async fn init_adds_a_plugin_s_new_nullable_columns_only_when_asked() {
     // hostile-snoop declares the same and nine nullable columns more.
     write_config(&db, &table("hostile-snoop"));
     let refused = db.weir(&["init"]);
-    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(refused.status.code(), Some(2));
     let stderr = text(&refused.stderr);
     assert!(
         stderr.contains(
@@ -1445,7 +1445,7 @@ async fn init_adds_a_plugin_s_new_nullable_columns_only_when_asked() {
     // A missing NOT NULL column is never added: hostile-alloc's `allocated`.
     write_config(&db, &table("hostile-alloc"));
     let refused = db.weir(&["init", "--allow-add-columns"]);
-    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(refused.status.code(), Some(2));
     assert!(
         text(&refused.stderr).contains("column `allocated` (bigint) is missing"),
         "{}",

@@ -1114,7 +1114,7 @@ async fn a_staged_decimal_a_narrowed_column_would_round_fails_its_partition() {
 /// Target tables no partition write can keep right are refused by `init` (exit 2),
 /// named with the reason: a view; a table a foreign key references; a key column under
 /// a nondeterministic collation; the DEFAULT child of another configured native
-/// target. And a plugin partitioning by another source column than `partition_by`.
+/// target.
 #[tokio::test(flavor = "multi_thread")]
 async fn targets_a_partition_write_cannot_keep_right_are_refused() {
     let db = TestDb::new("tw_unsafe_targets").await;
@@ -1162,13 +1162,5 @@ async fn targets_a_partition_write_cannot_keep_right_are_refused() {
     refused(
         format!("{native}\n{child}"),
         "u.orders_p_default is a partition of u.orders, the target of public.orders",
-    );
-    let plugin = crate::plugins::plugin("fan-out");
-    refused(
-        format!(
-            "[[table]]\nsource = \"public.people\"\ntarget = \"u.fanned\"\nkey = [\"id\"]\npartition_by = \"day\"\ngrain = \"day\"\ncolumns = {{ id = \"bigint\", day = \"date\", order_date = \"date\" }}\nplugin = {:?}\n",
-            plugin.display().to_string()
-        ),
-        "the plugin partitions its output by `order_date`, another column of the source than `partition_by` (`day`)",
     );
 }

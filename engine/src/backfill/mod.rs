@@ -65,9 +65,7 @@ pub enum BackfillError {
     NothingStagedIn { table: String, partition: String },
     #[error("table `{0}` is not in the config (give its source or target name)")]
     UnknownTable(String),
-    #[error(
-        "table `{name}` names the targets of several tables ({tables}): give the source name, or the target's schema too (`schema.table`)"
-    )]
+    #[error("table `{name}` names several tables ({tables}): give the schema too (`schema.table`)")]
     AmbiguousTable { name: String, tables: String },
     #[error(
         "{0} is being read again by `weir resync` and the stage does not hold all its rows yet: run this again once `weir status` shows it done"
@@ -214,18 +212,35 @@ pub fn find_table<'a>(p: &'a Pipeline, name: &str) -> Result<&'a str, BackfillEr
     {
         return Ok(source.as_str());
     }
-    let mut bare: Vec<&'a str> = p
+    // A bare name: the source table `public.NAME` (as the config reads a bare
+    // `source`), or a target table of that name in any schema.
+    let public = format!("public.{name}");
+    let mut bare: Vec<(&'a str, String)> = p
         .tables()
-        .filter(|(_, (t, _, _))| t.target.name == name)
-        .map(|(source, _)| source.as_str())
+        .filter_map(|(source, (t, _, _))| {
+            if *source == public {
+                Some((source.as_str(), format!("the source {source}")))
+            } else if t.target.name == name {
+                Some((
+                    source.as_str(),
+                    format!("the target {} of {source}", t.target),
+                ))
+            } else {
+                None
+            }
+        })
         .collect();
     bare.sort_unstable();
     match bare.as_slice() {
-        [one] => Ok(one),
+        [(one, _)] => Ok(one),
         [] => Err(BackfillError::UnknownTable(name.to_owned())),
         several => Err(BackfillError::AmbiguousTable {
             name: name.to_owned(),
-            tables: several.join(", "),
+            tables: several
+                .iter()
+                .map(|(_, what)| what.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
         }),
     }
 }

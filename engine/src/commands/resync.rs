@@ -23,10 +23,16 @@ pub(crate) async fn run(
     wait: bool,
 ) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
-    if !matches!(config.source, SourceConfig::Postgres { .. }) {
+    let SourceConfig::Postgres { slot, .. } = &config.source else {
         return Err(super::usage(
             "resync reads a table again from a PostgreSQL source; this config's source is JSON lines, which cannot be asked for a table's rows: feed the file again instead".into(),
         ));
+    };
+    if !weir::stage::stage_exists(&config.stage_path)? {
+        return Err(super::usage(format!(
+            "there is no stage at {}: run `weir init` first (a resync is read by this config's `weir run`, through its slot)",
+            config.stage_path.display()
+        )));
     }
     let t = config
         .tables
@@ -46,7 +52,7 @@ pub(crate) async fn run(
     let dsn = config
         .source_write_dsn()?
         .context("the source's DSN is not set")?;
-    let lsn = postgres::request_resync(&dsn, &t.source, filter).await?;
+    let lsn = postgres::request_resync(&dsn, slot, &t.source, filter).await?;
     let mut out = std::io::stdout();
     writeln!(
         out,

@@ -104,7 +104,7 @@ pub async fn init_with(
         check_write_mode(config, table, &transform)?;
         contracts.push(contract_of(table, &transform, *oid));
         let view = transform.target_view(table);
-        check_partition_column(config, table, &view)?;
+        check_partition_column(table, &view);
         let prepared = target::prepare_table(
             &mut client,
             &view,
@@ -358,7 +358,7 @@ pub(super) async fn read_again_whole(
     stage: &Stage,
     tables: &[String],
 ) -> Result<(), PipelineError> {
-    if matches!(config.source, SourceConfig::Postgres { .. }) {
+    if let SourceConfig::Postgres { slot, .. } = &config.source {
         let dsn = config.source_write_dsn()?;
         for table in config
             .tables
@@ -366,7 +366,7 @@ pub(super) async fn read_again_whole(
             .filter(|t| tables.contains(&t.source.to_string()))
         {
             if let Some(dsn) = &dsn {
-                let at = postgres::request_resync(dsn, &table.source, None).await?;
+                let at = postgres::request_resync(dsn, slot, &table.source, None).await?;
                 tracing::warn!(table = %table.source, signal = %postgres::format_lsn(at), "the table is back in the config: its changes while it was out were passed over, so it is read whole again (a resync), and its partitions rewritten");
             }
         }
@@ -532,26 +532,18 @@ pub(super) struct Resolved {
     pub source: String,
 }
 
-/// Refuses a plugin whose output partition column is another column of the source
-/// than `partition_by`: its rows would fall in other partitions than the ones whose
-/// rows it was given, and every write would fail.
-pub(super) fn check_partition_column(
-    config: &Config,
-    table: &TableConfig,
-    view: &TableConfig,
-) -> Result<(), PipelineError> {
+/// Warns of a plugin whose output partition column is another column of the source
+/// than `partition_by`: unless the plugin fills it from `partition_by`, its rows fall in
+/// other partitions than the ones whose rows it was given, and each such write fails.
+pub(super) fn check_partition_column(table: &TableConfig, view: &TableConfig) {
     if view.partition_by != table.partition_by && table.column(&view.partition_by).is_some() {
-        return Err(PipelineError::Table {
-            config: config.path.clone(),
-            table: table.source.to_string(),
-            field: "partition_by",
-            message: format!(
-                "the plugin partitions its output by `{}`, another column of the source than `partition_by` (`{}`): each partition's rows would come out in other partitions. Set `partition_by = \"{}\"`, or use a plugin that partitions by `{}`",
-                view.partition_by, table.partition_by, view.partition_by, table.partition_by
-            ),
-        });
+        tracing::warn!(
+            table = %table.source,
+            plugin_column = %view.partition_by,
+            partition_by = %table.partition_by,
+            "the plugin partitions its output by another column of the source than `partition_by`: unless it fills that column from `partition_by`, every write fails (an output row in another partition than its input's); set `partition_by` to the plugin's column if that is what it partitions by"
+        );
     }
-    Ok(())
 }
 
 /// Refuses a target that is one of the configured source tables itself (the same

@@ -167,7 +167,6 @@ impl Pipeline {
         for (table, oid) in config.tables.iter().zip(oids) {
             let transform = Transform::load(&host, table).await?;
             check_write_mode(&config, table, &transform)?;
-            init::check_partition_column(&config, table, &transform.target_view(table))?;
             contracts.push(contract_of(table, &transform, oid));
             let mut prepared = target::prepare_table(
                 &mut clients[0],

@@ -163,7 +163,9 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
             {
                 status.target_error = Some(e.to_string());
             }
-            match target::recent_writes(&client, last_writes).await {
+            // This config's tables only: other pipelines write the same database.
+            let targets: Vec<String> = config.tables.iter().map(|t| t.target.to_string()).collect();
+            match target::recent_writes(&client, &targets, last_writes).await {
                 Ok(rows) => status.last_writes = rows,
                 Err(e) => status.target_error = Some(error_chain(&e)),
             }
@@ -179,7 +181,18 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
                     Ok(lineage) => status.stale_partitions.extend(
                         lineage
                             .into_iter()
-                            .filter(|(_, l)| target::is_stale(l, &expected))
+                            // A partition of another grain (written before the grain
+                            // changed, with another stage) is not one a backfill
+                            // rebuilds: the run empties its span instead.
+                            .filter(|(partition, l)| {
+                                target::is_stale(l, &expected)
+                                    && crate::partition::predicate(
+                                        table.partition_column().ty,
+                                        table.grain,
+                                        &crate::partition::Partition::from_name(partition),
+                                    )
+                                    .is_some()
+                            })
                             .map(|(partition, l)| StaleStatus {
                                 table: table.target.to_string(),
                                 partition,

@@ -215,22 +215,29 @@ pub async fn table_lineage(
         .collect())
 }
 
-/// The most recent partition writes.
+/// The most recent partition writes into `tables` (target names).
 pub async fn recent_writes(
     client: &Client,
+    tables: &[String],
     limit: i64,
 ) -> Result<Vec<PartitionLineage>, TargetError> {
     let rows = client
         .query(
             &format!(
-                "SELECT {LINEAGE_COLUMNS} FROM weir.partitions ORDER BY written_at DESC, target_table, partition LIMIT $1"
+                "SELECT {LINEAGE_COLUMNS} FROM weir.partitions WHERE target_table = ANY($2) \
+                 ORDER BY written_at DESC, target_table, partition LIMIT $1"
             ),
-            &[&limit],
+            &[&limit, &tables],
         )
         .await
         .map_err(|source| match source.code() {
-            Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => TargetError::MissingWeirSchema,
-            _ => TargetError::Query { what: "read lineage".into(), source: PgError(source) },
+            Some(code) if code == &tokio_postgres::error::SqlState::UNDEFINED_TABLE => {
+                TargetError::MissingWeirSchema
+            }
+            _ => TargetError::Query {
+                what: "read lineage".into(),
+                source: PgError(source),
+            },
         })?;
     Ok(rows.iter().map(PartitionLineage::from_row).collect())
 }

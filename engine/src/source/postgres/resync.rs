@@ -15,6 +15,7 @@ use crate::pgerror::PgError;
 /// reads and the signal is written) and writes the resync signal; returns its LSN.
 pub async fn request_resync(
     write_dsn: &Dsn,
+    slot: &str,
     table: &TableName,
     filter: Option<&str>,
 ) -> Result<u64, PgSourceError> {
@@ -74,6 +75,7 @@ pub async fn request_resync(
     let signal = ResyncSignal {
         table: table.to_string(),
         filter: filter.map(str::to_owned),
+        slot: Some(slot.to_owned()),
     };
     let content = serde_json::to_string(&signal).map_err(|_| PgSourceError::BadChange {
         table: table.to_string(),

@@ -61,6 +61,11 @@ pub struct ResyncSignal {
     /// `--where`, if given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
+    /// The slot of the pipeline that asked: another pipeline reading the same table
+    /// through its own slot passes it over (`None`: a signal of an older build, taken
+    /// by every pipeline reading the table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
 }
 
 /// A chunk read between its low and high watermark.

@@ -222,7 +222,6 @@ impl PostgresSource {
         // matched by.
         let catalog = connect(dsn).await?;
         let estate = check_estate(&catalog, &options.publication, &tables).await?;
-        stage.set_guarded_keys(estate.guarded_keys.clone());
         // A publication altered since the stage last read it may have hidden changes
         // that no read of the slot brings back: stopped, not taken.
         let publication_mark =
@@ -284,6 +283,23 @@ impl PostgresSource {
         } else {
             SnapshotProgress::default()
         };
+        // The key guard: a table whose key nothing enforces, always; one whose key
+        // may stop being enforced, once it is loaded (while its rows are still read,
+        // a row the stream inserts may be staged already by a read of the pages left,
+        // the same row twice).
+        stage.set_guarded_keys(
+            estate
+                .guarded_keys
+                .iter()
+                .filter(|t| {
+                    estate.unenforced_keys.contains(t)
+                        || snapshot
+                            .as_ref()
+                            .is_none_or(|s| s.progress().complete || s.progress().done.contains(t))
+                })
+                .cloned()
+                .collect(),
+        );
         let drain_after = if options.once {
             Some(emit_drain_message(&writes).await?)
         } else {
@@ -382,6 +398,10 @@ impl PostgresSource {
             tracing::warn!(position = %format_lsn(m.lsn), "a weir.resync message that is not a resync signal; passed over");
             return Ok(Vec::new());
         };
+        if signal.slot.as_ref().is_some_and(|slot| *slot != self.slot) {
+            tracing::debug!(table = %signal.table, "a resync signal of another pipeline (another slot); passed over");
+            return Ok(Vec::new());
+        }
         if !self
             .assembler
             .tables
