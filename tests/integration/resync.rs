@@ -365,3 +365,44 @@ async fn a_resync_whose_condition_fails_on_a_later_row_is_given_up_not_wedged() 
     )
     .await;
 }
+
+/// Two pipelines read the same source table, each through its own slot: a resync one
+/// of them asks for is read by it alone, the other passes the signal over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resync_is_read_by_the_pipeline_that_asked_for_it_alone() {
+    let (db, source_dsn, _source) = setup("resync_own", 1000).await;
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(out.status.success(), "first run: {}", text(&out.stderr));
+    let other = db.path("other.toml");
+    std::fs::write(
+        &other,
+        postgres_config(
+            "resync_own_b",
+            "[engine]\nflush_interval_ms = 100",
+            &OrdersTable::postgres("analytics.fact_orders_b").to_string(),
+        )
+        .replace("path = \"stage\"", "path = \"stage_b\""),
+    )
+    .expect("config");
+    let weir_b = |args: &[&str]| {
+        let mut all = vec!["--config", other.to_str().expect("utf-8")];
+        all.extend_from_slice(args);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(&all)
+            .env("WEIR_SOURCE_DSN", &source_dsn)
+            .env("WEIR_TARGET_DSN", &db.dsn)
+            .output()
+            .expect("weir");
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stderr)
+    };
+    weir_b(&["init"]);
+    weir_b(&["run", "--once"]);
+    weir_b(&["resync", "--table", "public.orders"]);
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("resync signal read"), "{stderr}");
+    let logged = weir_b(&["run", "--once"]);
+    assert!(logged.contains("resync signal read"), "{logged}");
+}

@@ -1164,3 +1164,51 @@ async fn targets_a_partition_write_cannot_keep_right_are_refused() {
         "u.orders_p_default is a partition of u.orders, the target of public.orders",
     );
 }
+
+/// `weir status` lists the last writes of this config's tables only (another pipeline
+/// writes the same database), and `--table` with a bare name that names both a source
+/// (`public.NAME`) and another table's target is refused, naming both.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_lists_its_own_writes_and_a_bare_table_name_is_not_guessed() {
+    let db = TestDb::new("tw_own_writes").await;
+    let returns = people_table(false, "")
+        .replace("public.people", "public.returns")
+        .replace("analytics.people", "bare.people");
+    db.write_feed_config("", "", &format!("{}\n{returns}", people_table(false, "")));
+    db.write_feed(&[person("c", 1, Some("EU"), "a")]);
+    db.weir_ok(&["init"]);
+    db.weir_ok(&["run", "--once"]);
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO weir.partitions (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, written_at) \
+             VALUES ('other.pipeline', 'p', 'public.other', 1, 1, 'identity', 1, '', now() + interval '1 day')",
+        )
+        .await
+        .expect("another pipeline's lineage");
+    let status: serde_json::Value =
+        serde_json::from_str(&db.weir_ok(&["status", "--json"])).expect("json");
+    let tables: Vec<&str> = status["last_writes"]
+        .as_array()
+        .expect("last writes")
+        .iter()
+        .filter_map(|w| w["target_table"].as_str())
+        .collect();
+    assert_eq!(tables, ["analytics.people"], "{status}");
+    let out = db.weir(&["verify", "--table", "people", "--from", " ", "--to", "~"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("table `people` names several tables (the source public.people, the target bare.people of public.returns)"),
+        "{stderr}"
+    );
+    db.weir_ok(&[
+        "verify",
+        "--table",
+        "public.people",
+        "--from",
+        " ",
+        "--to",
+        "~",
+    ]);
+}
