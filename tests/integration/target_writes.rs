@@ -1125,7 +1125,8 @@ async fn targets_a_partition_write_cannot_keep_right_are_refused() {
              CREATE TABLE u.base (id bigint, region text, status text);
              CREATE VIEW u.v AS SELECT * FROM u.base;
              CREATE TABLE u.referenced (id bigint PRIMARY KEY, region text, status text);
-             CREATE TABLE u.child_rows (id bigint REFERENCES u.referenced (id) ON DELETE CASCADE);",
+             CREATE TABLE u.child_rows (id bigint REFERENCES u.referenced (id) ON DELETE CASCADE);
+             CREATE TABLE u.by_status (id bigint, region text, status text) PARTITION BY LIST (status);",
         )
         .await
         .expect("estate");
@@ -1139,6 +1140,10 @@ async fn targets_a_partition_write_cannot_keep_right_are_refused() {
         assert!(stderr.contains(want), "want `{want}` in {stderr}");
     };
     refused(people("u.v"), "u.v: it is not a table");
+    refused(
+        people_table(true, "").replace("analytics.people", "u.by_status"),
+        "u.by_status: it is partitioned by status, not by the partition column `region`",
+    );
     refused(
         people("u.referenced"),
         "foreign key child_rows_id_fkey of u.child_rows references it",

@@ -73,7 +73,7 @@ pub enum StageError {
     )]
     Applying,
     #[error(
-        "{table}: a change leaves column `{column}` unchanged (an unchanged TOAST value) for a row that is not staged, so its value is unknown; set REPLICA IDENTITY FULL on the source table, or take a new snapshot"
+        "{table}: a change leaves column `{column}` unchanged (an unchanged TOAST value) for a row that is not staged, so its value is unknown; nothing past this transaction was acknowledged. Set REPLICA IDENTITY FULL on the source table (later changes then carry whole rows); to get past the changes already in the WAL, take the table out of the config (keep another table of the publication in it if it was the only one) and run `weir init` and `weir run --once` (its changes are passed over), then put it back and run `weir init`: the next `weir run` reads it whole again"
     )]
     UnchangedWithoutRow { table: String, column: String },
     #[error(

@@ -250,7 +250,7 @@ pub async fn prepare_table(
             }],
         });
     }
-    refuse_unsafe_shape(client, table).await?;
+    refuse_unsafe_shape(client, table, create).await?;
     let mut actual = table_columns(client, &name.quoted()).await?;
     let expected = expected_columns(client, &table.columns).await?;
     // Declared nullable columns the table lacks: added on request, else a difference
@@ -456,7 +456,13 @@ async fn table_columns(
 /// `EU`). Warns of a unique index without the partition column: a row moving to
 /// another partition is inserted there before its old partition is written, which
 /// such an index refuses.
-async fn refuse_unsafe_shape(client: &Client, table: &TableConfig) -> Result<(), TargetError> {
+/// `init` (`at_init`) also refuses a table Weir's role lacks a privilege on that writes
+/// need (other commands may run as a role that only reads).
+async fn refuse_unsafe_shape(
+    client: &Client,
+    table: &TableConfig,
+    at_init: bool,
+) -> Result<(), TargetError> {
     let name = &table.target;
     let unsafe_target = |problem: String| TargetError::UnsafeTarget {
         table: name.clone(),
@@ -474,7 +480,13 @@ async fn refuse_unsafe_shape(client: &Client, table: &TableConfig) -> Result<(),
                     (SELECT string_agg(i.indexrelid::regclass::text, ', ') FROM pg_index i \
                       WHERE i.indrelid = c.oid AND i.indisunique \
                         AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid \
-                                          AND a.attname = $3 AND a.attnum = ANY(i.indkey))) \
+                                          AND a.attname = $3 AND a.attnum = ANY(i.indkey))), \
+                    concat_ws(', ', CASE WHEN NOT has_table_privilege(c.oid, 'SELECT') THEN 'SELECT' END, \
+                              CASE WHEN NOT has_table_privilege(c.oid, 'INSERT') THEN 'INSERT' END, \
+                              CASE WHEN NOT has_table_privilege(c.oid, 'DELETE') THEN 'DELETE' END), \
+                    (SELECT string_agg(a.attname::text, ', ') FROM pg_partitioned_table pt \
+                       JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = ANY(pt.partattrs) \
+                      WHERE pt.partrelid = c.oid) \
              FROM pg_class c WHERE c.oid = $1::text::regclass",
             &[
                 &name.quoted(),
@@ -494,9 +506,22 @@ async fn refuse_unsafe_shape(client: &Client, table: &TableConfig) -> Result<(),
         Option<String>,
         Option<String>,
     ) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    let (missing, partitioned_by): (String, Option<String>) = (row.get(4), row.get(5));
     if kind != "r" && kind != "p" {
         return Err(unsafe_target(format!(
             "it is not a table (pg_class.relkind `{kind}`: a view, a materialized view or another kind of relation), which Weir cannot replace partitions of; point `target` at a table"
+        )));
+    }
+    if at_init && !missing.is_empty() {
+        return Err(unsafe_target(format!(
+            "Weir's role lacks the {missing} privilege on it, which every partition write needs (SELECT, INSERT and DELETE): `GRANT SELECT, INSERT, DELETE ON {} TO <role>`",
+            name.quoted()
+        )));
+    }
+    if let Some(by) = partitioned_by.filter(|by| *by != table.partition_by) {
+        return Err(unsafe_target(format!(
+            "it is partitioned by {by}, not by the partition column `{}`: a partition's rows would span its children; partition it by `{}`, or write a plain table",
+            table.partition_by, table.partition_by
         )));
     }
     if let Some(references) = references {

@@ -32,7 +32,7 @@ pub enum PgSourceError {
         source: pgtypes::TypeError,
     },
     #[error(
-        "{table}: unchanged TOAST value of column `{column}` for a row that is not staged; set REPLICA IDENTITY FULL on the table or take a new snapshot"
+        "{table}: unchanged TOAST value of column `{column}` for a row that is not staged, so its value is unknown; nothing past this transaction was acknowledged. Set REPLICA IDENTITY FULL on the table (later changes then carry whole rows); to get past the changes already in the WAL, take the table out of the config (keep another table of the publication in it if it was the only one) and run `weir init` and `weir run --once` (its changes are passed over), then put it back and run `weir init`: the next `weir run` reads it whole again"
     )]
     ToastWithoutRow { table: String, column: String },
     #[error(
