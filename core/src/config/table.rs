@@ -246,13 +246,13 @@ impl Validator<'_> {
         let source = TableName::parse(&raw.source).ok_or_else(|| {
             self.invalid(
                 field("source"),
-                format!("`{}` is not a table name: use schema.table", raw.source),
+                format!("`{}` is not a table name: use schema.table, each part as PostgreSQL stores it (case and all, no quotes; a name holding a dot cannot be configured)", raw.source),
             )
         })?;
         let target = TableName::parse(&raw.target).ok_or_else(|| {
             self.invalid(
                 field("target"),
-                format!("`{}` is not a table name: use schema.table", raw.target),
+                format!("`{}` is not a table name: use schema.table, each part as PostgreSQL stores it (case and all, no quotes; a name holding a dot cannot be configured)", raw.target),
             )
         })?;
         let plugin = self.plugin(i, &raw)?;

@@ -452,51 +452,41 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
                 .map(|f| &f.partition),
         )
         .collect();
+    // Partitions the stage holds rows of that lineage does not list; and those written
+    // by this stage at a generation it has changed since, not dirty: the stage wrote
+    // the later state to another target (`WEIR_TARGET_DSN` pointed elsewhere, then
+    // back), so this target holds the older one.
+    let stage_id = p.stage().stage_id().map_err(PipelineError::from)?;
     let mut entries: Vec<PlanEntry> = staged
         .iter()
-        .filter(|(partition, (_, rows))| {
-            *rows > 0
-                && !pending.contains(partition)
-                && !lineage.contains_key(partition.name().as_ref())
-        })
-        .map(|(partition, &(generation, staged_rows))| PlanEntry {
-            table: table.to_owned(),
-            target: target.name.to_string(),
-            partition: partition.name().into_owned(),
-            partition_value: partition.clone(),
-            staged_rows,
-            generation,
-            lineage: None,
-            change: "not in the target's lineage".to_owned(),
-        })
-        .collect();
-    // Written by this stage at a generation it has changed since, and not dirty: the
-    // stage wrote the later state to another target (`WEIR_TARGET_DSN` pointed
-    // elsewhere, then back), so this target holds the older one.
-    let stage_id = p.stage().stage_id().map_err(PipelineError::from)?;
-    entries.extend(
-        staged
-            .iter()
-            .filter(|(partition, _)| !pending.contains(partition))
-            .filter_map(|(partition, &(generation, staged_rows))| {
-                let l = lineage.get(partition.name().as_ref())?;
-                (l.stage_id.as_deref() == Some(stage_id.as_str())
-                    && u64::try_from(l.stage_generation).is_ok_and(|g| g < generation))
-                .then(|| PlanEntry {
-                    table: table.to_owned(),
-                    target: target.name.to_string(),
-                    partition: partition.name().into_owned(),
-                    partition_value: partition.clone(),
-                    staged_rows,
-                    generation,
-                    lineage: Some(l.clone()),
-                    change: format!(
+        .filter(|(partition, _)| !pending.contains(partition))
+        .filter_map(|(partition, &(generation, staged_rows))| {
+            let (lineage, change) = match lineage.get(partition.name().as_ref()) {
+                None if staged_rows > 0 => (None, "not in the target's lineage".to_owned()),
+                Some(l)
+                    if l.stage_id.as_deref() == Some(stage_id.as_str())
+                        && u64::try_from(l.stage_generation).is_ok_and(|g| g < generation) =>
+                {
+                    let change = format!(
                         "generation {} -> {generation}, written since to another target",
                         l.stage_generation
-                    ),
-                })
-            }),
-    );
+                    );
+                    (Some(l.clone()), change)
+                }
+                _ => return None,
+            };
+            Some(PlanEntry {
+                table: table.to_owned(),
+                target: target.name.to_string(),
+                partition: partition.name().into_owned(),
+                partition_value: partition.clone(),
+                staged_rows,
+                generation,
+                lineage,
+                change,
+            })
+        })
+        .collect();
     let sources = target::stage_sources(&client).await?;
     entries.extend(left_by_another_stage(
         p, table, &staged, &lineage, &sources,

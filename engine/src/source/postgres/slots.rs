@@ -1,9 +1,14 @@
 //! Replication slots beyond `init`: their status for `weir status` (on each host of a
 //! DSN that lists several), and what a slot's creation waits for.
 
+use std::sync::Arc;
+
 use super::error::PgSourceError;
 use super::setup::connect;
+use super::stage_port::StagePort;
 use crate::config::Dsn;
+use crate::feed::Position;
+use crate::pg::lsn::format_lsn;
 use crate::pgerror::PgError;
 
 /// A slot as `weir status` shows it.
@@ -168,4 +173,63 @@ pub fn report_slot_waits(dsn: &Dsn) -> tokio::task::JoinHandle<()> {
             tokio::time::sleep(std::time::Duration::from_secs(30)).await;
         }
     })
+}
+
+/// Run once `START_REPLICATION` has succeeded: this connection now holds the slot, so
+/// its `confirmed_flush_lsn` is where the stream really starts (the server resumes at
+/// the later of that and the position asked for) and nobody else can move it. (Read
+/// before the start, it could still move: a dying walsender of a killed engine applies
+/// the last acknowledgement it received.) Returns the position the stream starts after.
+///
+/// A stage with a position holds the slot to it: this stage never lets the slot confirm
+/// past its position (`send_status`), so a slot that is ahead was moved by something
+/// else and what lies between is lost to this stage; refuse rather than skip it. A
+/// stage with nothing staged starts where the slot is (its snapshot covers what came
+/// before), recorded first, so the check has a position from the first
+/// acknowledgement on.
+pub(super) async fn hold_slot_to_stage(
+    dsn: &Dsn,
+    slot: &str,
+    stage: &Arc<dyn StagePort>,
+    checkpoint: Option<Position>,
+) -> Result<u64, PgSourceError> {
+    let client = connect(dsn).await?;
+    let confirmed: Option<String> = client
+        .query_opt(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read the slot's confirmed position",
+            source: PgError(source),
+        })?
+        .and_then(|row| row.get(0));
+    let Some(confirmed) = confirmed.as_deref().and_then(crate::pg::lsn::parse_lsn) else {
+        return Ok(checkpoint.map_or(0, |c| c.position));
+    };
+    match checkpoint {
+        None => {
+            let stage = Arc::clone(stage);
+            tokio::task::spawn_blocking(move || stage.advance_position(confirmed)).await??;
+            Ok(confirmed)
+        }
+        Some(checkpoint) if confirmed > checkpoint.position => {
+            if stage.position_covers_acknowledgements()? {
+                return Err(PgSourceError::SlotAhead {
+                    slot: slot.to_owned(),
+                    confirmed: format_lsn(confirmed),
+                    position: format_lsn(checkpoint.position),
+                });
+            }
+            tracing::info!(
+                slot,
+                confirmed = %format_lsn(confirmed),
+                position = %format_lsn(checkpoint.position),
+                "the slot is past the stage's position, which a stage of an older build allows; not checked this once"
+            );
+            Ok(confirmed)
+        }
+        Some(checkpoint) => Ok(checkpoint.position),
+    }
 }

@@ -330,7 +330,8 @@ impl PostgresSource {
         let stream = client
             .start_logical(&options.slot, start, &start_options)
             .await?;
-        let start = hold_slot_to_stage(dsn, &options.slot, &stage, checkpoint).await?;
+        let start =
+            super::slots::hold_slot_to_stage(dsn, &options.slot, &stage, checkpoint).await?;
         tracing::info!(slot = %options.slot, start = %format_lsn(start), proto_version = protocol.version, in_progress = protocol.streaming, binary = protocol.binary, "streaming from the replication slot");
         Ok(PostgresSource {
             slot: options.slot.clone(),
@@ -922,65 +923,6 @@ impl Protocol {
             streaming: streaming && version >= 2,
             binary: false,
         }
-    }
-}
-
-/// Run once `START_REPLICATION` has succeeded: this connection now holds the slot, so
-/// its `confirmed_flush_lsn` is where the stream really starts (the server resumes at
-/// the later of that and the position asked for) and nobody else can move it. (Read
-/// before the start, it could still move: a dying walsender of a killed engine applies
-/// the last acknowledgement it received.) Returns the position the stream starts after.
-///
-/// A stage with a position holds the slot to it: this stage never lets the slot confirm
-/// past its position (`send_status`), so a slot that is ahead was moved by something
-/// else and what lies between is lost to this stage; refuse rather than skip it. A
-/// stage with nothing staged starts where the slot is (its snapshot covers what came
-/// before), recorded first, so the check has a position from the first
-/// acknowledgement on.
-async fn hold_slot_to_stage(
-    dsn: &Dsn,
-    slot: &str,
-    stage: &Arc<dyn StagePort>,
-    checkpoint: Option<Position>,
-) -> Result<u64, PgSourceError> {
-    let client = connect(dsn).await?;
-    let confirmed: Option<String> = client
-        .query_opt(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await
-        .map_err(|source| PgSourceError::Query {
-            what: "read the slot's confirmed position",
-            source: PgError(source),
-        })?
-        .and_then(|row| row.get(0));
-    let Some(confirmed) = confirmed.as_deref().and_then(crate::pg::lsn::parse_lsn) else {
-        return Ok(checkpoint.map_or(0, |c| c.position));
-    };
-    match checkpoint {
-        None => {
-            let stage = Arc::clone(stage);
-            tokio::task::spawn_blocking(move || stage.advance_position(confirmed)).await??;
-            Ok(confirmed)
-        }
-        Some(checkpoint) if confirmed > checkpoint.position => {
-            if stage.position_covers_acknowledgements()? {
-                return Err(PgSourceError::SlotAhead {
-                    slot: slot.to_owned(),
-                    confirmed: format_lsn(confirmed),
-                    position: format_lsn(checkpoint.position),
-                });
-            }
-            tracing::info!(
-                slot,
-                confirmed = %format_lsn(confirmed),
-                position = %format_lsn(checkpoint.position),
-                "the slot is past the stage's position, which a stage of an older build allows; not checked this once"
-            );
-            Ok(confirmed)
-        }
-        Some(checkpoint) => Ok(checkpoint.position),
     }
 }
 
