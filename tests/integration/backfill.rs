@@ -503,7 +503,7 @@ async fn after_a_plugin_change_backfill_stale_rebuilds_exactly_the_stale_partiti
     ]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(
-        text(&bad.stderr).contains("`2026-01-32` is not a day partition"),
+        text(&bad.stderr).contains("`2026-01-32` is not a partition of"),
         "{}",
         text(&bad.stderr)
     );

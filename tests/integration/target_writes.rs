@@ -1217,3 +1217,59 @@ async fn status_lists_its_own_writes_and_a_bare_table_name_is_not_guessed() {
         "~",
     ]);
 }
+
+/// A native target whose table a reader holds open: creating a new partition's child
+/// (ACCESS EXCLUSIVE on the table) gives up after `lock_timeout_ms`, the warning names
+/// the reader, and the write goes on once the reader ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_native_child_held_off_by_a_reader_names_it_and_is_retried() {
+    let db = TestDb::new("tw_child_reader").await;
+    db.write_feed_config("", "flush_interval_ms = 100", &people_table(true, ""));
+    std::fs::write(
+        db.config_path(),
+        std::fs::read_to_string(db.config_path())
+            .expect("config")
+            .replace(
+                "dsn_env = \"WEIR_TARGET_DSN\"",
+                "dsn_env = \"WEIR_TARGET_DSN\"\nlock_timeout_ms = 200",
+            ),
+    )
+    .expect("config");
+    db.write_feed(&[person("c", 1, Some("EU"), "new")]);
+    db.weir_ok(&["init"]);
+    let log = db.path("run.log");
+    let _run = db.spawn_live(&[], &log);
+    db.wait_caught_up(60).await;
+    let reader = db.client().await;
+    reader
+        .batch_execute("BEGIN; SELECT count(*) FROM analytics.people")
+        .await
+        .expect("a reader");
+    let pid: i32 = reader
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("pid")
+        .get(0);
+    db.append_feed(&[person("c", 2, Some("APAC"), "new")]);
+    let needle = format!("blocker_pids=[{pid}]");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if logged.contains("creating the partition's child waited longer")
+            && logged.contains(&needle)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no warning naming the reader {pid}:\n{logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    reader
+        .batch_execute("COMMIT")
+        .await
+        .expect("end the reader");
+    db.wait_caught_up(60).await;
+    assert_eq!(people(&db).await.len(), 2);
+}

@@ -30,7 +30,7 @@ use crate::value::ColumnType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackfillError {
-    #[error("{what} `{value}` is not a {grain} partition of {table}: {hint}")]
+    #[error("{what} `{value}` is not a partition of {table} by {grain}: {hint}")]
     BadWindow {
         what: &'static str,
         value: String,

@@ -276,7 +276,16 @@ pub async fn prepare_table(
         // Rows staged before the source had the column carry no value for it, and
         // PostgreSQL fills an added column's DEFAULT without writing the rows to the
         // WAL: a rewrite from the stage keeps them NULL. Only reading them again does.
-        tracing::warn!(table = %name, columns = %addable.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "), "added nullable columns to the target table; rows staged before the source had them hold NULL there (a PostgreSQL DEFAULT fills existing rows without WAL): for a PostgreSQL source, run `weir resync --table SOURCE_TABLE` to read their values, then check with `weir verify --against-source`");
+        let columns = addable
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if table.plugin.is_some() {
+            tracing::warn!(table = %name, columns = %columns, "added the plugin's new nullable output columns to the target table; the partitions written before hold NULL in them: `weir backfill --stale` rewrites those an older plugin or config wrote");
+        } else {
+            tracing::warn!(table = %name, columns = %columns, "added nullable columns to the target table; rows staged before the source had them hold NULL there (a PostgreSQL DEFAULT fills existing rows without WAL): for a PostgreSQL source, run `weir resync --table SOURCE_TABLE` to read their values, then check with `weir verify --against-source`");
+        }
         actual = table_columns(client, &name.quoted()).await?;
     }
     let mut differences = Vec::new();
@@ -731,6 +740,35 @@ pub(super) async fn ensure_child(
                 ),
                 source: PgError(e),
             })
+        }
+        // Creating a child takes ACCESS EXCLUSIVE on the table: any session that
+        // holds any lock on it (an open reader) holds it off. Those are named.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+            let blockers: Vec<i32> = client
+                .query(
+                    "SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'relation' AND granted \
+                     AND pid <> pg_backend_pid() AND relation = $1::text::regclass ORDER BY 1",
+                    &[&table.name.quoted()],
+                )
+                .await
+                .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+                .unwrap_or_default();
+            tracing::warn!(
+                table = %table.name,
+                partition = %partition,
+                blocker_pids = ?blockers,
+                lock_timeout_ms = table.lock_timeout_ms,
+                "creating the partition's child waited longer than lock_timeout_ms for the table (it takes ACCESS EXCLUSIVE, which any open reader of the table holds off); it is retried"
+            );
+            Err(TargetError::LockTimeout(Box::new(super::LockWait {
+                table: table.name.clone(),
+                partition: partition.name().into_owned(),
+                what: format!(
+                    "creating its child {name} (ACCESS EXCLUSIVE on the table, which any open reader holds off)"
+                ),
+                timeout_ms: table.lock_timeout_ms,
+                blockers,
+            })))
         }
         Err(e) => Err(TargetError::Query {
             what: format!("create partition {name} of {}", table.name),

@@ -117,7 +117,7 @@ impl PublicationMark {
         PgSourceError::Estate {
             subject: format!("publication `{publication}`"),
             problems: format!(
-                "was altered since this stage last read it ({what}: ALTER PUBLICATION). While it was, the slot did not send the changes it left out (an operation not published, a table dropped and added back, a row filter or column list), and no later read of the slot brings them back. Nothing past this point was acknowledged. Once it is as Weir needs it, run `weir init --accept-publication`, then, with `weir run` running, `weir resync --table T` for each configured table whose changes it may have hidden (this re-reads the table from the source and rewrites what differs); if the change could hide nothing (an owner or a rename), `weir init --accept-publication` alone"
+                "was altered since this stage last read it ({what}: ALTER PUBLICATION). While it was, the slot did not send the changes it left out (an operation not published, a table dropped and added back, a row filter or column list), and no later read of the slot brings them back. Nothing past this point was acknowledged. Once it is as Weir needs it, run `weir init --accept-publication`, then, with `weir run` running, `weir resync --table T` for each configured table whose changes it may have hidden (this re-reads the table from the source and rewrites what differs); if the change could hide nothing (an owner or a rename), `weir init --accept-publication` alone. If the config's `publication` names another publication than before, put the old name back instead: the slot can stream only a publication that existed when its changes were written"
             ),
         }
     }
