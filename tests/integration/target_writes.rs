@@ -344,13 +344,9 @@ async fn readers_never_see_a_partition_empty_or_half_written() {
     }
 }
 
-/// A session holding an ACCESS EXCLUSIVE lock on the target table: the write waits
-/// `lock_timeout_ms`, gives up, logs the blocker's pid, is retried, and succeeds once the
-/// blocker ends.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
-    let db = TestDb::new("tw_lock_timeout").await;
-    db.write_feed_config("", "flush_interval_ms = 100", &people_table(false, ""));
+/// A live `weir run` of the people feed (one row, EU) with `lock_timeout_ms = 200`,
+/// caught up; its log.
+async fn live_with_short_lock_timeout(db: &TestDb) -> (std::path::PathBuf, crate::harness::Reaped) {
     std::fs::write(
         db.config_path(),
         std::fs::read_to_string(db.config_path())
@@ -364,8 +360,36 @@ async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
     db.write_feed(&[person("c", 1, Some("EU"), "new")]);
     db.weir_ok(&["init"]);
     let log = db.path("run.log");
-    let _run = db.spawn_live(&[], &log);
+    let run = db.spawn_live(&[], &log);
     db.wait_caught_up(60).await;
+    (log, run)
+}
+
+/// Waits until `log` holds `warning` naming session `pid` as the blocker.
+async fn wait_logged(log: &std::path::Path, warning: &str, pid: i32) {
+    let needle = format!("blocker_pids=[{pid}]");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let logged = std::fs::read_to_string(log).unwrap_or_default();
+        if logged.contains(warning) && logged.contains(&needle) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no `{warning}` naming session {pid}:\n{logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A session holding an ACCESS EXCLUSIVE lock on the target table: the write waits
+/// `lock_timeout_ms`, gives up, logs the blocker's pid, is retried, and succeeds once the
+/// blocker ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
+    let db = TestDb::new("tw_lock_timeout").await;
+    db.write_feed_config("", "flush_interval_ms = 100", &people_table(false, ""));
+    let (log, _run) = live_with_short_lock_timeout(&db).await;
 
     let blocker = db.client().await;
     blocker
@@ -378,19 +402,7 @@ async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
         .expect("pid")
         .get(0);
     db.append_feed(&[person("u", 1, Some("EU"), "shipped")]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let needle = format!("blocker_pids=[{pid}]");
-    loop {
-        let logged = std::fs::read_to_string(&log).unwrap_or_default();
-        if logged.contains("timed out waiting for a lock") && logged.contains(&needle) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no lock timeout naming pid {pid} was logged:\n{logged}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_logged(&log, "timed out waiting for a lock", pid).await;
     // Still waiting: nothing was written past the lock.
     blocker.batch_execute("COMMIT").await.expect("unlock");
     db.wait_caught_up(60).await;
@@ -425,18 +437,7 @@ async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     db.append_feed(&[person("u", 1, Some("EU"), "delivered")]);
-    let needle = format!("blocker_pids=[{holder}]");
-    loop {
-        let logged = std::fs::read_to_string(&log).unwrap_or_default();
-        if logged.contains("timed out waiting for a lock") && logged.contains(&needle) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no lock timeout naming the backfill's session {holder}:\n{logged}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_logged(&log, "timed out waiting for a lock", holder).await;
     backfill.kill().expect("stop the backfill");
     backfill.wait().expect("reap");
     db.wait_caught_up(60).await;
@@ -1225,21 +1226,7 @@ async fn status_lists_its_own_writes_and_a_bare_table_name_is_not_guessed() {
 async fn a_native_child_held_off_by_a_reader_names_it_and_is_retried() {
     let db = TestDb::new("tw_child_reader").await;
     db.write_feed_config("", "flush_interval_ms = 100", &people_table(true, ""));
-    std::fs::write(
-        db.config_path(),
-        std::fs::read_to_string(db.config_path())
-            .expect("config")
-            .replace(
-                "dsn_env = \"WEIR_TARGET_DSN\"",
-                "dsn_env = \"WEIR_TARGET_DSN\"\nlock_timeout_ms = 200",
-            ),
-    )
-    .expect("config");
-    db.write_feed(&[person("c", 1, Some("EU"), "new")]);
-    db.weir_ok(&["init"]);
-    let log = db.path("run.log");
-    let _run = db.spawn_live(&[], &log);
-    db.wait_caught_up(60).await;
+    let (log, _run) = live_with_short_lock_timeout(&db).await;
     let reader = db.client().await;
     reader
         .batch_execute("BEGIN; SELECT count(*) FROM analytics.people")
@@ -1251,21 +1238,7 @@ async fn a_native_child_held_off_by_a_reader_names_it_and_is_retried() {
         .expect("pid")
         .get(0);
     db.append_feed(&[person("c", 2, Some("APAC"), "new")]);
-    let needle = format!("blocker_pids=[{pid}]");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let logged = std::fs::read_to_string(&log).unwrap_or_default();
-        if logged.contains("creating the partition's child waited longer")
-            && logged.contains(&needle)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no warning naming the reader {pid}:\n{logged}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_logged(&log, "creating the partition's child waited longer", pid).await;
     reader
         .batch_execute("COMMIT")
         .await
