@@ -128,6 +128,28 @@ pub struct PlanEntry {
     pub change: String,
 }
 
+impl PlanEntry {
+    /// A partition this stage holds no rows of: written empty.
+    fn empty(
+        table: &str,
+        target: &crate::config::TableName,
+        partition: Partition,
+        lineage: Option<PartitionLineage>,
+        change: String,
+    ) -> PlanEntry {
+        PlanEntry {
+            table: table.to_owned(),
+            target: target.to_string(),
+            partition: partition.name().into_owned(),
+            partition_value: partition,
+            staged_rows: 0,
+            generation: 0,
+            lineage,
+            change,
+        }
+    }
+}
+
 /// Checks a window bound against the grain's partition names.
 fn check_bound(
     what: &'static str,
@@ -524,15 +546,8 @@ fn left_by_another_stage(
     }
     let ty = config.partition_column().ty;
     let held = |partition: &Partition| staged.get(partition).is_some_and(|(_, rows)| *rows > 0);
-    let entry = |partition: Partition, l: &PartitionLineage, change: String| PlanEntry {
-        table: table.to_owned(),
-        target: target.name.to_string(),
-        partition: partition.name().into_owned(),
-        partition_value: partition,
-        staged_rows: 0,
-        generation: 0,
-        lineage: Some(l.clone()),
-        change,
+    let entry = |partition: Partition, l: &PartitionLineage, change: String| {
+        PlanEntry::empty(table, &target.name, partition, Some(l.clone()), change)
     };
     let mut out: BTreeMap<Partition, PlanEntry> = BTreeMap::new();
     for (name, l) in lineage {
@@ -719,16 +734,13 @@ fn add_partitions(
         {
             continue;
         }
-        entries.push(PlanEntry {
-            table: table.to_owned(),
-            target: target.name.to_string(),
-            partition: partition.name().into_owned(),
-            partition_value: partition,
-            staged_rows: 0,
-            generation: 0,
-            lineage: None,
-            change: change.to_owned(),
-        });
+        entries.push(PlanEntry::empty(
+            table,
+            &target.name,
+            partition,
+            None,
+            change.to_owned(),
+        ));
     }
     entries.sort_by(|a, b| a.partition_value.cmp(&b.partition_value));
     Ok(())
