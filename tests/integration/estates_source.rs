@@ -1898,3 +1898,58 @@ async fn init_names_the_transaction_its_slot_waits_for() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
+
+/// Partitions of years past 9999 and before 1 (named with a sign) are in the windows
+/// their dates are in, not where their names' text would sort: `verify` of a window
+/// checks them, and finds a damaged one.
+#[tokio::test]
+async fn windows_hold_the_partitions_of_signed_years_in_time_order() {
+    let db = TestDb::new("est_signed_years_target").await;
+    let (source_dsn, _source) = crate::harness::source_db(
+        "est_signed_years",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders VALUES (1, 'a', '10000-01-01', 1.00, 'new'), (2, 'b', '0100-03-01 BC', 2.00, 'new'),
+                                   (3, 'c', '2026-03-01', 3.00, 'new');",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_signed_years",
+        &orders("public.orders", &["id"], "day"),
+    );
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    db.client()
+        .await
+        .batch_execute("UPDATE analytics.fact_orders SET amount = 9.00 WHERE id IN (1, 2)")
+        .await
+        .expect("damage");
+    for (from, to, partition) in [
+        ("9999-01-01", "+10001-01-01", "+10000-01-01"),
+        ("-0200-01-01", "-0044-01-01", "-0099-03-01"),
+    ] {
+        let out = weir_pg(
+            &db,
+            &source_dsn,
+            &[
+                "verify",
+                "--table",
+                "public.orders",
+                "--from",
+                from,
+                "--to",
+                to,
+            ],
+        );
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{from}..{to}: {stdout}{}",
+            text(&out.stderr)
+        );
+        assert!(stdout.contains(partition), "{from}..{to}: {stdout}");
+    }
+}

@@ -157,19 +157,18 @@ fn check_bound(
     table: &TableConfig,
     ty: ColumnType,
 ) -> Result<(), BackfillError> {
+    // A calendar bound is a partition name of the grain, as the partitions are named
+    // (zero-padded; a year before 1 or past 9999 with its sign).
+    let calendar =
+        || match crate::partition::predicate(ty, table.grain, &Partition::Key(value.to_owned())) {
+            Some(crate::partition::PartitionPredicate::Range { lower, .. }) => {
+                crate::partition::partition_of("", table.grain, &lower)
+                    .is_ok_and(|p| p.name() == value)
+            }
+            _ => false,
+        };
     let ok = match table.grain {
-        Grain::Day => {
-            chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d").is_ok() && value.len() == 10
-        }
-        Grain::Month => {
-            value.len() == 7
-                && chrono::NaiveDate::parse_from_str(&format!("{value}-01"), "%Y-%m-%d").is_ok()
-        }
-        Grain::Hour => {
-            value.len() == 13
-                && chrono::NaiveDateTime::parse_from_str(&format!("{value}:00"), "%Y-%m-%dT%H:%M")
-                    .is_ok()
-        }
+        Grain::Day | Grain::Month | Grain::Hour => calendar(),
         Grain::Value => {
             !matches!(
                 ty,
@@ -186,9 +185,11 @@ fn check_bound(
         grain: table.grain,
         table: table.source.to_string(),
         hint: match table.grain {
-            Grain::Day => "write YYYY-MM-DD",
-            Grain::Month => "write YYYY-MM",
-            Grain::Hour => "write YYYY-MM-DDTHH",
+            Grain::Day => {
+                "write YYYY-MM-DD (a year before 1 or past 9999 with its sign: +10000-01-01)"
+            }
+            Grain::Month => "write YYYY-MM (a year before 1 or past 9999 with its sign: +10000-01)",
+            Grain::Hour => "write YYYY-MM-DDTHH (a year before 1 or past 9999 with its sign)",
             Grain::Value => "write an integer",
         },
     })
@@ -197,31 +198,70 @@ fn check_bound(
 /// Whether a partition name lies in `[from, to)`.
 /// Whether a table's partitions are integer values (grain `value` of an integer
 /// column), whose window compares as numbers.
-fn integer_values(config: &TableConfig) -> bool {
-    config.grain == Grain::Value
-        && matches!(
-            config.partition_column().ty,
-            ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt
-        )
+/// How a table's partition names (and window bounds) are ordered.
+#[derive(Debug, Clone, Copy)]
+enum Order {
+    /// As text (values of a text column).
+    Text,
+    /// As integers (values of an integer column).
+    Integer,
+    /// In time (calendar partitions, or values of a date or timestamp column): years
+    /// before 1 or past 9999 are written with a sign, so their names' text order is not
+    /// time order.
+    Time(ColumnType, Grain),
 }
 
-fn in_window(name: &Partition, from: &str, to: &str, integer_values: bool) -> bool {
+fn order_of(config: &TableConfig) -> Order {
+    let ty = config.partition_column().ty;
+    match (config.grain, ty) {
+        (Grain::Value, ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt) => {
+            Order::Integer
+        }
+        (Grain::Value, ColumnType::Date | ColumnType::Timestamp | ColumnType::TimestampTz)
+        | (Grain::Hour | Grain::Day | Grain::Month, _) => Order::Time(ty, config.grain),
+        (Grain::Value, _) => Order::Text,
+    }
+}
+
+/// Where a name falls in `order` (`None`: no number orders it).
+fn position(order: Order, name: &str) -> Option<i64> {
+    use crate::partition::PartitionPredicate;
+    let instant = |v: crate::value::Value| match v {
+        crate::value::Value::Date(d) => Some(i64::from(d)),
+        crate::value::Value::Timestamp(us) => Some(us),
+        _ => None,
+    };
+    match order {
+        Order::Text => None,
+        Order::Integer => name.parse().ok(),
+        Order::Time(ty, Grain::Value) => instant(crate::value::Value::from_text(ty, name).ok()?),
+        Order::Time(ty, grain) => {
+            match crate::partition::predicate(ty, grain, &Partition::Key(name.to_owned()))? {
+                PartitionPredicate::Range { lower, .. } => instant(lower),
+                _ => None,
+            }
+        }
+    }
+}
+
+fn in_window(name: &Partition, from: &str, to: &str, order: Order) -> bool {
     let Partition::Key(k) = name else {
         return false;
     };
-    if integer_values {
-        return match (k.parse::<i64>(), from.parse::<i64>(), to.parse::<i64>()) {
-            (Ok(k), Ok(f), Ok(t)) => f <= k && k < t,
-            _ => false,
-        };
-    }
-    // Time partition names of one grain have one fixed-width form: text order is time
-    // order. The `infinity` partitions are in no window (`--partition` names them); a
-    // text value that only ends so (`beyond-infinity`) is an ordinary name.
+    // The `infinity` partitions are in no window (`--partition` names them); a text
+    // value that only ends so (`beyond-infinity`) is an ordinary name.
     if k == "infinity" || k == "-infinity" {
         return false;
     }
-    from <= k.as_str() && k.as_str() < to
+    match (
+        position(order, k),
+        position(order, from),
+        position(order, to),
+    ) {
+        (Some(k), Some(f), Some(t)) => f <= k && k < t,
+        _ if matches!(order, Order::Integer) => false,
+        _ => from <= k.as_str() && k.as_str() < to,
+    }
 }
 
 /// Finds a configured table by source or target name.
@@ -278,15 +318,15 @@ pub async fn plan(
     if p.resync_holds()?.iter().any(|t| t == table) {
         return Err(BackfillError::Resyncing(table.to_owned()));
     }
-    let integer_values = integer_values(config);
+    let order = order_of(config);
     if let Scope::Window { from, to } = scope {
         let ty = config.partition_column().ty;
         check_bound("--from", from, config, ty)?;
         check_bound("--to", to, config, ty)?;
-        let empty = if integer_values {
-            from.parse::<i64>().ok() >= to.parse::<i64>().ok()
-        } else {
-            from >= to
+        let empty = match (position(order, from), position(order, to)) {
+            (Some(f), Some(t)) => f >= t,
+            _ if matches!(order, Order::Integer) => true,
+            _ => from >= to,
         };
         if empty {
             return Err(BackfillError::EmptyRange {
@@ -359,7 +399,7 @@ pub async fn plan(
     for (partition, ()) in names {
         let l = lineage.get(partition.name().as_ref()).cloned();
         let selected = match scope {
-            Scope::Window { from, to } => in_window(&partition, from, to, integer_values),
+            Scope::Window { from, to } => in_window(&partition, from, to, order),
             Scope::Stale => l.as_ref().is_some_and(|l| is_stale(l, &expected)),
             Scope::Partitions(named) => named.iter().any(|n| Partition::from_name(n) == partition),
         };
@@ -727,9 +767,9 @@ fn add_partitions(
         return Ok(());
     };
     let (config, target, _) = p.table(table)?;
-    let integer_values = integer_values(config);
+    let order = order_of(config);
     for partition in found {
-        if !in_window(&partition, from, to, integer_values)
+        if !in_window(&partition, from, to, order)
             || entries.iter().any(|e| e.partition_value == partition)
         {
             continue;
@@ -887,30 +927,63 @@ mod tests {
     #[test]
     fn windows_are_half_open_and_typed() {
         let day = |d: &str| Partition::Key(d.into());
+        let days = Order::Time(ColumnType::Date, Grain::Day);
         assert!(in_window(
             &day("2026-03-01"),
             "2026-03-01",
             "2026-03-02",
-            false
+            days
         ));
         assert!(!in_window(
             &day("2026-03-02"),
             "2026-03-01",
             "2026-03-02",
-            false
+            days
         ));
         assert!(!in_window(
             &day("infinity"),
             "2026-03-01",
             "9999-12-31",
-            false
+            days
         ));
-        assert!(!in_window(&Partition::Null, "0", "z", false));
-        assert!(in_window(&day("beyond-infinity"), "a", "c", false));
+        assert!(!in_window(&Partition::Null, "0", "z", Order::Text));
+        assert!(in_window(&day("beyond-infinity"), "a", "c", Order::Text));
         assert!(
-            in_window(&day("9"), "2", "10", true),
+            in_window(&day("9"), "2", "10", Order::Integer),
             "integers compare as integers"
         );
-        assert!(!in_window(&day("10"), "2", "10", true));
+        assert!(!in_window(&day("10"), "2", "10", Order::Integer));
+        // Signed years, in time order whatever their text's.
+        assert!(in_window(
+            &day("+10000-01-01"),
+            "9999-01-01",
+            "+10001-01-01",
+            days
+        ));
+        assert!(!in_window(
+            &day("+10000-01-01"),
+            "2026-01-01",
+            "9999-12-31",
+            days
+        ));
+        assert!(in_window(
+            &day("-0100-03-01"),
+            "-0200-01-01",
+            "-0044-01-01",
+            days
+        ));
+        let values = Order::Time(ColumnType::Date, Grain::Value);
+        assert!(in_window(
+            &day("-0100-03-01"),
+            "-0200-01-01",
+            "0001-01-01",
+            values
+        ));
+        assert!(!in_window(
+            &day("-0300-03-01"),
+            "-0200-01-01",
+            "0001-01-01",
+            values
+        ));
     }
 }
