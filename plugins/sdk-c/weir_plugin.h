@@ -1583,7 +1583,9 @@ static inline void weir_row_set_bool(weir_row *row, const char *column, bool v) 
     }
 }
 
-/* An `integer` (for smallint, integer and bigint columns). */
+/* An `integer` (smallint, integer and bigint columns). C converts a `uint64_t` argument
+ * past INT64_MAX to a negative value without a word (`-Wsign-conversion` warns):
+ * check such a value first, or write it to a `numeric` column as a decimal. */
 static inline void weir_row_set_int(weir_row *row, const char *column, int64_t v) {
     weir_value *cell = weir__row_slot(row, column);
     if (cell != NULL) {

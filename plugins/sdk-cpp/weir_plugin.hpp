@@ -12,7 +12,8 @@
  *   - getters return `weir::Result<T>` (a value, or the `weir::Reject` with the Rust
  *     SDK's fixed text), `std::string_view` for text, `std::optional<T>` for the
  *     `_or_null` forms; `WEIR_TRY(lhs, expr)` unwraps one or returns its rejection;
- *   - `weir::Row::set(column, value)` is overloaded for `int64_t` (any integer),
+ *   - `weir::Row::set(column, value)` is overloaded for `int64_t` (any integer type a
+ *     bigint holds whole: a 64-bit unsigned one is refused at compile time),
  *     `bool`, `double`, text (`std::string_view`, `std::string`, `const char *`,
  *     `weir::String`), `weir::Decimal`, `weir::Date`, `weir::Timestamp`,
  *     `weir::Json`, bytes, `std::nullopt` and `std::optional` of any of them;
@@ -548,6 +549,16 @@ public:
     static Decimal from_int(int64_t v) {
         return adopt(weir_decimal_from_i64(v));
     }
+    /// An unsigned 64-bit integer, scale 0, exactly (past `INT64_MAX` too: a bigint
+    /// column cannot hold those, a numeric one can).
+    template <std::unsigned_integral U>
+        requires(!std::same_as<U, bool> && sizeof(U) >= sizeof(int64_t))
+    static Decimal from_int(U v) {
+        if (v <= static_cast<U>(INT64_MAX)) {
+            return adopt(weir_decimal_from_i64(static_cast<int64_t>(v)));
+        }
+        return std::move(parse(std::to_string(v)).value());
+    }
     /// A copy.
     Decimal clone() const {
         return adopt(weir_decimal_clone(&d_));
@@ -877,13 +888,21 @@ public:
         weir_row_set_bool(row_, column, v);
         return *this;
     }
-    /// `integer` (for smallint, integer and bigint columns), from any integer type.
+    /// `integer` (for smallint, integer and bigint columns), from any integer type
+    /// whose every value a bigint holds.
     template <std::integral I>
-        requires(!std::same_as<I, bool>)
+        requires(!std::same_as<I, bool> && (std::is_signed_v<I> || sizeof(I) < sizeof(int64_t)))
     Row &set(const char *column, I v) {
         weir_row_set_int(row_, column, static_cast<int64_t>(v));
         return *this;
     }
+    /// An unsigned 64-bit integer is refused at compile time (a deleted overload):
+    /// past `INT64_MAX` it would wrap to a negative bigint, silently. Convert it
+    /// yourself: checked (`v <= INT64_MAX`, then `static_cast<int64_t>`), or exactly
+    /// into a `numeric` column (`weir::Decimal::from_int(v)`).
+    template <std::unsigned_integral U>
+        requires(!std::same_as<U, bool> && sizeof(U) >= sizeof(int64_t))
+    Row &set(const char *column, U v) = delete;
     /// `float`.
     template <std::floating_point F>
     Row &set(const char *column, F v) {

@@ -193,10 +193,18 @@ async fn a_live_run_stops_when_its_file_is_rotated_away() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Rotated: the path now names a new file. Its records would never be read by the
-    // tail of the old one, so the run stops, having read the old one to its end.
+    // Rotated: the path now names no file for a while (rename, then create, as
+    // logrotate does), then a new file; the writer appends its last records to the old
+    // one meanwhile. The new file's records would never be read by the tail of the old
+    // one, so the run stops, having read the old one to its end.
     std::fs::rename(db.path("feed.jsonl"), db.path("feed.jsonl.1")).expect("rotate");
-    db.write_feed(&orders(4..=6));
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(db.path("feed.jsonl.1"))
+        .and_then(|mut f| f.write_all(orders(4..=5).concat().as_bytes()))
+        .expect("append to the rotated file");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    db.write_feed(&orders(6..=9));
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
@@ -215,7 +223,13 @@ async fn a_live_run_stops_when_its_file_is_rotated_away() {
         stderr.contains("was replaced while Weir read it"),
         "{stderr}"
     );
-    assert_eq!(db.count(count).await, 3);
+    let status = db.weir(&["status"]);
+    assert_eq!(
+        db.count(count).await,
+        5,
+        "the rotated file's records, to its end, and none of the new file's: {stderr} {}",
+        text(&status.stdout)
+    );
 }
 
 /// A followed file cut in place (same inode: `: > feed`, logrotate's copytruncate),
@@ -276,4 +290,115 @@ async fn a_live_run_stops_when_its_file_is_cut_in_place() {
             "{case}: nothing of the new content"
         );
     }
+}
+
+/// `weir run --once` on stdin, the feed piped in.
+fn run_on_stdin(db: &TestDb, feed: &[u8]) -> std::process::Output {
+    let mut child = db
+        .weir_command(&["run", "--once"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weir run");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(feed).expect("write");
+    drop(stdin);
+    child.wait_with_output().expect("weir run")
+}
+
+/// A producer that dies in the middle of a line, under `on_bad_record = "dead-letter"`:
+/// the cut line is not a bad record (whose offset would sit inside the line the next
+/// pipe gives whole), it and its transaction are not staged, and the feed piped again
+/// from its first line stages it whole. Before: the line's two halves were two dead
+/// letters and its row never reached the target, `verify` passing. An empty stdin
+/// writes what is staged (before: refused as a feed shorter than the stage's position).
+#[tokio::test(flavor = "multi_thread")]
+async fn stdin_cut_in_the_middle_of_a_line_is_read_whole_when_piped_again() {
+    let db = TestDb::new("feed_stdin_cut").await;
+    db.write_config("on_bad_record = \"dead-letter\"", "", "");
+    let config = std::fs::read_to_string(db.config_path()).expect("config");
+    std::fs::write(
+        db.config_path(),
+        config.replace("path = \"feed.jsonl\"", "path = \"-\""),
+    )
+    .expect("config");
+    db.weir_ok(&["init"]);
+    let feed = orders(1..=4).concat();
+    let cut = orders(1..=2).concat().len() + 40;
+    let out = run_on_stdin(&db, &feed.as_bytes()[..cut]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("stdin ended in the middle of line 3"),
+        "{stderr}"
+    );
+    // Nothing piped: what is staged is written, without the feed.
+    let out = run_on_stdin(&db, b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let count = "SELECT count(*) FROM analytics.fact_orders";
+    assert_eq!(db.count(count).await, 2);
+    let out = run_on_stdin(&db, feed.as_bytes());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(db.count(count).await, 4);
+    assert_eq!(
+        db.count("SELECT count(*) FROM weir.dead_letter").await,
+        0,
+        "no dead letters"
+    );
+    verify(&db);
+}
+
+/// A producer that never pauses for 50 ms: what it sent is staged and written within
+/// about 100 ms of being read, while stdin is still open (before: nothing until 1,024
+/// transactions had been read).
+#[tokio::test(flavor = "multi_thread")]
+async fn live_stdin_from_a_steady_producer_is_written_while_it_sends() {
+    let db = TestDb::new("feed_stdin_steady").await;
+    db.write_config("", "", "flush_interval_ms = 10");
+    let config = std::fs::read_to_string(db.config_path()).expect("config");
+    std::fs::write(
+        db.config_path(),
+        config.replace("path = \"feed.jsonl\"", "path = \"-\""),
+    )
+    .expect("config");
+    db.weir_ok(&["init"]);
+    let mut child = db
+        .weir_command(&["run"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weir run");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let lines = orders(1..=1000);
+    let producer = std::thread::spawn(move || {
+        for line in lines {
+            if stdin.write_all(line.as_bytes()).is_err() {
+                return;
+            }
+            let _ = stdin.flush();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    let count = "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'analytics' AND table_name = 'fact_orders'";
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let mut written = 0;
+    while Instant::now() < deadline && written == 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if db.count(count).await > 0 {
+            written = db.count("SELECT count(*) FROM analytics.fact_orders").await;
+        }
+    }
+    assert!(
+        written > 0 && !producer.is_finished(),
+        "nothing written while the producer sends ({written} rows)"
+    );
+    producer.join().expect("producer");
+    let out = child.wait_with_output().expect("weir run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        db.count("SELECT count(*) FROM analytics.fact_orders").await,
+        1000
+    );
 }

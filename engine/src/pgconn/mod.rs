@@ -711,8 +711,9 @@ impl ConnectError {
         }
         match source.code() {
             Some(code) => {
+                // 53300: no connection slot left, which other sessions ending frees.
                 let code = code.code();
-                code.starts_with("08") || code.starts_with("57")
+                code.starts_with("08") || code.starts_with("57") || code == "53300"
             }
             None => source.as_db_error().is_none(),
         }
@@ -772,6 +773,9 @@ fn hint(mode: SslMode, used_tls: bool, error: &tokio_postgres::Error) -> String 
         } else {
             ": the server authenticates this user with a client certificate: set sslcert and sslkey in the DSN".to_owned()
         };
+    }
+    if code == "53300" {
+        return ": the server has no connection left (max_connections, or the role's or database's CONNECTION LIMIT): Weir opens `[engine] parallelism` + 1 connections to the target, and to a PostgreSQL source a replication and a catalog connection, and `[source] snapshot_parallelism` more during a first load; lower those, raise the limit, or close other sessions. A live run retries".to_owned();
     }
     String::new()
 }

@@ -164,7 +164,10 @@ impl PipelineError {
             // A wall-clock timeout is not strictly a function of the input, but retrying
             // a job that ran out of time every round would keep a worker busy forever:
             // like the others, it waits for the partition to change (or a restart).
-            PipelineError::Plugin(e) => !matches!(e, PluginError::Thread(_) | PluginError::Lost),
+            PipelineError::Plugin(e) => !matches!(
+                e,
+                PluginError::Thread(_) | PluginError::Lost | PluginError::HostMemory { .. }
+            ),
             _ => false,
         }
     }

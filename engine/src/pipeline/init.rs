@@ -38,6 +38,12 @@ pub async fn init_with(
 ) -> Result<InitReport, PipelineError> {
     let mut source_lines = Vec::new();
     let mut publication_mark = None;
+    if let SourceConfig::Jsonl {
+        path: Some(path), ..
+    } = &config.source
+    {
+        crate::source::jsonl::refuse_unseekable(path)?;
+    }
     let Resolved {
         tables: resolved,
         source,

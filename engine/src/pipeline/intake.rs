@@ -43,7 +43,35 @@ impl Pipeline {
             let _ = stop.send(true);
             report
         };
-        let (mut report, written) = tokio::try_join!(intake, self.write_loop(stopped))?;
+        let writer = self.write_loop(stopped);
+        tokio::pin!(intake, writer);
+        // The writer failing stops intake (what is staged stays staged); intake ending,
+        // in error or not, lets the writer end its round.
+        let (staged, written) = tokio::select! {
+            staged = &mut intake => (staged, writer.await),
+            written = &mut writer => match written {
+                Err(error) => return Err(error),
+                Ok(written) => (intake.await, Ok(written)),
+            },
+        };
+        let written = written?;
+        let mut report = match staged {
+            Ok(report) => report,
+            Err(error @ (PipelineError::Source(_) | PipelineError::PgSource(_))) => {
+                // The feed stopped in error (a rotated file, a bad record, a slot
+                // gone): what was staged before it is written before the run stops,
+                // as a run that ends does; the error is the run's either way.
+                let mut last = written;
+                if let Err(e) = self.write_round(&mut last).await {
+                    tracing::warn!(error = %error_chain(&e), "what was staged before the source's error is not all written: the next run writes it");
+                }
+                if let Err(e) = self.flush_stage().await {
+                    tracing::warn!(error = %error_chain(&e), "flushing the stage after the source's error");
+                }
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
         report.add_writes(&written);
         if report.fed_to_end {
             // A live feed that ended (stdin closed): what it staged is written now,
@@ -76,6 +104,10 @@ impl Pipeline {
         let mut batch: Vec<Transaction> = Vec::new();
         // About the bytes of changes `batch` holds: staged at INTAKE_BATCH_BYTES.
         let mut batch_bytes = 0usize;
+        // When `batch`'s first transaction was read: live, a batch is staged at
+        // INTAKE_BATCH_AGE_MAX, for a source that never pauses long enough to say
+        // `Idle` (a steady stdin producer).
+        let mut batch_since = std::time::Instant::now();
         // Whether the stage's pending area holds chunks of the transaction being read.
         let mut chunked = false;
         // The group commit being written while the next one is read (see `stage_behind`).
@@ -166,6 +198,7 @@ impl Pipeline {
                 Ok(SourceEvent::Transaction(txn)) => {
                     if batch.is_empty() {
                         batch_bytes = 0;
+                        batch_since = std::time::Instant::now();
                     }
                     batch_bytes += txn
                         .changes
@@ -176,6 +209,7 @@ impl Pipeline {
                     if std::mem::take(&mut chunked)
                         || batch.len() >= self.config.engine.batch_transactions_max
                         || batch_bytes >= INTAKE_BATCH_BYTES
+                        || (!once && batch_since.elapsed() >= INTAKE_BATCH_AGE_MAX)
                     {
                         self.stage_behind(source, &mut in_flight, &mut batch, &mut report)
                             .await?;
@@ -653,6 +687,10 @@ struct Staging {
     /// For the metrics, counted before the batch moved into the write.
     changes_by_table: Vec<(String, u64)>,
 }
+
+/// How long a live run holds transactions read before it stages them (and so before
+/// the writer may write them), when the source does not pause.
+const INTAKE_BATCH_AGE_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How often paused intake looks at the backlog again while the writer drains it.
 const PAUSE_CHECK: Duration = Duration::from_millis(100);

@@ -3,11 +3,13 @@
 
 use super::init::postgres_dsn;
 use super::{PipelineError, blocking};
-use crate::config::{Config, Dsn, SourceConfig};
+use crate::config::{Config, Dsn, SourceConfig, TableConfig};
 use crate::errors::error_chain;
+use crate::partition::Grain;
 use crate::source::postgres;
 use crate::stage::Stage;
 use crate::target;
+use crate::value::ColumnType;
 
 /// What `status` shows.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -187,7 +189,7 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
                             .filter(|(partition, l)| {
                                 target::is_stale(l, &expected)
                                     && crate::partition::predicate(
-                                        table.partition_column().ty,
+                                        naming_type(table),
                                         table.grain,
                                         &crate::partition::Partition::from_name(partition),
                                     )
@@ -207,4 +209,16 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
         Err(e) => status.target_error = Some(error_chain(&e)),
     }
     Ok(status)
+}
+
+/// The type partition names of `table` are read as. A PostgreSQL source's columns come
+/// from its catalog when a pipeline opens, which `status` does not do: without a
+/// declared partition column, a calendar grain's names read the same for a date or a
+/// timestamp, and any name is a value of a `value` grain's text.
+fn naming_type(table: &TableConfig) -> ColumnType {
+    match table.column(&table.partition_by) {
+        Some(column) => column.ty,
+        None if table.grain == Grain::Value => ColumnType::Text,
+        None => ColumnType::Timestamp,
+    }
 }

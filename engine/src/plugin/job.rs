@@ -406,22 +406,28 @@ pub struct OutputCheck<'p> {
     grain: Grain,
     bounds: Option<PartitionPredicate>,
     typmods: Vec<(usize, crate::value::NumericTypmod)>,
+    /// The `jsonb` columns: their documents are normalised as PostgreSQL stores them.
+    jsonb: Vec<usize>,
     hashes: Vec<u64>,
 }
 
 impl<'p> OutputCheck<'p> {
     pub fn new(plugin: &'p Plugin, job: &str, spec: &JobSpec<'_>) -> OutputCheck<'p> {
-        let d = plugin.description();
+        Self::of(plugin.description(), job, spec.partition, spec.grain)
+    }
+
+    /// The checks of rows described by `d`, for the job of `partition`.
+    fn of(d: &'p Description, job: &str, partition: &Partition, grain: Grain) -> OutputCheck<'p> {
         let column_type = d.columns[d.partition_index].ty.engine_type();
         OutputCheck {
             d,
             job: job.to_owned(),
-            partition: spec.partition.clone(),
-            grain: spec.grain,
+            partition: partition.clone(),
+            grain,
             // The job's partition as a predicate on the value, computed once: most rows
             // are checked by a comparison; `partition_of` names the partition of one
             // that fails.
-            bounds: predicate(column_type, spec.grain, spec.partition),
+            bounds: predicate(column_type, grain, partition),
             typmods: d
                 .columns
                 .iter()
@@ -430,6 +436,13 @@ impl<'p> OutputCheck<'p> {
                     crate::value::ColumnType::Numeric(Some(m)) => Some((i, m)),
                     _ => None,
                 })
+                .collect(),
+            jsonb: d
+                .columns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.ty.engine_type() == crate::value::ColumnType::Jsonb)
+                .map(|(i, _)| i)
                 .collect(),
             hashes: Vec::new(),
         }
@@ -462,8 +475,9 @@ impl<'p> OutputCheck<'p> {
     }
 
     /// Checks a chunk of output rows, then pads their decimals to their `numeric(p,s)`
-    /// column's scale (`7.5` → `7.50`), as PostgreSQL stores them, so that the lineage
-    /// checksum of the rows written is the checksum of the rows `weir verify` reads.
+    /// column's scale (`7.5` → `7.50`) and writes their `jsonb` documents' numbers as
+    /// PostgreSQL stores them (`1e2` → `100`), so that the lineage checksum of the rows
+    /// written is the checksum of the rows `weir verify` reads.
     pub fn check(&mut self, rows: &mut [Vec<Value>]) -> Result<(), PluginError> {
         for row in rows.iter() {
             self.check_row(row)?;
@@ -471,6 +485,9 @@ impl<'p> OutputCheck<'p> {
                 let hash = self.grain_hash(row);
                 self.hashes.push(hash);
             }
+        }
+        if !self.jsonb.is_empty() {
+            self.normalise_jsonb(rows)?;
         }
         if self.typmods.is_empty() {
             return Ok(());
@@ -482,6 +499,28 @@ impl<'p> OutputCheck<'p> {
                     && let Ok(fitted) = crate::value::fit_decimal(text, typmod)
                 {
                     *text = fitted;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn normalise_jsonb(&self, rows: &mut [Vec<Value>]) -> Result<(), PluginError> {
+        for row in rows {
+            for &i in &self.jsonb {
+                let Some(Value::Json(text)) = row.get_mut(i) else {
+                    continue;
+                };
+                match Value::json_document(crate::value::ColumnType::Jsonb, text) {
+                    Ok(Some(Value::Json(normal))) => *text = normal,
+                    // Checked to be JSON text by `check_row`.
+                    Ok(_) => {}
+                    Err(e) => {
+                        return Err(PluginError::Output {
+                            job: self.job.clone(),
+                            message: format!("column `{}`: {e}", self.d.columns[i].name),
+                        });
+                    }
                 }
             }
         }
@@ -694,8 +733,52 @@ fn stored_as_is(text: &str, typmod: crate::value::NumericTypmod) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::stored_as_is;
-    use crate::value::{NumericTypmod, fit_decimal};
+    use super::{OutputCheck, stored_as_is};
+    use crate::partition::{Grain, Partition};
+    use crate::plugin::schema::{Description, Kind, OutputColumn, OutputType};
+    use crate::value::{NumericTypmod, Value, fit_decimal};
+
+    /// A plugin's `jsonb` output is written as PostgreSQL stores it, so the lineage
+    /// checksum is of what `verify` reads back (`1e2` is `100`, `-0` is `0`).
+    #[test]
+    #[allow(clippy::expect_used)]
+    fn jsonb_output_is_normalised_as_postgresql_stores_it() {
+        let column = |name: &str, ty| OutputColumn {
+            name: name.into(),
+            ty,
+            nullable: true,
+        };
+        let d = Description::check(
+            "p".into(),
+            "1".into(),
+            Kind::Row,
+            vec![
+                column("d", OutputType::Date),
+                column("jb", OutputType::Jsonb),
+                column("j", OutputType::Json),
+            ],
+            vec![],
+            "d".into(),
+        )
+        .expect("description");
+        let mut check =
+            OutputCheck::of(&d, "job", &Partition::Key("1970-01-01".into()), Grain::Day);
+        let mut rows = vec![vec![
+            Value::Date(0),
+            Value::Json(r#"{"b":1.50,"a":[1e2,-0]}"#.into()),
+            Value::Json("1e2".into()),
+        ]];
+        check.check(&mut rows).expect("checked");
+        let Value::Json(jsonb) = &rows[0][1] else {
+            panic!("jsonb")
+        };
+        assert_eq!(jsonb, r#"{"b":1.50,"a":[100,0]}"#);
+        assert_eq!(
+            rows[0][2],
+            Value::Json("1e2".into()),
+            "a json column keeps its text"
+        );
+    }
 
     #[test]
     fn a_decimal_kept_as_is_is_what_fitting_it_gives() {

@@ -123,6 +123,10 @@ pub enum PluginError {
     StackOverflow { job: String, limit: usize },
     #[error("{job}: the plugin trapped: {message}")]
     Trap { job: String, message: String },
+    #[error(
+        "{job}: this process could not get memory for the plugin's sandbox ({message}): an address-space limit (`ulimit -v`, `prlimit --as`, a container's) below what wasmtime reserves? Each plugin instance reserves several GiB of virtual address space (guard regions, not memory in use): lift the address-space limit and bound memory by resident size instead (a cgroup's memory.max). Retried; not the plugin's fault"
+    )]
+    HostMemory { job: String, message: String },
     #[error("{job}: the plugin returned an error{}: {message}", if kind.is_empty() { String::new() } else { format!(" ({kind})") })]
     Guest {
         job: String,
@@ -473,7 +477,7 @@ impl PluginHost {
         let description = run_on_stack(limits.max_stack_bytes, || plugin.call_describe(limits))
             .and_then(|described| described)
             .map_err(|e| match e {
-                PluginError::Load { .. } => e,
+                PluginError::Load { .. } | PluginError::HostMemory { .. } => e,
                 other => load_err(format!("`describe` failed: {other}")),
             })?;
         plugin.description = Some(description);
@@ -629,6 +633,12 @@ impl Plugin {
                 .unwrap_or_default()
                 .to_owned();
             return PluginError::Structure { job, message };
+        }
+        if let Some(at) = chain.find("Cannot allocate memory") {
+            return PluginError::HostMemory {
+                job,
+                message: chain[at..].lines().next().unwrap_or_default().to_owned(),
+            };
         }
         match error.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => PluginError::Fuel {

@@ -147,6 +147,15 @@ pub struct JsonlSource {
     /// A followed file's last bytes read when its end was reached, checked before
     /// reading on ([`follow`]).
     tail_at_end: Option<follow::Tail>,
+    /// The offset at which the end of a followed file was reached after its path came
+    /// to name another file or none: the end is read again once before the source
+    /// stops, for what its writer appended since.
+    rotated_at: Option<u64>,
+    /// The feed is stdin.
+    stdin: bool,
+    /// Bad records sent to the dead-letter table by this run (see
+    /// [`JsonlSource::log_bad_record`]).
+    bad_records: u64,
     /// Live stdin: hand on what was read when it pauses ([`STDIN_IDLE_MS`]).
     stdin_live: bool,
     /// A file read to its end once (`--once`): a last line without its line break may
@@ -197,7 +206,7 @@ impl JsonlSource {
         chunk_changes_max: usize,
     ) -> Result<JsonlSource, SourceError> {
         let checkpoint = checkpoint.unwrap_or_default();
-        let fingerprint = state
+        let mut fingerprint = state
             .and_then(Fingerprint::decode)
             .filter(|_| checkpoint.position > 0);
         // The bytes a fingerprint covers, as the feed holds them now.
@@ -207,82 +216,93 @@ impl JsonlSource {
         let head_wanted = usize::try_from(checkpoint.position)
             .unwrap_or(usize::MAX)
             .min(HEAD_BYTES);
-        let (feed, reader): (String, Box<dyn AsyncRead + Unpin + Send>) =
-            match &path {
-                Some(p) => {
-                    let feed = p.display().to_string();
-                    let io = |source| SourceError::Io {
-                        feed: feed.clone(),
-                        source,
-                    };
-                    let mut file = tokio::fs::File::open(p).await.map_err(io)?;
-                    let metadata = file.metadata().await.map_err(io)?;
-                    if !metadata.is_file() {
-                        return Err(SourceError::NotAFile { feed });
-                    }
-                    let len = metadata.len();
-                    if follow {
-                        followed = Some((p.clone(), file_id(&metadata)));
-                    }
-                    if len < checkpoint.position {
-                        return Err(SourceError::Truncated {
-                            feed,
-                            len,
-                            position: checkpoint.position,
-                        });
-                    }
-                    head.resize(head_wanted, 0);
-                    file.read_exact(&mut head).await.map_err(io)?;
-                    if let Some(f) = &fingerprint {
-                        let tail_len = u64::from(f.tail_len).min(checkpoint.position);
-                        file.seek(std::io::SeekFrom::Start(checkpoint.position - tail_len))
-                            .await
-                            .map_err(io)?;
-                        tail.resize(tail_len as usize, 0);
-                        file.read_exact(&mut tail).await.map_err(io)?;
-                    }
-                    file.seek(std::io::SeekFrom::Start(checkpoint.position))
+        let (feed, reader): (String, Box<dyn AsyncRead + Unpin + Send>) = match &path {
+            Some(p) => {
+                let feed = p.display().to_string();
+                let io = |source| SourceError::Io {
+                    feed: feed.clone(),
+                    source,
+                };
+                // Before opening: opening a named pipe blocks until a writer opens
+                // it, and takes that writer's records.
+                refuse_unseekable(p)?;
+                let mut file = tokio::fs::File::open(p).await.map_err(io)?;
+                let metadata = file.metadata().await.map_err(io)?;
+                if !metadata.is_file() {
+                    return Err(SourceError::NotAFile { feed });
+                }
+                let len = metadata.len();
+                if follow {
+                    followed = Some((p.clone(), file_id(&metadata)));
+                }
+                if len < checkpoint.position {
+                    return Err(SourceError::Truncated {
+                        feed,
+                        len,
+                        position: checkpoint.position,
+                    });
+                }
+                head.resize(head_wanted, 0);
+                file.read_exact(&mut head).await.map_err(io)?;
+                if let Some(f) = &fingerprint {
+                    let tail_len = u64::from(f.tail_len).min(checkpoint.position);
+                    file.seek(std::io::SeekFrom::Start(checkpoint.position - tail_len))
                         .await
                         .map_err(io)?;
-                    (feed, Box::new(file))
+                    tail.resize(tail_len as usize, 0);
+                    file.read_exact(&mut tail).await.map_err(io)?;
                 }
-                None => {
-                    let mut stdin = tokio::io::stdin();
-                    // Passed over, but its first and last bytes kept for the fingerprint.
-                    let mut skipped = 0u64;
-                    let mut buf = vec![0u8; 64 * 1024];
-                    while skipped < checkpoint.position {
-                        let want = (checkpoint.position - skipped).min(buf.len() as u64) as usize;
-                        let n = stdin.read(&mut buf[..want]).await.map_err(|source| {
-                            SourceError::Io {
+                file.seek(std::io::SeekFrom::Start(checkpoint.position))
+                    .await
+                    .map_err(io)?;
+                (feed, Box::new(file))
+            }
+            None => {
+                let mut stdin = tokio::io::stdin();
+                // Passed over, but its first and last bytes kept for the fingerprint.
+                let mut skipped = 0u64;
+                let mut buf = vec![0u8; 64 * 1024];
+                while skipped < checkpoint.position {
+                    let want = (checkpoint.position - skipped).min(buf.len() as u64) as usize;
+                    let n =
+                        stdin
+                            .read(&mut buf[..want])
+                            .await
+                            .map_err(|source| SourceError::Io {
                                 feed: "stdin".into(),
                                 source,
-                            }
-                        })?;
-                        if n == 0 {
-                            break;
-                        }
-                        let chunk = &buf[..n];
-                        if head.len() < head_wanted {
-                            let take = n.min(head_wanted - head.len());
-                            head.extend_from_slice(&chunk[..take]);
-                        }
-                        tail.extend_from_slice(chunk);
-                        if tail.len() > 2 * TAIL_BYTES {
-                            tail.drain(..tail.len() - TAIL_BYTES);
-                        }
-                        skipped += n as u64;
+                            })?;
+                    if n == 0 {
+                        break;
                     }
-                    if skipped < checkpoint.position {
-                        return Err(SourceError::Truncated {
-                            feed: "stdin".into(),
-                            len: skipped,
-                            position: checkpoint.position,
-                        });
+                    let chunk = &buf[..n];
+                    if head.len() < head_wanted {
+                        let take = n.min(head_wanted - head.len());
+                        head.extend_from_slice(&chunk[..take]);
                     }
-                    ("stdin".to_owned(), Box::new(stdin))
+                    tail.extend_from_slice(chunk);
+                    if tail.len() > 2 * TAIL_BYTES {
+                        tail.drain(..tail.len() - TAIL_BYTES);
+                    }
+                    skipped += n as u64;
                 }
-            };
+                if skipped == 0 && checkpoint.position > 0 {
+                    // Nothing piped (`< /dev/null`): nothing to read or check, and
+                    // what is staged but not written yet is written.
+                    tracing::info!(
+                        "stdin is empty: nothing new is read; what is staged and not written yet is written"
+                    );
+                    fingerprint = None;
+                } else if skipped < checkpoint.position {
+                    return Err(SourceError::Truncated {
+                        feed: "stdin".into(),
+                        len: skipped,
+                        position: checkpoint.position,
+                    });
+                }
+                ("stdin".to_owned(), Box::new(stdin))
+            }
+        };
         if let Some(f) = &fingerprint {
             let head_len = (f.head_len as usize).min(head.len());
             let tail_len = (f.tail_len as usize).min(tail.len());
@@ -295,12 +315,19 @@ impl JsonlSource {
                     feed,
                     position: checkpoint.position,
                     part: if same_head {
-                        "the line that ends there"
+                        "the line that ends there differs"
                     } else {
-                        "its first bytes"
+                        "its first bytes differ"
                     },
                 });
             }
+        }
+        if path.is_none() && checkpoint.position > 0 && fingerprint.is_some() {
+            tracing::info!(
+                bytes = checkpoint.position,
+                lines = checkpoint.cursor,
+                "stdin: the feed's first lines are staged already and were passed over; going on after them"
+            );
         }
         Ok(JsonlSource {
             feed,
@@ -308,8 +335,13 @@ impl JsonlSource {
             follow: follow && path.is_some(),
             followed,
             tail_at_end: None,
+            rotated_at: None,
+            stdin: path.is_none(),
+            bad_records: 0,
             stdin_live: follow && path.is_none(),
-            last_line_may_grow: !follow && path.is_some(),
+            // stdin is never followed: its end is its producer's (whose last line may
+            // have been cut short).
+            last_line_may_grow: !follow || path.is_none(),
             head: Head {
                 bytes: head,
                 hashed: None,
@@ -426,18 +458,25 @@ impl JsonlSource {
                     && raw.len() <= LINE_BYTES_MAX
                     && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() =>
             {
-                // A file's last line, without its line break, that is not whole JSON
-                // (an over-long line or a whole object with a bad value is a bad
-                // record): its writer may be writing it. It is left for the next run,
-                // with the transaction it may belong to (nothing of which is staged).
-                tracing::warn!(
-                    feed = %self.feed,
-                    line = line_no,
-                    "the feed's last line has no line break and is not a whole record yet: it is left for the next run"
-                );
+                // A last line without its line break that is not whole JSON (an
+                // over-long line or a whole object with a bad value is a bad record):
+                // a file's writer may be writing it; stdin's producer stopped in its
+                // middle. It is left for the next run, with the transaction it may
+                // belong to (nothing of which is staged); never a bad record, whose
+                // offset would be inside the line the next run is given whole.
                 self.pending = None;
                 if std::mem::take(&mut self.pending_chunked) {
                     self.ready.push_back(Ok(SourceEvent::Abort));
+                }
+                if self.stdin {
+                    self.ready
+                        .push_back(Err(SourceError::StdinCutMidLine { line: line_no }));
+                } else {
+                    tracing::warn!(
+                        feed = %self.feed,
+                        line = line_no,
+                        "the feed's last line has no line break and is not a whole record yet: it is left for the next run"
+                    );
                 }
                 self.ended = true;
             }
@@ -475,7 +514,7 @@ impl JsonlSource {
                         reason: bad.reason,
                         raw: raw.to_vec(),
                     };
-                    tracing::warn!(feed = %self.feed, line = line_no, reason = %record.reason, "bad record sent to the dead-letter table");
+                    self.log_bad_record(line_no, &record.reason);
                     match (bad.tx_known, bad.tx_id) {
                         (true, tx) => self.start_or_join(&tx),
                         (false, _) if self.pending.is_none() => self.start_or_join(&None),
@@ -527,6 +566,18 @@ impl JsonlSource {
 }
 
 /// A file's identity: its device and inode.
+/// Refuses a feed `path` that names something other than a regular file (a named
+/// pipe, a socket, a device), which cannot be resumed at a byte offset; a path that
+/// does not exist (yet) is left to the open that follows.
+pub fn refuse_unseekable(path: &std::path::Path) -> Result<(), SourceError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(SourceError::NotAFile {
+            feed: path.display().to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn file_id(metadata: &std::fs::Metadata) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
     (metadata.dev(), metadata.ino())
@@ -595,25 +646,7 @@ impl ChangeSource for JsonlSource {
             if self.follow {
                 // At the end of the file opened, with all of it handed on: if its path
                 // now names another file, that file's records would never be read.
-                if let Some((path, id)) = &self.followed
-                    && let Ok(now) = tokio::fs::metadata(path).await
-                {
-                    if file_id(&now) != *id {
-                        return Err(SourceError::Rotated {
-                            feed: self.feed.clone(),
-                        });
-                    }
-                    match self.tail_at_end.take() {
-                        Some(tail) if tail.end() == self.offset => {
-                            self.check_tail(&tail).await?;
-                            self.tail_at_end = Some(tail);
-                        }
-                        _ => {
-                            let tail = follow::Tail::read(path, self.offset).await;
-                            self.tail_at_end = Some(self.tail_or_cut(tail)?);
-                        }
-                    }
-                }
+                self.at_end_of_followed().await?;
                 tokio::time::sleep(Duration::from_millis(FOLLOW_POLL_MS)).await;
                 return Ok(SourceEvent::Idle);
             }
@@ -628,6 +661,7 @@ impl ChangeSource for JsonlSource {
     }
 }
 
+mod bad_records;
 mod follow;
 
 #[cfg(test)]

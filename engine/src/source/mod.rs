@@ -88,7 +88,7 @@ pub enum SourceError {
         source: std::io::Error,
     },
     #[error(
-        "{feed}:{line}: {reason}; nothing from this line on was acknowledged. Fix or remove the line, or set source.on_bad_record = \"dead-letter\" to keep it in weir.dead_letter and go on"
+        "{feed}:{line}: {reason}; nothing from this line (or from the start of the transaction it belongs to) on was acknowledged. Fix or remove the line, or set source.on_bad_record = \"dead-letter\" to keep it in weir.dead_letter and go on"
     )]
     BadRecord {
         feed: String,
@@ -104,7 +104,7 @@ pub enum SourceError {
         position: u64,
     },
     #[error(
-        "the change feed {feed} is not the feed the stage was filled from: {part} differ from the bytes staged up to byte {position} (a rotated, replaced or rewritten file, or stdin piped without the feed's start). Weir resumes a feed at a byte offset, so nothing was read: point source.path at the original file and append new records to it, pipe stdin again from the feed's first line, or start a new stage fed from the feed's very first line (every rotated file, in order): a new stage given only the records after a rotation replaces each partition it writes with those records alone, and the rows before are lost from the target"
+        "the change feed {feed} is not the feed the stage was filled from: {part} from the bytes staged up to byte {position} (a rotated, replaced or rewritten file, or stdin piped without the feed's start). Weir resumes a feed at a byte offset, so nothing was read: point source.path at the original file and append new records to it, pipe stdin again from the feed's first line, or start a new stage fed from the feed's very first line (every rotated file, in order): a new stage given only the records after a rotation replaces each partition it writes with those records alone, and the rows before are lost from the target"
     )]
     NotTheFeed {
         feed: String,
@@ -112,13 +112,17 @@ pub enum SourceError {
         part: &'static str,
     },
     #[error(
-        "the change feed {feed} was replaced while Weir read it (its path now names another file: rotated or rewritten). Weir read the file it had open to its end and stops here, since it resumes one growing file by byte offset: append new records to the original file rather than rotating it, or start a new stage fed from the feed's very first line (every rotated file, in order, then the new one): a new stage given only the new file replaces each partition it writes with those records alone"
+        "the change feed {feed} was replaced while Weir read it (its path now names another file, or none: rotated, removed or rewritten). Weir read the file it had open to its end and stops here, since it resumes one growing file by byte offset: append new records to the original file rather than rotating it, or start a new stage fed from the feed's very first line (every rotated file, in order, then the new one): a new stage given only the new file replaces each partition it writes with those records alone"
     )]
     Rotated { feed: String },
     #[error(
-        "the change feed {feed} was cut short or rewritten in place while Weir followed it: the bytes before the {position} read are no longer there (`: > file`, logrotate's copytruncate, or a writer that truncates it). Weir stops before reading on at that offset, which would skip the new content's first records: append new records to the original file rather than truncating it, or start a new stage fed from the feed's very first line: a new stage given only the new content replaces each partition it writes with those records alone"
+        "the change feed {feed} was cut short or rewritten in place while Weir followed it: the bytes before offset {position}, where reading had reached, are no longer there (`: > file`, logrotate's copytruncate, or a writer that truncates it). Weir stops before reading on at that offset, which would skip the new content's first records: append new records to the original file rather than truncating it, or start a new stage fed from the feed's very first line: a new stage given only the new content replaces each partition it writes with those records alone"
     )]
     CutWhileFollowed { feed: String, position: u64 },
+    #[error(
+        "stdin ended in the middle of line {line} (no line break, and not a whole record): its producer stopped while writing it. The line, and the transaction it belongs to, are not staged; what came before is. Pipe the feed again from its first line: the staged part is passed over and the stage goes on at line {line}"
+    )]
+    StdinCutMidLine { line: u64 },
     #[error(
         "the change feed {feed} is not a regular file (a named pipe, a socket or a device): Weir resumes a file feed at a byte offset, which these cannot seek to. Redirect it to standard input instead: `path = \"-\"` and `weir run < {feed}`"
     )]

@@ -37,7 +37,7 @@ pub enum StageError {
         #[source]
         source: rocksdb::Error,
     },
-    #[error("stage operation failed ({what})")]
+    #[error("stage operation failed ({what}){}", resource_hint(.source))]
     Db {
         what: &'static str,
         #[source]
@@ -73,7 +73,7 @@ pub enum StageError {
     )]
     Applying,
     #[error(
-        "{table}: a change leaves column `{column}` unchanged (an unchanged TOAST value) for a row that is not staged, so its value is unknown; nothing past this transaction was acknowledged. Set REPLICA IDENTITY FULL on the source table (later changes then carry whole rows); to get past the changes already in the WAL, take the table out of the config (keep another table of the publication in it if it was the only one) and run `weir init` and `weir run --once` (its changes are passed over), then put it back and run `weir init`: the next `weir run` reads it whole again"
+        "{table}: a change leaves column `{column}` unchanged (an unchanged TOAST value: PostgreSQL's, or Debezium's `__debezium_unavailable_value` in a JSON-lines feed) for a row that is not staged, so its value is unknown; nothing past this transaction was acknowledged or staged. A PostgreSQL source: set REPLICA IDENTITY FULL on the source table (later changes then carry whole rows); to get past the changes already in the WAL, take the table out of the config (keep another table of the publication in it if it was the only one) and run `weir init` and `weir run --once` (its changes are passed over), then put it back and run `weir init`: the next `weir run` reads it whole again. A JSON-lines feed: the row's whole image must come first (Debezium's snapshot of the table, an `r` or `c` line); fix or remove this line in the feed (for stdin, pipe the feed again without it) and run again: it stops the run whatever `on_bad_record` says, since what is missing is in the stage, not in the line"
     )]
     UnchangedWithoutRow { table: String, column: String },
     #[error(
@@ -119,9 +119,27 @@ pub(super) fn open_hint(error: &rocksdb::Error, otherwise: &'static str) -> &'st
         "its file system is mounted read-only: remount it read-write, or move the stage (`weir checkpoint export`/`import`)"
     } else if text.contains("Permission denied") {
         "this user may not write it: run Weir as the user that owns the stage folder, or give this user access to it"
+    } else if text.contains("Too many open files") {
+        TOO_MANY_FILES
     } else {
         otherwise
     }
+}
+
+const TOO_MANY_FILES: &str = "this process may not open more files (its open-files limit is too low for the stage's table files): raise it (`ulimit -n 65536`, systemd's `LimitNOFILE=`), then run again; nothing staged is lost";
+
+/// What a stage operation that failed for want of a resource (disk space, open files)
+/// needs before a run is tried again: `": …"`, or nothing.
+fn resource_hint(error: &rocksdb::Error) -> String {
+    let text = error.to_string();
+    let hint = if text.contains("No space left on device") {
+        "the stage's disk is full: free space on it, then run again (nothing staged or acknowledged is lost; a large transaction or first load passes through the stage's log and table files, so leave room for a few times what it adds)"
+    } else if text.contains("Too many open files") {
+        TOO_MANY_FILES
+    } else {
+        return String::new();
+    };
+    format!(": {hint}")
 }
 
 /// Whether a stage exists at `path` (its `CURRENT` file); a folder this user may not

@@ -137,9 +137,19 @@ pub struct LockWait {
 
 fn query_err(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> TargetError {
     let what = what.into();
-    move |source| TargetError::Query {
-        what,
-        source: PgError(source),
+    move |source| {
+        // A read-only target fails whatever Weir asked of it: say so, not what failed.
+        let read_only = source.code().map(|c| c.code()) == Some("25006");
+        TargetError::Query {
+            what: if read_only {
+                format!(
+                    "{what}: the target is read-only (`default_transaction_read_only` is on for it, or it is a standby in recovery): point the target DSN at a writable primary"
+                )
+            } else {
+                what
+            },
+            source: PgError(source),
+        }
     }
 }
 

@@ -26,6 +26,10 @@ extern "C" {
 static int failures;
 static int checks;
 
+/* Whether `weir::Row::set` takes a `T`. */
+template <class T>
+concept settable = requires(weir::Row &row, T v) { row.set("c", v); };
+
 #define CHECK(cond, ...)                                                          \
     do {                                                                          \
         checks++;                                                                 \
@@ -88,6 +92,11 @@ static void decimals_parse_compute_and_free_themselves() {
     CHECK(d("-123.4").integer_digits() == 3 && d("-123.4").is_negative(), "-123.4");
     CHECK(d("0.000").is_zero() && d("0.000").scale() == 3, "zero of scale 3");
     check_print(weir::Decimal::from_int(INT64_MIN), "-9223372036854775808", "from_int");
+    check_print(weir::Decimal::from_int(UINT64_MAX), "18446744073709551615", "from_int u64");
+    check_print(weir::Decimal::from_int(uint64_t{7}), "7", "from_int small u64");
+    /* `Row::set` of a uint64_t does not compile (it would wrap past INT64_MAX). */
+    static_assert(!settable<uint64_t> && !settable<unsigned long long>, "u64 refused");
+    static_assert(settable<int64_t> && settable<uint32_t> && settable<int>, "integers taken");
     CHECK(d("1.5") == d("1.50"), "by value");
     CHECK(d("-2.5") < d("-2.4") && d("10") > d("9.99") && d("0") <= d("0.00"), "order");
 

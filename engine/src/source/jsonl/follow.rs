@@ -6,7 +6,8 @@
 //! At the end of the input the last bytes read are remembered ([`Tail::read`]); at each
 //! later poll, and before any byte read after that end is handed on, they are read
 //! again from the path: a file now shorter than the offset, or other bytes there, stops
-//! the source.
+//! the source. A path that names another file or none (a rotation by rename) is not a
+//! cut: the file opened is read to its end, and the source stops there.
 
 use std::io::SeekFrom;
 use std::path::Path;
@@ -53,12 +54,56 @@ impl Tail {
     }
 }
 
+/// Whether `path` still names the file opened (`id`): `false` once it names another
+/// file (rotated by a rename, replaced) or none (rotated before its new file is made,
+/// removed). The file opened is then read to its end, not checked against the path.
+async fn names_file(path: &Path, id: (u64, u64)) -> bool {
+    match tokio::fs::metadata(path).await {
+        Ok(now) => super::file_id(&now) == id,
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
 impl JsonlSource {
-    /// Stops the source if the followed file no longer holds `tail` (see [`follow`]).
-    pub(super) async fn check_tail(&mut self, tail: &Tail) -> Result<(), SourceError> {
-        let Some((path, _)) = &self.followed else {
+    /// At the end of a followed file, with all of it handed on: stops the source if
+    /// its path names another file or none (whose records would never be read by
+    /// following this one), once the end is reached again a poll later with nothing
+    /// more appended; else remembers the bytes before the end, to check that the file
+    /// is not cut in place before reading on.
+    pub(super) async fn at_end_of_followed(&mut self) -> Result<(), SourceError> {
+        let Some((path, id)) = self.followed.clone() else {
             return Ok(());
         };
+        if !names_file(&path, id).await {
+            if self.rotated_at == Some(self.offset) {
+                return Err(SourceError::Rotated {
+                    feed: self.feed.clone(),
+                });
+            }
+            self.rotated_at = Some(self.offset);
+            return Ok(());
+        }
+        match self.tail_at_end.take() {
+            Some(tail) if tail.end() == self.offset => {
+                self.check_tail(&tail).await?;
+                self.tail_at_end = Some(tail);
+            }
+            _ => {
+                let tail = Tail::read(&path, self.offset).await;
+                self.tail_at_end = Some(self.tail_or_cut(tail)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the source if the followed file no longer holds `tail` (see [`follow`]).
+    pub(super) async fn check_tail(&mut self, tail: &Tail) -> Result<(), SourceError> {
+        let Some((path, id)) = &self.followed else {
+            return Ok(());
+        };
+        if !names_file(path, *id).await {
+            return Ok(());
+        }
         match tail.still_in(path).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(self.cut()),

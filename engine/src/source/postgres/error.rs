@@ -185,8 +185,9 @@ impl PgSourceError {
     /// `pg_terminate_backend`), or the slot is still held by the previous connection's
     /// walsender (55006).
     pub fn is_transient(&self) -> bool {
-        let transient_code =
-            |code: &str| code.starts_with("08") || code.starts_with("57") || code == "55006";
+        let transient_code = |code: &str| {
+            code.starts_with("08") || code.starts_with("57") || code == "55006" || code == "53300"
+        };
         match self {
             PgSourceError::Replication(e) => match e {
                 ReplicationError::Connect { .. }

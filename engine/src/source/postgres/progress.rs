@@ -219,7 +219,9 @@ pub fn snapshot_tables(state: Option<&[u8]>, tables: &[String]) -> Vec<SnapshotT
             let resync = progress.resync.iter().find(|r| &r.table == table);
             SnapshotTable {
                 table: table.clone(),
-                state: if progress.complete || progress.done.contains(table) {
+                // `complete` alone does not say a table is loaded: one added to the
+                // config since is not, until the next run has read it.
+                state: if progress.done.contains(table) {
                     "done"
                 } else if resync.is_some() {
                     "resyncing"
@@ -251,6 +253,25 @@ mod tests {
             }],
             ..SnapshotProgress::default()
         }
+    }
+
+    /// A table added to the config after the first load completed is not loaded until
+    /// a run has read it: `status` says `waiting`, not done.
+    #[test]
+    fn a_table_added_after_the_load_completed_is_waiting() {
+        let p = SnapshotProgress {
+            done: vec!["public.orders".into()],
+            complete: true,
+            ..SnapshotProgress::default()
+        };
+        let states: Vec<&str> = snapshot_tables(
+            Some(&p.encode("public.orders").expect("encode")),
+            &["public.orders".into(), "public.shop_orders".into()],
+        )
+        .into_iter()
+        .map(|t| t.state)
+        .collect();
+        assert_eq!(states, ["done", "waiting"]);
     }
 
     /// What the load and the snapshot stage of a table's pages: a range staged whole
