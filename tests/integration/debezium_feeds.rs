@@ -402,3 +402,46 @@ async fn live_stdin_from_a_steady_producer_is_written_while_it_sends() {
         1000
     );
 }
+
+/// SIGTERM while `weir run` starts (before its pipeline is open) is a clean stop: exit
+/// 0, a summary, `run ended` (before: the signal's default action killed it, as a
+/// supervisor's stop during a slow start looked like a crash).
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_while_the_run_starts_is_a_clean_stop() {
+    use std::io::BufRead;
+    let db = TestDb::new("feed_sigterm_start").await;
+    db.write_config("", "", "");
+    db.write_feed(&orders(1..=3));
+    db.weir_ok(&["init"]);
+    let mut child = db
+        .weir_command(&["run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weir run");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut log = String::new();
+    while !log.contains("memory budget") {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).expect("read the log") == 0 {
+            break;
+        }
+        log.push_str(&line);
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("the log");
+    log.push_str(&rest);
+    let out = child.wait_with_output().expect("weir run");
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert!(log.contains("run ended"), "{log}");
+    assert!(
+        text(&out.stdout).contains("staged"),
+        "{}",
+        text(&out.stdout)
+    );
+}

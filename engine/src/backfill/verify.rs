@@ -428,6 +428,18 @@ fn key_hash(row: &[Value], grain: &[(usize, String)]) -> u64 {
     h.finish()
 }
 
+/// Whether two values are the same as the checksum sees them: a float by its bits
+/// (`-0` is not `0`, as PostgreSQL's float8 keeps the sign), NaN equal to itself (as
+/// in PostgreSQL's ordering).
+fn same_value(x: &Value, y: &Value) -> bool {
+    match (x, y) {
+        (Value::Float(a), Value::Float(b)) => {
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+        }
+        _ => x == y,
+    }
+}
+
 fn row_digest(row: &[Value]) -> u64 {
     let mut c = Checksum::default();
     c.add_row(row);
@@ -592,10 +604,7 @@ async fn differences(
                     .iter()
                     .zip(b)
                     .zip(columns)
-                    // NaN is equal to itself here, as in PostgreSQL's ordering.
-                    .filter(|((x, y), _)| {
-                        x != y && !matches!((x, y), (Value::Float(a), Value::Float(b)) if a.is_nan() && b.is_nan())
-                    })
+                    .filter(|((x, y), _)| !same_value(x, y))
                     .map(|(_, c)| (*c).to_owned())
                     .collect(),
                 _ => Vec::new(),
@@ -664,6 +673,18 @@ mod tests {
 
     fn row(id: i64, a: &str, b: i64) -> Vec<Value> {
         vec![Value::Int(id), Value::Text(a.into()), Value::Int(b)]
+    }
+
+    #[test]
+    fn a_float_differing_by_the_sign_of_zero_is_named() {
+        assert!(!same_value(&Value::Float(-0.0), &Value::Float(0.0)));
+        assert!(same_value(&Value::Float(f64::NAN), &Value::Float(f64::NAN)));
+        assert!(same_value(&Value::Float(1.5), &Value::Float(1.5)));
+        assert_ne!(
+            row_digest(&[Value::Float(-0.0)]),
+            row_digest(&[Value::Float(0.0)]),
+            "the digest tells them apart, so the columns must too"
+        );
     }
 
     #[tokio::test]

@@ -227,7 +227,8 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
             let output = outcome.map_err(|e| anyhow::anyhow!(e))?;
             let d = plugin.description();
             // A row plugin's rows are matched to their input rows by a second run that
-            // pushes one row per call; it must give what the engine's chunks gave.
+            // pushes one row per call, in reverse order; it must give what the engine's
+            // chunks gave (a plugin keeping state across rows gives other output).
             let rows = std::sync::Arc::new(rows);
             let fates = if d.kind == plugin::Kind::Row {
                 let fates = plugin::run_row_by_row_on_thread(
@@ -240,8 +241,9 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 if Ok(fingerprint_of_fates(d, &rows, &fates)) != fingerprint_of_job {
                     anyhow::bail!(
                         "the plugin's output differs when its rows are pushed one per call from \
-                         its output when they are pushed in chunks: a row plugin's output must \
-                         depend only on each row (the engine chunks rows as it sees fit)"
+                         its output when they are pushed in chunks, or last row first: a row \
+                         plugin's output must depend only on each row (the engine chunks rows \
+                         as it sees fit, and a merge pushes only the rows that changed)"
                     );
                 }
                 Some(fates)
@@ -320,10 +322,10 @@ async fn run_cases(
             Some((got, want)) => {
                 writeln!(out, "FAIL {} (line {})", r.name, r.line)?;
                 for l in got.lines() {
-                    writeln!(out, "  got  {l}")?;
+                    writeln!(out, "  got  {}", visible(l))?;
                 }
                 for l in want.lines() {
-                    writeln!(out, "  want {l}")?;
+                    writeln!(out, "  want {}", visible(l))?;
                 }
             }
         }
@@ -811,4 +813,36 @@ pub(crate) struct LimitArgs {
 /// the sandbox is refused with the range instead.
 fn in_range(range: std::ops::RangeInclusive<u64>) -> clap::builder::RangedU64ValueParser<u64> {
     clap::value_parser!(u64).range(range)
+}
+
+/// A line of JSON with the characters a terminal does not show (a byte-order mark,
+/// zero-width and bidirectional marks, line separators) written as JSON escapes, so
+/// that a `got` and a `want` that differ only by one do not look the same.
+fn visible(line: &str) -> std::borrow::Cow<'_, str> {
+    let hidden = |c: char| matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2028}' | '\u{2029}' | '\u{2060}'..='\u{2064}' | '\u{feff}');
+    if !line.chars().any(hidden) {
+        return line.into();
+    }
+    line.chars()
+        .map(|c| {
+            if hidden(c) {
+                format!("\\u{:04x}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn invisible_characters_are_escaped() {
+        assert_eq!(super::visible(r#"{"a":"x"}"#), r#"{"a":"x"}"#);
+        assert_eq!(
+            super::visible("{\"a\":\"\u{feff}x\u{200b}\"}"),
+            r#"{"a":"\ufeffx\u200b"}"#
+        );
+    }
 }

@@ -499,7 +499,15 @@ pub(crate) async fn build(dir: &Path) -> anyhow::Result<()> {
             .await
             .context("the plugin task stopped unexpectedly")?
     }
-    .with_context(|| format!("load the component {} build.sh wrote", wasm.display()))?;
+    // A component that does not load is a failed build (exit 1), not a configuration
+    // error: the error is passed on as text.
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "load the component {} build.sh wrote: {}",
+            wasm.display(),
+            weir::errors::error_chain(&e)
+        )
+    })?;
     let d = loaded.description();
     writeln!(
         std::io::stdout().lock(),

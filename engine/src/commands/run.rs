@@ -13,6 +13,9 @@ pub(crate) async fn run(
     once: bool,
     metrics_addr: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<()> {
+    // Caught from the start: a stop asked for while the pipeline opens (a large
+    // transaction finished after a crash, a first load's setup) is a clean stop too.
+    let shutdown = catch_signals();
     let config = Config::load(config_path)?;
     let dsn = config.target_dsn()?;
     if let Some(addr) = metrics_addr {
@@ -46,7 +49,7 @@ pub(crate) async fn run(
     let cleanup =
         weir::backfill::rewrite_once_loaded(&pipeline, loading, std::time::Duration::from_secs(1));
     tokio::pin!(cleanup);
-    let run = pipeline.run(once, shutdown_signal());
+    let run = pipeline.run(once, shutdown);
     tokio::pin!(run);
     let mut tick = tokio::time::interval(super::progress::StatusLine::EVERY);
     let mut rewritten = rewritten;
@@ -126,31 +129,81 @@ pub(crate) async fn run(
         // replace; a longer flush interval coalesces more changes per rewrite.
         writeln!(
             std::io::stdout().lock(),
-            "write amplification: {:.1} rows written per changed row",
-            report.rows_written as f64 / report.changes as f64
+            "write amplification: {} rows written per changed row",
+            amplification(report.rows_written as f64 / report.changes as f64)
         )?;
     }
     Ok(())
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// A ratio with one decimal, or two significant digits below 0.1 (`0.04`, not `0.0`).
+fn amplification(ratio: f64) -> String {
+    if ratio >= 0.1 || ratio == 0.0 {
+        format!("{ratio:.1}")
+    } else {
+        let decimals = (-ratio.log10()).ceil() as usize + 1;
+        format!("{ratio:.decimals$}")
+    }
+}
+
+/// SIGINT and SIGTERM, caught from now on: the future completes at the first, which
+/// asks the run to stop cleanly (what was read is staged, the write round under way
+/// finishes, the summary is printed); a second ends the process at once (exit 130), as
+/// a crash would: what is staged stays staged, and a partition write in flight is
+/// rolled back by the target (a round that waits on a target's commit, say for a
+/// synchronous standby that is gone, would otherwise hold the stop for as long).
+fn catch_signals() -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (asked, mut stop) = tokio::sync::watch::channel(false);
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt()).ok();
+        let mut terminate = signal(SignalKind::terminate()).ok();
+        tokio::spawn(async move {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
                 }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
+            }
+            for n in 0..2 {
+                tokio::select! {
+                    () = next(&mut interrupt) => {}
+                    () = next(&mut terminate) => {}
+                }
+                if n == 0 {
+                    tracing::info!(
+                        "stopping: what was read is staged and the write under way finishes (a second signal stops at once)"
+                    );
+                    let _ = asked.send(true);
+                } else {
+                    tracing::warn!(
+                        "second signal: stopping at once; what is staged stays staged, a partition write in flight is rolled back"
+                    );
+                    std::process::exit(130);
+                }
+            }
+        });
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        let _ = asked.send(true);
+    });
+    async move {
+        let _ = stop.wait_for(|asked| *asked).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn small_amplifications_keep_two_digits() {
+        assert_eq!(super::amplification(36.04), "36.0");
+        assert_eq!(super::amplification(1.0), "1.0");
+        assert_eq!(super::amplification(0.0424), "0.042");
+        assert_eq!(super::amplification(0.004), "0.0040");
+    }
 }

@@ -225,9 +225,10 @@ pub struct RowFates {
 }
 
 impl Plugin {
-    /// Runs a job pushing one row per call, so that what a call returns is that row's
-    /// fate. Each call is budgeted for its one row, as the engine budgets a chunk for
-    /// its rows; output rows get the checks and padding of [`Plugin::run_job`].
+    /// Runs a job pushing one row per call, last row first, so that what a call
+    /// returns is that row's fate (`per_input` in the input's order). Each call is
+    /// budgeted for its one row, as the engine budgets a chunk for its rows; output
+    /// rows get the checks and padding of [`Plugin::run_job`].
     pub fn run_row_by_row(
         &self,
         limits: &SandboxLimits,
@@ -237,7 +238,10 @@ impl Plugin {
         let mut session = self.start_job(limits, spec, clock_of(input))?;
         let mut check = OutputCheck::new(self, session.job(), spec);
         let mut fates = RowFates::default();
-        for row in input {
+        // Last row first: a plugin that keeps state from row to row (a counter, the
+        // previous row) gives other output than in order, which the caller compares
+        // with a chunked run: the engine's merges push only the rows that changed.
+        for row in input.iter().rev() {
             let out = session.push_whole(std::slice::from_ref(row))?;
             let mut rows = out.rows;
             check.check(&mut rows)?;
@@ -250,6 +254,7 @@ impl Plugin {
             }
             fates.per_input.push((rows, rejection));
         }
+        fates.per_input.reverse();
         let out = session.finish_whole()?;
         if let Some((key, _)) = out.rejections.first() {
             return Err(check.not_pushed(key));

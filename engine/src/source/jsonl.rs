@@ -566,23 +566,6 @@ impl JsonlSource {
 }
 
 /// A file's identity: its device and inode.
-/// Refuses a feed `path` that names something other than a regular file (a named
-/// pipe, a socket, a device), which cannot be resumed at a byte offset; a path that
-/// does not exist (yet) is left to the open that follows.
-pub fn refuse_unseekable(path: &std::path::Path) -> Result<(), SourceError> {
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => Err(SourceError::NotAFile {
-            feed: path.display().to_string(),
-        }),
-        _ => Ok(()),
-    }
-}
-
-fn file_id(metadata: &std::fs::Metadata) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    (metadata.dev(), metadata.ino())
-}
-
 /// Keeps the last [`TAIL_BYTES`] of `line` in `tail`.
 fn set_tail(tail: &mut Vec<u8>, line: &[u8]) {
     tail.clear();
@@ -663,6 +646,9 @@ impl ChangeSource for JsonlSource {
 
 mod bad_records;
 mod follow;
+
+use follow::file_id;
+pub use follow::refuse_unseekable;
 
 #[cfg(test)]
 mod tests {

@@ -78,6 +78,11 @@ fn db_options(cache: &Cache, memtables: &rocksdb::WriteBufferManager) -> Options
     // RocksDB flushes the families holding the oldest log.
     opts.set_max_total_wal_size(WAL_BYTES_MAX);
     opts.set_max_background_jobs(2);
+    // RocksDB's own log (`LOG`, flush and compaction notes) is rolled at 4 MiB and a
+    // few old ones kept: by default it grew for as long as a run ran, and each start
+    // left another, a thousand kept.
+    opts.set_max_log_file_size(4 << 20);
+    opts.set_keep_log_file_num(4);
     opts.set_level_compaction_dynamic_level_bytes(true);
     opts.set_bytes_per_sync(1 << 20);
     let mut table = table_format();

@@ -59,7 +59,7 @@ impl Tail {
 /// removed). The file opened is then read to its end, not checked against the path.
 async fn names_file(path: &Path, id: (u64, u64)) -> bool {
     match tokio::fs::metadata(path).await {
-        Ok(now) => super::file_id(&now) == id,
+        Ok(now) => file_id(&now) == id,
         Err(e) => e.kind() != std::io::ErrorKind::NotFound,
     }
 }
@@ -135,4 +135,21 @@ impl JsonlSource {
             position: self.offset,
         }
     }
+}
+
+/// Refuses a feed `path` that names something other than a regular file (a named
+/// pipe, a socket, a device), which cannot be resumed at a byte offset; a path that
+/// does not exist (yet) is left to the open that follows.
+pub fn refuse_unseekable(path: &std::path::Path) -> Result<(), SourceError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(SourceError::NotAFile {
+            feed: path.display().to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn file_id(metadata: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (metadata.dev(), metadata.ino())
 }

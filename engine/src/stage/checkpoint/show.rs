@@ -101,8 +101,9 @@ pub fn summary(stage: &Stage) -> Result<StageSummary, CheckpointError> {
     })
 }
 
-/// Sum of the sizes of the files under `path` (files that vanish meanwhile, as
-/// RocksDB deletes obsolete files, are not counted).
+/// The disk space the files under `path` take (files that vanish meanwhile, as
+/// RocksDB deletes obsolete files, are not counted): their blocks, not their lengths,
+/// since RocksDB preallocates its write-ahead log (a 18 MB log took 70 MB).
 pub fn dir_size(path: &Path) -> io::Result<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir(path)? {
@@ -115,7 +116,15 @@ pub fn dir_size(path: &Path) -> io::Result<u64> {
         if meta.is_dir() {
             total += dir_size(&entry.path())?;
         } else {
-            total += meta.len();
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::MetadataExt as _;
+                total += meta.blocks() * 512;
+            }
+            #[cfg(not(unix))]
+            {
+                total += meta.len();
+            }
         }
     }
     Ok(total)
