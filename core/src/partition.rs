@@ -260,6 +260,9 @@ pub fn predicate(ty: ColumnType, grain: Grain, p: &Partition) -> Option<Partitio
         return Some(PartitionPredicate::Equals(v));
     }
     let (start_us, end_us) = bounds_micros(grain, key)?;
+    // The month of PostgreSQL's first day (4714-11 BC) starts before it: bounded at it,
+    // as PostgreSQL refuses a bound it cannot hold (and holds nothing before it).
+    let start_us = start_us.max(crate::value::PG_TIMESTAMP_MIN_MICROS);
     let (lower, upper) = if ty == ColumnType::Date {
         (
             Value::Date(i32::try_from(start_us / MICROS_PER_DAY).ok()?),
@@ -338,6 +341,27 @@ fn bounds_micros(grain: Grain, key: &str) -> Option<(i64, i64)> {
 mod tests {
     use super::*;
     use crate::value::parse_timestamp;
+
+    /// The month of PostgreSQL's first day starts before it: its lower bound is that
+    /// day, which PostgreSQL can hold (a write of the month failed for ever).
+    #[test]
+    fn the_first_month_postgresql_holds_is_bounded_at_its_first_day() {
+        let first = crate::value::PG_TIMESTAMP_MIN_MICROS;
+        let month = Partition::Key("-4713-11".into());
+        let Some(PartitionPredicate::Range { lower, upper }) =
+            predicate(ColumnType::Date, Grain::Month, &month)
+        else {
+            panic!("a range");
+        };
+        assert_eq!(lower, Value::Date((first / MICROS_PER_DAY) as i32));
+        assert_eq!(upper, Value::Date((first / MICROS_PER_DAY) as i32 + 7));
+        let Some(PartitionPredicate::Range { lower, .. }) =
+            predicate(ColumnType::TimestampTz, Grain::Month, &month)
+        else {
+            panic!("a range");
+        };
+        assert_eq!(lower, Value::Timestamp(first));
+    }
 
     #[test]
     fn a_partition_of_another_grain_maps_to_the_partitions_holding_its_span() {

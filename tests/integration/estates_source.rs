@@ -1983,3 +1983,156 @@ async fn windows_hold_the_partitions_of_signed_years_in_time_order() {
         assert!(stdout.contains(partition), "{from}..{to}: {stdout}");
     }
 }
+
+/// A source that went back in time (restored from a backup, recovered to an earlier
+/// point): its WAL ends before the stage's position. The stage holds changes the
+/// server no longer has, and the server's commits since, below that position, would
+/// be passed over as staged (before: silently, exit 0, `verify` passing). The run
+/// stops, saying how to go on. Made here by moving the stage's position past the
+/// server's WAL, which is what a restore of the server looks like from the stage.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_that_went_back_in_time_is_refused() {
+    let db = TestDb::new("est_back_in_time_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_back_in_time",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders SELECT g, 'c', DATE '2026-03-01' + g % 3, g, 'new' FROM generate_series(1, 20) g;",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_back_in_time",
+        &orders("public.orders", &["id"], "day"),
+    );
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    let end = lsn(&source, "SELECT pg_current_wal_lsn()").await;
+    {
+        let config = weir::config::Config::load(&db.config_path()).expect("config");
+        let stage = weir::stage::Stage::open(&config.stage_path, &config.source_id())
+            .expect("open the stage");
+        stage
+            .advance_position(end as u64 + (64 << 20))
+            .expect("move the position past the server's WAL");
+    }
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("went back in time") && stderr.contains("new folder"),
+        "{stderr}"
+    );
+}
+
+/// A column added at the source while `weir run` streams: its values are staged, the
+/// partitions written meanwhile lack them (the target does not have the column yet),
+/// and `weir init --allow-add-columns` then makes the next run write those partitions
+/// again with the values (before: `wrote 0 partitions`, the value NULL for good).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_column_added_while_streaming_reaches_the_target_once_it_has_it() {
+    let db = TestDb::new("est_added_col_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_added_col",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO orders VALUES (1, 'c', DATE '2026-03-01', 1, 'new');",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_added_col",
+        &orders("public.orders", &["id"], "day"),
+    );
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    let log = db.path("live.log");
+    let mut run = spawn_run(&db, &source_dsn, &log);
+    wait_streaming(&log);
+    let target = db.client().await;
+    source
+        .batch_execute(
+            "ALTER TABLE orders ADD COLUMN note text;
+             INSERT INTO orders VALUES (2, 'c', DATE '2026-03-01', 2, 'new', 'hello');",
+        )
+        .await
+        .expect("a column added while streaming");
+    wait_count(
+        &target,
+        "SELECT count(*) FROM analytics.fact_orders",
+        2,
+        60,
+        &log,
+    )
+    .await;
+    let _ = run.0.kill();
+    let _ = run.0.wait();
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(logged.contains("source table gained columns"), "{logged}");
+    for args in [&["init", "--allow-add-columns"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    let note: Option<String> = target
+        .query_one("SELECT note FROM analytics.fact_orders WHERE id = 2", &[])
+        .await
+        .expect("the row")
+        .get(0);
+    assert_eq!(note.as_deref(), Some("hello"));
+}
+
+/// A column narrowed while `weir run` streams (PostgreSQL rounds the table's rows,
+/// which the stream never carries) stops the run naming it, as any other type change
+/// does (before: taken for an old transaction of a widened column, and the target
+/// kept `1.2345` where the source now holds `1.2`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_column_narrowed_while_streaming_stops_the_run() {
+    let db = TestDb::new("est_narrowed_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "est_narrowed",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(14,4), status text);
+         INSERT INTO orders VALUES (1, 'c', DATE '2026-03-01', 1.2345, 'new');",
+    )
+    .await;
+    write_config(
+        &db,
+        "est_narrowed",
+        &orders("public.orders", &["id"], "day"),
+    );
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    let log = db.path("live.log");
+    let mut run = spawn_run(&db, &source_dsn, &log);
+    wait_streaming(&log);
+    source
+        .batch_execute(
+            "ALTER TABLE orders ALTER amount TYPE numeric(10,1);
+             INSERT INTO orders VALUES (2, 'c', DATE '2026-03-01', 2, 'new');",
+        )
+        .await
+        .expect("a column narrowed while streaming");
+    let status = wait_exit(&mut run, &log, 60);
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!status.success(), "{logged}");
+    assert!(logged.contains("is now numeric(10,1)"), "{logged}");
+}
+
+/// Waits until a live run streams (its catalog read, the stream open).
+fn wait_streaming(log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains("streaming from the replication slot")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not streaming: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

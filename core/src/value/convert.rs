@@ -450,7 +450,14 @@ impl Value {
                 Ok(Value::Text(s))
             }
             (ColumnType::Json | ColumnType::Jsonb, Value::Json(s)) => {
-                if json_has_nul(&s) {
+                // `json` keeps its text, so the escape `\u0000` is six characters to
+                // it; `jsonb` refuses the character however it is written.
+                let nul = if ty == ColumnType::Json {
+                    s.contains('\0')
+                } else {
+                    json_has_nul(&s)
+                };
+                if nul {
                     return Err(ConvertError::Nul {
                         column_type: if ty == ColumnType::Json {
                             "json"
@@ -492,7 +499,7 @@ impl Value {
             Value::Text(s) if s.contains('\0') => Err(ConvertError::Nul {
                 column_type: "text",
             }),
-            Value::Json(s) if json_has_nul(s) => Err(ConvertError::Nul {
+            Value::Json(s) if s.contains('\0') => Err(ConvertError::Nul {
                 column_type: "json or jsonb",
             }),
             Value::Date(d)
@@ -614,9 +621,9 @@ fn timestamp_of_epoch(n: i64, unit: EpochUnit) -> Result<i64, ConvertError> {
         .ok_or(ConvertError::DateRange("timestamp"))
 }
 
-/// Whether JSON text holds a NUL character, raw or as the escape `\u0000` (which
-/// `jsonb` refuses and `json` cannot hand on as text).
-fn json_has_nul(text: &str) -> bool {
+/// Whether JSON text holds a NUL character, raw or as the escape `\u0000`, which
+/// `jsonb` refuses either way (`json`, which keeps its text, only a raw one).
+pub fn json_has_nul(text: &str) -> bool {
     if text.contains('\0') {
         return true;
     }

@@ -27,7 +27,7 @@ mod debezium;
 mod text;
 
 pub use binary::{EncodeError, encode_numeric};
-pub use convert::ConvertError;
+pub use convert::{ConvertError, json_has_nul};
 pub use debezium::Logical;
 pub use text::{
     canonical_decimal, date_from_days, days_from_date, fit_decimal, has_sub_micros, parse_date,
@@ -45,7 +45,7 @@ const PG_DATE_MIN_DAYS: i32 = -2_440_588;
 const PG_DATE_MAX_DAYS: i32 = 2_145_042_905;
 /// PostgreSQL's first timestamp, 4714-11-24 00:00:00 BC, in µs since 1970-01-01. Its
 /// last one lies past `i64`'s range in µs since 1970 (see `pgtypes`).
-const PG_TIMESTAMP_MIN_MICROS: i64 = -210_866_803_200_000_000;
+pub(crate) const PG_TIMESTAMP_MIN_MICROS: i64 = -210_866_803_200_000_000;
 
 /// One column value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -38,6 +38,14 @@ pub enum BackfillError {
         table: String,
         hint: &'static str,
     },
+    #[error(
+        "--partition `{value}` of {table} is written `{canonical}`: name partitions as `weir status` and weir.partitions print them"
+    )]
+    NotCanonical {
+        value: String,
+        canonical: String,
+        table: String,
+    },
     #[error("the window [{from}, {to}) is empty: `from` must come before `to`")]
     EmptyRange { from: String, to: String },
     #[error(
@@ -89,6 +97,7 @@ impl BackfillError {
         matches!(
             self,
             BackfillError::BadWindow { .. }
+                | BackfillError::NotCanonical { .. }
                 | BackfillError::EmptyRange { .. }
                 | BackfillError::NothingStaged { .. }
                 | BackfillError::EmptyWindow { .. }
@@ -223,6 +232,21 @@ fn order_of(config: &TableConfig) -> Order {
     }
 }
 
+/// The name partition `name` of a `ty` column by `grain` is written with (`None`: it
+/// names no partition): a partition's rows are looked up in the target by its bounds,
+/// and in the stage by its name, so only one spelling may name it.
+fn canonical_name(ty: ColumnType, grain: Grain, name: &str) -> Option<String> {
+    use crate::partition::PartitionPredicate;
+    let value = match crate::partition::predicate(ty, grain, &Partition::from_name(name))? {
+        PartitionPredicate::IsNull => return Some(Partition::Null.name().into_owned()),
+        PartitionPredicate::Equals(v) => v,
+        PartitionPredicate::Range { lower, .. } => lower,
+    };
+    crate::partition::partition_of("", grain, &value)
+        .ok()
+        .map(|p| p.name().into_owned())
+}
+
 /// Where a name falls in `order` (`None`: no number orders it).
 fn position(order: Order, name: &str) -> Option<i64> {
     use crate::partition::PartitionPredicate;
@@ -337,16 +361,30 @@ pub async fn plan(
     }
     if let Scope::Partitions(named) = scope {
         let ty = config.partition_column().ty;
-        if let Some(bad) = named.iter().find(|name| {
-            crate::partition::predicate(ty, config.grain, &Partition::from_name(name)).is_none()
-        }) {
-            return Err(BackfillError::BadWindow {
-                what: "--partition",
-                value: bad.clone(),
-                grain: config.grain,
-                table: table.to_owned(),
-                hint: "name a partition as `weir status` and weir.partitions print it (`__null__`, `infinity`, `-0043-03-15`)",
-            });
+        for name in named {
+            match canonical_name(ty, config.grain, name) {
+                Some(canonical) if canonical == *name => {}
+                Some(canonical) => {
+                    // Another spelling of a partition (`2026-03-01T5`): its rows in
+                    // the target are the partition's, its staged rows none, so a
+                    // backfill would empty it and record lineage under a name
+                    // nothing else uses.
+                    return Err(BackfillError::NotCanonical {
+                        value: name.clone(),
+                        canonical,
+                        table: table.to_owned(),
+                    });
+                }
+                None => {
+                    return Err(BackfillError::BadWindow {
+                        what: "--partition",
+                        value: name.clone(),
+                        grain: config.grain,
+                        table: table.to_owned(),
+                        hint: "name a partition as `weir status` and weir.partitions print it (`__null__`, `infinity`, `-0043-03-15`)",
+                    });
+                }
+            }
         }
     }
     let stage: Arc<Stage> = p.stage_arc();
@@ -514,10 +552,11 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
                 .map(|f| &f.partition),
         )
         .collect();
-    // Partitions the stage holds rows of that lineage does not list; and those written
-    // by this stage at a generation it has changed since, not dirty: the stage wrote
-    // the later state to another target (`WEIR_TARGET_DSN` pointed elsewhere, then
-    // back), so this target holds the older one.
+    // Partitions the stage holds rows of that lineage does not list, or lists as
+    // another stage's; and those written by this stage at a generation it has changed
+    // since, not dirty: the stage wrote the later state to another target
+    // (`WEIR_TARGET_DSN` pointed elsewhere, then back, or the target restored from a
+    // backup), so this target holds the older one.
     let stage_id = p.stage().stage_id().map_err(PipelineError::from)?;
     let mut entries: Vec<PlanEntry> = staged
         .iter()
@@ -534,6 +573,16 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
                         l.stage_generation
                     );
                     (Some(l.clone()), change)
+                }
+                // Written last by another stage (of this source: another source's is
+                // refused at start), though this one holds rows of it: the target was
+                // restored from a backup taken before this stage wrote it, or this
+                // stage's writes went to another target. What it holds is not this
+                // stage's.
+                Some(l)
+                    if staged_rows > 0 && l.stage_id.as_deref().is_some_and(|s| s != stage_id) =>
+                {
+                    (Some(l.clone()), "written last by another stage".to_owned())
                 }
                 _ => return None,
             };
@@ -921,69 +970,4 @@ pub async fn backfill(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn windows_are_half_open_and_typed() {
-        let day = |d: &str| Partition::Key(d.into());
-        let days = Order::Time(ColumnType::Date, Grain::Day);
-        assert!(in_window(
-            &day("2026-03-01"),
-            "2026-03-01",
-            "2026-03-02",
-            days
-        ));
-        assert!(!in_window(
-            &day("2026-03-02"),
-            "2026-03-01",
-            "2026-03-02",
-            days
-        ));
-        assert!(!in_window(
-            &day("infinity"),
-            "2026-03-01",
-            "9999-12-31",
-            days
-        ));
-        assert!(!in_window(&Partition::Null, "0", "z", Order::Text));
-        assert!(in_window(&day("beyond-infinity"), "a", "c", Order::Text));
-        assert!(
-            in_window(&day("9"), "2", "10", Order::Integer),
-            "integers compare as integers"
-        );
-        assert!(!in_window(&day("10"), "2", "10", Order::Integer));
-        // Signed years, in time order whatever their text's.
-        assert!(in_window(
-            &day("+10000-01-01"),
-            "9999-01-01",
-            "+10001-01-01",
-            days
-        ));
-        assert!(!in_window(
-            &day("+10000-01-01"),
-            "2026-01-01",
-            "9999-12-31",
-            days
-        ));
-        assert!(in_window(
-            &day("-0100-03-01"),
-            "-0200-01-01",
-            "-0044-01-01",
-            days
-        ));
-        let values = Order::Time(ColumnType::Date, Grain::Value);
-        assert!(in_window(
-            &day("-0100-03-01"),
-            "-0200-01-01",
-            "0001-01-01",
-            values
-        ));
-        assert!(!in_window(
-            &day("-0300-03-01"),
-            "-0200-01-01",
-            "0001-01-01",
-            values
-        ));
-    }
-}
+mod tests;

@@ -93,12 +93,23 @@ pub(crate) async fn run(
     if cleaning && once {
         rewritten += weir::backfill::rewrite_unrecorded(&pipeline).await?;
     }
+    // A first load's rows count as staged (as the live status line counts them), not
+    // as changes of a transaction.
+    let loaded = pipeline
+        .live()
+        .changes_staged
+        .saturating_sub(report.changes as u64);
     writeln!(
         std::io::stdout().lock(),
-        "staged {} transactions ({} changes, {} already staged); wrote {} partitions ({} rows); {} dead letters; {} rows rejected by plugins",
+        "staged {} transactions ({} changes, {} already staged){}; wrote {} partitions ({} rows); {} dead letters; {} rows rejected by plugins",
         report.transactions,
         report.changes,
         report.skipped_transactions,
+        if loaded > 0 {
+            format!(" and {loaded} rows of a first load")
+        } else {
+            String::new()
+        },
         report.partitions_written,
         report.rows_written,
         report.dead_letters,
@@ -107,7 +118,7 @@ pub(crate) async fn run(
     if rewritten > 0 {
         writeln!(
             std::io::stdout().lock(),
-            "also wrote again {rewritten} partitions the target's lineage did not list, listed at an older state of this stage (written since to another target), or that another stage wrote and this one holds no rows of"
+            "also wrote again {rewritten} partitions the target's lineage did not list, listed at an older state of this stage (written since to another target), or listed as another stage's"
         )?;
     }
     if report.source_reconnects > 0 {

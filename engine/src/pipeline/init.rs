@@ -111,6 +111,7 @@ pub async fn init_with(
         contracts.push(contract_of(table, &transform, *oid));
         let view = transform.target_view(table);
         check_partition_column(table, &view);
+        refuse_output_grain(config, table, &view)?;
         let prepared = target::prepare_table(
             &mut client,
             &view,
@@ -550,6 +551,38 @@ pub(super) fn check_partition_column(table: &TableConfig, view: &TableConfig) {
             "the plugin partitions its output by another column of the source than `partition_by`: unless it fills that column from `partition_by`, every write fails (an output row in another partition than its input's); set `partition_by` to the plugin's column if that is what it partitions by"
         );
     }
+}
+
+/// Refuses a plugin whose output partition column the table's `grain` cannot
+/// partition (a `date` by hour, text by day), as the config's own columns are refused:
+/// each of its jobs would fail, or, bounded in whole days, replace a day for an hour.
+fn refuse_output_grain(
+    config: &Config,
+    table: &TableConfig,
+    view: &TableConfig,
+) -> Result<(), PipelineError> {
+    let Some(column) = view.column(&view.partition_by) else {
+        return Ok(());
+    };
+    let fits = match table.grain {
+        crate::partition::Grain::Value => column.ty.is_value_partitionable(),
+        crate::partition::Grain::Hour => {
+            column.ty.is_temporal() && column.ty != crate::value::ColumnType::Date
+        }
+        crate::partition::Grain::Day | crate::partition::Grain::Month => column.ty.is_temporal(),
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(PipelineError::Table {
+        config: config.path.clone(),
+        table: table.source.to_string(),
+        field: "grain",
+        message: format!(
+            "the plugin partitions its output by `{}`, a {} column, which grain \"{}\" cannot partition: change the grain, or the plugin's partition column",
+            column.name, column.declared, table.grain
+        ),
+    })
 }
 
 /// Refuses a target that is one of the configured source tables itself (the same

@@ -261,6 +261,9 @@ fn check_value(column: &OutputColumn, value: &Value) -> Result<(), String> {
                 Err("the value is not a uuid in lower-case hyphenated form".to_owned())
             }
         }
+        (OutputType::Jsonb, Value::Json(text)) if crate::value::json_has_nul(text) => Err(
+            "the value holds a NUL character (the escape \\u0000), which PostgreSQL's jsonb cannot store (json can)".to_owned(),
+        ),
         (OutputType::Json | OutputType::Jsonb, Value::Json(text)) => {
             serde_json::from_str::<serde::de::IgnoredAny>(text)
                 .map(drop)

@@ -284,7 +284,20 @@ pub async fn prepare_table(
         if table.plugin.is_some() {
             tracing::warn!(table = %name, columns = %columns, "added the plugin's new nullable output columns to the target table; the partitions written before hold NULL in them: `weir backfill --stale` rewrites those an older plugin or config wrote");
         } else {
-            tracing::warn!(table = %name, columns = %columns, "added nullable columns to the target table; rows staged before the source had them hold NULL there (a PostgreSQL DEFAULT fills existing rows without WAL): for a PostgreSQL source, run `weir resync --table SOURCE_TABLE` to read their values, then check with `weir verify --against-source`");
+            // The partitions written while the target lacked the columns left out the
+            // values the stage holds for them (a live run staged them as the source
+            // gained them): each is written again by the next run's start, which
+            // rewrites what lineage lists at an older generation than the stage's.
+            client
+                .execute(
+                    "UPDATE weir.partitions SET stage_generation = 0 WHERE target_table = $1",
+                    &[&name.to_string()],
+                )
+                .await
+                .map_err(query_err(format!(
+                    "mark the partitions of {name} to write again"
+                )))?;
+            tracing::warn!(table = %name, columns = %columns, "added nullable columns to the target table; the next `weir run` writes every partition again with the values staged for them; rows staged before the source had them hold NULL there (a PostgreSQL DEFAULT fills existing rows without WAL): for a PostgreSQL source, run `weir resync --table SOURCE_TABLE` to read their values, then check with `weir verify --against-source`");
         }
         actual = table_columns(client, &name.quoted()).await?;
     }
@@ -617,15 +630,26 @@ fn child_table_name(table: &TableName, partition: &Partition) -> TableName {
     hasher.update(table.to_string().as_bytes());
     hasher.update(b"\0");
     hasher.update(partition.to_bytes());
-    let digest = hex::encode(&hasher.finalize()[..4]);
+    let digest = hasher.finalize();
     let mut name = format!("{}_p_{readable}", table.name);
-    name.truncate(crate::config::limits::IDENTIFIER_BYTES_MAX - 9);
+    // Whole, the readable part tells most partitions apart and 32 bits of the hash the
+    // rest (`EU`, `eu`). Cut short (a long table name), every child of the table shares
+    // the part kept and only the hash tells them apart: 64 bits of it, since 32 collide
+    // among tens of thousands of partitions (a child created under another partition's
+    // name left this one none). A child an older build named otherwise still holds its
+    // bound: creating this one finds it (`ensure_child`).
+    let digest_bytes = if name.len() + 9 <= crate::config::limits::IDENTIFIER_BYTES_MAX {
+        4
+    } else {
+        8
+    };
+    name.truncate(crate::config::limits::IDENTIFIER_BYTES_MAX - 1 - 2 * digest_bytes);
     while !name.is_char_boundary(name.len()) {
         name.pop();
     }
     TableName {
         schema: table.schema.clone(),
-        name: format!("{name}_{digest}"),
+        name: format!("{name}_{}", hex::encode(&digest[..digest_bytes])),
     }
 }
 
@@ -806,6 +830,26 @@ mod tests {
         let long_b = TableName::parse(&format!("a.{}b", "t".repeat(62))).expect("name");
         let p = Partition::Key("2026-03".into());
         assert_ne!(child_table_name(&long_a, &p), child_table_name(&long_b, &p));
+        // Cut short, a name ends in 64 bits of the hash (the values a QA run found
+        // sharing 32 bits of it under a 66-byte table name get children of their own).
+        let long = TableName::parse(
+            "tg_col.fact_customer_order_lines_enriched_with_region_and_currency_v01",
+        )
+        .expect("name");
+        let a = child_table_name(&long, &Partition::Key("12830".into())).name;
+        let b = child_table_name(&long, &Partition::Key("75350".into())).name;
+        assert_ne!(a, b);
+        assert!(
+            a.len() <= 63 && a.rsplit('_').next().is_some_and(|h| h.len() == 16),
+            "{a}"
+        );
+        assert_eq!(
+            child_table_name(&t, &Partition::Key("2026-03".into()))
+                .name
+                .len(),
+            "orders_p_2026_03_".len() + 8,
+            "a name that fits keeps the form older builds gave it"
+        );
         assert!(default_child_name(&long_a).name.len() <= 63);
         assert_ne!(default_child_name(&long_a), default_child_name(&long_b));
         assert_eq!(default_child_name(&t).name, "orders_p_default");

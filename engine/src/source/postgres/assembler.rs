@@ -651,8 +651,16 @@ impl Assembler {
                         // A transaction decoded under the column's earlier, narrower
                         // type (written before an `ALTER … TYPE` that widened it, read
                         // after a restart that found the new type): its values are
-                        // values of the new type too.
+                        // values of the new type too. Only one from before the catalog
+                        // was read: a later one narrowed the column (PostgreSQL
+                        // rounded the table's rows, which the stream never carries).
+                        let before_catalog = self.in_stream.is_none()
+                            && self
+                                .current
+                                .as_ref()
+                                .is_some_and(|t| t.commit_lsn < self.catalog_lsn);
                         if !precision_changed
+                            && before_catalog
                             && let Some(old) = now
                             && old != column.ty
                             && old.widens_to(column.ty)
@@ -700,11 +708,17 @@ impl Assembler {
                     });
                 }
             }
-            if let Some(previous) = self.relations.get(&relation.oid) {
+            {
+                // Columns neither the relation last seen nor, for the first one of this
+                // stream, the catalog read at the start had.
+                let known = |name: &str| match self.relations.get(&relation.oid) {
+                    Some(previous) => previous.relation.columns.iter().any(|p| p.name == name),
+                    None => t.columns.iter().any(|c| c.name == name),
+                };
                 let added: Vec<&str> = relation
                     .columns
                     .iter()
-                    .filter(|c| !previous.relation.columns.iter().any(|p| p.name == c.name))
+                    .filter(|c| !known(&c.name))
                     .map(|c| c.name.as_str())
                     .collect();
                 if !added.is_empty() {

@@ -82,6 +82,10 @@ pub enum PgSourceError {
         confirmed: String,
         position: String,
     },
+    #[error(
+        "the source server's WAL ends at {end}, before this stage's position {position}: the server went back in time (restored from a backup, recovered to an earlier point in time, or a standby promoted before it received all the stage holds). The stage holds changes the server no longer has, and the server's commits since, below {position}, would be passed over as staged; Weir stops rather than mix two histories. Take a fresh snapshot of the server as it is: point `[stage] path` at a new folder and `slot` at a new slot name, run `weir init` and `weir run` (its first load rewrites the target's partitions from the server's rows, and empties those it holds none of), then drop the old slot (`SELECT pg_drop_replication_slot('…')`)"
+    )]
+    SourceWentBack { end: String, position: String },
     #[error(transparent)]
     Stage(#[from] PortError),
     #[error("a stage task failed")]

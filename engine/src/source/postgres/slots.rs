@@ -187,6 +187,37 @@ pub fn report_slot_waits(dsn: &Dsn) -> tokio::task::JoinHandle<()> {
 /// stage with nothing staged starts where the slot is (its snapshot covers what came
 /// before), recorded first, so the check has a position from the first
 /// acknowledgement on.
+/// Refuses a primary whose WAL ends before the stage's `position`: a walsender sends
+/// only WAL its server has flushed, which a crash keeps, so such a server went back in
+/// time (restored from a backup, recovered to an earlier point, or a standby promoted
+/// before it received what the stage holds). The stage then holds changes the server
+/// no longer has, and the server's new commits below `position` would be passed over
+/// as staged. (A standby is not checked: its replay position is behind for a while
+/// after each restart.)
+async fn refuse_source_behind_stage(
+    client: &tokio_postgres::Client,
+    position: u64,
+) -> Result<(), PgSourceError> {
+    let end: Option<String> = client
+        .query_one(
+            "SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END",
+            &[],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read the source's WAL position",
+            source: PgError(source),
+        })?
+        .get(0);
+    match end.as_deref().and_then(crate::pg::lsn::parse_lsn) {
+        Some(end) if end < position => Err(PgSourceError::SourceWentBack {
+            end: format_lsn(end),
+            position: format_lsn(position),
+        }),
+        _ => Ok(()),
+    }
+}
+
 pub(super) async fn hold_slot_to_stage(
     dsn: &Dsn,
     slot: &str,
@@ -205,6 +236,9 @@ pub(super) async fn hold_slot_to_stage(
             source: PgError(source),
         })?
         .and_then(|row| row.get(0));
+    if let Some(checkpoint) = checkpoint {
+        refuse_source_behind_stage(&client, checkpoint.position).await?;
+    }
     let Some(confirmed) = confirmed.as_deref().and_then(crate::pg::lsn::parse_lsn) else {
         return Ok(checkpoint.map_or(0, |c| c.position));
     };
