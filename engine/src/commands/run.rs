@@ -53,9 +53,38 @@ pub(crate) async fn run(
     tokio::pin!(run);
     let mut tick = tokio::time::interval(super::progress::StatusLine::EVERY);
     let mut rewritten = rewritten;
+    // A target connection made again (the target restarted, failed over, or was
+    // restored from a backup): its lineage is checked again beside the run, as at the
+    // start, so partitions a restore took back are written again now, not at the next
+    // start.
+    let mut recheck = tokio::time::interval(std::time::Duration::from_secs(5));
+    type Repair<'a> = std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<usize, weir::backfill::BackfillError>>
+                + Send
+                + 'a,
+        >,
+    >;
+    let mut repair: Option<Repair<'_>> = None;
     let result = loop {
         tokio::select! {
             result = &mut run => break result,
+            _ = recheck.tick(), if repair.is_none() && !once => {
+                if pipeline.take_target_reconnected() {
+                    repair = Some(Box::pin(weir::backfill::rewrite_unrecorded(&pipeline)));
+                }
+            }
+            done = async { repair.as_mut().expect("guarded").await }, if repair.is_some() => {
+                repair = None;
+                match done {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::warn!(partitions = n, "the target's lineage, read again after its connection was made again, missed writes of this stage (a restore from a backup?): those partitions were written again");
+                        rewritten += n;
+                    }
+                    Err(error) => tracing::warn!(%error, "the target's lineage was not checked again after its connection was made again; the next start does it"),
+                }
+            }
             done = &mut cleanup, if cleaning => {
                 cleaning = false;
                 match done {

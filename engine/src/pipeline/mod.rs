@@ -122,6 +122,10 @@ pub struct Pipeline {
     /// The source stream met a column it cannot read in binary format: it is opened
     /// in text from then on.
     source_text_only: std::sync::atomic::AtomicBool,
+    /// A target connection was found closed and made again (a restart, a failover, a
+    /// restore from a backup): `run` checks the target's lineage again, as at its start
+    /// (see [`Pipeline::take_target_reconnected`]).
+    target_reconnected: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -249,7 +253,15 @@ impl Pipeline {
             load_watch: Arc::new(load_watch),
             live,
             source_text_only: std::sync::atomic::AtomicBool::new(false),
+            target_reconnected: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Whether a target connection was made again since this was last asked: the
+    /// target may have been restored from a backup meanwhile, which its lineage tells.
+    pub fn take_target_reconnected(&self) -> bool {
+        self.target_reconnected
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Asks `run` to keep the live state's dirty count and slot lag fresh (for a status

@@ -564,7 +564,13 @@ impl Pipeline {
         let pooled = self.clients.lock().await.pop();
         match pooled {
             Some(c) if !c.is_closed() => Ok(c),
-            _ => Ok(target::connect(&self.dsn).await?),
+            Some(_) => {
+                let client = target::connect(&self.dsn).await?;
+                self.target_reconnected
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(client)
+            }
+            None => Ok(target::connect(&self.dsn).await?),
         }
     }
 }

@@ -90,7 +90,7 @@ pub enum TargetError {
         sent: u64,
         kept: u64,
     },
-    #[error("target table {table} does not match the configured columns:\n  {}\nalter the table to match (then `weir backfill --stale` rewrites the partitions an older plugin or config wrote), or write a new table: point `target` at it with a new `[stage] path`, and run `weir init`", differences.join("\n  "))]
+    #[error("target table {table} does not match the configured columns:\n  {}\nalter the table to match (then `weir backfill --stale` rewrites the partitions an older plugin or config wrote; a `timestamp` made `timestamptz` keeps its instants with `ALTER … TYPE timestamptz USING col AT TIME ZONE 'UTC'`, as Weir writes them, where a plain ALTER reads them in the session's time zone and moves rows to other partitions), or write a new table: point `target` at it with a new `[stage] path`, and run `weir init`", differences.join("\n  "))]
     SchemaMismatch {
         table: TableName,
         differences: Vec<String>,
