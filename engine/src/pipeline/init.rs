@@ -701,6 +701,12 @@ pub(super) async fn refuse_foreign_lineage(
                     literal(other)
                 ));
             }
+            // Its rows stay with its lineage gone: emptied, the table gets every
+            // partition this stage holds at the next run.
+            remove.push_str(&format!(
+                "; then remove its rows: TRUNCATE {} (the next run writes every partition this stage holds; a partition of only its rows would otherwise stay, with no lineage)",
+                table.target.quoted()
+            ));
             Err(PipelineError::ForeignLineage {
                 target: table.target.to_string(),
                 from: match &other {
