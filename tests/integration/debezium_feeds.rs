@@ -25,6 +25,16 @@ fn orders(ids: std::ops::RangeInclusive<i64>) -> Vec<String> {
         .collect()
 }
 
+/// Points the config's feed at stdin (`path = "-"`).
+fn read_stdin(db: &TestDb) {
+    let config = std::fs::read_to_string(db.config_path()).expect("config");
+    std::fs::write(
+        db.config_path(),
+        config.replace("path = \"feed.jsonl\"", "path = \"-\""),
+    )
+    .expect("config");
+}
+
 fn verify(db: &TestDb) {
     let out = db.weir_ok(&[
         "verify",
@@ -117,12 +127,7 @@ async fn debeziums_placeholders_tombstones_metadata_and_truncates() {
 async fn live_stdin_is_staged_and_written_while_its_producer_pauses() {
     let db = TestDb::new("feed_stdin_live").await;
     db.write_config("", "", "flush_interval_ms = 10");
-    let config = std::fs::read_to_string(db.config_path()).expect("config");
-    std::fs::write(
-        db.config_path(),
-        config.replace("path = \"feed.jsonl\"", "path = \"-\""),
-    )
-    .expect("config");
+    read_stdin(&db);
     db.weir_ok(&["init"]);
     let mut child = db
         .weir_command(&["run"])
@@ -317,12 +322,7 @@ fn run_on_stdin(db: &TestDb, feed: &[u8]) -> std::process::Output {
 async fn stdin_cut_in_the_middle_of_a_line_is_read_whole_when_piped_again() {
     let db = TestDb::new("feed_stdin_cut").await;
     db.write_config("on_bad_record = \"dead-letter\"", "", "");
-    let config = std::fs::read_to_string(db.config_path()).expect("config");
-    std::fs::write(
-        db.config_path(),
-        config.replace("path = \"feed.jsonl\"", "path = \"-\""),
-    )
-    .expect("config");
+    read_stdin(&db);
     db.weir_ok(&["init"]);
     let feed = orders(1..=4).concat();
     let cut = orders(1..=2).concat().len() + 40;
@@ -356,12 +356,7 @@ async fn stdin_cut_in_the_middle_of_a_line_is_read_whole_when_piped_again() {
 async fn live_stdin_from_a_steady_producer_is_written_while_it_sends() {
     let db = TestDb::new("feed_stdin_steady").await;
     db.write_config("", "", "flush_interval_ms = 10");
-    let config = std::fs::read_to_string(db.config_path()).expect("config");
-    std::fs::write(
-        db.config_path(),
-        config.replace("path = \"feed.jsonl\"", "path = \"-\""),
-    )
-    .expect("config");
+    read_stdin(&db);
     db.weir_ok(&["init"]);
     let mut child = db
         .weir_command(&["run"])

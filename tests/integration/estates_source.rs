@@ -2032,25 +2032,13 @@ async fn a_source_that_went_back_in_time_is_refused() {
 /// again with the values (before: `wrote 0 partitions`, the value NULL for good).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_column_added_while_streaming_reaches_the_target_once_it_has_it() {
-    let db = TestDb::new("est_added_col_target").await;
-    let (source_dsn, source) = crate::harness::source_db(
+    let (db, source_dsn, source, mut run, log) = streaming(
         "est_added_col",
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
          INSERT INTO orders VALUES (1, 'c', DATE '2026-03-01', 1, 'new');",
+        "public.orders",
     )
     .await;
-    write_config(
-        &db,
-        "est_added_col",
-        &orders("public.orders", &["id"], "day"),
-    );
-    for args in [&["init"][..], &["run", "--once"]] {
-        let out = weir_pg(&db, &source_dsn, args);
-        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
-    }
-    let log = db.path("live.log");
-    let mut run = spawn_run(&db, &source_dsn, &log);
-    wait_streaming(&log);
     let target = db.client().await;
     source
         .batch_execute(
@@ -2089,25 +2077,13 @@ async fn a_column_added_while_streaming_reaches_the_target_once_it_has_it() {
 /// kept `1.2345` where the source now holds `1.2`).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_column_narrowed_while_streaming_stops_the_run() {
-    let db = TestDb::new("est_narrowed_target").await;
-    let (source_dsn, source) = crate::harness::source_db(
+    let (_db, _, source, mut run, log) = streaming(
         "est_narrowed",
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(14,4), status text);
          INSERT INTO orders VALUES (1, 'c', DATE '2026-03-01', 1.2345, 'new');",
+        "public.orders",
     )
     .await;
-    write_config(
-        &db,
-        "est_narrowed",
-        &orders("public.orders", &["id"], "day"),
-    );
-    for args in [&["init"][..], &["run", "--once"]] {
-        let out = weir_pg(&db, &source_dsn, args);
-        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
-    }
-    let log = db.path("live.log");
-    let mut run = spawn_run(&db, &source_dsn, &log);
-    wait_streaming(&log);
     source
         .batch_execute(
             "ALTER TABLE orders ALTER amount TYPE numeric(10,1);
@@ -2135,4 +2111,61 @@ fn wait_streaming(log: &Path) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A configured table's schema renamed while `weir run` streams (`ALTER SCHEMA …
+/// RENAME`, a blue/green swap): no Relation message tells the stream, so the periodic
+/// catalog check finds the table under its new name and stops the run, naming it
+/// (before: the run went on staging the table the config no longer names, and warned
+/// of detached partitions).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_renamed_while_streaming_stops_the_run_naming_the_table() {
+    let (_db, _, source, mut run, log) = streaming(
+        "est_schema_renamed",
+        "CREATE SCHEMA blue;
+         CREATE TABLE blue.orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
+         INSERT INTO blue.orders VALUES (1, 'c', DATE '2026-03-01', 1, 'new');",
+        "blue.orders",
+    )
+    .await;
+    source
+        .batch_execute(
+            "ALTER SCHEMA blue RENAME TO green;
+             INSERT INTO green.orders VALUES (2, 'c', DATE '2026-03-01', 2, 'new');",
+        )
+        .await
+        .expect("a schema renamed while streaming");
+    let status = wait_exit(&mut run, &log, 60);
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!status.success(), "{logged}");
+    assert!(
+        logged.contains("is now green.orders") && !logged.contains("detached or dropped"),
+        "{logged}"
+    );
+}
+
+/// A source database `name` made with `ddl`, its table `table` configured (day grain)
+/// and loaded, and a live `weir run` streaming it, with its log.
+async fn streaming(
+    name: &str,
+    ddl: &str,
+    table: &str,
+) -> (
+    TestDb,
+    String,
+    tokio_postgres::Client,
+    Reaped,
+    std::path::PathBuf,
+) {
+    let db = TestDb::new(&format!("{name}_target")).await;
+    let (source_dsn, source) = crate::harness::source_db(name, ddl).await;
+    write_config(&db, name, &orders(table, &["id"], "day"));
+    for args in [&["init"][..], &["run", "--once"]] {
+        let out = weir_pg(&db, &source_dsn, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    let log = db.path("live.log");
+    let run = spawn_run(&db, &source_dsn, &log);
+    wait_streaming(&log);
+    (db, source_dsn, source, run, log)
 }

@@ -1247,6 +1247,15 @@ async fn a_native_child_held_off_by_a_reader_names_it_and_is_retried() {
     assert_eq!(people(&db).await.len(), 2);
 }
 
+/// A backup of the people target: its rows and Weir's lineage, as a restore brings
+/// them back ([`RESTORE`]).
+const BACKUP: &str = "CREATE TABLE public.people_backup AS SELECT * FROM analytics.people;
+     CREATE TABLE public.lineage_backup AS SELECT * FROM weir.partitions;";
+const RESTORE: &str = "BEGIN;
+     DELETE FROM analytics.people; INSERT INTO analytics.people SELECT * FROM public.people_backup;
+     DELETE FROM weir.partitions; INSERT INTO weir.partitions SELECT * FROM public.lineage_backup;
+     COMMIT;";
+
 /// The target restored from a backup taken before a new stage (of the same feed)
 /// wrote it: lineage lists the old stage's writes, the rows are the old stage's. The
 /// next run writes again every partition the new stage holds rows of that lineage
@@ -1264,13 +1273,7 @@ async fn a_target_restored_to_another_stages_writes_is_written_again() {
     db.weir_ok(&["run", "--once"]);
     // The backup: the target's rows and lineage as stage A left them.
     let client = db.client().await;
-    client
-        .batch_execute(
-            "CREATE TABLE public.people_backup AS SELECT * FROM analytics.people;
-             CREATE TABLE public.lineage_backup AS SELECT * FROM weir.partitions;",
-        )
-        .await
-        .expect("backup");
+    client.batch_execute(BACKUP).await.expect("backup");
     // Later changes, then a new stage of the same feed (the documented rebuild of a
     // damaged stage) writes the later state.
     db.append_feed(&[
@@ -1286,13 +1289,7 @@ async fn a_target_restored_to_another_stages_writes_is_written_again() {
     db.weir_ok(&["init"]);
     db.weir_ok(&["run", "--once"]);
     // The target restored from the backup.
-    client
-        .batch_execute(
-            "TRUNCATE analytics.people; INSERT INTO analytics.people SELECT * FROM public.people_backup;
-             DELETE FROM weir.partitions; INSERT INTO weir.partitions SELECT * FROM public.lineage_backup;",
-        )
-        .await
-        .expect("restore");
+    client.batch_execute(RESTORE).await.expect("restore");
     let out = db.weir_ok(&["run", "--once"]);
     assert!(out.contains("also wrote again 2 partitions"), "{out}");
     assert_eq!(
@@ -1345,13 +1342,7 @@ async fn a_target_restored_under_a_live_run_is_brought_back() {
     let row =
         |id: i64, region: &str, status: &str| (id, Some(region.to_owned()), status.to_owned());
     wait(vec![row(1, "EU", "a"), row(2, "US", "a")]).await;
-    client
-        .batch_execute(
-            "CREATE TABLE public.people_backup AS SELECT * FROM analytics.people;
-             CREATE TABLE public.lineage_backup AS SELECT * FROM weir.partitions;",
-        )
-        .await
-        .expect("backup");
+    client.batch_execute(BACKUP).await.expect("backup");
     db.append_feed(&[
         person("u", 1, Some("EU"), "b"),
         person("u", 2, Some("US"), "b"),
@@ -1360,12 +1351,10 @@ async fn a_target_restored_under_a_live_run_is_brought_back() {
     // Restored, and the run's connections cut, as a restore's restart cuts them.
     client
         .batch_execute(
-            "BEGIN;
-             DELETE FROM analytics.people; INSERT INTO analytics.people SELECT * FROM public.people_backup;
-             DELETE FROM weir.partitions; INSERT INTO weir.partitions SELECT * FROM public.lineage_backup;
-             COMMIT;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend';",
+            &format!(
+                "{RESTORE} SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend';"
+            ),
         )
         .await
         .expect("restore");
@@ -1377,4 +1366,41 @@ async fn a_target_restored_under_a_live_run_is_brought_back() {
         row(3, "EU", "a"),
     ])
     .await;
+}
+
+/// A table taken out of the config while it has partitions left to write: the other
+/// tables are written as before, its marks wait (before: every write round stopped at
+/// `table … is not in the config`, for the whole pipeline, at every start).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_taken_out_with_partitions_left_to_write_does_not_stop_the_others() {
+    let db = TestDb::new("tw_removed_dirty").await;
+    let staff = people_table(false, "")
+        .replace("public.people", "public.staff")
+        .replace("analytics.people", "analytics.staff");
+    db.write_feed_config("", "", &format!("{}{staff}", people_table(false, "")));
+    let staff_line = |id: i64| {
+        person("c", id, Some("EU"), "s").replace("\"table\":\"people\"", "\"table\":\"staff\"")
+    };
+    db.write_feed(&[person("c", 1, Some("EU"), "a"), staff_line(7)]);
+    db.weir_ok(&["init"]);
+    // Staff's partition cannot be written (a constraint its row breaks): left dirty.
+    db.client()
+        .await
+        .batch_execute("ALTER TABLE analytics.staff ADD CONSTRAINT no_s CHECK (status <> 's')")
+        .await
+        .expect("constraint");
+    let out = db.weir(&["run", "--once"]);
+    assert!(!out.status.success(), "{}", text(&out.stderr));
+    // Staff out of the config; people's changes go on.
+    db.write_feed_config("", "", &people_table(false, ""));
+    db.append_feed(&[person("c", 2, Some("US"), "a")]);
+    let out = db.weir(&["run", "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        people(&db).await,
+        vec![
+            (1, Some("EU".to_owned()), "a".to_owned()),
+            (2, Some("US".to_owned()), "a".to_owned()),
+        ]
+    );
 }

@@ -140,7 +140,7 @@ impl Value {
     /// The document of a `json` or `jsonb` column given as JSON text `text` (`None`:
     /// `text` is not JSON). A `json` column keeps the text exactly; `jsonb` is stored
     /// normalised, as PostgreSQL normalises it. JSON text the parser cannot read
-    /// (nested deeper than 128 levels, a lone surrogate escape) is refused: it cannot be
+    /// (nested 128 levels deep or deeper, a lone surrogate escape) is refused: it cannot be
     /// checked whole (PostgreSQL would refuse the partition's COPY for good if it is
     /// broken further on), and is never taken for a string that is not JSON.
     pub fn json_document(ty: ColumnType, text: &str) -> Result<Option<Value>, ConvertError> {
@@ -159,7 +159,7 @@ impl Value {
                 if unreadable {
                     Err(ConvertError::Invalid {
                         text: text.to_owned(),
-                        expected: "JSON Weir can read (nested at most 128 levels deep, no lone surrogate escape)",
+                        expected: "JSON Weir can read (nested fewer than 128 levels deep, no lone surrogate escape)",
                     })
                 } else {
                     Ok(None)

@@ -523,11 +523,12 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
     let (_, target, _) = p.table(table)?;
     let stage: Arc<Stage> = p.stage_arc();
     let t = table.to_owned();
-    let (staged, dirty, failed) = tokio::task::spawn_blocking(move || {
+    let (staged, dirty, failed, position) = tokio::task::spawn_blocking(move || {
         Ok::<_, crate::stage::StageError>((
             stage.partitions(&t)?,
             stage.dirty_partitions()?,
             stage.failures()?,
+            stage.checkpoint()?.map_or(0, |c| c.position),
         ))
     })
     .await
@@ -575,12 +576,16 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
                     (Some(l.clone()), change)
                 }
                 // Written last by another stage (of this source: another source's is
-                // refused at start), though this one holds rows of it: the target was
-                // restored from a backup taken before this stage wrote it, or this
-                // stage's writes went to another target. What it holds is not this
-                // stage's.
+                // refused at start) from a position this stage is at or past, though
+                // this one holds rows of it: the target was restored from a backup
+                // taken before this stage wrote it, or this stage's writes went to
+                // another target. (A write from past this stage's position is newer
+                // than this stage: an older checkpoint imported, which the source then
+                // refuses, or catches up.)
                 Some(l)
-                    if staged_rows > 0 && l.stage_id.as_deref().is_some_and(|s| s != stage_id) =>
+                    if staged_rows > 0
+                        && l.stage_id.as_deref().is_some_and(|s| s != stage_id)
+                        && u64::try_from(l.source_position).is_ok_and(|at| at <= position) =>
                 {
                     (Some(l.clone()), "written last by another stage".to_owned())
                 }

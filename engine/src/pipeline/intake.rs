@@ -508,11 +508,11 @@ impl Pipeline {
             // Partitions held back (a table loading or resyncing) are not written until
             // more is read: waiting on them would wait for ever.
             let held = self.resync_holds()?;
-            let writable = self
-                .stage
-                .dirty_partitions()?
-                .into_iter()
-                .any(|d| !self.load_watch.is_loading(&d.table) && !held.contains(&d.table));
+            let writable = self.stage.dirty_partitions()?.into_iter().any(|d| {
+                !self.load_watch.is_loading(&d.table)
+                    && !held.contains(&d.table)
+                    && self.tables.contains_key(&d.table)
+            });
             if unwritten < limit / 2 || !writable {
                 tracing::info!(
                     unwritten_bytes = unwritten,

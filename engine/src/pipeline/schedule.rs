@@ -92,7 +92,13 @@ impl Pipeline {
         // one a whole-table resync reads again lacks the rows not read yet: their
         // partitions are written once that is done.
         let held = self.resync_holds()?;
-        dirty.retain(|d| !self.load_watch.is_loading(&d.table) && !held.contains(&d.table));
+        // A table taken out of the config keeps its target partitions as they are: its
+        // dirty marks wait (for the table to come back), the other tables are written.
+        dirty.retain(|d| {
+            !self.load_watch.is_loading(&d.table)
+                && !held.contains(&d.table)
+                && self.tables.contains_key(&d.table)
+        });
         if dirty.is_empty() {
             return Ok(Round::default());
         }

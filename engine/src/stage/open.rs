@@ -41,6 +41,9 @@ pub const MEMORY_BUDGET_BYTES: usize = MEMTABLES_BYTES_MAX + BLOCK_CACHE_BYTES;
 // The memory budget (`Config::memory_budget`) counts the stage at this figure.
 const _: () = assert!(MEMORY_BUDGET_BYTES == crate::limits::STAGE_MEMORY_BYTES);
 
+/// The stage's table files RocksDB keeps open at once.
+const STAGE_OPEN_FILES_MAX: i32 = 512;
+
 /// Options of the database and of every column family. The workload is point reads
 /// and writes on `keys` (bloom filters), prefix scans of one partition on `rows`, and
 /// synced group commits; level compaction with dynamic level sizes keeps space
@@ -83,6 +86,10 @@ fn db_options(cache: &Cache, memtables: &rocksdb::WriteBufferManager) -> Options
     // left another, a thousand kept.
     opts.set_max_log_file_size(4 << 20);
     opts.set_keep_log_file_num(4);
+    // Table files kept open at most (the least used closed past it): a first load
+    // ingests files per table and range, so a stage of many small tables held two
+    // files a table open, past a common open-files limit of 1,024.
+    opts.set_max_open_files(STAGE_OPEN_FILES_MAX);
     opts.set_level_compaction_dynamic_level_bytes(true);
     opts.set_bytes_per_sync(1 << 20);
     let mut table = table_format();

@@ -480,7 +480,12 @@ pub(super) async fn first_load(
             if loaded.ranges_left == 0 {
                 bar.finish();
             }
-        } else if last_log.elapsed() >= LOG_INTERVAL || loaded.ranges_left == 0 {
+        } else if read.last && loaded.ranges_left == 0 {
+            // Its last line, once.
+            if let Some(table) = tables.get(read.table) {
+                log_table(loaded, table, started);
+            }
+        } else if last_log.elapsed() >= LOG_INTERVAL {
             log_progress(&planned, tables, started);
             last_log = Instant::now();
         }
@@ -928,23 +933,35 @@ fn progress_bars(
     Some(bars)
 }
 
-/// Logs each table's rows, rate and time left (a JSON line with `--log-format json`).
+/// Logs the rows, rate and time left of each table still loading (a JSON line with
+/// `--log-format json`); a table's last line is logged once, as it is done.
 fn log_progress(planned: &[Option<Planned>], tables: &[TableConfig], started: Instant) {
-    let seconds = started.elapsed().as_secs_f64().max(0.001);
     for (p, table) in planned.iter().zip(tables) {
-        let Some(p) = p else { continue };
-        let rows_per_s = p.rows as f64 / seconds;
-        let eta_s = (p.rows_estimate.saturating_sub(p.rows) as f64 / rows_per_s.max(1.0)) as u64;
-        tracing::info!(
-            table = %table.source,
-            rows_done = p.rows,
-            rows_estimate = p.rows_estimate,
-            rows_per_s = rows_per_s as u64,
-            eta_s = if p.ranges_left == 0 { 0 } else { eta_s },
-            done = p.ranges_left == 0,
-            "first load progress"
-        );
+        if let Some(p) = p.as_ref().filter(|p| p.ranges_left > 0) {
+            log_table(p, table, started);
+        }
     }
+}
+
+/// One table's `first load progress` line. The time left is left out until a row is
+/// loaded (no rate to reckon it by).
+fn log_table(p: &Planned, table: &TableConfig, started: Instant) {
+    let seconds = started.elapsed().as_secs_f64().max(0.001);
+    let rows_per_s = p.rows as f64 / seconds;
+    let eta_s = match p.ranges_left {
+        0 => Some(0),
+        _ if p.rows == 0 => None,
+        _ => Some((p.rows_estimate.saturating_sub(p.rows) as f64 / rows_per_s.max(1.0)) as u64),
+    };
+    tracing::info!(
+        table = %table.source,
+        rows_done = p.rows,
+        rows_estimate = p.rows_estimate,
+        rows_per_s = rows_per_s as u64,
+        eta_s,
+        done = p.ranges_left == 0,
+        "first load progress"
+    );
 }
 
 fn encode(progress: &SnapshotProgress, table: &str) -> Result<Vec<u8>, PgSourceError> {

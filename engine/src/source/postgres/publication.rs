@@ -175,6 +175,32 @@ pub(super) async fn check_relations(
             ),
         });
     }
+    // A configured table under another name: a `RENAME` of the table sends the stream
+    // a new Relation message, which stops the run, but an `ALTER SCHEMA … RENAME` sends
+    // none, and the stream would go on staging the table a config no longer names.
+    let names = catalog
+        .query(
+            "SELECT c.oid, n.nspname::text, c.relname::text FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ANY($1::oid[])",
+            &[&oids],
+        )
+        .await
+        .map_err(|source| PgSourceError::Query {
+            what: "read the source tables' names",
+            source: PgError(source),
+        })?;
+    for row in &names {
+        let (oid, schema, name): (u32, String, String) = (row.get(0), row.get(1), row.get(2));
+        if let Some((t, _)) = tables.iter().zip(oids).find(|(_, o)| **o == oid)
+            && (t.source.schema != schema || t.source.name != name)
+        {
+            return Err(PgSourceError::Renamed {
+                configured: t.source.to_string(),
+                oid,
+                now: format!("{schema}.{name}"),
+            });
+        }
+    }
     let mut now: HashMap<u32, std::collections::BTreeSet<String>> = HashMap::new();
     for r in &rows {
         now.entry(r.get(0)).or_default().insert(r.get(1));
