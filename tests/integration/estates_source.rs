@@ -2120,7 +2120,7 @@ fn wait_streaming(log: &Path) {
 /// of detached partitions).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_schema_renamed_while_streaming_stops_the_run_naming_the_table() {
-    let (_db, _, source, mut run, log) = streaming(
+    let (db, source_dsn, source, mut run, log) = streaming(
         "est_schema_renamed",
         "CREATE SCHEMA blue;
          CREATE TABLE blue.orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2), status text);
@@ -2141,6 +2141,28 @@ async fn a_schema_renamed_while_streaming_stops_the_run_naming_the_table() {
     assert!(
         logged.contains("is now green.orders") && !logged.contains("detached or dropped"),
         "{logged}"
+    );
+    // Every table the config names that is missing is named in one error.
+    let refunds = OrdersTable::postgres("analytics.fact_refunds")
+        .source("blue.refunds")
+        .body();
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            "est_schema_renamed",
+            "",
+            &format!(
+                "[[table]]\n{}\n[[table]]\n{refunds}\n",
+                orders("blue.orders", &["id"], "day")
+            ),
+        ),
+    )
+    .expect("config");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("blue.orders does not exist (nor do blue.refunds: 2 tables in all)"),
+        "{stderr}"
     );
 }
 

@@ -1404,3 +1404,31 @@ async fn a_table_taken_out_with_partitions_left_to_write_does_not_stop_the_other
         ]
     );
 }
+
+/// `weir status` with more dirty partitions than it lists: the count per table first
+/// (which table is behind), then the oldest partitions.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_counts_dirty_partitions_per_table_past_fifty() {
+    let db = TestDb::new("tw_status_many_dirty").await;
+    db.write_feed_config("", "", &people_table(false, ""));
+    let lines: Vec<String> = (0..60)
+        .map(|id| person("c", id, Some(&format!("r{id:02}")), "s"))
+        .collect();
+    db.write_feed(&lines);
+    db.weir_ok(&["init"]);
+    // No partition can be written (a constraint every row breaks): all stay dirty.
+    db.client()
+        .await
+        .batch_execute("ALTER TABLE analytics.people ADD CONSTRAINT no_s CHECK (status <> 's')")
+        .await
+        .expect("constraint");
+    let out = db.weir(&["run", "--once"]);
+    assert!(!out.status.success(), "{}", text(&out.stderr));
+    let status = db.weir_ok(&["status"]);
+    assert!(
+        status.contains("dirty:      60 partitions")
+            && status.contains("  public.people: 60 partitions")
+            && status.contains("  oldest:\n  public.people r00 "),
+        "{status}"
+    );
+}

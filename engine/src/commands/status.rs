@@ -7,6 +7,9 @@ use std::path::Path;
 use weir::config::Config;
 use weir::pipeline;
 
+/// Dirty partitions (and, past them, tables) `status` lists one by one.
+const DIRTY_LISTED: usize = 50;
+
 /// Runs `weir status`.
 pub(crate) async fn run(config_path: &Path, json: bool) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
@@ -104,7 +107,25 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
         writeln!(out, "source:     unavailable: {e}")?;
     }
     writeln!(out, "dirty:      {} partitions", s.dirty_partitions.len())?;
-    for d in s.dirty_partitions.iter().take(50) {
+    if s.dirty_partitions.len() > DIRTY_LISTED {
+        // Too many to list: how many each table has, most first, then the oldest.
+        let mut by_table: std::collections::BTreeMap<&str, usize> = Default::default();
+        for d in &s.dirty_partitions {
+            *by_table.entry(d.table.as_str()).or_default() += 1;
+        }
+        let mut by_table: Vec<(&str, usize)> = by_table.into_iter().collect();
+        by_table.sort_by_key(|(t, n)| (std::cmp::Reverse(*n), *t));
+        for (table, n) in by_table.iter().take(DIRTY_LISTED) {
+            writeln!(out, "  {table}: {n} partitions")?;
+        }
+        if by_table.len() > DIRTY_LISTED {
+            writeln!(out, "  … and {} more tables", by_table.len() - DIRTY_LISTED)?;
+        }
+        writeln!(out, "  oldest:")?;
+    }
+    let mut oldest: Vec<_> = s.dirty_partitions.iter().collect();
+    oldest.sort_by_key(|d| d.generation);
+    for d in oldest.into_iter().take(DIRTY_LISTED) {
         writeln!(
             out,
             "  {} {} (generation {})",

@@ -457,6 +457,7 @@ pub(super) async fn resolve_tables(
     let client = postgres::connect(&source_dsn).await?;
     let catalog_lsn = postgres::wal_position(&client).await?;
     let source = postgres::database_identity(&client).await?;
+    postgres::refuse_missing_tables(&client, &config.tables).await?;
     let mut out = Vec::with_capacity(config.tables.len());
     for table in &config.tables {
         let (mut columns, unsupported) =

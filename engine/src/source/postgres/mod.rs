@@ -115,8 +115,8 @@ pub use read::{distinct_values, read_rows};
 pub use resync::request_resync;
 pub use resync::{database_identity, wal_position, write_server};
 pub use setup::{
-    Estate, SetupReport, SlotFailover, check_estate, connect, setup, source_columns,
-    source_columns_and_unsupported, table_oid, unsupported_columns,
+    Estate, SetupReport, SlotFailover, check_estate, connect, refuse_missing_tables, setup,
+    source_columns, source_columns_and_unsupported, table_oid, unsupported_columns,
 };
 pub use slots::{HostSlot, SlotStatus, report_slot_waits, slot_on_each_host, slot_status};
 pub use snapshot::{RESYNC_PREFIX, ResyncSignal};

@@ -47,6 +47,47 @@ pub fn unsupported_columns(table: &TableName, unsupported: &[(String, String)]) 
     }
 }
 
+/// Refuses a config naming source tables that do not exist, all of them in one error
+/// (a schema renamed leaves every table of it missing: one at a time, that was one
+/// edit and one run for each).
+pub async fn refuse_missing_tables(
+    client: &tokio_postgres::Client,
+    tables: &[crate::config::TableConfig],
+) -> Result<(), PgSourceError> {
+    let quoted: Vec<String> = tables.iter().map(|t| t.source.quoted()).collect();
+    let rows = client
+        .query(
+            "SELECT i::int FROM unnest($1::text[]) WITH ORDINALITY AS n(name, i) WHERE to_regclass(name) IS NULL ORDER BY i",
+            &[&quoted],
+        )
+        .await
+        .map_err(super::error::query_failed("look the source tables up"))?;
+    let missing: Vec<String> = rows
+        .iter()
+        .filter_map(|r| usize::try_from(r.get::<_, i32>(0)).ok())
+        .filter_map(|i| tables.get(i.checked_sub(1)?))
+        .map(|t| t.source.to_string())
+        .collect();
+    let Some((first, rest)) = missing.split_first() else {
+        return Ok(());
+    };
+    let others = if !rest.is_empty() {
+        format!(
+            " (nor do {}: {} tables in all)",
+            rest.join(", "),
+            missing.len()
+        )
+    } else {
+        String::new()
+    };
+    Err(PgSourceError::SourceTable {
+        table: first.clone(),
+        problem: format!(
+            "does not exist{others}: create it, or, if it was renamed (ALTER TABLE … RENAME or SET SCHEMA, or its schema renamed), set `source` to its new name in the config"
+        ),
+    })
+}
+
 /// [`source_columns`], with the columns of types Weir cannot write set apart (name,
 /// declared type) rather than refused.
 pub async fn source_columns_and_unsupported(
