@@ -164,7 +164,9 @@ pub(crate) async fn run(
             report.intake_pauses
         )?;
     }
-    if report.changes > 0 && report.rows_written > 0 {
+    // A first load's rows are written but are no changes: the ratio would say nothing
+    // of the steady state.
+    if report.changes > 0 && report.rows_written > 0 && loaded == 0 {
         // Rows the target rewrote per change staged: the price of whole-partition
         // replace; a longer flush interval coalesces more changes per rewrite.
         writeln!(
