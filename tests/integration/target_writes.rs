@@ -425,7 +425,8 @@ async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
     let holder: i32 = loop {
         let row = blocker
             .query_opt(
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid() LIMIT 1",
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid() \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1",
                 &[],
             )
             .await
