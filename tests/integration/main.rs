@@ -25,6 +25,7 @@ mod plugins;
 mod postgres_source;
 mod resync;
 mod secrets;
+mod source_types;
 mod stage_crash;
 mod streaming;
 mod target_writes;

@@ -104,6 +104,7 @@ mod stage_port;
 #[allow(clippy::indexing_slicing)]
 mod streaming;
 mod tuples;
+mod types;
 
 pub use crate::pg::lsn::{format_lsn, parse_lsn};
 pub use assembler::{Assembler, Unstaged};

@@ -8,7 +8,8 @@ use tokio::sync::mpsc;
 
 use super::error::PgSourceError;
 use super::setup::connect;
-use super::snapshot::{column_types, decode_row};
+use super::snapshot::decode_row;
+use super::types::column_types;
 use crate::config::{Dsn, TableConfig, quote_ident};
 use crate::pg::pgtypes;
 use crate::source::Row;

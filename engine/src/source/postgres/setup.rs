@@ -41,7 +41,7 @@ pub fn unsupported_columns(table: &TableName, unsupported: &[(String, String)]) 
     PgSourceError::SourceTable {
         table: table.to_string(),
         problem: format!(
-            "column {}, which Weir cannot write yet (it writes smallint, integer, bigint, numeric, real, double precision, text, varchar, boolean, date, timestamp, timestamptz, uuid, json, jsonb and bytea): change the column to one of these at the source, or leave the table out of this pipeline",
+            "column {}, which Weir cannot write yet (it writes smallint, integer, bigint, numeric, real, double precision, text, varchar, boolean, date, timestamp, timestamptz, uuid, json, jsonb and bytea, domains over these, and enums, as text): change the column to one of these at the source, or leave the table out of this pipeline",
             list.join(", column ")
         ),
     }
@@ -108,6 +108,8 @@ pub async fn source_columns_and_unsupported(
             problem: "does not exist (or has no columns): create it, or, if it was renamed (ALTER TABLE … RENAME or SET SCHEMA), set `source` to its new name in the config".into(),
         });
     }
+    let mut types = super::types::UserTypes::default();
+    types.learn(client, rows.iter().map(|r| r.get(2))).await?;
     let mut unsupported = Vec::new();
     let columns = rows
         .iter()
@@ -121,12 +123,19 @@ pub async fn source_columns_and_unsupported(
             !generated
         })
         .filter_map(|r| {
-            let (name, declared, oid, modifier): (String, String, u32, i32) =
+            let (name, mut declared, oid, modifier): (String, String, u32, i32) =
                 (r.get(0), r.get(1), r.get(2), r.get(3));
-            let Some(ty) = pgtypes::column_type(oid, modifier) else {
+            let (base, base_modifier) = types.resolve(oid, modifier);
+            let Some(ty) = pgtypes::column_type(base, base_modifier) else {
                 unsupported.push((name, declared));
                 return None;
             };
+            if (base, base_modifier) != (oid, modifier) {
+                // A domain or an enum: what it holds is what Weir writes (a target
+                // table `init` makes declares it so).
+                tracing::debug!(table = %table, column = %name, declared = %declared, written_as = %pgtypes::type_name(base, base_modifier), "a domain or enum column is read as the type it holds");
+                declared = pgtypes::type_name(base, base_modifier);
+            }
             Some(crate::config::Column {
                 name,
                 declared,

@@ -11,7 +11,8 @@ use super::progress::SnapshotProgress;
 use super::replication::ReplicationError;
 use super::setup::{connect, refuse_shared_keys};
 use super::stage_port::StagePort;
-use crate::config::{Dsn, TableConfig, TableName, quote_ident};
+use super::types::column_types;
+use crate::config::{Dsn, TableConfig, quote_ident};
 use crate::feed::StageChange;
 use crate::pg::pgtypes;
 use crate::source::{Row, SourceEvent};
@@ -450,14 +451,15 @@ impl Snapshot {
             None => table.source.quoted(),
         };
         let select = format!("SELECT {} FROM {from}", columns.join(", "));
+        let key_types = self.key_types(table).await?;
         let after = match (&by_pages, &after) {
-            (None, Some(after)) => Some(key_literals(table, after)?),
+            (None, Some(after)) => Some(key_literals(table, &key_types, after)?),
             _ => None,
         };
         // In key order on more than one connection: the ranges of keys each reads,
         // found before the watermarks (they only split the work).
         let ranges = if by_pages.is_none() && self.parallelism > 1 {
-            self.key_ranges(table, &from, &keys, after.as_deref())
+            self.key_ranges(table, &key_types, &from, &keys, after.as_deref())
                 .await?
         } else {
             None
@@ -903,28 +905,6 @@ pub(super) fn decode_row(
         row.push((column.name.clone(), value));
     }
     Ok(row)
-}
-
-/// Type OID and modifier of each column of a source table.
-pub(super) async fn column_types(
-    client: &tokio_postgres::Client,
-    table: &TableName,
-) -> Result<HashMap<String, (u32, i32)>, PgSourceError> {
-    let rows = client
-        .query(
-            "SELECT a.attname::text, a.atttypid, a.atttypmod FROM pg_attribute a \
-             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
-            &[&table.quoted()],
-        )
-        .await
-        .map_err(|source| PgSourceError::Query {
-            what: "read a source table's column types",
-            source: PgError(source),
-        })?;
-    Ok(rows
-        .iter()
-        .map(|r| (r.get(0), (r.get(1), r.get(2))))
-        .collect())
 }
 
 #[cfg(test)]

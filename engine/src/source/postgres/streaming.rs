@@ -133,6 +133,8 @@ pub struct PostgresSource {
     /// again from `catalog_dsn` when it is found closed ([`Self::ensure_catalog`]).
     catalog: tokio_postgres::Client,
     catalog_dsn: Dsn,
+    /// The domains and enums the stream's relations hold, read from the catalog.
+    types: super::types::UserTypes,
     /// Partitions of configured tables the stream described (OID: name and the
     /// table's index): a change under one of them is refused.
     leaves: HashMap<u32, (String, usize)>,
@@ -347,6 +349,7 @@ impl PostgresSource {
             publication: options.publication.clone(),
             catalog,
             catalog_dsn: dsn.clone(),
+            types: super::types::UserTypes::default(),
             leaves: HashMap::new(),
             leaf_sets: None,
             binary: protocol.binary,
@@ -621,8 +624,12 @@ impl PostgresSource {
     }
 
     /// The checks of [`Self::check_relation`] and [`Self::check_change`].
-    async fn check_message(&mut self, message: &PgOutputMessage) -> Result<(), PgSourceError> {
+    /// A Relation message's domain and enum columns are first given the types they hold
+    /// ([`super::types`]).
+    async fn check_message(&mut self, message: &mut PgOutputMessage) -> Result<(), PgSourceError> {
         if let PgOutputMessage::Relation(relation) = message {
+            self.ensure_catalog().await?;
+            self.types.resolve_relation(&self.catalog, relation).await?;
             self.check_relation(relation).await?;
         }
         self.check_change(message)
@@ -727,7 +734,7 @@ impl PostgresSource {
                 }) => {
                     self.received = self.received.max(wal_start);
                     self.last_activity = Instant::now();
-                    let message = self.decoder.decode(&data)?;
+                    let mut message = self.decoder.decode(&data)?;
                     let (commit_end, commit_time_us) = match &message {
                         PgOutputMessage::Commit(c) => (Some(c.end_lsn), c.commit_time_us),
                         PgOutputMessage::StreamCommit(c) => (Some(c.end_lsn), c.commit_time_us),
@@ -743,7 +750,7 @@ impl PostgresSource {
                     {
                         self.drained = true;
                     }
-                    if let Err(error) = self.check_message(&message).await {
+                    if let Err(error) = self.check_message(&mut message).await {
                         // In a streamed block, judged at its transaction's commit.
                         match message.stream_xid() {
                             Some(subxid) => {
@@ -874,8 +881,9 @@ impl Protocol {
     /// Values come in binary format when every column of the configured tables'
     /// relations (`oids`) has a type Weir reads in binary (`pgtypes::reads_binary`):
     /// the server's send functions cost it less than its output functions (numeric,
-    /// timestamps), and the values decode to the same `Value`s. A column of another
-    /// type (an enum, an array, a domain) keeps the whole stream in text, and one added
+    /// timestamps), and the values decode to the same `Value`s (a domain or an enum as
+    /// the type it holds: [`super::types`]). A column of another type (an array, a
+    /// range, `interval`) keeps the whole stream in text, and one added
     /// while streaming in binary reopens the stream in text for the rest of the run
     /// ([`PgSourceError::needs_text`]). `oids`: `None` asks for text.
     async fn of(
@@ -894,17 +902,9 @@ impl Protocol {
             .await
             .map_err(query("read the server's version"))?
             .get(0);
-        let readable: bool = match oids {
+        let readable = match oids {
             None => false,
-            Some(oids) => catalog
-                .query_one(
-                    "SELECT coalesce(bool_and(atttypid = ANY($2)), true) FROM pg_attribute
-                     WHERE attrelid = ANY($1) AND attnum > 0 AND NOT attisdropped",
-                    &[&oids, &&crate::pg::pgtypes::BINARY_TYPES[..]],
-                )
-                .await
-                .map_err(query("read the column types of the source tables"))?
-                .get(0),
+            Some(oids) => super::types::all_read_in_binary(catalog, oids).await?,
         };
         let mut protocol = Protocol::for_server(version_num, streaming);
         protocol.binary = readable && protocol.version >= 2;

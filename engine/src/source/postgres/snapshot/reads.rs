@@ -18,6 +18,7 @@ impl Snapshot {
     pub(super) async fn key_ranges(
         &self,
         table: &TableConfig,
+        key_types: &[String],
         from: &str,
         keys: &str,
         after: Option<&str>,
@@ -50,7 +51,7 @@ impl Snapshot {
             if key.iter().any(Option::is_none) {
                 return Ok(None);
             }
-            literals.push(key_literals(table, &key)?);
+            literals.push(key_literals(table, key_types, &key)?);
         }
         if literals.is_empty() {
             return Ok(None);
@@ -68,6 +69,34 @@ impl Snapshot {
             through: None,
         });
         Ok(Some(ranges))
+    }
+
+    /// The type of each key column of `table` as the source declares it (a domain's
+    /// or an enum's own name: a key compares in its own type's order and operators,
+    /// which its text's may not have).
+    pub(super) async fn key_types(
+        &self,
+        table: &TableConfig,
+    ) -> Result<Vec<String>, PgSourceError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT format_type(a.atttypid, a.atttypmod) FROM unnest($2::text[]) WITH ORDINALITY AS k(name, i) \
+                 JOIN pg_attribute a ON a.attrelid = to_regclass($1) AND a.attname = k.name AND NOT a.attisdropped ORDER BY k.i",
+                &[&table.source.quoted(), &table.key],
+            )
+            .await
+            .map_err(|source| PgSourceError::Query {
+                what: "read the types of a source table's key columns",
+                source: PgError(source),
+            })?;
+        if rows.len() != table.key.len() {
+            return Err(PgSourceError::SourceTable {
+                table: table.source.to_string(),
+                problem: "lacks a configured key column: dropped or renamed".into(),
+            });
+        }
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// The rows of `ranges` of keys (from [`Self::key_ranges`]), each read by `select`
@@ -245,15 +274,16 @@ fn join_ranges<T>(reads: impl IntoIterator<Item = (usize, Vec<T>)>) -> (Vec<T>, 
 }
 
 /// The key of a row of `table` (its key columns' texts, in key order) as a list of
-/// literals, each cast to its column's declared type: `'7'::bigint, 'a''b'::text`.
+/// literals, each cast to its column's type at the source (`types`, from
+/// [`Snapshot::key_types`]): `'7'::bigint, 'a''b'::text, 'paid'::order_status`.
 pub(super) fn key_literals(
     table: &TableConfig,
+    types: &[String],
     key: &[Option<String>],
 ) -> Result<String, PgSourceError> {
     let name = table.source.to_string();
     let mut literals = Vec::with_capacity(key.len());
-    for (k, value) in table.key.iter().zip(key) {
-        let declared = table.column(k).map_or("text", |c| c.declared.as_str());
+    for ((k, value), declared) in table.key.iter().zip(key).zip(types) {
         let value = value.as_deref().ok_or_else(|| PgSourceError::BadChange {
             table: name.clone(),
             reason: "a key column of a snapshot row is NULL".into(),
