@@ -56,6 +56,11 @@ enum Command {
         /// tables it may have hidden changes of.
         #[arg(long)]
         accept_publication: bool,
+        /// Take the configured target tables over from the pipeline that writes them
+        /// (another slot, source or file): its writes to them are refused from then on.
+        /// Only once that pipeline is stopped for good, or this one replaces it.
+        #[arg(long)]
+        take_over: bool,
     },
     /// Tail the feed, stage it, and write dirty partitions.
     Run {
@@ -320,7 +325,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Init {
             allow_add_columns,
             accept_publication,
-        } => commands::init::run(config, allow_add_columns, accept_publication).await,
+            take_over,
+        } => {
+            let options = weir::pipeline::InitOptions {
+                allow_add_columns,
+                accept_publication,
+                take_over,
+            };
+            commands::init::run(config, options).await
+        }
         Command::Run { once, metrics_addr } => commands::run::run(config, once, metrics_addr).await,
         Command::Backfill {
             table,

@@ -1639,8 +1639,9 @@ async fn a_new_stage_empties_the_partitions_only_the_old_stage_wrote() {
     .replace("publication = \"est_orphan2\"\n", "")
     .replace("path = \"stage\"", "path = \"stage2\"");
     std::fs::write(db.config_path(), config).expect("config");
-    // The first run, whose first load ends while it runs, empties it already.
-    for args in [&["init"][..], &["run", "--once"]] {
+    // The first run, whose first load ends while it runs, empties it already. (A new
+    // slot is another feed: it takes the target over.)
+    for args in [&["init", "--take-over"][..], &["run", "--once"]] {
         let out = weir_pg(&db, &source_dsn, args);
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
     }
@@ -1686,7 +1687,7 @@ async fn a_new_stage_of_another_grain_empties_what_the_old_grain_left() {
         .replace(&format!("publication = \"est_regrain{step}\"\n"), "")
         .replace("path = \"stage\"", &format!("path = \"stage{step}\""));
         std::fs::write(db.config_path(), config).expect("config");
-        for args in [&["init"][..], &["run", "--once"]] {
+        for args in [&["init", "--take-over"][..], &["run", "--once"]] {
             let out = weir_pg(&db, &source_dsn, args);
             assert!(
                 out.status.success(),

@@ -21,6 +21,7 @@ mod merge;
 mod observability;
 mod outage;
 mod pipeline;
+mod pipelines;
 mod plugins;
 mod postgres_source;
 mod resync;

@@ -947,13 +947,15 @@ async fn a_second_pipeline_into_the_same_target_table_is_refused() {
     );
 }
 
-/// Two pipelines started together into one target table (each passed its checks while
-/// the other had written nothing): a write of a partition the other pipeline wrote is
-/// refused, rolled back and named, rather than replace its rows.
+/// Two pipelines into one target table, the second made while the first had written
+/// nothing: the target is the first's from its `init` (its claim), so the second's
+/// `init` is refused before either wrote a row. Taken over while the first runs live,
+/// the first's next write is refused under the partition's lock (its claim read in the
+/// write's transaction), and nothing of it replaces the second's rows.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partition_another_pipeline_wrote_is_not_replaced() {
     let db = TestDb::new("tw_two_live").await;
-    db.write_feed_config("", "", &people_table(false, ""));
+    db.write_feed_config("", "flush_interval_ms = 10", &people_table(false, ""));
     db.write_feed(&[]);
     let other = db.path("other");
     std::fs::create_dir(&other).expect("dir");
@@ -975,37 +977,40 @@ async fn a_partition_another_pipeline_wrote_is_not_replaced() {
     };
     db.weir_ok(&["init"]);
     let out = weir_other(&["init"]).output().expect("init");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let log = other.join("run.log");
-    let mut live = crate::harness::Reaped(
-        weir_other(&["run"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("run"),
+    assert!(
+        !out.status.success()
+            && text(&out.stderr).contains("is written by another pipeline: jsonl:"),
+        "{}",
+        text(&out.stderr)
     );
-    db.append_feed(&[person("c", 1, Some("EU"), "new")]);
-    db.weir_ok(&["run", "--once"]);
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(other.join("feed.jsonl"))
-        .and_then(|mut f| {
-            std::io::Write::write_all(
-                &mut f,
-                person("c", 2, Some("EU"), "other")
-                    .replace("\"people\"", "\"customers\"")
-                    .as_bytes(),
-            )
-        })
-        .expect("feed");
+    // The first runs live (its start claimed the table again), having written nothing.
+    let log = db.path("live.log");
+    let _first = db.spawn_live(&[], &log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("memory budget")
+    {
+        assert!(Instant::now() < deadline, "the first did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Taken over while the first runs; the second writes its row.
+    let out = weir_other(&["init", "--take-over"]).output().expect("init");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(
+        other.join("feed.jsonl"),
+        person("c", 2, Some("US"), "second").replace("\"people\"", "\"customers\""),
+    )
+    .expect("feed");
+    let out = weir_other(&["run", "--once"]).output().expect("run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The first's next write is refused, at the write.
+    db.append_feed(&[person("c", 3, Some("US"), "first")]);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let logged = std::fs::read_to_string(&log).unwrap_or_default();
-        // Refused under the partition's lock; or, where the live run's start came
-        // after the first pipeline's write (a loaded machine), by its start's check.
-        if logged.contains("was written by another pipeline, from public.people")
-            || logged.contains("partitions another pipeline wrote, from public.people")
-        {
+        if logged.contains("is written by another pipeline: jsonl:") {
             break;
         }
         assert!(
@@ -1014,10 +1019,17 @@ async fn a_partition_another_pipeline_wrote_is_not_replaced() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = live.0.kill();
-    assert_eq!(
-        people(&db).await,
-        [(1, Some("EU".to_owned()), "new".to_owned())]
+    assert!(
+        people(&db)
+            .await
+            .contains(&(2, Some("US".to_owned()), "second".to_owned())),
+        "{:?}",
+        people(&db).await
+    );
+    assert!(
+        !people(&db).await.iter().any(|(id, _, _)| *id == 3),
+        "{:?}",
+        people(&db).await
     );
 }
 
@@ -1361,6 +1373,83 @@ async fn a_target_restored_under_a_live_run_is_brought_back() {
         .expect("restore");
     // A change to EU only: US, which does not change, comes back too.
     db.append_feed(&[person("c", 3, Some("EU"), "a")]);
+    wait(vec![
+        row(1, "EU", "b"),
+        row(2, "US", "b"),
+        row(3, "EU", "a"),
+    ])
+    .await;
+}
+
+/// The same, with the restore's restart cutting only the connection of a write in
+/// flight (the pooled ones stay open, so no later write finds one closed): the write
+/// that lost its connection is what tells the run (before: nothing did, and the
+/// partitions the restore took back stayed so, `status` clean).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_restored_under_a_write_in_flight_is_brought_back() {
+    let db = TestDb::new("tw_restored_in_flight").await;
+    db.write_feed_config("", "flush_interval_ms = 10", &people_table(false, ""));
+    db.write_feed(&[
+        person("c", 1, Some("EU"), "a"),
+        person("c", 2, Some("US"), "a"),
+    ]);
+    db.weir_ok(&["init"]);
+    let log = db.path("live.log");
+    let _run = db.spawn_live(&[], &log);
+    let client = db.client().await;
+    let wait = |want: Vec<(i64, Option<String>, String)>| {
+        let db = &db;
+        let log = &log;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let got = people(db).await;
+                if got == want {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{got:?}, want {want:?}: {}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let row =
+        |id: i64, region: &str, status: &str| (id, Some(region.to_owned()), status.to_owned());
+    wait(vec![row(1, "EU", "a"), row(2, "US", "a")]).await;
+    client.batch_execute(BACKUP).await.expect("backup");
+    db.append_feed(&[
+        person("u", 1, Some("EU"), "b"),
+        person("u", 2, Some("US"), "b"),
+    ]);
+    wait(vec![row(1, "EU", "b"), row(2, "US", "b")]).await;
+    // A write held on a lock; the restore made under it, then the write's connection cut.
+    let mut holder = db.client().await;
+    let tx = holder.transaction().await.expect("begin");
+    tx.batch_execute("LOCK TABLE analytics.people IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    db.append_feed(&[person("c", 3, Some("EU"), "a")]);
+    let waiting = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                   AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let pid: i32 = loop {
+        if let Some(row) = client.query_opt(waiting, &[]).await.expect("waiting") {
+            break row.get(0);
+        }
+        assert!(Instant::now() < deadline, "no write waited on the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tx.batch_execute(&RESTORE.replace("BEGIN;", "").replace("COMMIT;", ""))
+        .await
+        .expect("restore");
+    tx.query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .expect("cut the write's connection");
+    tx.commit().await.expect("commit");
+    // EU's write is made again; US, which does not change, comes back too.
     wait(vec![
         row(1, "EU", "b"),
         row(2, "US", "b"),

@@ -565,8 +565,13 @@ pub async fn unrecorded(p: &Pipeline, table: &str) -> Result<Vec<PlanEntry>, Bac
         .filter_map(|(partition, &(generation, staged_rows))| {
             let (lineage, change) = match lineage.get(partition.name().as_ref()) {
                 None if staged_rows > 0 => (None, "not in the target's lineage".to_owned()),
+                // This stage's write, or one of a build that recorded no stage (this
+                // stage's before an upgrade, as like as not; a write of the stage's
+                // state is right either way).
                 Some(l)
-                    if l.stage_id.as_deref() == Some(stage_id.as_str())
+                    if l.stage_id
+                        .as_deref()
+                        .is_none_or(|s| s.is_empty() || s == stage_id)
                         && u64::try_from(l.stage_generation).is_ok_and(|g| g < generation) =>
                 {
                     let change = format!(

@@ -8,19 +8,9 @@ use weir::config::Config;
 use weir::pipeline;
 
 /// Runs `weir init`; `config_path` is named in the closing hint.
-pub(crate) async fn run(
-    config_path: &Path,
-    allow_add_columns: bool,
-    accept_publication: bool,
-) -> anyhow::Result<()> {
+pub(crate) async fn run(config_path: &Path, options: pipeline::InitOptions) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
-    let report = pipeline::init_with(
-        &config,
-        &config.target_dsn()?,
-        allow_add_columns,
-        accept_publication,
-    )
-    .await?;
+    let report = pipeline::init_with(&config, &config.target_dsn()?, options).await?;
     let mut out = std::io::stdout();
     writeln!(out, "stage: {}", report.stage)?;
     for line in report.source {

@@ -71,6 +71,17 @@ pub enum PipelineError {
         remove: String,
     },
     #[error(
+        "target table {target} holds partitions another stage of this source wrote under another partitioning ({names}: not partitions of {partitioning}): no write of this table can find their rows, which would stay for good. Empty the table, then `weir run` writes every partition: {remove}"
+    )]
+    OtherPartitioning {
+        target: String,
+        names: String,
+        /// The table's partitioning now: `` `column` by grain ``.
+        partitioning: String,
+        /// The statements that empty the table and its lineage.
+        remove: String,
+    },
+    #[error(
         "{table}, partition {partition}: write = \"merge\": the plugin output a row with grain key {key}, which is not the key of a changed input row; merge needs each output row's grain key to be its input row's key (use write = \"replace\")"
     )]
     MergeKey {
@@ -110,10 +121,13 @@ impl PipelineError {
             | PipelineError::Config(_)
             | PipelineError::Table { .. }
             | PipelineError::Plugin(PluginError::Read { .. } | PluginError::Load { .. })
-            | PipelineError::ForeignLineage { .. } => true,
+            | PipelineError::ForeignLineage { .. }
+            | PipelineError::OtherPartitioning { .. } => true,
             PipelineError::Target(e) => matches!(
                 **e,
                 crate::target::TargetError::SchemaMismatch { .. }
+                    | crate::target::TargetError::Claimed { .. }
+                    | crate::target::TargetError::SharedFeed { .. }
                     | crate::target::TargetError::UnsafeTarget { .. }
             ),
             PipelineError::PgSource(e) => e.is_usage(),

@@ -189,6 +189,9 @@ impl Pipeline {
         {
             Ok(written) => written,
             Err(error) => {
+                if client.is_closed() || super::write::connection_lost(&error) {
+                    self.lost_target();
+                }
                 tracing::debug!(table, partitions = members.len(), error = %error_chain(&error), "a group of partition writes failed; its partitions are written alone");
                 return Ok(outcomes);
             }

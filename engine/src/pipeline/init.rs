@@ -5,7 +5,7 @@ use crate::pgerror::PgError;
 use tokio_postgres::Client;
 
 use super::{PipelineError, Transform, blocking, plugin_host};
-use crate::config::{Config, Dsn, SourceConfig, TableConfig};
+use crate::config::{Config, Dsn, SourceConfig, TableConfig, TableName};
 use crate::source::postgres::{self, PgSourceError};
 use crate::stage::{Stage, TableContract};
 use crate::target;
@@ -22,7 +22,21 @@ pub struct InitReport {
 /// Validates connectivity and creates what is missing: the stage, the target's `weir`
 /// schema, and each target table (or refuses one that does not match). Safe to re-run.
 pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineError> {
-    init_with(config, dsn, false, false).await
+    init_with(config, dsn, InitOptions::default()).await
+}
+
+/// What `weir init`'s flags allow beyond [`init`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InitOptions {
+    /// Add declared nullable columns an existing target table lacks
+    /// (`--allow-add-columns`).
+    pub allow_add_columns: bool,
+    /// Record a PostgreSQL publication altered since the stage last read it
+    /// (`--accept-publication`).
+    pub accept_publication: bool,
+    /// Take the configured target tables over from the pipeline that claims them
+    /// (`--take-over`: [`target::claims`]).
+    pub take_over: bool,
 }
 
 /// [`init`], adding declared nullable columns an existing target table lacks when
@@ -33,9 +47,13 @@ pub async fn init(config: &Config, dsn: &Dsn) -> Result<InitReport, PipelineErro
 pub async fn init_with(
     config: &Config,
     dsn: &Dsn,
-    allow_add_columns: bool,
-    accept_publication: bool,
+    options: InitOptions,
 ) -> Result<InitReport, PipelineError> {
+    let InitOptions {
+        allow_add_columns,
+        accept_publication,
+        take_over,
+    } = options;
     let mut source_lines = Vec::new();
     let mut publication_mark = None;
     if let SourceConfig::Jsonl {
@@ -61,8 +79,22 @@ pub async fn init_with(
         };
         for table in &resolved {
             refuse_foreign_lineage(&target, table, &stage_id, &source).await?;
+            // With a plugin, the target's partition column is its output's.
+            let column = table
+                .plugin
+                .is_none()
+                .then_some(table.partition_by.as_str());
+            refuse_other_partitioning(&target, table, column, &stage_id, &source).await?;
         }
         refuse_overlapping_targets(config, &target, &resolved, &source).await?;
+        let targets: Vec<&TableName> = resolved.iter().map(|t| &t.target).collect();
+        let feed = config.source_id();
+        let pipeline = target::claims::Pipeline {
+            stage_id: &stage_id,
+            source: &source,
+            feed: &feed,
+        };
+        target::claims::claim(&target, &targets, pipeline, take_over).await?;
     }
     let mut oids = vec![None; resolved.len()];
     if let SourceConfig::Postgres {
@@ -721,6 +753,65 @@ pub(super) async fn refuse_foreign_lineage(
     }
 }
 
+/// Refuses a table whose target holds partitions another stage of this source wrote
+/// under another partitioning (another partition column, `partition_column` when
+/// known, as lineage records it; or a name that is no partition of this table's grain
+/// nor maps onto its partitions): a new stage empties the partitions the old one wrote
+/// that it holds no rows of, but such a partition says nothing of which rows were in
+/// it. Lineage of this stage, or of
+/// another source (refused as another pipeline's), is passed over.
+pub(super) async fn refuse_other_partitioning(
+    client: &tokio_postgres::Client,
+    table: &TableConfig,
+    partition_column: Option<&str>,
+    stage_id: &str,
+    source: &str,
+) -> Result<(), PipelineError> {
+    let rows = client
+        .query(
+            "SELECT p.partition, p.partition_by FROM weir.partitions p LEFT JOIN weir.stages s ON s.stage_id = p.stage_id \
+             WHERE p.target_table = $1 AND coalesce(p.stage_id, '') NOT IN ('', $2) \
+               AND coalesce(s.source, $3) = $3 AND p.row_count > 0 ORDER BY 1",
+            &[&table.target.to_string(), &stage_id, &source],
+        )
+        .await
+        .map_err(|source| target::TargetError::Query {
+            what: format!("read the lineage of {}", table.target),
+            source: PgError(source),
+        })?;
+    let ty = table.partition_column().ty;
+    let unmapped: Vec<String> = rows
+        .iter()
+        .filter(|r| {
+            let (name, column): (&str, Option<&str>) = (r.get(0), r.get(1));
+            let partition = crate::partition::Partition::from_name(name);
+            column
+                .zip(partition_column)
+                .is_some_and(|(was, is)| was != is)
+                || (crate::partition::predicate(ty, table.grain, &partition).is_none()
+                    && crate::partition::regrained(ty, table.grain, name, 1_000).is_none())
+        })
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    if unmapped.is_empty() {
+        return Ok(());
+    }
+    let literal = crate::config::quote_literal(&table.target.to_string()).unwrap_or_default();
+    let mut names: Vec<&str> = unmapped.iter().take(5).map(String::as_str).collect();
+    if unmapped.len() > names.len() {
+        names.push("…");
+    }
+    Err(PipelineError::OtherPartitioning {
+        target: table.target.to_string(),
+        names: names.join(", "),
+        partitioning: format!("`{}` by {}", table.partition_by, table.grain),
+        remove: format!(
+            "TRUNCATE {}; DELETE FROM weir.partitions WHERE target_table = {literal};",
+            table.target.quoted()
+        ),
+    })
+}
+
 /// Refuses a table whose target holds partitions this same stage wrote from another
 /// of its tables (one taken out of the config, whose rows are still there: a feed's
 /// table renamed in the config, which JSON lines cannot tell from a new table). The
@@ -783,7 +874,23 @@ async fn refuse_lost_slot(
         return Ok(());
     }
     let path = config.stage_path.clone();
-    let position = blocking(move || Stage::open_read_only(&path)?.checkpoint()).await?;
+    let (position, staged) = blocking(move || {
+        let stage = Stage::open_read_only(&path)?;
+        Ok::<_, crate::stage::StageError>((stage.checkpoint()?, stage.source_id()?))
+    })
+    .await?;
+    // A slot renamed in the config (or a stage path naming another pipeline's stage):
+    // the slot's absence says nothing of lost changes.
+    if let Some(staged) = staged
+        && staged != config.source_id()
+    {
+        return Err(crate::stage::StageError::SourceMismatch {
+            path: config.stage_path.clone(),
+            staged,
+            configured: config.source_id(),
+        }
+        .into());
+    }
     if position.is_none_or(|p| p.position == 0) {
         return Ok(());
     }

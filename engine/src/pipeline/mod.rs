@@ -50,7 +50,7 @@ mod write;
 mod writer;
 
 pub use error::PipelineError;
-pub use init::{InitReport, init, init_with};
+pub use init::{InitOptions, InitReport, init, init_with};
 pub use live::LiveState;
 pub use status::{DirtyStatus, FailedStatus, StaleStatus, Status, status};
 pub use stream::{CHANNEL_CHUNKS, wait_for_partition_jobs};
@@ -122,9 +122,9 @@ pub struct Pipeline {
     /// The source stream met a column it cannot read in binary format: it is opened
     /// in text from then on.
     source_text_only: std::sync::atomic::AtomicBool,
-    /// A target connection was found closed and made again (a restart, a failover, a
-    /// restore from a backup): `run` checks the target's lineage again, as at its start
-    /// (see [`Pipeline::take_target_reconnected`]).
+    /// A target connection was found closed (pooled, or by the write that held it): a
+    /// restart, a failover, a restore from a backup. `run` checks the target's lineage
+    /// again, as at its start (see [`Pipeline::take_target_reconnected`]).
     target_reconnected: std::sync::atomic::AtomicBool,
 }
 
@@ -219,11 +219,23 @@ impl Pipeline {
                 let stage = Arc::clone(&stage);
                 blocking(move || stage.contracts()).await?
             };
-            for (table, _, _) in tables.values() {
+            for (table, target, _) in tables.values() {
                 refuse_foreign_lineage(client, table, &stage_id, &source_identity).await?;
+                let column = Some(target.partition_column.as_str());
+                init::refuse_other_partitioning(client, table, column, &stage_id, &source_identity)
+                    .await?;
                 init::refuse_own_other_table(client, table, &stage_id, &staged).await?;
             }
             target::register_stage(client, &stage_id, &source_identity).await?;
+            let targets: Vec<&crate::config::TableName> =
+                tables.values().map(|(t, _, _)| &t.target).collect();
+            let feed = config.source_id();
+            let pipeline = target::claims::Pipeline {
+                stage_id: &stage_id,
+                source: &source_identity,
+                feed: &feed,
+            };
+            target::claims::claim(client, &targets, pipeline, false).await?;
         }
         let write_wake = Arc::new(tokio::sync::Notify::new());
         let live: Arc<live::LiveCounters> = Arc::default();

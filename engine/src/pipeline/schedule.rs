@@ -121,7 +121,12 @@ impl Pipeline {
         let results: Vec<_> = futures_util::stream::iter(dirty)
             .map(|d: DirtyPartition| async move {
                 let started = Instant::now();
-                let outcome = self.write_partition(&d.table, &d.partition, true).await;
+                let outcome = watched(
+                    self.write_partition(&d.table, &d.partition, true),
+                    &d.table,
+                    &d.partition,
+                )
+                .await;
                 let failed = outcome.as_ref().is_err_and(|e| !e.is_deferred());
                 metrics::partition_job(&d.table, started.elapsed(), failed);
                 (d, outcome)
@@ -236,5 +241,29 @@ mod tests {
         }
         assert_eq!(backoff.after_round(1), WRITE_BACKOFF_MAX);
         assert_eq!(backoff.after_round(0), Duration::ZERO);
+    }
+}
+
+/// How often a partition write that has not finished is reported.
+const WRITE_WATCH: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `write`, with a warning every [`WRITE_WATCH`] it goes on: a target that accepts
+/// connections but does not answer (frozen, a network black hole) would otherwise hold
+/// the round without a word for as long as TCP keeps the connection.
+async fn watched<T>(
+    write: impl std::future::Future<Output = T>,
+    table: &str,
+    partition: &crate::partition::Partition,
+) -> T {
+    let mut write = std::pin::pin!(write);
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        match tokio::time::timeout(WRITE_WATCH, &mut write).await {
+            Ok(out) => return out,
+            Err(_) => {
+                waited += WRITE_WATCH;
+                tracing::warn!(table, partition = %partition, waited_s = waited.as_secs(), "a partition write has not finished: the target is slow to answer, or hung (frozen, out of resources, a network that drops its packets); the other partitions of the round wait for it");
+            }
+        }
     }
 }

@@ -155,61 +155,76 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
             Err(e) => status.source_error = Some(error_chain(&e)),
         }
     }
-    match target::connect(dsn).await {
-        Ok(client) => {
-            // A lineage table locked by someone else (a `VACUUM FULL`, a `LOCK`) is
-            // reported, not waited for: status is what one runs to find out why.
-            if let Err(e) = client
-                .batch_execute("SET lock_timeout = '3s'; SET statement_timeout = '30s'")
-                .await
-            {
-                status.target_error = Some(e.to_string());
-            }
-            // This config's tables only: other pipelines write the same database.
-            let targets: Vec<String> = config.tables.iter().map(|t| t.target.to_string()).collect();
-            match target::recent_writes(&client, &targets, last_writes).await {
-                Ok(rows) => status.last_writes = rows,
-                Err(e) => status.target_error = Some(error_chain(&e)),
-            }
-            for table in &config.tables {
-                let expected = match target::expected_transform(table) {
-                    Ok(e) => e,
-                    Err(e) => {
-                        status.target_error = Some(error_chain(&e));
-                        continue;
-                    }
-                };
-                match target::table_lineage(&client, &table.target).await {
-                    Ok(lineage) => status.stale_partitions.extend(
-                        lineage
-                            .into_iter()
-                            // A partition of another grain (written before the grain
-                            // changed, with another stage) is not one a backfill
-                            // rebuilds: the run empties its span instead.
-                            .filter(|(partition, l)| {
-                                target::is_stale(l, &expected)
-                                    && crate::partition::predicate(
-                                        naming_type(table),
-                                        table.grain,
-                                        &crate::partition::Partition::from_name(partition),
-                                    )
-                                    .is_some()
-                            })
-                            .map(|(partition, l)| StaleStatus {
-                                table: table.target.to_string(),
-                                partition,
-                                plugin_sha256: l.plugin_sha256,
-                                config_hash: l.config_hash,
-                            }),
-                    ),
+    // A target that accepts connections but never answers (frozen, a network black
+    // hole) is reported, not waited for.
+    let answered = tokio::time::timeout(STATUS_TARGET_WAIT, async {
+        match target::connect(dsn).await {
+            Ok(client) => {
+                // A lineage table locked by someone else (a `VACUUM FULL`, a `LOCK`) is
+                // reported, not waited for: status is what one runs to find out why.
+                if let Err(e) = client
+                    .batch_execute("SET lock_timeout = '3s'; SET statement_timeout = '30s'")
+                    .await
+                {
+                    status.target_error = Some(e.to_string());
+                }
+                // This config's tables only: other pipelines write the same database.
+                let targets: Vec<String> =
+                    config.tables.iter().map(|t| t.target.to_string()).collect();
+                match target::recent_writes(&client, &targets, last_writes).await {
+                    Ok(rows) => status.last_writes = rows,
                     Err(e) => status.target_error = Some(error_chain(&e)),
                 }
+                for table in &config.tables {
+                    let expected = match target::expected_transform(table) {
+                        Ok(e) => e,
+                        Err(e) => {
+                            status.target_error = Some(error_chain(&e));
+                            continue;
+                        }
+                    };
+                    match target::table_lineage(&client, &table.target).await {
+                        Ok(lineage) => status.stale_partitions.extend(
+                            lineage
+                                .into_iter()
+                                // A partition of another grain (written before the grain
+                                // changed, with another stage) is not one a backfill
+                                // rebuilds: the run empties its span instead.
+                                .filter(|(partition, l)| {
+                                    target::is_stale(l, &expected)
+                                        && crate::partition::predicate(
+                                            naming_type(table),
+                                            table.grain,
+                                            &crate::partition::Partition::from_name(partition),
+                                        )
+                                        .is_some()
+                                })
+                                .map(|(partition, l)| StaleStatus {
+                                    table: table.target.to_string(),
+                                    partition,
+                                    plugin_sha256: l.plugin_sha256,
+                                    config_hash: l.config_hash,
+                                }),
+                        ),
+                        Err(e) => status.target_error = Some(error_chain(&e)),
+                    }
+                }
             }
+            Err(e) => status.target_error = Some(error_chain(&e)),
         }
-        Err(e) => status.target_error = Some(error_chain(&e)),
+    })
+    .await;
+    if answered.is_err() {
+        status.target_error = Some(format!(
+            "no answer in {} s: the server is hung (frozen, out of resources) or the network drops its packets",
+            STATUS_TARGET_WAIT.as_secs()
+        ));
     }
     Ok(status)
 }
+
+/// How long `status` waits for the target to answer everything it asks.
+const STATUS_TARGET_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The type partition names of `table` are read as. A PostgreSQL source's columns come
 /// from its catalog when a pipeline opens, which `status` does not do: without a

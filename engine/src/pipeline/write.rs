@@ -167,6 +167,9 @@ impl Pipeline {
         // write left alone rolls back its transaction as it drops it.)
         if result.is_ok() {
             self.clients.lock().await.push(client);
+        } else if client.is_closed() || result.as_ref().is_err_and(connection_lost) {
+            // Lost with the write (a restart under load): never pooled to be found so.
+            self.lost_target();
         }
         let (summary, dirty) = match result? {
             Some(Ok(written)) => written,
@@ -566,11 +569,40 @@ impl Pipeline {
             Some(c) if !c.is_closed() => Ok(c),
             Some(_) => {
                 let client = target::connect(&self.dsn).await?;
-                self.target_reconnected
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                self.lost_target();
                 Ok(client)
             }
             None => Ok(target::connect(&self.dsn).await?),
         }
     }
+
+    /// Notes a target connection found closed: the target may have been restored from
+    /// a backup before it came back, which its lineage tells (checked by `run`).
+    pub(super) fn lost_target(&self) {
+        self.target_reconnected
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether `error` says the target connection it was made on is gone: closed, or ended
+/// by the server (SQLSTATE class 57, operator intervention: a shutdown, a terminated
+/// backend; or class 08, connection exception).
+pub(super) fn connection_lost(error: &PipelineError) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        let pg = e
+            .downcast_ref::<crate::pgerror::PgError>()
+            .map(|p| &p.0)
+            .or_else(|| e.downcast_ref::<tokio_postgres::Error>());
+        if let Some(pg) = pg
+            && (pg.is_closed()
+                || pg
+                    .code()
+                    .is_some_and(|c| c.code().starts_with("57") || c.code().starts_with("08")))
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }

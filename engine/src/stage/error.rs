@@ -45,7 +45,7 @@ pub enum StageError {
     },
     #[error("the stage at {} has format version {found}, newer than this build's {FORMAT_VERSION}: run a newer weir", path.display())]
     NewerFormat { path: PathBuf, found: u32 },
-    #[error("the stage at {} was filled from `{staged}`, but the config reads `{configured}`: a stage belongs to one feed; use a new stage path for a new feed", path.display())]
+    #[error("the stage at {} was filled from `{staged}`, but the config reads `{configured}`: a stage belongs to one feed. If the config was changed by mistake (a slot renamed, a path), put `{staged}` back; a new feed needs a new stage path (and reads its tables anew: `weir init --take-over` if the old pipeline's slot or file is retired)", path.display())]
     SourceMismatch {
         path: PathBuf,
         staged: String,

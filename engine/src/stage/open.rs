@@ -377,6 +377,12 @@ impl Stage {
                         found,
                     });
                 }
+                if writable && found < FORMAT_VERSION {
+                    // 1 → 2: the layout is the same; from now on the stage may hold
+                    // what a build of version 1 must not run on.
+                    tracing::info!(stage = %self.path.display(), from = found, to = FORMAT_VERSION, "stage format upgraded: builds of an older format refuse it from now on");
+                    self.put_meta(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes())?;
+                }
                 Ok(())
             }
         }

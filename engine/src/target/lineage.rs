@@ -109,9 +109,9 @@ pub(super) async fn record(
     let position = i64::try_from(write.source_position).unwrap_or(i64::MAX);
     let rows = i64::try_from(summary.rows).unwrap_or(i64::MAX);
     tx.execute_typed(
-        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, stage_id, written_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now()) \
-         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, stage_id = EXCLUDED.stage_id, \
+        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, stage_id, partition_by, written_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, now()) \
+         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, stage_id = EXCLUDED.stage_id, partition_by = EXCLUDED.partition_by, \
            stage_generation = EXCLUDED.stage_generation, source_position = EXCLUDED.source_position, \
            transform = EXCLUDED.transform, row_count = EXCLUDED.row_count, checksum = EXCLUDED.checksum, \
            plugin_sha256 = EXCLUDED.plugin_sha256, config_hash = EXCLUDED.config_hash, \
@@ -128,7 +128,8 @@ pub(super) async fn record(
             (&write.plugin_sha256, text.clone()),
             (&write.config_hash, text.clone()),
             (&mode.as_str(), text.clone()),
-            (&write.stage_id, text),
+            (&write.stage_id, text.clone()),
+            (&table.partition_column, text),
         ],
     )
     .await
@@ -166,10 +167,10 @@ pub(super) async fn record_merges(
     let text = Type::TEXT;
     let target_table = table.name.to_string();
     tx.execute_typed(
-        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, stage_id, written_at) \
-         SELECT $1, u.partition, $2, u.generation, u.position, $3, u.row_count, '', $4, $5, $6, $11, now() \
+        "INSERT INTO weir.partitions AS p (target_table, partition, source_table, stage_generation, source_position, transform, row_count, checksum, plugin_sha256, config_hash, write_mode, stage_id, partition_by, written_at) \
+         SELECT $1, u.partition, $2, u.generation, u.position, $3, u.row_count, '', $4, $5, $6, $11, $12, now() \
          FROM unnest($7::text[], $8::bigint[], $9::bigint[], $10::bigint[]) AS u(partition, generation, position, row_count) \
-         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, stage_id = EXCLUDED.stage_id, \
+         ON CONFLICT (target_table, partition) DO UPDATE SET source_table = EXCLUDED.source_table, stage_id = EXCLUDED.stage_id, partition_by = EXCLUDED.partition_by, \
            stage_generation = EXCLUDED.stage_generation, source_position = EXCLUDED.source_position, \
            transform = EXCLUDED.transform, row_count = EXCLUDED.row_count, checksum = EXCLUDED.checksum, \
            plugin_sha256 = EXCLUDED.plugin_sha256, config_hash = EXCLUDED.config_hash, \
@@ -186,6 +187,7 @@ pub(super) async fn record_merges(
             (&positions, Type::INT8_ARRAY),
             (&rows, Type::INT8_ARRAY),
             (&first.stage_id, Type::TEXT),
+            (&table.partition_column, Type::TEXT),
         ],
     )
     .await

@@ -23,6 +23,7 @@ use crate::partition::{Grain, Partition, PartitionPredicate, predicate};
 use crate::pgerror::PgError;
 use crate::value::{ColumnType, EncodeError};
 
+pub mod claims;
 pub mod group;
 pub mod lineage;
 pub mod read;
@@ -77,6 +78,28 @@ pub enum TargetError {
         table: TableName,
         partition: String,
         source_table: String,
+    },
+    #[error(
+        "target table {table}{through} is written by another pipeline: {by}. Two pipelines writing one target table replace each other's partitions; nothing was written. Give this [[table]] another `target`; or, if that pipeline is retired or this one replaces it (a new slot for a new snapshot), stop it and run `weir init --take-over`, then `weir run`"
+    )]
+    Claimed {
+        table: TableName,
+        through: String,
+        /// The pipeline that claimed it, and when: `postgres:slot=… of postgres:…
+        /// (stage …) claimed it at …`.
+        by: String,
+    },
+    #[error(
+        "the claim of the target table {table} kept changing while Weir read it (another pipeline claiming it at once): run again"
+    )]
+    ClaimRace { table: TableName },
+    #[error(
+        "{feed} is already the feed of another pipeline (stage {stage}, writing {tables}): two pipelines on one slot acknowledge changes for each other, and each loses what the other read. Give this pipeline its own `slot` (and `publication`)"
+    )]
+    SharedFeed {
+        feed: String,
+        stage: String,
+        tables: String,
     },
     #[error(
         "the columns of the target table {table} changed since Weir checked them at start (a column retyped, added, dropped or renamed): its writes stop rather than let PostgreSQL read the values as the new types say. Restart `weir run`, which checks the table again and names what differs"
@@ -139,11 +162,20 @@ fn query_err(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> T
     let what = what.into();
     move |source| {
         // A read-only target fails whatever Weir asked of it: say so, not what failed.
-        let read_only = source.code().map(|c| c.code()) == Some("25006");
+        let code = source.code().map(|c| c.code());
+        // A column or table of Weir's own schema missing: an older build made it.
+        let older_schema = matches!(code, Some("42703" | "42P01"))
+            && source.as_db_error().is_some_and(|e| {
+                e.message().contains("weir.") || what.contains("lineage") || what.contains("claim")
+            });
         TargetError::Query {
-            what: if read_only {
+            what: if code == Some("25006") {
                 format!(
                     "{what}: the target is read-only (`default_transaction_read_only` is on for it, or it is a standby in recovery): point the target DSN at a writable primary"
+                )
+            } else if older_schema {
+                format!(
+                    "{what}: the target's `weir` schema is an older build's (the binary was upgraded): `weir init` or `weir run` of this build upgrades it first"
                 )
             } else {
                 what

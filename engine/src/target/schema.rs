@@ -87,6 +87,17 @@ CREATE TABLE IF NOT EXISTS weir.stages (
     registered_at timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE weir.stages IS 'The source each stage that wrote here reads (postgres:<system identifier>/<database>, or jsonl:<file>).';
+ALTER TABLE weir.partitions ADD COLUMN IF NOT EXISTS partition_by text;
+COMMENT ON COLUMN weir.partitions.partition_by IS 'the target column the partition is of (NULL: by a build before it was recorded): a stage made anew under another partition column cannot find the rows of this one.';
+-- Which pipeline (a source and a feed of it: a slot, a file) writes each target table.
+CREATE TABLE IF NOT EXISTS weir.claims (
+    target_table text        PRIMARY KEY,
+    stage_id     text        NOT NULL,
+    source       text        NOT NULL,
+    feed         text        NOT NULL,
+    claimed_at   timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE weir.claims IS 'The pipeline (source, and feed: postgres:slot=<slot> or jsonl:<file>) that writes each target table; another is refused (weir init --take-over moves it).';
 "#;
 
 /// What the `weir` schema's comment says once this build's DDL ran: a digest of the DDL.
@@ -109,7 +120,8 @@ pub async fn ensure_weir_schema(client: &Client) -> Result<(), TargetError> {
             "SELECT coalesce((SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = 'weir') = $1, false) \
              AND to_regclass('weir.partitions') IS NOT NULL \
              AND to_regclass('weir.dead_letter') IS NOT NULL \
-             AND to_regclass('weir.backfills') IS NOT NULL",
+             AND to_regclass('weir.backfills') IS NOT NULL \
+             AND to_regclass('weir.claims') IS NOT NULL",
             &[&mark],
         )
         .await

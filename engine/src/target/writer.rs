@@ -471,7 +471,7 @@ async fn open<'c, 'a>(
     let copy = copy_sql(table);
     let target_name = table.name.to_string();
     let partition_name = meta.partition.name();
-    let ((_, row, delete_statement, copy_statement), ()) = try_join(
+    let ((_, row, delete_statement, copy_statement), ((), ())) = try_join(
         try_join4(
             tx.batch_execute(&lock_statements(table, meta.partition))
                 .map_err(query_err("take the partition lock")),
@@ -496,7 +496,10 @@ async fn open<'c, 'a>(
             tx.prepare(&copy)
                 .map_err(query_err(format!("prepare the COPY into {}", table.name))),
         ),
-        super::schema::check_columns(&tx, table),
+        try_join(
+            super::schema::check_columns(&tx, table),
+            super::claims::check_claim(&tx, &table.name, meta.source_id, meta.stage_id),
+        ),
     )
     .await?;
     let opening = Opening {

@@ -383,7 +383,7 @@ impl Assembler {
                         return Err(PgSourceError::BadChange {
                             table: source,
                             reason: format!(
-                                "key column `{column}` is an unchanged TOAST value the server sent no old key for; set REPLICA IDENTITY FULL on the table for later changes, and take a new snapshot (new `slot` and `[stage] path`, then `weir init`)"
+                                "key column `{column}` is an unchanged TOAST value the server sent no old key for; set REPLICA IDENTITY FULL on the table for later changes, and take a new snapshot (new `slot` and `[stage] path`, then `weir init --take-over`)"
                             ),
                         });
                     }
@@ -634,7 +634,7 @@ impl Assembler {
                         return Err(PgSourceError::SchemaChanged {
                             table: name.to_string(),
                             change: format!(
-                                "column `{}` is not in the stream: dropped or renamed, or left out by a column list the publication was given (`ALTER PUBLICATION … SET TABLE t (columns)`: the slot then never sends it for these changes, so take a new snapshot: a new `slot` and `[stage] path`, `weir init`)",
+                                "column `{}` is not in the stream: dropped or renamed, or left out by a column list the publication was given (`ALTER PUBLICATION … SET TABLE t (columns)`: the slot then never sends it for these changes, so take a new snapshot: a new `slot` and `[stage] path`, `weir init --take-over`)",
                                 column.name
                             ),
                         });
@@ -831,7 +831,7 @@ impl Assembler {
             return Err(PgSourceError::BadChange {
                 table: table.source.to_string(),
                 reason: format!(
-                    "the old row of an update or delete has no value for key column `{column}`: it holds only the columns of the table's replica identity, which no longer include the configured key (ALTER TABLE … REPLICA IDENTITY since `weir init`). This change cannot be staged, and nothing past it was acknowledged; the changes already in the WAL keep the identity they were written with. Set the replica identity back (or to FULL) for later changes, and start this table on a new stage and slot (new `slot` and `[stage] path`, then `weir init`: a fresh snapshot)"
+                    "the old row of an update or delete has no value for key column `{column}`: it holds only the columns of the table's replica identity, which no longer include the configured key (ALTER TABLE … REPLICA IDENTITY since `weir init`). This change cannot be staged, and nothing past it was acknowledged; the changes already in the WAL keep the identity they were written with. Set the replica identity back (or to FULL) for later changes, and start this table on a new stage and slot (new `slot` and `[stage] path`, then `weir init --take-over`: a fresh snapshot)"
                 ),
             });
         }

@@ -117,7 +117,7 @@ pub enum PgSourceError {
         expected: u32,
     },
     #[error(
-        "{partition} (relation OID {oid}) is a partition of the configured table {root}, and publication `{publication}` sends its changes under the partition's own name: nothing past this change was acknowledged. Run `ALTER PUBLICATION {quoted} SET (publish_via_partition_root = true);` on the source; the changes already in the slot stay as they were decoded (PostgreSQL reads a publication as it was at each change), so then start a new slot and stage (new `slot` and `[stage] path`, `weir init`: a fresh snapshot)"
+        "{partition} (relation OID {oid}) is a partition of the configured table {root}, and publication `{publication}` sends its changes under the partition's own name: nothing past this change was acknowledged. Run `ALTER PUBLICATION {quoted} SET (publish_via_partition_root = true);` on the source; the changes already in the slot stay as they were decoded (PostgreSQL reads a publication as it was at each change), so then start a new slot and stage (new `slot` and `[stage] path`, `weir init --take-over`: a fresh snapshot)"
     )]
     LeafPartition {
         partition: String,

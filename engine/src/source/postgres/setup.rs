@@ -801,7 +801,7 @@ pub async fn check_estate(
     let Some(p) = publication_row else {
         return Err(PgSourceError::Estate {
             subject: format!("publication `{publication}`"),
-            problems: "does not exist: run `weir init`, which creates it. If it was dropped while the slot existed, the slot cannot send the changes made since (PostgreSQL reads a publication as it was at each change, so one made again does not serve them): make it again, then start a new slot and stage (new `slot` and `[stage] path`, `weir init`: a fresh snapshot)".into(),
+            problems: "does not exist: run `weir init`, which creates it. If it was dropped while the slot existed, the slot cannot send the changes made since (PostgreSQL reads a publication as it was at each change, so one made again does not serve them): make it again, then start a new slot and stage (new `slot` and `[stage] path`, `weir init --take-over`: a fresh snapshot)".into(),
         });
     };
     let (insert, update, delete, truncate, via_root): (bool, bool, bool, bool, bool) =

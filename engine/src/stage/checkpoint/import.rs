@@ -66,7 +66,8 @@ pub fn import(
     let started = Instant::now();
     // 1. The whole file, before anything on disk changes.
     let verified = verify_file(file)?;
-    if verified.stage_format_version != FORMAT_VERSION {
+    // Version 1 differs from 2 by nothing but the records 2 may hold.
+    if !(1..=FORMAT_VERSION).contains(&verified.stage_format_version) {
         return Err(CheckpointError::StageFormat {
             path: file.to_owned(),
             found: verified.stage_format_version,

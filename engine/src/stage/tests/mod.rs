@@ -681,6 +681,28 @@ fn a_stage_refuses_another_feed_and_a_newer_format() {
     assert!(matches!(err, StageError::NewerFormat { .. }), "{err}");
 }
 
+/// A stage of format 1 (an older build's) is read as it is, and marked this build's
+/// format once opened for writing: older builds then refuse it.
+#[test]
+fn a_stage_of_format_one_is_marked_this_builds_when_opened_for_writing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stage = Stage::open(dir.path(), "feed-a").expect("open");
+    stage
+        .put_meta(META_FORMAT_VERSION, &1u32.to_be_bytes())
+        .expect("write");
+    drop(stage);
+    let version = |stage: &Stage| {
+        let bytes = stage.meta(META_FORMAT_VERSION).expect("read").expect("set");
+        u32::from_be_bytes(bytes.as_slice().try_into().expect("4 bytes"))
+    };
+    let read_only = Stage::open_read_only(dir.path()).expect("read-only");
+    assert_eq!(version(&read_only), 1);
+    drop(read_only);
+    let stage = Stage::open(dir.path(), "feed-a").expect("open");
+    assert_eq!(version(&stage), FORMAT_VERSION);
+    const { assert!(FORMAT_VERSION >= 2) };
+}
+
 #[test]
 fn a_large_transaction_is_visible_only_when_committed() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -129,7 +129,7 @@ fn server_hint(code: &str, message: &str) -> &'static str {
             "; another connection holds the replication slot (another `weir run` with this config, or another consumer of the slot): stop it, or give each pipeline its own slot"
         }
         "42704" if message.starts_with("publication") => {
-            "; the slot decodes each change with the catalog as of that change, so a publication dropped (even if made again since) is missing for the changes written while it was, for good: this slot cannot be read past them. Make a new slot and stage (new `slot` and `[stage] path`, then `weir init`: a fresh snapshot), then drop the old slot, which holds the server's WAL for as long as it exists (`SELECT pg_drop_replication_slot('…')`)"
+            "; the slot decodes each change with the catalog as of that change, so a publication dropped (even if made again since) is missing for the changes written while it was, for good: this slot cannot be read past them. Make a new slot and stage (new `slot` and `[stage] path`, then `weir init --take-over`: a fresh snapshot), then drop the old slot, which holds the server's WAL for as long as it exists (`SELECT pg_drop_replication_slot('…')`)"
         }
         "42501" if message.contains("replication role") => {
             "; the source DSN's role needs the REPLICATION attribute: `ALTER ROLE … REPLICATION;`"
