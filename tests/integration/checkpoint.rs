@@ -479,7 +479,7 @@ async fn show_reports_a_drained_stage() {
     assert_eq!(shown["dirty"], serde_json::json!([]), "{shown}");
     assert_eq!(shown["pending_chunks"].as_u64(), Some(0));
     assert_eq!(shown["applying"].as_bool(), Some(false));
-    assert_eq!(shown["format_version"].as_u64(), Some(1));
+    assert_eq!(shown["format_version"].as_u64(), Some(2));
     let text = db.weir_ok(&["checkpoint", "show"]);
     assert!(
         text.contains(&format!("position:       {feed_len}")),

@@ -96,8 +96,23 @@ async fn wait_done(
     let mut hinted = false;
     // Once read again: the partitions dirty then, with their generation.
     let mut left: Option<Vec<(String, u64)>> = None;
+    let mut failed_reads = 0;
     loop {
-        let status = pipeline::status(config, &dsn, 0).await?;
+        // Each read opens the stage read-only beside the live run, which may delete an
+        // SST file that open was about to read (a compaction): read again.
+        let status = match pipeline::status(config, &dsn, 0).await {
+            Ok(status) => {
+                failed_reads = 0;
+                status
+            }
+            Err(error) if failed_reads < 5 => {
+                failed_reads += 1;
+                tracing::debug!(error = %error, "reading the stage beside the run failed; reading again");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                continue;
+            }
+            Err(error) => return Err(error.into()),
+        };
         let past = status.position.is_some_and(|p| p >= signal);
         let state = status
             .snapshot

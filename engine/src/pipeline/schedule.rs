@@ -262,7 +262,7 @@ async fn watched<T>(
             Ok(out) => return out,
             Err(_) => {
                 waited += WRITE_WATCH;
-                tracing::warn!(table, partition = %partition, waited_s = waited.as_secs(), "a partition write has not finished: the target is slow to answer, or hung (frozen, out of resources, a network that drops its packets); the other partitions of the round wait for it");
+                tracing::warn!(table, partition = %partition, waited_s = waited.as_secs(), "a partition write is still running: a large partition, a slow target, or a hung one (frozen, out of resources, a network that drops its packets); the rest of the round waits for it");
             }
         }
     }
