@@ -448,6 +448,47 @@ async fn a_locked_table_times_out_names_the_blocker_and_is_retried() {
     );
 }
 
+/// A session holding rows of the partition `FOR UPDATE`: the write's DELETE waits
+/// `lock_timeout_ms` (sent with the COPY's start in one round trip), gives up, names
+/// the blocker, and its connection stays usable (before: the COPY start dropped
+/// unanswered put the connection out of step, "unexpected message from server", and
+/// the blocker went unnamed). Both the replace and the merge write.
+#[tokio::test(flavor = "multi_thread")]
+async fn rows_held_for_update_time_out_name_the_blocker_and_keep_the_connection() {
+    for mode in ["replace", "merge"] {
+        let db = TestDb::new(&format!("tw_row_lock_{mode}")).await;
+        db.write_feed_config(
+            "",
+            "flush_interval_ms = 100",
+            &people_table(false, &format!("write = \"{mode}\"")),
+        );
+        let (log, _run) = live_with_short_lock_timeout(&db).await;
+        let blocker = db.client().await;
+        blocker
+            .batch_execute("BEGIN; SELECT * FROM analytics.people WHERE region = 'EU' FOR UPDATE")
+            .await
+            .expect("hold the rows");
+        let pid: i32 = blocker
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .expect("pid")
+            .get(0);
+        db.append_feed(&[person("u", 1, Some("EU"), "shipped")]);
+        wait_logged(&log, "timed out waiting for a lock", pid).await;
+        blocker.batch_execute("COMMIT").await.expect("unlock");
+        db.wait_caught_up(60).await;
+        assert_eq!(
+            people(&db).await,
+            [(1, Some("EU".to_owned()), "shipped".to_owned())]
+        );
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            !logged.contains("unexpected message from server"),
+            "{mode}: {logged}"
+        );
+    }
+}
+
 /// Time limits a DBA set on the target's database (or Weir's role) do not fail Weir's
 /// writes and reads: a partition whose COPY takes longer than `statement_timeout` (a
 /// statement trigger that sleeps) is written, and verified, where it used to fail at

@@ -249,11 +249,14 @@ impl GroupWriter<'_, '_> {
             .await
             .map_err(query_err("clear the changed keys' rejections"))
         };
-        let copy = tx
+        // The COPY starts once every DELETE is answered: a COPY sent behind a DELETE
+        // that fails (a lock timeout) gets no Sync from the client, and the connection
+        // is left out of step with the server ("unexpected message from server").
+        let (deleted, _) = try_join(deletes, rejections).await?;
+        let sink = tx
             .copy_in(&self.copy_statement)
-            .map_err(query_err(format!("start COPY into {table}")));
-        // Every DELETE is sent before the COPY starts.
-        let ((deleted, _), sink) = try_join(try_join(deletes, rejections), copy).await?;
+            .await
+            .map_err(query_err(format!("start COPY into {table}")))?;
         let counts = deleted;
         let indexes: Vec<usize> = self
             .members

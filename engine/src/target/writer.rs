@@ -6,7 +6,7 @@
 use std::pin::Pin;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::future::{try_join, try_join3, try_join4};
+use futures_util::future::{try_join, try_join4};
 use futures_util::{SinkExt, TryFutureExt};
 use postgres_types::{ToSql, Type};
 use tokio_postgres::{CopyInSink, Statement, Transaction};
@@ -153,8 +153,11 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
         self.condition(&mut params);
         let refs = param_refs(&params);
         let target_name = self.table.name.to_string();
-        // The partition's rejections are part of its output: replaced with it.
-        let (deleted, _, sink) = try_join3(
+        // The partition's rejections are part of its output: replaced with it. The COPY
+        // starts once both are answered: a COPY sent behind a DELETE that fails (a lock
+        // timeout) gets no Sync from the client, and the connection is left out of
+        // step with the server ("unexpected message from server").
+        let (deleted, _) = try_join(
             self.tx
                 .execute(&self.delete_statement, &refs)
                 .map_err(self.delete_err("the rows")),
@@ -167,9 +170,9 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                     ],
                 )
                 .map_err(query_err("clear the partition's rejections")),
-            self.start_copy(),
         )
         .await?;
+        let sink = self.start_copy().await?;
         self.deleted = deleted;
         crate::failpoint!("target-after-delete");
         self.opened_copy(CopyInto::Target, sink);
@@ -282,15 +285,15 @@ impl<'c, 'a> PartitionWriter<'c, 'a> {
                 ));
             }
             let refs = param_refs(&params);
-            let (deleted, _, sink) = try_join3(
+            // The COPY starts once the deletes are answered: see `delete_partition`.
+            let (deleted, _) = try_join(
                 self.tx
                     .execute(&self.delete_statement, &refs)
                     .map_err(self.delete_err("the changed keys")),
                 self.delete_rejections(&rejection_keys),
-                self.start_copy(),
             )
             .await?;
-            (deleted, sink)
+            (deleted, self.start_copy().await?)
         } else {
             return Ok(());
         };
