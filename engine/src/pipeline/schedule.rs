@@ -226,24 +226,6 @@ impl Pipeline {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_write_backoff_doubles_within_its_bounds_and_resets_on_a_good_round() {
-        let mut backoff = WriteBackoff::default();
-        assert_eq!(backoff.after_round(0), Duration::ZERO);
-        assert_eq!(backoff.after_round(3), WRITE_BACKOFF_MIN);
-        assert_eq!(backoff.after_round(1), WRITE_BACKOFF_MIN * 2);
-        for _ in 0..10 {
-            backoff.after_round(1);
-        }
-        assert_eq!(backoff.after_round(1), WRITE_BACKOFF_MAX);
-        assert_eq!(backoff.after_round(0), Duration::ZERO);
-    }
-}
-
 /// How often a partition write that has not finished is reported.
 const WRITE_WATCH: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -265,5 +247,23 @@ async fn watched<T>(
                 tracing::warn!(table, partition = %partition, waited_s = waited.as_secs(), "a partition write is still running: a large partition, a slow target, or a hung one (frozen, out of resources, a network that drops its packets); the rest of the round waits for it");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_write_backoff_doubles_within_its_bounds_and_resets_on_a_good_round() {
+        let mut backoff = WriteBackoff::default();
+        assert_eq!(backoff.after_round(0), Duration::ZERO);
+        assert_eq!(backoff.after_round(3), WRITE_BACKOFF_MIN);
+        assert_eq!(backoff.after_round(1), WRITE_BACKOFF_MIN * 2);
+        for _ in 0..10 {
+            backoff.after_round(1);
+        }
+        assert_eq!(backoff.after_round(1), WRITE_BACKOFF_MAX);
+        assert_eq!(backoff.after_round(0), Duration::ZERO);
     }
 }
