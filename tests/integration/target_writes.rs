@@ -489,6 +489,63 @@ async fn rows_held_for_update_time_out_name_the_blocker_and_keep_the_connection(
     }
 }
 
+/// A lock held on one target table holds up one of its writes per round, not every
+/// one of its partitions in turn with the other tables' writes behind them: the other
+/// table is written while the lock is held, before the locked table's twenty
+/// partitions could each have waited `lock_timeout_ms`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_on_one_table_does_not_hold_up_the_others() {
+    let db = TestDb::new("tw_lock_one_table").await;
+    let staff = people_table(false, "")
+        .replace("public.people", "public.staff")
+        .replace("analytics.people", "analytics.staff");
+    db.write_feed_config(
+        "",
+        "flush_interval_ms = 100",
+        &format!("{}{staff}", people_table(false, "")),
+    );
+    let (log, _run) = live_with_short_lock_timeout(&db).await;
+    let blocker = db.client().await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE analytics.people IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    // Twenty partitions of the locked table first (older), then one of the other.
+    let regions: Vec<String> = (0..20)
+        .map(|i| person("c", 100 + i, Some(&format!("r{i:02}")), "new"))
+        .collect();
+    db.append_feed(&regions);
+    db.append_feed(&[person("c", 7, Some("EU"), "staff")
+        .replace("\"table\": \"people\"", "\"table\": \"staff\"")
+        .replace("\"table\":\"people\"", "\"table\":\"staff\"")]);
+    let client = db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let written: i64 = client
+            .query_one("SELECT count(*) FROM analytics.staff", &[])
+            .await
+            .expect("staff")
+            .get(0);
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        let timeouts = logged.matches("timed out waiting for a lock").count();
+        if written == 1 {
+            assert!(
+                timeouts < 20,
+                "the other table waited for {timeouts} lock timeouts:\n{logged}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the other table was not written:\n{logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    blocker.batch_execute("COMMIT").await.expect("unlock");
+    db.wait_caught_up(60).await;
+    assert_eq!(people(&db).await.len(), 21);
+}
+
 /// Time limits a DBA set on the target's database (or Weir's role) do not fail Weir's
 /// writes and reads: a partition whose COPY takes longer than `statement_timeout` (a
 /// statement trigger that sleeps) is written, and verified, where it used to fail at

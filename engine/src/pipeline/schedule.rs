@@ -118,15 +118,29 @@ impl Pipeline {
         // the rest, and what a group leaves, are written one partition each.
         let (dirty, grouped) = self.write_groups(dirty).await?;
         report.rows_rejected += grouped.rejected;
+        // A table one of whose writes ran out of `lock_timeout_ms` (a session holds a
+        // lock on it) is not written again in this round: each of its partitions would
+        // wait as long, and the other tables' writes behind them. Its partitions stay
+        // dirty for the next round.
+        let locked: std::sync::Mutex<std::collections::HashSet<String>> = Default::default();
+        let locked = &locked;
         let results: Vec<_> = futures_util::stream::iter(dirty)
             .map(|d: DirtyPartition| async move {
                 let started = Instant::now();
+                if locked.lock().is_ok_and(|l| l.contains(&d.table)) {
+                    return (d, Ok(None));
+                }
                 let outcome = watched(
                     self.write_partition(&d.table, &d.partition, true),
                     &d.table,
                     &d.partition,
                 )
                 .await;
+                if outcome.as_ref().is_err_and(is_lock_timeout)
+                    && let Ok(mut l) = locked.lock()
+                {
+                    l.insert(d.table.clone());
+                }
                 let failed = outcome.as_ref().is_err_and(|e| !e.is_deferred());
                 metrics::partition_job(&d.table, started.elapsed(), failed);
                 (d, outcome)
@@ -224,6 +238,11 @@ impl Pipeline {
             total += records.len();
         }
     }
+}
+
+/// Whether `error` is a write that ran out of `lock_timeout_ms`.
+fn is_lock_timeout(error: &PipelineError) -> bool {
+    matches!(error, PipelineError::Target(e) if matches!(**e, target::TargetError::LockTimeout(_)))
 }
 
 /// How often a partition write that has not finished is reported.
