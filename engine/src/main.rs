@@ -46,22 +46,7 @@ enum LogFormat {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Validate the config; create the stage, the target's weir schema and the target tables.
-    Init {
-        /// Add the declared nullable columns an existing target table lacks (e.g. a
-        /// plugin's new output column) instead of refusing the table.
-        #[arg(long)]
-        allow_add_columns: bool,
-        /// Accept a PostgreSQL publication altered since the stage last read it (which
-        /// `run` and `init` refuse): changes it hid meanwhile stay lost; resync the
-        /// tables it may have hidden changes of.
-        #[arg(long)]
-        accept_publication: bool,
-        /// Take the configured target tables over from the pipeline that writes them
-        /// (another slot, source or file): its writes to them are refused from then on.
-        /// Only once that pipeline is stopped for good, or this one replaces it.
-        #[arg(long)]
-        take_over: bool,
-    },
+    Init(commands::init::InitArgs),
     /// Tail the feed, stage it, and write dirty partitions.
     Run {
         /// Drain what is available now, write every dirty partition, and exit.
@@ -322,18 +307,7 @@ fn is_usage_error(error: &anyhow::Error) -> bool {
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let config = cli.config.as_deref().unwrap_or(Path::new("weir.toml"));
     match cli.command {
-        Command::Init {
-            allow_add_columns,
-            accept_publication,
-            take_over,
-        } => {
-            let options = weir::pipeline::InitOptions {
-                allow_add_columns,
-                accept_publication,
-                take_over,
-            };
-            commands::init::run(config, options).await
-        }
+        Command::Init(args) => commands::init::run(config, args).await,
         Command::Run { once, metrics_addr } => commands::run::run(config, once, metrics_addr).await,
         Command::Backfill {
             table,

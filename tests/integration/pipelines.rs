@@ -254,3 +254,117 @@ async fn a_new_stage_under_another_partition_column_is_refused_until_the_target_
         .get(0);
     assert_eq!(count, 35);
 }
+
+/// A slot made anew under a claimed feed's name (a clone of the source server has no
+/// slots; a lost slot made again) is not taken for the stage that claimed the table:
+/// `init` needs `--take-over`, after which the old stage's start is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_made_anew_under_a_claimed_name_takes_over_only_when_told() {
+    let db = TestDb::new("pipes_slot_anew_target").await;
+    let (source_dsn, source) = crate::harness::source_db("pipes_slot_anew", ORDERS).await;
+    let first = pipeline(&db, "first", &orders_config("pipes_anew"));
+    ok(&weir(&db, &first, &source_dsn, &["init"])
+        .output()
+        .expect("init"));
+    ok(&weir(&db, &first, &source_dsn, &["run", "--once"])
+        .output()
+        .expect("run"));
+    source
+        .batch_execute("SELECT pg_drop_replication_slot('pipes_anew')")
+        .await
+        .expect("drop the slot");
+    let second = pipeline(&db, "second", &orders_config("pipes_anew"));
+    refused(
+        &weir(&db, &second, &source_dsn, &["init"])
+            .output()
+            .expect("init"),
+        "this init makes the slot anew",
+    );
+    ok(&weir(&db, &second, &source_dsn, &["init", "--take-over"])
+        .output()
+        .expect("take over"));
+    ok(&weir(&db, &second, &source_dsn, &["run", "--once"])
+        .output()
+        .expect("run"));
+    refused(
+        &weir(&db, &first, &source_dsn, &["run", "--once"])
+            .output()
+            .expect("run"),
+        "is written by another stage",
+    );
+}
+
+/// Taken over while the old pipeline runs live, writing many small partitions (merged
+/// in groups, one transaction for several): none of its writes lands after the
+/// take-over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_take_over_refuses_the_live_pipelines_grouped_writes() {
+    let db = TestDb::new("pipes_take_live_target").await;
+    let (source_dsn, source) = crate::harness::source_db("pipes_take_live", ORDERS).await;
+    let first = pipeline(&db, "first", &orders_config("pipes_live_a"));
+    ok(&weir(&db, &first, &source_dsn, &["init"])
+        .output()
+        .expect("init"));
+    let log = db.path("first/run.log");
+    let mut live = crate::harness::Reaped(
+        weir(&db, &first, &source_dsn, &["run"])
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("run"),
+    );
+    let target = db.client().await;
+    let stage_of_first: String = loop {
+        let row = target
+            .query_opt(
+                "SELECT stage_id FROM weir.claims WHERE target_table = 'analytics.fact_orders' AND stage_id <> ''",
+                &[],
+            )
+            .await
+            .expect("claim");
+        if let Some(row) = row {
+            break row.get(0);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    // Changes to every day, a few at a time: small merges, grouped.
+    let touch = "UPDATE orders SET amount = amount + 1 WHERE id % 4 = 0";
+    source.batch_execute(touch).await.expect("changes");
+    let second = pipeline(&db, "second", &orders_config("pipes_live_b"));
+    ok(&weir(&db, &second, &source_dsn, &["init", "--take-over"])
+        .output()
+        .expect("take over"));
+    for _ in 0..5 {
+        source.batch_execute(touch).await.expect("changes");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("is written by another pipeline")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first was not refused: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = live.0.kill();
+    let late: i64 = target
+        .query_one(
+            "SELECT count(*) FROM weir.partitions p, weir.claims c \
+             WHERE p.target_table = c.target_table AND p.stage_id = $1 AND p.written_at > c.claimed_at",
+            &[&stage_of_first],
+        )
+        .await
+        .expect("lineage")
+        .get(0);
+    assert_eq!(late, 0, "the first wrote after the take-over");
+    ok(&weir(&db, &second, &source_dsn, &["run", "--once"])
+        .output()
+        .expect("run"));
+    crate::postgres_source::assert_same_rows(&source, "orders", &target, "analytics.fact_orders")
+        .await;
+}

@@ -127,6 +127,7 @@ impl PipelineError {
                 **e,
                 crate::target::TargetError::SchemaMismatch { .. }
                     | crate::target::TargetError::Claimed { .. }
+                    | crate::target::TargetError::ClaimedByStage { .. }
                     | crate::target::TargetError::SharedFeed { .. }
                     | crate::target::TargetError::UnsafeTarget { .. }
             ),

@@ -67,8 +67,31 @@ pub async fn init_with(
         source,
         ..
     } = resolve_tables(config, None).await?;
+    // Whether this init makes the slot: a slot of a claimed feed made anew (a lost slot,
+    // or a clone of the server) moves the claim only with `--take-over`.
+    let slot_made = match &config.source {
+        SourceConfig::Postgres { slot, .. } => {
+            let client = postgres::connect(&postgres_dsn(config)?).await?;
+            client
+                .query_opt(
+                    "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                    &[slot],
+                )
+                .await
+                .map_err(|source| postgres::PgSourceError::Query {
+                    what: "look up the replication slot",
+                    source: PgError(source),
+                })?
+                .is_none()
+        }
+        SourceConfig::Jsonl { .. } => false,
+    };
+    let claim_moment = target::claims::Moment::Init {
+        take_over,
+        slot_made,
+    };
     // Before anything is made in the source: a target table another pipeline writes.
-    {
+    let reserved = {
         let target = target::connect(dsn).await?;
         target::ensure_weir_schema(&target).await?;
         let stage_id = if crate::stage::stage_exists(&config.stage_path)? {
@@ -87,6 +110,8 @@ pub async fn init_with(
             refuse_other_partitioning(&target, table, column, &stage_id, &source).await?;
         }
         refuse_overlapping_targets(config, &target, &resolved, &source).await?;
+        // Tables no one claims are reserved for this stage (atomically: of two inits at
+        // once, one is refused), the rest checked; bound to the stage once it exists.
         let targets: Vec<&TableName> = resolved.iter().map(|t| &t.target).collect();
         let feed = config.source_id();
         let pipeline = target::claims::Pipeline {
@@ -94,108 +119,127 @@ pub async fn init_with(
             source: &source,
             feed: &feed,
         };
-        target::claims::claim(&target, &targets, pipeline, take_over).await?;
-    }
-    let mut oids = vec![None; resolved.len()];
-    if let SourceConfig::Postgres {
-        slot, publication, ..
-    } = &config.source
-    {
-        let source_dsn = postgres_dsn(config)?;
-        let client = postgres::connect(&source_dsn).await?;
-        refuse_lost_slot(config, &client, slot).await?;
-        let primary = postgres::write_server(&client, primary_dsn(config)?.as_ref()).await?;
-        let waits = postgres::report_slot_waits(&source_dsn);
-        let report = postgres::setup(&client, primary.as_ref(), slot, publication, &resolved).await;
-        waits.abort();
-        let report = report?;
-        source_lines.push(format!(
-            "publication {publication} ({}), slot {slot} ({})",
-            if report.created_publication {
-                "created"
-            } else {
-                "exists"
-            },
-            if report.created_slot {
-                "created"
-            } else {
-                "exists"
+        target::claims::claim(&target, &targets, pipeline, claim_moment).await?
+    };
+    // The rest: an init refused from here releases the tables it reserved.
+    let result: Result<InitReport, PipelineError> = async {
+        let mut oids = vec![None; resolved.len()];
+        if let SourceConfig::Postgres {
+            slot, publication, ..
+        } = &config.source
+        {
+            let source_dsn = postgres_dsn(config)?;
+            let client = postgres::connect(&source_dsn).await?;
+            refuse_lost_slot(config, &client, slot).await?;
+            let primary = postgres::write_server(&client, primary_dsn(config)?.as_ref()).await?;
+            let waits = postgres::report_slot_waits(&source_dsn);
+            let report = postgres::setup(&client, primary.as_ref(), slot, publication, &resolved).await;
+            waits.abort();
+            let report = report?;
+            source_lines.push(format!(
+                "publication {publication} ({}), slot {slot} ({})",
+                if report.created_publication {
+                    "created"
+                } else {
+                    "exists"
+                },
+                if report.created_slot {
+                    "created"
+                } else {
+                    "exists"
+                }
+            ));
+            source_lines.push(format!("slot {slot}: {}", report.failover));
+            oids = report.oids.iter().copied().map(Some).collect();
+            publication_mark = Some((
+                publication.clone(),
+                postgres::PublicationMark::read(&client, publication, &resolved, &report.oids).await?,
+            ));
+            for (table, identity) in report.identities {
+                source_lines.push(format!("replica identity of {table}: {identity}"));
             }
-        ));
-        source_lines.push(format!("slot {slot}: {}", report.failover));
-        oids = report.oids.iter().copied().map(Some).collect();
-        publication_mark = Some((
-            publication.clone(),
-            postgres::PublicationMark::read(&client, publication, &resolved, &report.oids).await?,
-        ));
-        for (table, identity) in report.identities {
-            source_lines.push(format!("replica identity of {table}: {identity}"));
         }
-    }
-    let mut client = target::connect(dsn).await?;
-    target::ensure_weir_schema(&client).await?;
-    let host = plugin_host();
-    let mut tables = Vec::new();
-    let mut contracts = Vec::with_capacity(resolved.len());
-    for (table, oid) in resolved.iter().zip(&oids) {
-        let transform = Transform::load(&host, table).await?;
-        check_write_mode(config, table, &transform)?;
-        contracts.push(contract_of(table, &transform, *oid));
-        let view = transform.target_view(table);
-        check_partition_column(table, &view);
-        refuse_output_grain(config, table, &view)?;
-        let prepared = target::prepare_table(
-            &mut client,
-            &view,
-            if allow_add_columns {
-                target::Prepare::CreateOrAddColumns
-            } else {
-                target::Prepare::Create
-            },
-        )
-        .await?;
-        tables.push(format!(
-            "{} -> {} ({} columns, partition by {} {}{}; transform {})",
-            table.source,
-            prepared.name,
-            prepared.columns.len(),
-            table.partition_by,
-            table.grain,
-            if view.partition_by == table.partition_by {
-                String::new()
-            } else {
-                format!(", the plugin's column {}", view.partition_by)
-            },
-            transform.label()
-        ));
-    }
-    // Again once made: a native target's children are made by it.
-    refuse_overlapping_targets(config, &client, &resolved, &source).await?;
-    let path = config.stage_path.clone();
-    let source_id = config.source_id();
-    let stage = blocking(move || Stage::open(&path, &source_id)).await?;
-    for table in reconcile_contracts(config, &stage, &contracts, true)? {
-        tracing::info!(table = %table, "the table is back in the config: `weir run` reads it whole again as it starts");
-    }
-    if let Some((publication, mark)) = publication_mark {
-        let changed = stage
-            .publication_mark()?
-            .as_deref()
-            .and_then(postgres::PublicationMark::decode)
-            .and_then(|earlier| mark.changed_since(&earlier));
-        if let Some(what) = changed {
-            if !accept_publication {
-                return Err(postgres::PublicationMark::changed_error(&publication, &what).into());
+        let mut client = target::connect(dsn).await?;
+        target::ensure_weir_schema(&client).await?;
+        let host = plugin_host();
+        let mut tables = Vec::new();
+        let mut contracts = Vec::with_capacity(resolved.len());
+        for (table, oid) in resolved.iter().zip(&oids) {
+            let transform = Transform::load(&host, table).await?;
+            check_write_mode(config, table, &transform)?;
+            contracts.push(contract_of(table, &transform, *oid));
+            let view = transform.target_view(table);
+            check_partition_column(table, &view);
+            refuse_output_grain(config, table, &view)?;
+            let prepared = target::prepare_table(
+                &mut client,
+                &view,
+                if allow_add_columns {
+                    target::Prepare::CreateOrAddColumns
+                } else {
+                    target::Prepare::Create
+                },
+            )
+            .await?;
+            tables.push(format!(
+                "{} -> {} ({} columns, partition by {} {}{}; transform {})",
+                table.source,
+                prepared.name,
+                prepared.columns.len(),
+                table.partition_by,
+                table.grain,
+                if view.partition_by == table.partition_by {
+                    String::new()
+                } else {
+                    format!(", the plugin's column {}", view.partition_by)
+                },
+                transform.label()
+            ));
+        }
+        // Again once made: a native target's children are made by it.
+        refuse_overlapping_targets(config, &client, &resolved, &source).await?;
+        let path = config.stage_path.clone();
+        let source_id = config.source_id();
+        let stage = blocking(move || Stage::open(&path, &source_id)).await?;
+        {
+            let targets: Vec<&TableName> = resolved.iter().map(|t| &t.target).collect();
+            let (stage_id, feed) = (stage.stage_id()?, config.source_id());
+            let pipeline = target::claims::Pipeline {
+                stage_id: &stage_id,
+                source: &source,
+                feed: &feed,
+            };
+            target::claims::claim(&client, &targets, pipeline, claim_moment).await?;
+            stage.set_claimed()?;
+        }
+        for table in reconcile_contracts(config, &stage, &contracts, true)? {
+            tracing::info!(table = %table, "the table is back in the config: `weir run` reads it whole again as it starts");
+        }
+        if let Some((publication, mark)) = publication_mark {
+            let changed = stage
+                .publication_mark()?
+                .as_deref()
+                .and_then(postgres::PublicationMark::decode)
+                .and_then(|earlier| mark.changed_since(&earlier));
+            if let Some(what) = changed {
+                if !accept_publication {
+                    return Err(postgres::PublicationMark::changed_error(&publication, &what).into());
+                }
+                tracing::warn!(publication = %publication, changed = %what, "the publication's alteration is accepted: changes it hid while it was altered are not in the stage; `weir resync --table T` re-reads a table");
             }
-            tracing::warn!(publication = %publication, changed = %what, "the publication's alteration is accepted: changes it hid while it was altered are not in the stage; `weir resync --table T` re-reads a table");
+            stage.set_publication_mark(&mark.encode())?;
         }
-        stage.set_publication_mark(&mark.encode())?;
+        Ok(InitReport {
+            stage: config.stage_path.display().to_string(),
+            source: source_lines,
+            tables,
+        })
     }
-    Ok(InitReport {
-        stage: config.stage_path.display().to_string(),
-        source: source_lines,
-        tables,
-    })
+    .await;
+    if result.is_err() && !reserved.is_empty() {
+        target::claims::release(&target::connect(dsn).await?, &reserved).await;
+    }
+    result
 }
 
 pub(super) fn check_write_mode(

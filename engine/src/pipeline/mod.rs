@@ -235,7 +235,16 @@ impl Pipeline {
                 source: &source_identity,
                 feed: &feed,
             };
-            target::claims::claim(client, &targets, pipeline, false).await?;
+            let first = {
+                let stage = Arc::clone(&stage);
+                !blocking(move || stage.has_claimed()).await?
+            };
+            let moment = target::claims::Moment::Start { first };
+            target::claims::claim(client, &targets, pipeline, moment).await?;
+            {
+                let stage = Arc::clone(&stage);
+                blocking(move || stage.set_claimed()).await?;
+            }
         }
         let write_wake = Arc::new(tokio::sync::Notify::new());
         let live: Arc<live::LiveCounters> = Arc::default();

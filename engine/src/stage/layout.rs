@@ -70,6 +70,9 @@ pub(super) const META_SOURCE_STATE: &[u8] = b"source_state";
 pub(super) const META_STAGE_ID: &[u8] = b"stage_id";
 /// The PostgreSQL publication's row versions when last read (`PublicationMark`).
 pub(super) const META_PUBLICATION_MARK: &[u8] = b"publication_mark";
+/// Set once the stage claimed its target tables (`target::claims`); not exported, so a
+/// stage imported from a checkpoint has not.
+pub(super) const META_CLAIMED: &[u8] = b"claimed";
 /// Present when the position is at or past everything this stage ever let its source
 /// acknowledge (a stage made by a build that advances the position before a caught-up
 /// source confirms the server's position: [`super::Stage::advance_position`]). Without it (a

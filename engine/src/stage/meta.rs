@@ -6,9 +6,9 @@ use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions};
 use super::error::{StageError, corrupt, db_err};
 use super::layout::{
     CF_BACKLOG, CF_CHANGED, CF_DIRTY, CF_GENERATIONS, CF_KEYS, CF_META, CF_POSITION, CF_ROWS,
-    META_CONTRACT_PREFIX, META_FAILED_PREFIX, META_GENERATION, META_POSITION_COVERS_ACKS,
-    META_PUBLICATION_MARK, META_SOURCE_ID, META_SOURCE_STATE, META_STAGE_ID, POSITION_KEY,
-    partition_key, prefix_end, push_table, table_key,
+    META_CLAIMED, META_CONTRACT_PREFIX, META_FAILED_PREFIX, META_GENERATION,
+    META_POSITION_COVERS_ACKS, META_PUBLICATION_MARK, META_SOURCE_ID, META_SOURCE_STATE,
+    META_STAGE_ID, POSITION_KEY, partition_key, prefix_end, push_table, table_key,
 };
 use super::{PartitionFailure, Stage, TableContract};
 use crate::feed::Position;
@@ -170,6 +170,16 @@ impl Stage {
         Ok(self
             .meta(META_PUBLICATION_MARK)?
             .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// Whether this stage claimed its target tables once (`target::claims`).
+    pub fn has_claimed(&self) -> Result<bool, StageError> {
+        Ok(self.meta(META_CLAIMED)?.is_some())
+    }
+
+    /// Records that this stage claimed its target tables (synced).
+    pub fn set_claimed(&self) -> Result<(), StageError> {
+        self.put_meta(META_CLAIMED, &[])
     }
 
     /// Records the publication's mark (synced).

@@ -1,21 +1,28 @@
 //! Which pipeline writes each target table (`weir.claims`): one target table, one
-//! pipeline.
+//! pipeline, and one stage of it.
 //!
 //! A pipeline is a source and a feed of it: `postgres:<system identifier>/<database>`
-//! and `postgres:slot=<slot>`, or a JSON-lines file twice. Every stage of one pipeline
-//! (a stage made anew for a new snapshot of the same slot, a checkpoint imported) is
-//! that pipeline; a second slot on the same database, a clone of the server, or another
-//! database is another pipeline, even for a source table of the same name.
+//! and `postgres:slot=<slot>`, or a JSON-lines file twice. A claim names the stage that
+//! writes the table too: a second slot on the same database, a clone of the server
+//! (whose slot of the same name is a slot made anew), or another database is another
+//! pipeline; two stages of one slot are two writers.
 //!
-//! * `init` and the start of `run` claim each configured target table: a table no one
-//!   claimed is claimed (atomically: of two pipelines started at once, one is
-//!   refused); one claimed by this pipeline stays its own; one claimed by another is
-//!   refused, naming it, unless `weir init --take-over` says that pipeline is retired.
-//!   A table inside another claimed table's partition tree (a child of a natively
-//!   partitioned target, or its parent) is refused alike.
-//! * Each partition write reads its table's claim under a share lock, in the write's
-//!   transaction: a table taken over while a pipeline ran refuses that pipeline's next
-//!   write (and a take-over waits for the writes in flight).
+//! * `init` checks the claims of its tables before it makes anything (nothing written:
+//!   a refused init leaves no claim), and claims them once its stage exists; the start
+//!   of `run` claims them again. A table no one claimed is claimed (atomically: of two
+//!   pipelines started at once, one is refused). One this stage claimed stays its own.
+//!   One another stage of the same feed claimed moves to this stage at `init` when
+//!   the slot exists (a new stage for the same slot: the old stage's writes are
+//!   refused from then on), and at the first start of a stage that never claimed (a
+//!   stage imported from a checkpoint); a slot made anew by this `init` (a lost slot,
+//!   or a clone of the server) takes `--take-over`; any other start of a stage the
+//!   table moved away from is refused. One claimed by another pipeline is refused,
+//!   naming it, unless `weir init --take-over` says that pipeline is retired. A table
+//!   inside another claimed table's partition tree (a child of a natively partitioned
+//!   target, or its parent) is refused alike.
+//! * Each partition write (alone or in a group) reads its table's claim under a share
+//!   lock, in the write's transaction: a table moved away refuses the old stage's next
+//!   write, and a move waits for the writes in flight.
 //! * A slot is one pipeline's feed: a new stage whose slot is the feed of a stage that
 //!   claims none of its tables is another pipeline sharing a slot by mistake (each
 //!   would acknowledge changes the other never staged), and is refused. (A file, or
@@ -25,6 +32,16 @@ use tokio_postgres::Client;
 
 use super::{TargetError, query_err};
 use crate::config::TableName;
+
+/// When a claim is made, and what it may move.
+#[derive(Debug, Clone, Copy)]
+pub enum Moment {
+    /// `weir init`: `take_over` (`--take-over`); `slot_made`: the PostgreSQL slot does
+    /// not exist on this server yet (init makes it).
+    Init { take_over: bool, slot_made: bool },
+    /// The start of `run`: `first`, the stage never claimed before.
+    Start { first: bool },
+}
 
 /// A pipeline's identity: its source and its feed of it.
 #[derive(Debug, Clone, Copy)]
@@ -62,31 +79,99 @@ impl Claim {
 
 const CLAIM_COLUMNS: &str = "stage_id, source, feed, claimed_at::text";
 
-/// Claims `targets` for `pipeline` (see the module). `take_over`: a table another
-/// pipeline claimed becomes this one's (logged, with the one it was taken from).
+/// Claims `targets` for `pipeline` at `moment` (see the module). Returns the tables
+/// that no one claimed and that are now reserved for a stage not made yet (an empty
+/// `stage_id`): [`release`] gives them back if the init fails.
 pub async fn claim(
     client: &Client,
     targets: &[&TableName],
     pipeline: Pipeline<'_>,
-    take_over: bool,
-) -> Result<(), TargetError> {
+    moment: Moment,
+) -> Result<Vec<TableName>, TargetError> {
     refuse_shared_feed(client, targets, pipeline).await?;
+    let take_over = matches!(
+        moment,
+        Moment::Init {
+            take_over: true,
+            ..
+        }
+    );
+    let mut reserved = Vec::new();
     for target in targets {
         refuse_claimed_relatives(client, target, pipeline, take_over).await?;
-        claim_one(client, target, pipeline, take_over).await?;
+        if claim_one(client, target, pipeline, moment).await? && pipeline.stage_id.is_empty() {
+            reserved.push((*target).clone());
+        }
     }
-    Ok(())
+    Ok(reserved)
 }
 
+/// Gives back the tables [`claim`] reserved for a stage that was not made (best effort:
+/// logged if it fails; `weir init --take-over` moves such a claim).
+pub async fn release(client: &Client, tables: &[TableName]) {
+    let names: Vec<String> = tables.iter().map(ToString::to_string).collect();
+    if let Err(error) = client
+        .execute(
+            "DELETE FROM weir.claims WHERE target_table = ANY($1) AND stage_id = ''",
+            &[&names],
+        )
+        .await
+    {
+        tracing::warn!(error = %crate::pgerror::render(&error), "the target tables this refused init reserved were not given back: `weir init --take-over` of the right config moves them");
+    }
+}
+
+/// What becomes of a table's claim.
+enum Decision {
+    Keep,
+    Take,
+    Refuse(TargetError),
+}
+
+/// What `pipeline` may do with the claim `claim` of `target` at `moment`. A pipeline
+/// with no stage yet (`init` before it makes it) keeps what it would take: its claim is
+/// made once the stage exists.
+fn decide(target: &TableName, claim: &Claim, pipeline: &Pipeline<'_>, moment: Moment) -> Decision {
+    let unmade = pipeline.stage_id.is_empty();
+    let take = if unmade {
+        Decision::Keep
+    } else {
+        Decision::Take
+    };
+    if !unmade && claim.stage_id == pipeline.stage_id {
+        return Decision::Keep;
+    }
+    if claim.is(pipeline) {
+        if claim.stage_id.is_empty() {
+            return take;
+        }
+        return match moment {
+            Moment::Init {
+                take_over,
+                slot_made,
+            } if take_over || !slot_made => take,
+            Moment::Start { first: true } => take,
+            _ => Decision::Refuse(claimed_by_stage(target, claim, moment)),
+        };
+    }
+    match moment {
+        Moment::Init {
+            take_over: true, ..
+        } => take,
+        _ => Decision::Refuse(claimed(target, claim, None)),
+    }
+}
+
+/// Claims one table; `true` when it inserted a claim (no one had one).
 async fn claim_one(
     client: &Client,
     target: &TableName,
     pipeline: Pipeline<'_>,
-    take_over: bool,
-) -> Result<(), TargetError> {
+    moment: Moment,
+) -> Result<bool, TargetError> {
     let name = target.to_string();
     let what = || format!("claim the target table {target}");
-    // An INSERT that lost a race to another pipeline's reads the winner's claim again.
+    // An INSERT or UPDATE that lost a race to another pipeline's reads its claim again.
     for _ in 0..3 {
         let claim = client
             .query_opt(
@@ -96,42 +181,34 @@ async fn claim_one(
             .await
             .map_err(query_err(what()))?
             .map(|r| Claim::of(&r));
-        match claim {
-            None => {
-                let inserted = client
-                    .execute(
-                        "INSERT INTO weir.claims (target_table, stage_id, source, feed) VALUES ($1, $2, $3, $4) \
-                         ON CONFLICT (target_table) DO NOTHING",
-                        &[&name, &pipeline.stage_id, &pipeline.source, &pipeline.feed],
-                    )
-                    .await
-                    .map_err(query_err(what()))?;
-                if inserted == 1 {
-                    return Ok(());
-                }
+        let Some(claim) = claim else {
+            let inserted = client
+                .execute(
+                    "INSERT INTO weir.claims (target_table, stage_id, source, feed) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (target_table) DO NOTHING",
+                    &[&name, &pipeline.stage_id, &pipeline.source, &pipeline.feed],
+                )
+                .await
+                .map_err(query_err(what()))?;
+            if inserted == 1 {
+                return Ok(true);
             }
-            Some(claim) if claim.is(&pipeline) => {
-                if claim.stage_id != pipeline.stage_id && !pipeline.stage_id.is_empty() {
-                    client
-                        .execute(
-                            "UPDATE weir.claims SET stage_id = $2 WHERE target_table = $1",
-                            &[&name, &pipeline.stage_id],
-                        )
-                        .await
-                        .map_err(query_err(what()))?;
-                }
-                return Ok(());
-            }
-            Some(claim) if take_over => {
+            continue;
+        };
+        match decide(target, &claim, &pipeline, moment) {
+            Decision::Keep => return Ok(false),
+            Decision::Refuse(error) => return Err(error),
+            Decision::Take => {
                 let updated = client
                     .execute(
                         "UPDATE weir.claims SET stage_id = $2, source = $3, feed = $4, claimed_at = now() \
-                         WHERE target_table = $1 AND source = $5 AND feed = $6",
+                         WHERE target_table = $1 AND stage_id = $5 AND source = $6 AND feed = $7",
                         &[
                             &name,
                             &pipeline.stage_id,
                             &pipeline.source,
                             &pipeline.feed,
+                            &claim.stage_id,
                             &claim.source,
                             &claim.feed,
                         ],
@@ -139,11 +216,12 @@ async fn claim_one(
                     .await
                     .map_err(query_err(what()))?;
                 if updated == 1 {
-                    tracing::warn!(table = %target, from_feed = %claim.feed, from_source = %claim.source, "took the target table over from another pipeline (--take-over): that pipeline's writes to it are refused from now on");
-                    return Ok(());
+                    if !claim.stage_id.is_empty() {
+                        tracing::warn!(table = %target, from_feed = %claim.feed, from_source = %claim.source, from_stage = %claim.stage_id, "the target table is this stage's now: the writes of the stage it was taken from are refused");
+                    }
+                    return Ok(false);
                 }
             }
-            Some(claim) => return Err(claimed(target, &claim, None)),
         }
     }
     Err(TargetError::ClaimRace {
@@ -228,8 +306,9 @@ async fn refuse_shared_feed(
 }
 
 /// Fails a write (in `tx`, which the partition's lock holds) unless the target table
-/// is claimed by the pipeline of `feed` and of the source `stage_id` was registered
-/// with (a table no one claimed, as before this build, passes). The claim is read
+/// is claimed by the stage `stage_id` (or, claimed before a stage existed, by the
+/// pipeline of `feed` and of the source `stage_id` was registered with; a table no one
+/// claimed, as before this build, passes). The claim is read
 /// under a share lock: a take-over waits for the write.
 pub(super) async fn check_claim(
     tx: &tokio_postgres::Transaction<'_>,
@@ -240,7 +319,8 @@ pub(super) async fn check_claim(
     let row = tx
         .query_opt(
             &format!(
-                "SELECT {CLAIM_COLUMNS}, feed = $2 AND source = coalesce((SELECT s.source FROM weir.stages s WHERE s.stage_id = $3), source) \
+                "SELECT {CLAIM_COLUMNS}, CASE WHEN stage_id <> '' THEN stage_id = $3 \
+                   ELSE feed = $2 AND source = coalesce((SELECT s.source FROM weir.stages s WHERE s.stage_id = $3), source) END \
                  FROM weir.claims WHERE target_table = $1 FOR SHARE"
             ),
             &[&table.to_string(), &feed, &stage_id],
@@ -248,7 +328,14 @@ pub(super) async fn check_claim(
         .await
         .map_err(query_err(format!("read the claim of {table}")))?;
     match row {
-        Some(row) if !row.get::<_, bool>(4) => Err(claimed(table, &Claim::of(&row), None)),
+        Some(row) if !row.get::<_, bool>(4) => {
+            let claim = Claim::of(&row);
+            Err(if claim.feed == feed {
+                claimed_by_stage(table, &claim, Moment::Start { first: false })
+            } else {
+                claimed(table, &claim, None)
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -268,5 +355,25 @@ fn claimed(table: &TableName, claim: &Claim, through: Option<&TableName>) -> Tar
             "{} of {}{stage} claimed it at {}",
             claim.feed, claim.source, claim.claimed_at
         ),
+    }
+}
+
+/// Another stage of the same feed claims `table`.
+fn claimed_by_stage(table: &TableName, claim: &Claim, moment: Moment) -> TargetError {
+    let advice = match moment {
+        Moment::Init { .. } => {
+            "this init makes the slot anew: a slot that was lost (this is a new snapshot replacing that stage: run `weir init --take-over`), or another server under the same name, such as a clone of the source (give this pipeline its own targets)"
+        }
+        Moment::Start { .. } => {
+            "the table was moved to that stage (a new stage made for the slot, a checkpoint imported elsewhere, or `init --take-over` of another server's pipeline): this stage writes it no more. If this stage is the one that should, stop the other and run `weir init --take-over` here"
+        }
+    };
+    TargetError::ClaimedByStage {
+        table: table.clone(),
+        by: format!(
+            "stage {} of the same feed, {} of {}, claimed it at {}",
+            claim.stage_id, claim.feed, claim.source, claim.claimed_at
+        ),
+        advice: advice.to_owned(),
     }
 }

@@ -153,10 +153,20 @@ pub async fn open_group<'c, 'a>(
                 .map_err(query_err(format!("prepare the delete of {}", table.name)))
         }));
         let columns = super::schema::check_columns(&tx, table);
+        // Every member is of one stage and feed: the first's say whose claim it needs.
+        let claimed = async {
+            match members.first() {
+                Some(m) => {
+                    super::claims::check_claim(&tx, &table.name, m.meta.source_id, m.meta.stage_id)
+                        .await
+                }
+                None => Ok(()),
+            }
+        };
         // In this order on the connection: the locks first, all the rest under them.
-        let (((((), lineage), copy), statements), ()) = try_join(
+        let (((((), lineage), copy), statements), ((), ())) = try_join(
             try_join(try_join(try_join(lock, lineage), copy), prepares),
-            columns,
+            try_join(columns, claimed),
         )
         .await?;
         ((lineage, copy), statements)

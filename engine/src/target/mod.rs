@@ -89,6 +89,12 @@ pub enum TargetError {
         /// (stage …) claimed it at …`.
         by: String,
     },
+    #[error("target table {table} is written by another stage: {by}; {advice}")]
+    ClaimedByStage {
+        table: TableName,
+        by: String,
+        advice: String,
+    },
     #[error(
         "the claim of the target table {table} kept changing while Weir read it (another pipeline claiming it at once): run again"
     )]

@@ -434,9 +434,13 @@ fn dump(stage: &Stage) -> Vec<(&'static str, Entries)> {
                 (k.to_vec(), v.to_vec())
             })
             // Not exported: an imported stage has a stage id of its own, so its
-            // partitions' next writes are replaces, whatever was last written.
+            // partitions' next writes are replaces, whatever was last written; and it
+            // has claimed no target table yet.
             .filter(|(k, _)| {
-                !(family == CF_META && (k.as_slice() == b"stage_id" || k.starts_with(b"written\0")))
+                !(family == CF_META
+                    && (k.as_slice() == b"stage_id"
+                        || k.as_slice() == b"claimed"
+                        || k.starts_with(b"written\0")))
             })
             .collect();
         (family, entries)
