@@ -278,7 +278,7 @@ async fn a_slot_made_anew_under_a_claimed_name_takes_over_only_when_told() {
         &weir(&db, &second, &source_dsn, &["init"])
             .output()
             .expect("init"),
-        "this init makes the slot anew",
+        "this init starts its feed anew",
     );
     ok(&weir(&db, &second, &source_dsn, &["init", "--take-over"])
         .output()

@@ -1328,9 +1328,19 @@ async fn an_older_checkpoint_than_the_slot_confirmed_is_refused_not_skipped() {
         "the refused runs moved the slot"
     );
 
-    // The newer stage back in place: it goes on from where the slot is.
+    // The newer stage back in place: the restored stage's start took the target's
+    // claim (a stage imported is another stage of the feed), so the newer one is told
+    // so, and `init` gives it back; then it goes on from where the slot is.
     std::fs::remove_dir_all(db.path("stage")).expect("drop the restored stage");
     std::fs::rename(db.path("stage.newer"), db.path("stage")).expect("put the newer stage back");
+    let out = weir_pg(&db, &source_dsn, &["run", "--once"]);
+    assert!(
+        !out.status.success()
+            && crate::harness::text(&out.stderr).contains("is written by another stage"),
+        "{}",
+        crate::harness::text(&out.stderr)
+    );
+    ok(&["init"]);
     ok(&["run", "--once"]);
     assert_same_rows(&source, "orders", &target, "public.orders_copy").await;
 }

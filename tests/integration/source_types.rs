@@ -213,6 +213,42 @@ async fn an_enum_key_and_partition_column_read_between_watermarks() {
     )
     .await;
     assert_eq!(partitions, ["alpha", "mid", "zeta"]);
+
+    // A label renamed changes no row in the WAL: the README's resync reads the table
+    // again, and `verify --against-source` then passes, the old label's partition (in
+    // lineage, no value of the type any more) holding no rows at the source.
+    source
+        .batch_execute("ALTER TYPE ticket_kind RENAME VALUE 'alpha' TO 'beta'")
+        .await
+        .expect("rename a label");
+    let out = weir_pg(&db, &source_dsn, &["resync", "--table", "public.tickets"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    run_once(&db, &source_dsn);
+    let want = lines(&source, &all.replace("TABLE", "public.tickets")).await;
+    assert_eq!(
+        lines(&target, &all.replace("TABLE", "analytics.tickets")).await,
+        want
+    );
+    let out = weir_pg(
+        &db,
+        &source_dsn,
+        &[
+            "verify",
+            "--table",
+            "public.tickets",
+            "--from",
+            "a",
+            "--to",
+            "zz",
+            "--against-source",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
 }
 
 async fn lines(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
@@ -223,4 +259,112 @@ async fn lines(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
         .iter()
         .map(|r| r.get(0))
         .collect()
+}
+
+/// A column retyped from an enum to text with `USING` (a rewrite without WAL) reads
+/// as the same type to Weir: a live run that sees it says so, naming the resync.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_enum_retyped_to_text_under_a_live_run_is_reported() {
+    let db = TestDb::new("src_enum_retyped_target").await;
+    let (source_dsn, source) = crate::harness::source_db(
+        "src_enum_retyped",
+        "CREATE TYPE order_status AS ENUM ('new', 'paid');
+         CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2),
+                              status order_status);
+         INSERT INTO orders VALUES (1, 'a', '2026-03-01', 1.00, 'new');",
+    )
+    .await;
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            "src_enum_retyped",
+            "[engine]\nflush_interval_ms = 100",
+            &format!(
+                "[[table]]\n{}\n",
+                OrdersTable::postgres("analytics.fact_orders").body()
+            ),
+        ),
+    )
+    .expect("config");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = db.path("live.log");
+    let _run = db.spawn_live(&[("WEIR_SOURCE_DSN", source_dsn.as_str())], &log);
+    let logged = |what: &'static str| {
+        let log = log.clone();
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains(what) {
+                    return;
+                }
+                assert!(std::time::Instant::now() < deadline, "no `{what}`:\n{text}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    };
+    logged("streaming from the replication slot").await;
+    source
+        .batch_execute("INSERT INTO orders VALUES (2, 'b', '2026-03-01', 2.00, 'paid')")
+        .await
+        .expect("a change under the enum");
+    let target = db.client().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while target
+        .query_one("SELECT count(*) FROM analytics.fact_orders", &[])
+        .await
+        .map(|r| r.get::<_, i64>(0))
+        .unwrap_or(0)
+        < 2
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the change was not written"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    source
+        .batch_execute(
+            "ALTER TABLE orders ALTER COLUMN status TYPE text USING upper(status::text);
+             INSERT INTO orders VALUES (3, 'c', '2026-03-01', 3.00, 'NEW');",
+        )
+        .await
+        .expect("retyped");
+    logged("a column was retyped between an enum or a domain and the type it holds").await;
+}
+
+/// A domain over an enum has none of the enum's comparisons in PostgreSQL (key order,
+/// partition predicates): refused at `init`, naming the column, as a type Weir does not
+/// model.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_domain_over_an_enum_is_refused_naming_it() {
+    let db = TestDb::new("src_domain_enum_target").await;
+    let (source_dsn, _source) = crate::harness::source_db(
+        "src_domain_enum",
+        "CREATE TYPE color AS ENUM ('red', 'green');
+         CREATE DOMAIN color_d AS color;
+         CREATE TABLE orders (id bigint PRIMARY KEY, customer text, order_date date, amount numeric(12,2),
+                              status text, shade color_d);",
+    )
+    .await;
+    std::fs::write(
+        db.config_path(),
+        postgres_config(
+            "src_domain_enum",
+            "",
+            &format!(
+                "[[table]]\n{}\n",
+                OrdersTable::postgres("analytics.fact_orders").body()
+            ),
+        ),
+    )
+    .expect("config");
+    let out = weir_pg(&db, &source_dsn, &["init"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("column `shade` has type color_d (a domain over an enum)"),
+        "{stderr}"
+    );
 }

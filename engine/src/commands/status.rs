@@ -25,7 +25,7 @@ pub(crate) async fn run(config_path: &Path, json: bool) -> anyhow::Result<()> {
 }
 
 fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io::Result<()> {
-    writeln!(out, "stage:      {}", s.stage)?;
+    writeln!(out, "stage:      {} (id {})", s.stage, s.stage_id)?;
     writeln!(
         out,
         "source:     {}",
@@ -161,6 +161,13 @@ fn print_status(out: &mut impl std::io::Write, s: &pipeline::Status) -> std::io:
     }
     if let Some(e) = &s.target_error {
         writeln!(out, "target:     unavailable: {e}")?;
+    }
+    for c in &s.claimed_by_others {
+        writeln!(
+            out,
+            "taken over: {} is written by stage {} ({} of {}) since {}: this stage writes it no more",
+            c.table, c.stage_id, c.feed, c.source, c.claimed_at
+        )?;
     }
     writeln!(out, "last writes:")?;
     for w in &s.last_writes {

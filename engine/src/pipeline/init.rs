@@ -67,8 +67,8 @@ pub async fn init_with(
         source,
         ..
     } = resolve_tables(config, None).await?;
-    // Whether this init makes the slot: a slot of a claimed feed made anew (a lost slot,
-    // or a clone of the server) moves the claim only with `--take-over`.
+    // Whether this init starts a feed anew: a slot of a claimed feed made anew (a lost
+    // slot, or a clone of the server) moves the claim only with `--take-over`.
     let slot_made = match &config.source {
         SourceConfig::Postgres { slot, .. } => {
             let client = postgres::connect(&postgres_dsn(config)?).await?;
@@ -84,7 +84,9 @@ pub async fn init_with(
                 })?
                 .is_none()
         }
-        SourceConfig::Jsonl { .. } => false,
+        // A file's new stage is not told from another host's file of the same path,
+        // nor stdin from another stdin: as a slot made anew, `--take-over` moves it.
+        SourceConfig::Jsonl { .. } => true,
     };
     let claim_moment = target::claims::Moment::Init {
         take_over,

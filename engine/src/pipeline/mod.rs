@@ -52,7 +52,7 @@ mod writer;
 pub use error::PipelineError;
 pub use init::{InitOptions, InitReport, init, init_with};
 pub use live::LiveState;
-pub use status::{DirtyStatus, FailedStatus, StaleStatus, Status, status};
+pub use status::{ClaimStatus, DirtyStatus, FailedStatus, StaleStatus, Status, status};
 pub use stream::{CHANNEL_CHUNKS, wait_for_partition_jobs};
 pub use transform::{IDENTITY_TRANSFORM, Transform};
 

@@ -12,9 +12,24 @@ use crate::target;
 use crate::value::ColumnType;
 
 /// What `status` shows.
+/// A configured target table another stage or pipeline claims.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClaimStatus {
+    pub table: String,
+    pub stage_id: String,
+    pub feed: String,
+    pub source: String,
+    pub claimed_at: String,
+}
+
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Status {
     pub stage: String,
+    /// The stage's id, as claims and lineage name it.
+    pub stage_id: String,
+    /// Configured target tables another stage or pipeline claims (`weir.claims`):
+    /// this one writes them no more.
+    pub claimed_by_others: Vec<ClaimStatus>,
     pub source: Option<String>,
     pub position: Option<u64>,
     pub staged_rows: std::collections::BTreeMap<String, u64>,
@@ -123,6 +138,8 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
         pending_dead_letters: stage.dead_letters(usize::MAX)?.len(),
         last_writes: Vec::new(),
         stale_partitions: Vec::new(),
+        stage_id: stage.stage_id()?,
+        claimed_by_others: Vec::new(),
         target_error: None,
         slot_wal_status: None,
         slot_lag_bytes: None,
@@ -171,6 +188,10 @@ pub async fn status(config: &Config, dsn: &Dsn, last_writes: i64) -> Result<Stat
                 // This config's tables only: other pipelines write the same database.
                 let targets: Vec<String> =
                     config.tables.iter().map(|t| t.target.to_string()).collect();
+                match target::claims::others(&client, &targets, &status.stage_id).await {
+                    Ok(claims) => status.claimed_by_others = claims,
+                    Err(e) => status.target_error = Some(error_chain(&e)),
+                }
                 match target::recent_writes(&client, &targets, last_writes).await {
                     Ok(rows) => status.last_writes = rows,
                     Err(e) => status.target_error = Some(error_chain(&e)),

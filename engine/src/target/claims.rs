@@ -36,8 +36,9 @@ use crate::config::TableName;
 /// When a claim is made, and what it may move.
 #[derive(Debug, Clone, Copy)]
 pub enum Moment {
-    /// `weir init`: `take_over` (`--take-over`); `slot_made`: the PostgreSQL slot does
-    /// not exist on this server yet (init makes it).
+    /// `weir init`: `take_over` (`--take-over`); `slot_made`: the feed starts anew (a
+    /// PostgreSQL slot this init makes; a JSON-lines feed, which cannot be told from
+    /// another of the same name).
     Init { take_over: bool, slot_made: bool },
     /// The start of `run`: `first`, the stage never claimed before.
     Start { first: bool },
@@ -89,16 +90,9 @@ pub async fn claim(
     moment: Moment,
 ) -> Result<Vec<TableName>, TargetError> {
     refuse_shared_feed(client, targets, pipeline).await?;
-    let take_over = matches!(
-        moment,
-        Moment::Init {
-            take_over: true,
-            ..
-        }
-    );
     let mut reserved = Vec::new();
     for target in targets {
-        refuse_claimed_relatives(client, target, pipeline, take_over).await?;
+        refuse_claimed_relatives(client, target, pipeline).await?;
         if claim_one(client, target, pipeline, moment).await? && pipeline.stage_id.is_empty() {
             reserved.push((*target).clone());
         }
@@ -236,7 +230,6 @@ async fn refuse_claimed_relatives(
     client: &Client,
     target: &TableName,
     pipeline: Pipeline<'_>,
-    take_over: bool,
 ) -> Result<(), TargetError> {
     let rows = client
         .query(
@@ -267,7 +260,9 @@ async fn refuse_claimed_relatives(
             feed: row.get(4),
             claimed_at: row.get(5),
         };
-        if !claim.is(&pipeline) && !take_over {
+        // Not moved by `--take-over`: the relative is another table of the tree,
+        // whose claim stays its pipeline's, and each would delete the other's rows.
+        if !claim.is(&pipeline) {
             return Err(claimed(target, &claim, Some(&relative)));
         }
     }
@@ -362,7 +357,7 @@ fn claimed(table: &TableName, claim: &Claim, through: Option<&TableName>) -> Tar
 fn claimed_by_stage(table: &TableName, claim: &Claim, moment: Moment) -> TargetError {
     let advice = match moment {
         Moment::Init { .. } => {
-            "this init makes the slot anew: a slot that was lost (this is a new snapshot replacing that stage: run `weir init --take-over`), or another server under the same name, such as a clone of the source (give this pipeline its own targets)"
+            "this init starts its feed anew (a slot it makes, or a JSON-lines file or stdin, which Weir cannot tell from another host's or another pipeline's): if this stage replaces that one (a lost slot, a stage made anew for the file), run `weir init --take-over`; if it is another pipeline (a clone of the source server, another producer's stdin, a copied config), give it its own targets"
         }
         Moment::Start { .. } => {
             "the table was moved to that stage (a new stage made for the slot, a checkpoint imported elsewhere, or `init --take-over` of another server's pipeline): this stage writes it no more. If this stage is the one that should, stop the other and run `weir init --take-over` here"
@@ -376,4 +371,31 @@ fn claimed_by_stage(table: &TableName, claim: &Claim, moment: Moment) -> TargetE
         ),
         advice: advice.to_owned(),
     }
+}
+
+/// The claims of `targets` that name another stage than `stage_id` (for `status`).
+pub async fn others(
+    client: &Client,
+    targets: &[String],
+    stage_id: &str,
+) -> Result<Vec<crate::pipeline::ClaimStatus>, TargetError> {
+    Ok(client
+        .query(
+            &format!(
+                "SELECT target_table, {CLAIM_COLUMNS} FROM weir.claims \
+                 WHERE target_table = ANY($1) AND stage_id <> $2 AND stage_id <> '' ORDER BY 1"
+            ),
+            &[&targets, &stage_id],
+        )
+        .await
+        .map_err(query_err("read the target tables' claims"))?
+        .iter()
+        .map(|r| crate::pipeline::ClaimStatus {
+            table: r.get(0),
+            stage_id: r.get(1),
+            source: r.get(2),
+            feed: r.get(3),
+            claimed_at: r.get(4),
+        })
+        .collect())
 }

@@ -901,6 +901,11 @@ pub(super) fn check_kept(table: &TargetTable, sent: u64, kept: u64) -> Result<()
 /// The decimal places of `d` (a decimal's text) past `scale` that are not zeros, as
 /// the count of places it has (`None`: it fits, as PostgreSQL would store it unrounded).
 fn places_past(d: &str, scale: i16) -> Option<usize> {
+    // `NaN` (and the infinities, which PostgreSQL refuses in a column with a scale by
+    // itself) has no places to round.
+    if !d.bytes().any(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let (int, frac) = d.split_once('.').unwrap_or((d, ""));
     let kept = usize::try_from(scale.max(0)).unwrap_or(0);
     let digits = frac.trim_end_matches('0').len();
@@ -927,5 +932,7 @@ mod tests {
         assert_eq!(places_past("12300", -2), None);
         assert_eq!(places_past("12345", -2), Some(0));
         assert_eq!(places_past("NaN", 2), None);
+        assert_eq!(places_past("NaN", -2), None);
+        assert_eq!(places_past("-NaN", -3), None);
     }
 }

@@ -50,15 +50,26 @@ async fn read(
         .await
         .map_err(query("begin a read of the source"))?;
     // The text forms the stream and the snapshot read, so all decode alike.
-    tx.batch_execute(&format!(
-        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
-         SET LOCAL DateStyle = ISO; SET LOCAL IntervalStyle = postgres; SET LOCAL TimeZone = 'UTC'; SET LOCAL extra_float_digits = 3; \
-         DECLARE weir_source NO SCROLL CURSOR FOR SELECT {} FROM {} WHERE {condition}",
-        columns.join(", "),
-        table.source.quoted()
-    ))
-    .await
-    .map_err(query("read the source table's rows"))?;
+    let declared = tx
+        .batch_execute(&format!(
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
+             SET LOCAL DateStyle = ISO; SET LOCAL IntervalStyle = postgres; SET LOCAL TimeZone = 'UTC'; SET LOCAL extra_float_digits = 3; \
+             DECLARE weir_source NO SCROLL CURSOR FOR SELECT {} FROM {} WHERE {condition}",
+            columns.join(", "),
+            table.source.quoted()
+        ))
+        .await;
+    match declared {
+        // The partition's value is no value of the column's type at the source now (an
+        // enum's label renamed, or dropped with its rows): no row can be in it.
+        Err(e)
+            if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_TEXT_REPRESENTATION) =>
+        {
+            tracing::debug!(table = %table.source, "a partition's value is not a value of its column's type at the source: it holds no rows there");
+            return Ok(());
+        }
+        declared => declared.map_err(query("read the source table's rows"))?,
+    }
     let fetch = format!("FETCH {} FROM weir_source", chunk_rows.max(1));
     loop {
         let messages = tx

@@ -126,6 +126,10 @@ pub async fn source_columns_and_unsupported(
             let (name, mut declared, oid, modifier): (String, String, u32, i32) =
                 (r.get(0), r.get(1), r.get(2), r.get(3));
             let (base, base_modifier) = types.resolve(oid, modifier);
+            if types.is_domain_over_enum(oid) {
+                unsupported.push((name, format!("{declared} (a domain over an enum)")));
+                return None;
+            }
             let Some(ty) = pgtypes::column_type(base, base_modifier) else {
                 unsupported.push((name, declared));
                 return None;

@@ -47,6 +47,9 @@ enum Kind {
 #[derive(Debug, Default)]
 pub(super) struct UserTypes {
     kinds: HashMap<u32, Kind>,
+    /// The type each column of each relation had in its last Relation message (OID
+    /// as sent, before resolving).
+    sent: HashMap<(u32, String), u32>,
 }
 
 impl UserTypes {
@@ -127,6 +130,25 @@ impl UserTypes {
         (oid, modifier)
     }
 
+    /// Whether `oid` is a domain over an enum (through domains): PostgreSQL compares
+    /// its values by none of the enum's operators (`color_d <= color_d` does not
+    /// exist), which key order, partition predicates and resyncs need.
+    pub(super) fn is_domain_over_enum(&self, oid: u32) -> bool {
+        let mut oid = oid;
+        let mut domain = false;
+        for _ in 0..DEPTH_MAX {
+            match self.kinds.get(&oid) {
+                Some(&Kind::Domain { base, .. }) => {
+                    domain = true;
+                    oid = base;
+                }
+                Some(Kind::Enum) => return domain,
+                Some(Kind::Other) | None => return false,
+            }
+        }
+        false
+    }
+
     /// Gives each column of a Relation message the type its values are read as
     /// ([`Self::resolve`]), reading the types it has not met from `client`'s catalog.
     pub(super) async fn resolve_relation(
@@ -137,8 +159,19 @@ impl UserTypes {
         self.learn(client, relation.columns.iter().map(|c| c.type_oid))
             .await?;
         for column in &mut relation.columns {
+            let sent = column.type_oid;
             (column.type_oid, column.type_modifier) =
                 self.resolve(column.type_oid, column.type_modifier);
+            // Retyped between an enum or a domain and what it holds: the same type to
+            // Weir, so nothing stops; but an `ALTER … TYPE … USING` rewrote the rows
+            // without a change in the WAL.
+            let before = self.sent.insert((relation.oid, column.name.clone()), sent);
+            if let Some(before) = before
+                && before != sent
+                && self.resolve(before, -1).0 == column.type_oid
+            {
+                tracing::warn!(table = %format!("{}.{}", relation.namespace, relation.name), column = %column.name, "a column was retyped between an enum or a domain and the type it holds: an ALTER … TYPE … USING rewrites its rows without a change in the WAL, which Weir cannot see; run `weir resync --table` for it");
+            }
         }
         Ok(())
     }
@@ -204,6 +237,7 @@ mod tests {
     fn types(kinds: &[(u32, Kind)]) -> UserTypes {
         UserTypes {
             kinds: kinds.iter().copied().collect(),
+            sent: HashMap::new(),
         }
     }
 
@@ -275,6 +309,39 @@ mod tests {
         assert_eq!(t.resolve(30_003, 7), (30_003, 7));
         assert_eq!(t.resolve(NUMERIC, 5), (NUMERIC, 5));
         assert_eq!(t.resolve(99_999, -1), (99_999, -1));
+    }
+
+    #[test]
+    fn a_domain_over_an_enum_is_told_apart() {
+        let t = types(&[
+            (50_000, Kind::Enum),
+            (
+                50_001,
+                Kind::Domain {
+                    base: 50_000,
+                    modifier: -1,
+                },
+            ),
+            (
+                50_002,
+                Kind::Domain {
+                    base: 50_001,
+                    modifier: -1,
+                },
+            ),
+            (
+                50_003,
+                Kind::Domain {
+                    base: NUMERIC,
+                    modifier: -1,
+                },
+            ),
+        ]);
+        assert!(!t.is_domain_over_enum(50_000));
+        assert!(t.is_domain_over_enum(50_001));
+        assert!(t.is_domain_over_enum(50_002));
+        assert!(!t.is_domain_over_enum(50_003));
+        assert!(!t.is_domain_over_enum(NUMERIC));
     }
 
     #[test]
