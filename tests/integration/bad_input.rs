@@ -120,7 +120,7 @@ async fn bad_records_go_to_the_dead_letter_table_and_the_rest_flows() {
         let patched = config.replace("path = \"stage\"", "path = \"stage2\"");
         assert_ne!(config, patched);
         std::fs::write(db.config_path(), patched).expect("write config");
-        db.weir_ok(&["init"]);
+        db.weir_ok(&["init", "--take-over"]);
         db.weir_ok(&["run", "--once"]);
         let stages: i64 = client
             .query_one(

@@ -276,10 +276,12 @@ async fn a_stage_restored_onto_its_target_writes_what_was_dirty_at_the_export() 
     assert!(dirty >= 5, "the second part is staged but unwritten");
     let file = db.path("stage.ckpt");
     db.weir_ok(&["checkpoint", "export", file.to_str().expect("utf-8 path")]);
-    // The machine is lost: a new stage, imported from the file, on the same target.
+    // The machine is lost: a new stage, imported from the file, on the same target. (A
+    // JSON-lines feed's new stage takes the target over: Weir cannot tell it from
+    // another producer's feed of the same name.)
     let restored = config_with_stage(&db, "restored.toml", "restored");
     for args in [
-        &["init"][..],
+        &["init", "--take-over"][..],
         &["checkpoint", "import", file.to_str().expect("utf-8 path")],
     ] {
         let out = weir_with(&db, &restored, args);

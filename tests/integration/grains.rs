@@ -339,7 +339,7 @@ async fn lineage_of_an_earlier_grain_does_not_stop_backfill_or_verify() {
         .replace("grain = \"day\"", "grain = \"month\"")
         .replace("path = \"stage\"", "path = \"stage_month\"");
     std::fs::write(db.config_path(), config).expect("config");
-    db.weir_ok(&["init"]);
+    db.weir_ok(&["init", "--take-over"]);
     db.weir_ok(&["run", "--once"]);
     let window = [
         "--table",

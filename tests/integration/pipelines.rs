@@ -94,6 +94,14 @@ async fn a_second_slot_on_the_same_table_is_another_pipeline_until_it_takes_over
             .expect("run"),
         "is written by another pipeline: postgres:slot=pipes_second",
     );
+    let status = weir(&db, &first, &source_dsn, &["status"])
+        .output()
+        .expect("status");
+    assert!(
+        text(&status.stdout).contains("taken over: analytics.fact_orders is written by stage"),
+        "{}",
+        text(&status.stdout)
+    );
     let target = db.client().await;
     let status: String = target
         .query_one("SELECT status FROM analytics.fact_orders WHERE id = 1", &[])

@@ -1397,7 +1397,7 @@ async fn a_target_restored_to_another_stages_writes_is_written_again() {
         config.replace("path = \"stage\"", "path = \"stage-b\""),
     )
     .expect("config");
-    db.weir_ok(&["init"]);
+    db.weir_ok(&["init", "--take-over"]);
     db.weir_ok(&["run", "--once"]);
     // The target restored from the backup.
     client.batch_execute(RESTORE).await.expect("restore");

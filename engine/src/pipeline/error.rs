@@ -49,7 +49,7 @@ pub enum PipelineError {
     #[error(transparent)]
     Plugin(#[from] PluginError),
     #[error(
-        "{}: the stage at {} holds {tables} under another contract: {differences}. A stage's rows are keyed, partitioned and sent to their target by the contract they were staged under, so it is not changed under them: to change a key, partition column, grain or target, use a new stage (point `[stage] path` at a new folder, then run `weir init` and `weir run`, which read the source again), or put the config back",
+        "{}: the stage at {} holds {tables} under another contract: {differences}. A stage's rows are keyed, partitioned and sent to their target by the contract they were staged under, so it is not changed under them: to change a key, partition column, grain or target, use a new stage (point `[stage] path` at a new folder, then run `weir init --take-over` and `weir run`, which read the source again), or put the config back",
         config.display(),
         stage.display()
     )]

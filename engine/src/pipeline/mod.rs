@@ -49,10 +49,11 @@ mod transform;
 mod write;
 mod writer;
 
+pub use crate::target::claims::ClaimStatus;
 pub use error::PipelineError;
 pub use init::{InitOptions, InitReport, init, init_with};
 pub use live::LiveState;
-pub use status::{ClaimStatus, DirtyStatus, FailedStatus, StaleStatus, Status, status};
+pub use status::{DirtyStatus, FailedStatus, StaleStatus, Status, status};
 pub use stream::{CHANNEL_CHUNKS, wait_for_partition_jobs};
 pub use transform::{IDENTITY_TRANSFORM, Transform};
 

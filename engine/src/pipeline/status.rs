@@ -12,16 +12,6 @@ use crate::target;
 use crate::value::ColumnType;
 
 /// What `status` shows.
-/// A configured target table another stage or pipeline claims.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ClaimStatus {
-    pub table: String,
-    pub stage_id: String,
-    pub feed: String,
-    pub source: String,
-    pub claimed_at: String,
-}
-
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Status {
     pub stage: String,
@@ -29,7 +19,7 @@ pub struct Status {
     pub stage_id: String,
     /// Configured target tables another stage or pipeline claims (`weir.claims`):
     /// this one writes them no more.
-    pub claimed_by_others: Vec<ClaimStatus>,
+    pub claimed_by_others: Vec<target::claims::ClaimStatus>,
     pub source: Option<String>,
     pub position: Option<u64>,
     pub staged_rows: std::collections::BTreeMap<String, u64>,

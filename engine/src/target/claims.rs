@@ -373,12 +373,22 @@ fn claimed_by_stage(table: &TableName, claim: &Claim, moment: Moment) -> TargetE
     }
 }
 
+/// A configured target table another stage or pipeline claims (`weir status`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClaimStatus {
+    pub table: String,
+    pub stage_id: String,
+    pub feed: String,
+    pub source: String,
+    pub claimed_at: String,
+}
+
 /// The claims of `targets` that name another stage than `stage_id` (for `status`).
 pub async fn others(
     client: &Client,
     targets: &[String],
     stage_id: &str,
-) -> Result<Vec<crate::pipeline::ClaimStatus>, TargetError> {
+) -> Result<Vec<ClaimStatus>, TargetError> {
     Ok(client
         .query(
             &format!(
@@ -390,7 +400,7 @@ pub async fn others(
         .await
         .map_err(query_err("read the target tables' claims"))?
         .iter()
-        .map(|r| crate::pipeline::ClaimStatus {
+        .map(|r| ClaimStatus {
             table: r.get(0),
             stage_id: r.get(1),
             source: r.get(2),

@@ -59,11 +59,11 @@ pub enum PgSourceError {
     )]
     UnknownStream { what: &'static str, xid: u32 },
     #[error(
-        "replication slot `{slot}` does not exist, and the changes made since it went are lost to this stage (Weir never re-creates a slot silently): point `[stage] path` at a new folder, then run `weir init` (it creates the slot) and `weir run`, which loads the tables afresh; `weir backfill --allow-empty` then empties target partitions the new stage has no rows for"
+        "replication slot `{slot}` does not exist, and the changes made since it went are lost to this stage (Weir never re-creates a slot silently): point `[stage] path` at a new folder, then run `weir init --take-over` (it creates the slot; the new stage takes the target tables over) and `weir run`, which loads the tables afresh; `weir backfill --allow-empty` then empties target partitions the new stage has no rows for"
     )]
     SlotMissing { slot: String },
     #[error(
-        "replication slot `{slot}` was invalidated by the server (wal_status = lost: it fell behind max_slot_wal_keep_size); the changes it held are lost: drop it (`SELECT pg_drop_replication_slot('{slot}');`), point `[stage] path` at a new folder, then run `weir init` and `weir run`, which load the tables afresh; `weir backfill --allow-empty` then empties target partitions the new stage has no rows for"
+        "replication slot `{slot}` was invalidated by the server (wal_status = lost: it fell behind max_slot_wal_keep_size); the changes it held are lost: drop it (`SELECT pg_drop_replication_slot('{slot}');`), point `[stage] path` at a new folder, then run `weir init --take-over` and `weir run`, which load the tables afresh; `weir backfill --allow-empty` then empties target partitions the new stage has no rows for"
     )]
     SlotInvalidated { slot: String },
     #[error(
@@ -75,7 +75,7 @@ pub enum PgSourceError {
     )]
     StandbyTooOld { version: String },
     #[error(
-        "replication slot `{slot}` has confirmed the feed up to {confirmed}, past this stage's position {position}: the changes in between were acknowledged by some other stage (an older checkpoint imported with `weir checkpoint import`, the slot dropped and created again, or another engine using this slot) and the slot cannot send them again; import a checkpoint of this feed at or past {confirmed}, or take a fresh snapshot: point `[stage] path` at a new folder and run `weir init` and `weir run`"
+        "replication slot `{slot}` has confirmed the feed up to {confirmed}, past this stage's position {position}: the changes in between were acknowledged by some other stage (an older checkpoint imported with `weir checkpoint import`, the slot dropped and created again, or another engine using this slot) and the slot cannot send them again; import a checkpoint of this feed at or past {confirmed}, or take a fresh snapshot: point `[stage] path` at a new folder and run `weir init --take-over` and `weir run`"
     )]
     SlotAhead {
         slot: String,
@@ -83,7 +83,7 @@ pub enum PgSourceError {
         position: String,
     },
     #[error(
-        "the source server's WAL ends at {end}, before this stage's position {position}: the server went back in time (restored from a backup, recovered to an earlier point in time, or a standby promoted before it received all the stage holds). The stage holds changes the server no longer has, and the server's commits since, below {position}, would be passed over as staged; Weir stops rather than mix two histories. Take a fresh snapshot of the server as it is: point `[stage] path` at a new folder and `slot` at a new slot name, run `weir init` and `weir run` (its first load rewrites the target's partitions from the server's rows, and empties those it holds none of), then drop the old slot (`SELECT pg_drop_replication_slot('…')`)"
+        "the source server's WAL ends at {end}, before this stage's position {position}: the server went back in time (restored from a backup, recovered to an earlier point in time, or a standby promoted before it received all the stage holds). The stage holds changes the server no longer has, and the server's commits since, below {position}, would be passed over as staged; Weir stops rather than mix two histories. Take a fresh snapshot of the server as it is: point `[stage] path` at a new folder and `slot` at a new slot name, run `weir init --take-over` and `weir run` (its first load rewrites the target's partitions from the server's rows, and empties those it holds none of), then drop the old slot (`SELECT pg_drop_replication_slot('…')`)"
     )]
     SourceWentBack { end: String, position: String },
     #[error(transparent)]
@@ -109,7 +109,7 @@ pub enum PgSourceError {
         now: String,
     },
     #[error(
-        "source table {table} is now relation OID {oid}, not OID {expected} which this feed streams: it was dropped and created again, and its changes in between are lost to this stage. Nothing past this change was acknowledged. Take a new snapshot: point `[stage] path` at a new folder, then run `weir init` and `weir run`"
+        "source table {table} is now relation OID {oid}, not OID {expected} which this feed streams: it was dropped and created again, and its changes in between are lost to this stage. Nothing past this change was acknowledged. Take a new snapshot: point `[stage] path` at a new folder, then run `weir init --take-over` and `weir run`"
     )]
     Recreated {
         table: String,
