@@ -504,7 +504,7 @@ async fn a_promotion_without_the_synchronized_slot_stops_with_the_recovery() {
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!("replication slot `{SLOT}` does not exist"))
-            && stderr.contains("run `weir init`"),
+            && stderr.contains("run `weir init --take-over`"),
         "{stderr}"
     );
     let target = db.client().await;

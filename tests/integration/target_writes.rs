@@ -1415,13 +1415,37 @@ async fn a_target_restored_to_another_stages_writes_is_written_again() {
     assert!(verify.status.success(), "{}", text(&verify.stdout));
 }
 
-/// The target restored from a backup while `weir run` runs: once a write finds its
-/// connection gone and makes it again, the run reads the target's lineage again (as at
-/// its start) and writes again the partitions the restore took back, not only those
-/// that change (before: they kept the backup's rows until a restart, `status` clean).
-#[tokio::test(flavor = "multi_thread")]
-async fn a_target_restored_under_a_live_run_is_brought_back() {
-    let db = TestDb::new("tw_restored_live").await;
+/// `(id, region, status)` of a people row.
+fn row(id: i64, region: &str, status: &str) -> (i64, Option<String>, String) {
+    (id, Some(region.to_owned()), status.to_owned())
+}
+
+/// Waits until the people target holds `want`; fails with the live run's `log`.
+async fn wait_people(db: &TestDb, log: &std::path::Path, want: Vec<(i64, Option<String>, String)>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = people(db).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{got:?}, want {want:?}: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A live run of the people feed (EU and US written at `a`, then backed up with
+/// [`BACKUP`], then both written at `b`): its log, the run, and a target client.
+async fn live_backed_up(
+    db: &TestDb,
+) -> (
+    std::path::PathBuf,
+    crate::harness::Reaped,
+    tokio_postgres::Client,
+) {
     db.write_feed_config("", "flush_interval_ms = 10", &people_table(false, ""));
     db.write_feed(&[
         person("c", 1, Some("EU"), "a"),
@@ -1429,36 +1453,27 @@ async fn a_target_restored_under_a_live_run_is_brought_back() {
     ]);
     db.weir_ok(&["init"]);
     let log = db.path("live.log");
-    let _run = db.spawn_live(&[], &log);
+    let run = db.spawn_live(&[], &log);
     let client = db.client().await;
-    let wait = |want: Vec<(i64, Option<String>, String)>| {
-        let db = &db;
-        let log = &log;
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let got = people(db).await;
-                if got == want {
-                    return;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{got:?}, want {want:?}: {}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
-    let row =
-        |id: i64, region: &str, status: &str| (id, Some(region.to_owned()), status.to_owned());
-    wait(vec![row(1, "EU", "a"), row(2, "US", "a")]).await;
+    wait_people(db, &log, vec![row(1, "EU", "a"), row(2, "US", "a")]).await;
     client.batch_execute(BACKUP).await.expect("backup");
     db.append_feed(&[
         person("u", 1, Some("EU"), "b"),
         person("u", 2, Some("US"), "b"),
     ]);
-    wait(vec![row(1, "EU", "b"), row(2, "US", "b")]).await;
+    wait_people(db, &log, vec![row(1, "EU", "b"), row(2, "US", "b")]).await;
+    (log, run, client)
+}
+
+/// The target restored from a backup while `weir run` runs: once a write finds its
+/// connection gone and makes it again, the run reads the target's lineage again (as at
+/// its start) and writes again the partitions the restore took back, not only those
+/// that change (before: they kept the backup's rows until a restart, `status` clean).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_restored_under_a_live_run_is_brought_back() {
+    let db = TestDb::new("tw_restored_live").await;
+    let (log, _run, client) = live_backed_up(&db).await;
+    let wait = |want| wait_people(&db, &log, want);
     // Restored, and the run's connections cut, as a restore's restart cuts them.
     client
         .batch_execute(
@@ -1486,43 +1501,8 @@ async fn a_target_restored_under_a_live_run_is_brought_back() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_target_restored_under_a_write_in_flight_is_brought_back() {
     let db = TestDb::new("tw_restored_in_flight").await;
-    db.write_feed_config("", "flush_interval_ms = 10", &people_table(false, ""));
-    db.write_feed(&[
-        person("c", 1, Some("EU"), "a"),
-        person("c", 2, Some("US"), "a"),
-    ]);
-    db.weir_ok(&["init"]);
-    let log = db.path("live.log");
-    let _run = db.spawn_live(&[], &log);
-    let client = db.client().await;
-    let wait = |want: Vec<(i64, Option<String>, String)>| {
-        let db = &db;
-        let log = &log;
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let got = people(db).await;
-                if got == want {
-                    return;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{got:?}, want {want:?}: {}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
-    let row =
-        |id: i64, region: &str, status: &str| (id, Some(region.to_owned()), status.to_owned());
-    wait(vec![row(1, "EU", "a"), row(2, "US", "a")]).await;
-    client.batch_execute(BACKUP).await.expect("backup");
-    db.append_feed(&[
-        person("u", 1, Some("EU"), "b"),
-        person("u", 2, Some("US"), "b"),
-    ]);
-    wait(vec![row(1, "EU", "b"), row(2, "US", "b")]).await;
+    let (log, _run, client) = live_backed_up(&db).await;
+    let wait = |want| wait_people(&db, &log, want);
     // A write held on a lock; the restore made under it, then the write's connection cut.
     let mut holder = db.client().await;
     let tx = holder.transaction().await.expect("begin");
